@@ -1,0 +1,18 @@
+"""onepath: CPU matmul and convolution kernels with run-time ISA dispatch, one code path for
+Intel and AMD.
+
+    >>> import numpy as np, onepath
+    >>> onepath.matmul(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32)).shape
+    (2, 4)
+
+Public API: ``matmul``; ``isa``, ``available_isas``, ``max_isa``; ``set_num_threads``,
+``get_num_threads``; the ``dispatch`` subpackage (probe, registry). Environment: ``ONEPATH_MAX_ISA``,
+``ONEPATH_NUM_THREADS``, ``ONEPATH_VERBOSE``. Importing is cheap: the CPU is probed and kernels are
+loaded at first use.
+"""
+from ._threads import get_num_threads, set_num_threads
+from .dispatch.cap import available_isas, isa, max_isa
+from .ops.matmul import matmul
+
+__version__ = "0.1.0"
+__all__ = ["matmul", "isa", "available_isas", "max_isa", "set_num_threads", "get_num_threads"]

@@ -1,0 +1,42 @@
+"""Thread count used by the kernels (``onepath.set_num_threads`` / ``ONEPATH_NUM_THREADS``)."""
+from __future__ import annotations
+
+import os
+
+_num_threads: int | None = None
+
+
+def _parse(value, source: str) -> int:
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{source} must be a positive integer, got {value!r}") from None
+    if n < 1 or isinstance(value, bool):
+        raise ValueError(f"{source} must be a positive integer, got {value!r}")
+    return n
+
+
+def set_num_threads(n: int) -> None:
+    """Set how many threads the kernels may use (process-wide; like torch.set_num_threads).
+
+    Args:
+        n: a positive int. Kernels may use fewer on small problems.
+    Raises:
+        ValueError: n is not a positive integer.
+    """
+    global _num_threads
+    _num_threads = _parse(n, "set_num_threads(n)")
+
+
+def get_num_threads() -> int:
+    """Threads the kernels may use: ``set_num_threads``, else ``ONEPATH_NUM_THREADS``, else the
+    number of CPUs this process may run on (its affinity mask)."""
+    if _num_threads is not None:
+        return _num_threads
+    env = os.environ.get("ONEPATH_NUM_THREADS", "").strip()
+    if env:
+        return _parse(env, "ONEPATH_NUM_THREADS")
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1

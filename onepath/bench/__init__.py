@@ -1,0 +1,1 @@
+"""The vendor-neutral benchmark (``python -m onepath bench``)."""

@@ -1,0 +1,127 @@
+"""The registry: the single source of truth for (op, dtype, ISA level) -> kernel and its blocking.
+
+Rows are ordered fastest first for each (op, dtype) and always end in ``generic``, as oneDNN orders
+its implementation lists. ``select`` walks them and returns the first row whose level the caller may
+run (host CPU and OS, lowered by the cap). Dispatch, ``python -m onepath info``, the bench and the
+tests all read this table; nothing else names kernels.
+
+Blocking (BLIS terms): MR x NR is fixed by the micro-kernel (a fact of the compiled code, checked by
+the tests against what the module reports); MC, KC and NC are derived from the probed cache sizes by
+``blocking_for`` unless a tuning row for the microarchitecture gives them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from .levels import LEVELS, level_index
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One registry row.
+
+    Attributes:
+        op: operation name ("matmul", ...).
+        dtype: compute dtype name of the inputs ("float32", "bfloat16").
+        level: ISA level whose build holds the kernel ("generic", "avx2", ...).
+        symbol: C entry point in that level's module (e.g. ``op_gemm_f32``).
+        name: micro-kernel name shown by verbose/info (e.g. ``gemm_f32_avx512_core_14x32``).
+        mr, nr: register blocking of the micro-kernel (rows of A x columns of B).
+        mc, kc, nc: cache blocking (0 in the table means "derive from the caches").
+        uarch: microarchitecture a tuning row applies to, or None for every CPU.
+    """
+    op: str
+    dtype: str
+    level: str
+    symbol: str
+    name: str
+    mr: int
+    nr: int
+    mc: int = 0
+    kc: int = 0
+    nc: int = 0
+    uarch: str | None = None
+
+    @property
+    def module(self) -> str:
+        """The extension module of the level: ``onepath.kernels._op_<level>``."""
+        return f"onepath.kernels._op_{self.level}"
+
+
+# Fastest first per (op, dtype). MR/NR are those of the compiled micro-kernels (kernels/gemm_f32.c).
+REGISTRY: tuple[Kernel, ...] = (
+    Kernel("matmul", "float32", "avx512_core", "op_gemm_f32", "gemm_f32_avx512_core_14x32", 14, 32),
+    Kernel("matmul", "float32", "avx2", "op_gemm_f32", "gemm_f32_avx2_6x16", 6, 16),
+    Kernel("matmul", "float32", "generic", "op_gemm_f32", "gemm_f32_generic_4x16", 4, 16),
+)
+
+# Tuning rows: (uarch, level, op, dtype) -> cache blocking measured to pay on that CPU.
+TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {}
+
+
+
+def blocking_for(row: Kernel, caches: dict, elem_size: int = 4) -> tuple[int, int, int]:
+    """Derive (MC, KC, NC) from cache sizes in bytes, following the BLIS analytical model
+    (Low et al., "Analytical Modeling Is Enough for High-Performance BLIS", ACM TOMS 2016):
+    a KC x NR micro-panel of B stays in L1 with room for A, an MC x KC block of A fills about half
+    of L2, and a KC x NC panel of B about half of the per-core share of L3 (capped).
+    """
+    l1 = caches.get("l1d") or 32 * 1024
+    l2 = caches.get("l2") or 256 * 1024
+    l3 = caches.get("l3") or 8 * 1024 * 1024
+    kc = (l1 // 2) // (row.nr * elem_size)            # B micro-panel in half of L1
+    kc = max(128, min(512, kc // 16 * 16 * 2))        # A and B micro-panels stream; 2x is the usual margin
+    mc = max(row.mr, (l2 // 2) // (kc * elem_size) // row.mr * row.mr)
+    nc_cap = 4096
+    nc = max(row.nr, min(nc_cap, (min(l3, 32 * 1024 * 1024) // 4) // (kc * elem_size)) // row.nr * row.nr)
+    return mc, kc, nc
+
+
+def rows(op: str | None = None, dtype: str | None = None) -> tuple[Kernel, ...]:
+    """Registry rows, optionally filtered by op and dtype, fastest first."""
+    return tuple(r for r in REGISTRY if (op is None or r.op == op) and (dtype is None or r.dtype == dtype))
+
+
+@lru_cache(maxsize=None)
+def _resolve(op: str, dtype: str, level: str, uarch: str, caches: tuple) -> Kernel:
+    cap_i = level_index(level)
+    for row in rows(op, dtype):
+        if level_index(row.level) <= cap_i:
+            tuned = TUNING.get((uarch, row.level, op, dtype))
+            if tuned is not None:
+                return replace(row, mc=tuned[0], kc=tuned[1], nc=tuned[2], uarch=uarch)
+            mc, kc, nc = blocking_for(row, dict(caches))
+            return replace(row, mc=row.mc or mc, kc=row.kc or kc, nc=row.nc or nc)
+    known = sorted({(r.op, r.dtype) for r in REGISTRY})
+    raise ValueError(f"no kernel for op={op!r} dtype={dtype!r}; registered (op, dtype): {known}")
+
+
+def select(op: str, dtype: str, cpu=None, level: str | None = None) -> Kernel:
+    """The registry row that would run ``op`` on ``dtype`` inputs.
+
+    Args:
+        op: "matmul" (more ops arrive with later kernels; see ``rows()``).
+        dtype: "float32" (or a numpy dtype / type whose name is that).
+        cpu: a ``CpuInfo`` (e.g. ``CpuInfo.from_dump(record)``) to ask about another CPU; default the
+            live host, with the cap in force (``onepath.isa()``).
+        level: an explicit ISA level to select at (must be one ``cpu`` can run).
+    Returns:
+        The ``Kernel`` row with MC/KC/NC filled in for that CPU's caches.
+    Raises:
+        ValueError: unknown op/dtype, or a level the CPU cannot run.
+    """
+    from . import cap
+    from .cpu import probe
+    dtype = getattr(dtype, "__name__", None) if isinstance(dtype, type) else str(getattr(dtype, "name", dtype))
+    if cpu is None:
+        cpu = probe()
+        level = cap._check(level) if level is not None else cap.isa()
+    else:
+        if level is None:
+            level = cpu.isa
+        elif level not in cpu.levels:
+            level_index(level)
+            raise ValueError(f"ISA level {level!r} cannot run on that CPU; valid: {', '.join(cpu.levels)}")
+    caches = tuple(sorted((k, v) for k, v in cpu.caches.items() if isinstance(v, int)))
+    return _resolve(op, dtype, level, cpu.uarch, caches)

@@ -1,0 +1,6 @@
+/* onepath_kernels.h: the C API of one ISA level's kernel module (every api_*.h but the probe's). */
+#ifndef ONEPATH_KERNELS_H
+#define ONEPATH_KERNELS_H
+#include <stdint.h>
+#include "api_gemm.h"
+#endif

@@ -1,0 +1,1 @@
+"""Python front ends of the kernels: argument checking, numpy semantics, dispatch, verbose lines."""

@@ -1,0 +1,105 @@
+"""``onepath.matmul``: numpy.matmul's signature and semantics, float32 through the dispatched kernels."""
+from __future__ import annotations
+
+import numpy as np
+
+from ._gemm import kernel_ready, run_gemm
+
+_F32 = np.dtype(np.float32)
+
+
+def _foreign(x) -> bool:
+    """Objects numpy would dispatch elsewhere (ndarray subclasses, __array_ufunc__ overrides)."""
+    if type(x) is np.ndarray:
+        return False
+    return isinstance(x, np.ndarray) or hasattr(type(x), "__array_ufunc__") or hasattr(type(x), "__array_function__")
+
+
+def matmul(a, b, /, out=None, *, dtype=None):
+    """Matrix product with numpy.matmul semantics; float32 runs the best kernel for this host.
+
+    Args:
+        a: array_like, shape (..., M, K) or (K,).
+        b: array_like, shape (..., K, N) or (K,). 1-D operands get a dimension added and removed
+            afterwards; batch dimensions broadcast (stride-0 views included).
+        out: optional ndarray of the result's exact shape (may be passed by position, may overlap
+            the inputs). A float32 ``out`` with float32 inputs is written by the kernels.
+        dtype: as in numpy.matmul. float32 inputs with dtype None or float32 run the kernels.
+    Returns:
+        ndarray of shape broadcast(batch) + (M, N) (with the 1-D axes removed), or ``out``.
+    Raises:
+        ValueError / TypeError: exactly where numpy.matmul raises (shape mismatch, scalars, ...).
+    Every other dtype combination (and anything the kernels do not accelerate) returns
+    ``numpy.matmul(a, b, out=out, dtype=dtype)`` exactly. Threads: ``onepath.set_num_threads``.
+    """
+    if isinstance(out, tuple):
+        if len(out) != 1:
+            return np.matmul(a, b, out=out, dtype=dtype)
+        out = out[0]
+    if _foreign(a) or _foreign(b) or (out is not None and type(out) is not np.ndarray):
+        return np.matmul(a, b, out=out, dtype=dtype)
+    a_arr, b_arr = np.asarray(a), np.asarray(b)
+    if (a_arr.dtype != _F32 or b_arr.dtype != _F32 or a_arr.ndim == 0 or b_arr.ndim == 0
+            or (dtype is not None and np.dtype(dtype) != _F32)
+            or (out is not None and out.dtype != _F32)):
+        return np.matmul(a, b, out=out, dtype=dtype)
+    return _matmul_f32(a_arr, b_arr, out)
+
+
+def core_shapes(a: np.ndarray, b: np.ndarray):
+    """(a2, b2, batch_shape, result_shape) for matmul, or None when numpy must raise the error."""
+    a2 = a[np.newaxis, :] if a.ndim == 1 else a
+    b2 = b[:, np.newaxis] if b.ndim == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        return None
+    try:
+        batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    except ValueError:
+        return None
+    shape = batch + (a2.shape[-2], b2.shape[-1])
+    result = shape
+    if a.ndim == 1 and b.ndim == 1:
+        result = batch
+    elif a.ndim == 1:
+        result = batch + (b2.shape[-1],)
+    elif b.ndim == 1:
+        result = batch + (a2.shape[-2],)
+    return a2, b2, batch, shape, result
+
+
+def _matmul_f32(a, b, out):
+    shapes = core_shapes(a, b)
+    if shapes is None:
+        return np.matmul(a, b, out=out)  # numpy raises its own error
+    a2, b2, batch, shape, result = shapes
+    if out is not None and out.shape != result:
+        return np.matmul(a, b, out=out)  # numpy raises its own error
+    res = np.empty(result, _F32) if out is None else out
+    if a.ndim == 1 and b.ndim == 1:
+        c = res[..., np.newaxis, np.newaxis]  # views: the removed axes have size 1
+    elif a.ndim == 1:
+        c = res[..., np.newaxis, :]
+    elif b.ndim == 1:
+        c = res[..., np.newaxis]
+    else:
+        c = res
+    k = a2.shape[-1]
+    if c.size == 0:
+        return res
+    if k == 0:
+        c[...] = 0
+        return res
+    if not kernel_ready(a2):
+        a2 = np.array(a2, _F32)  # unaligned or odd strides: numpy's own BLAS path copies too
+    if not kernel_ready(b2):
+        b2 = np.array(b2, _F32)
+    direct = kernel_ready(c) and not np.may_share_memory(c, a2) and not np.may_share_memory(c, b2)
+    target = c if direct else np.empty(shape, _F32)
+    run_gemm("matmul", a2, b2, target, shapes=_shape_text(a2, b2))
+    if target is not c:
+        c[...] = target
+    return res
+
+
+def _shape_text(a, b) -> str:
+    return "x".join(map(str, a.shape)) + ":" + "x".join(map(str, b.shape))

@@ -1,0 +1,69 @@
+"""Shared fixtures: every ISA level forced in turn, the float64 reference, and the end-of-run report
+of which registry kernels this run exercised (for CI on mixed Intel and AMD runners)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import onepath
+from onepath.dispatch import LEVELS
+
+
+def _host_levels():
+    return onepath.available_isas()
+
+
+@pytest.fixture(params=LEVELS)
+def level(request):
+    """Each ISA level in turn, forced with a scoped cap; skipped where the host cannot run it."""
+    name = request.param
+    if name not in _host_levels():
+        pytest.skip(f"{name} cannot run on this host (levels here: {', '.join(_host_levels())})")
+    with onepath.max_isa(name):
+        yield name
+
+
+def gemm_tolerance(a64: np.ndarray, b64: np.ndarray, k: int, eps: float = np.finfo(np.float32).eps):
+    """Elementwise bound for a float32 product against float64: a multiple of K * eps * (|A| @ |B|)
+    (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., section 3.5), plus a floor."""
+    return (2.0 * max(k, 1) * eps) * np.matmul(np.abs(a64), np.abs(b64)) + 1e-30
+
+
+def assert_gemm_close(got, a, b, ref=None):
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if ref is None:
+        ref = np.matmul(a64, b64)
+    k = a64.shape[-1] if a64.ndim else 1
+    aa = a64 if a64.ndim > 1 else a64[np.newaxis, :]
+    bb = b64 if b64.ndim > 1 else b64[:, np.newaxis]
+    tol = gemm_tolerance(aa, bb, k).reshape(np.shape(ref)) if np.size(ref) else 0
+    assert got.shape == np.shape(ref), (got.shape, np.shape(ref))
+    err = np.abs(np.asarray(got, np.float64) - ref)
+    assert np.all(err <= tol), f"max err {err.max()} vs tol {np.min(tol)} at {np.unravel_index(np.argmax(err - tol), err.shape)}"
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print the (op, dtype, level) kernels this run exercised and those this host cannot run."""
+    from onepath import _stats
+    from onepath.dispatch import REGISTRY, probe
+    try:
+        cpu = probe()
+    except Exception as exc:  # pragma: no cover - the probe itself failed
+        terminalreporter.write_line(f"onepath kernel coverage: probe failed: {exc}")
+        return
+    tr = terminalreporter
+    tr.section("onepath kernel coverage")
+    tr.write_line(f"host: {cpu.vendor} {cpu.brand} | uarch {cpu.uarch} | levels: {', '.join(cpu.levels)}")
+    seen = _stats.exercised()
+    for row in REGISTRY:
+        key = (row.op, row.dtype, row.level)
+        if key in seen:
+            state = "exercised"
+        elif row.level not in cpu.levels:
+            state = "cannot run on this host"
+        else:
+            state = "NOT exercised"
+        tr.write_line(f"  {row.op:8s} {row.dtype:9s} {row.level:17s} {row.name:32s} {state}")
+    extra = sorted(k for k in seen if k not in {(r.op, r.dtype, r.level) for r in REGISTRY})
+    for key in extra:
+        tr.write_line(f"  {key[0]:8s} {key[1]:9s} {key[2]:17s} {'(outside the registry)':32s} exercised")

@@ -1,0 +1,354 @@
+"""onepath.matmul against a float64 reference and against numpy's semantics, at every ISA level."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import onepath
+from onepath.dispatch import select
+from onepath.kernels import load
+
+from conftest import assert_gemm_close
+
+RNG = np.random.default_rng(1234)
+
+
+def rand(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def _edge_sizes():
+    rows = [r for r in onepath.dispatch.REGISTRY if r.op == "matmul" and r.dtype == "float32"]
+    sizes = {1, 2, 3, 7, 13, 31, 37, 97}
+    for r in rows:
+        sizes |= {r.mr - 1, r.mr, r.mr + 1, r.nr - 1, r.nr, r.nr + 1}
+    return sorted(s for s in sizes if s > 0)
+
+
+@pytest.mark.parametrize("m", _edge_sizes())
+def test_edge_m_n(level, m):
+    for n in (1, 5, 17, 33, 65):
+        a, b = rand(m, 19), rand(19, n)
+        assert_gemm_close(onepath.matmul(a, b), a, b)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (3, 5, 7), (64, 64, 64), (101, 103, 107), (257, 129, 300),
+                                   (500, 40, 600), (16, 4096, 1), (1, 4096, 300), (700, 3, 900)])
+def test_shapes(level, shape):
+    m, k, n = shape
+    a, b = rand(m, k), rand(k, n)
+    assert_gemm_close(onepath.matmul(a, b), a, b)
+
+
+def test_large_k_crosses_kc_blocks(level):
+    row = select("matmul", "float32")
+    k = 2 * row.kc + 37
+    a, b = rand(45, k), rand(k, 70)
+    assert_gemm_close(onepath.matmul(a, b), a, b)
+
+
+def test_large_m_n_cross_mc_nc_blocks(level):
+    row = select("matmul", "float32")
+    m, n = row.mc + row.mr + 3, min(row.nc + row.nr + 5, 5000)
+    a, b = rand(m, 40), rand(40, n)
+    assert_gemm_close(onepath.matmul(a, b), a, b)
+
+
+def test_k_zero_gives_zeros_even_over_nan(level):
+    a, b = np.ones((4, 0), np.float32), np.ones((0, 5), np.float32)
+    out = np.full((4, 5), np.nan, np.float32)
+    r = onepath.matmul(a, b, out)
+    assert r is out and np.all(out == 0)
+    assert np.array_equal(onepath.matmul(a, b), np.zeros((4, 5), np.float32))
+
+
+@pytest.mark.parametrize("sa,sb", [((0, 3), (3, 4)), ((3, 4), (4, 0)), ((2, 0, 3), (3, 4)), ((0,), (0,)),
+                                   ((0, 5, 3), (1, 3, 2))])
+def test_zero_size(level, sa, sb):
+    a, b = np.ones(sa, np.float32), np.ones(sb, np.float32)
+    r, ref = onepath.matmul(a, b), np.matmul(a, b)
+    assert r.shape == ref.shape and r.dtype == ref.dtype and np.array_equal(r, ref)
+
+
+def test_overwrites_nan_in_out(level):
+    a, b = rand(30, 50), rand(50, 40)
+    out = np.full((30, 40), np.nan, np.float32)
+    onepath.matmul(a, b, out=out)
+    assert_gemm_close(out, a, b)
+
+
+@pytest.mark.parametrize("sa,sb", [((5,), (5,)), ((5,), (5, 3)), ((4, 5), (5,)), ((2, 3, 4, 5), (5,)),
+                                   ((5,), (2, 5, 3)), ((2, 1, 4, 5), (3, 5, 6)), ((1, 4, 5), (7, 5, 2)),
+                                   ((3, 4, 5), (5, 2))])
+def test_1d_batch_broadcast(level, sa, sb):
+    a, b = rand(*sa), rand(*sb)
+    r = onepath.matmul(a, b)
+    ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    assert r.shape == ref.shape and r.dtype == np.float32
+    assert np.allclose(r, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_stride_zero_broadcast_views(level):
+    a = np.broadcast_to(rand(1, 6, 7), (4, 6, 7))
+    b = np.broadcast_to(rand(7, 1), (7, 9))  # stride 0 along N
+    assert_gemm_close(onepath.matmul(a, b), a, b)
+
+
+def test_many_small_batches(level):
+    a, b = rand(300, 3, 4), rand(300, 4, 5)
+    assert_gemm_close(onepath.matmul(a, b), a, b)
+
+
+@pytest.mark.parametrize("view", ["T", "fortran", "strided", "negative", "both_negative", "unaligned", "odd_bytes"])
+def test_views(level, view):
+    base_a, base_b = rand(80, 90), rand(90, 70)
+    if view == "T":
+        a, b = rand(90, 80).T, rand(70, 90).T
+    elif view == "fortran":
+        a, b = np.asfortranarray(base_a), np.asfortranarray(base_b)
+    elif view == "strided":
+        a, b = rand(160, 270)[::2, ::3], rand(180, 140)[::2, ::2]
+    elif view == "negative":
+        a, b = base_a[::-1], base_b[:, ::-1]
+    elif view == "both_negative":
+        a, b = base_a[::-1, ::-2], rand(45, 70)[::-1].T[::-1].T
+        b = np.concatenate([b, b])
+    elif view == "unaligned":
+        buf = np.zeros(80 * 90 * 4 + 1, np.uint8)
+        a = buf[1:].view(np.float32).reshape(80, 90)
+        a[...] = base_a
+        b = base_b
+    else:  # strides that are not whole float32 elements
+        rec = np.zeros((80, 90), dtype=[("x", np.float32), ("pad", np.uint8)])
+        rec["x"] = base_a
+        a, b = rec["x"], base_b
+    assert_gemm_close(onepath.matmul(a, b), a, b)
+
+
+def test_out_by_position_and_keyword(level):
+    a, b = rand(20, 30), rand(30, 10)
+    out1, out2 = np.empty((20, 10), np.float32), np.empty((20, 10), np.float32)
+    assert onepath.matmul(a, b, out1) is out1
+    assert onepath.matmul(a, b, out=out2) is out2
+    assert np.array_equal(out1, out2)
+    assert_gemm_close(out1, a, b)
+
+
+def test_out_noncontiguous(level):
+    a, b = rand(20, 30), rand(30, 10)
+    big = np.zeros((40, 30), np.float32)
+    out = big[::2, ::3]
+    onepath.matmul(a, b, out=out)
+    assert_gemm_close(out, a, b)
+    assert np.all(big[1::2] == 0)
+
+
+@pytest.mark.parametrize("case", ["out_is_a", "out_is_b", "out_overlaps_a"])
+def test_out_overlap(level, case):
+    a, b = rand(16, 16), rand(16, 16)
+    ref_a, ref_b = a.copy(), b.copy()
+    if case == "out_is_a":
+        r = onepath.matmul(a, b, out=a)
+        assert r is a
+    elif case == "out_is_b":
+        r = onepath.matmul(a, b, out=b)
+        assert r is b
+    else:
+        buf = rand(24, 16)
+        a_view, out = buf[:16], buf[8:]
+        ref_a = a_view.copy()
+        r = onepath.matmul(a_view, b, out=out)
+        assert r is out
+    assert_gemm_close(r, ref_a, ref_b)
+
+
+def test_threads_agree(level):
+    a, b = rand(300, 200), rand(200, 260)
+    results = []
+    old = onepath.get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            onepath.set_num_threads(n)
+            results.append(onepath.matmul(a, b))
+    finally:
+        onepath.set_num_threads(old)
+    for r in results:
+        assert_gemm_close(r, a, b)
+
+
+def test_from_many_python_threads(level):
+    a = [rand(150, 120) for _ in range(6)]
+    b = [rand(120, 130) for _ in range(6)]
+    out = [None] * 6
+    cap = onepath.isa()
+
+    def work(i):
+        with onepath.max_isa(cap):
+            for _ in range(3):
+                out[i] = onepath.matmul(a[i], b[i])
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for i in range(6):
+        assert_gemm_close(out[i], a[i], b[i])
+
+
+def test_nan_inf_propagate(level):
+    a, b = rand(20, 20), rand(20, 20)
+    a[3, 4] = np.nan
+    b[5, 6] = np.inf
+    r = onepath.matmul(a, b)
+    ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    assert np.array_equal(np.isnan(r), np.isnan(ref))
+    assert np.array_equal(np.isinf(r), np.isinf(ref))
+
+
+def test_kernel_reports_registry_blocking(level):
+    row = select("matmul", "float32")
+    assert row.level == level
+    lib = load(row.level).lib
+    assert (lib.op_gemm_f32_mr(), lib.op_gemm_f32_nr()) == (row.mr, row.nr)
+    assert load(row.level).ffi.string(lib.op_gemm_f32_kernel_name()).decode() == row.name
+    assert row.mc % row.mr == 0 and row.nc % row.nr == 0 and row.kc > 0
+
+
+# ---- numpy semantics outside the kernels: identical results and identical errors ----
+
+@pytest.mark.parametrize("dt", [np.float64, np.int32, np.int64, np.complex64, np.float16, np.bool_])
+def test_other_dtypes_equal_numpy_exactly(dt):
+    a = (RNG.standard_normal((7, 5)) * 3).astype(dt)
+    b = (RNG.standard_normal((5, 4)) * 3).astype(dt)
+    r, ref = onepath.matmul(a, b), np.matmul(a, b)
+    assert r.dtype == ref.dtype and np.array_equal(r, ref)
+
+
+def test_mixed_dtype_and_dtype_kwarg_equal_numpy():
+    a, b = rand(7, 5), rand(5, 4).astype(np.float64)
+    for args, kw in [((a, b), {}), ((a, a.T), {"dtype": np.float64}), ((b.T, b), {"dtype": np.float32})]:
+        r, ref = onepath.matmul(*args, **kw), np.matmul(*args, **kw)
+        assert r.dtype == ref.dtype and np.array_equal(r, ref)
+
+
+def test_lists_accepted():
+    r = onepath.matmul([[1.0, 2.0]], [[3.0], [4.0]])
+    assert np.array_equal(r, np.matmul([[1.0, 2.0]], [[3.0], [4.0]]))
+
+
+def test_out_float64_with_float32_inputs_like_numpy():
+    a, b = rand(4, 5), rand(5, 6)
+    out, ref = np.empty((4, 6)), np.empty((4, 6))
+    onepath.matmul(a, b, out=out)
+    np.matmul(a, b, out=ref)
+    assert np.array_equal(out, ref)
+
+
+@pytest.mark.parametrize("sa,sb,out_shape", [
+    ((3, 4), (5, 6), None), ((4,), (5,), None), ((2, 3, 4), (3, 4, 5), None),
+    ((), (3, 3), None), ((3, 3), (), None), ((3, 4), (4, 5), (3, 6)), ((3, 4), (4, 5), (2, 3, 5))])
+def test_errors_match_numpy(sa, sb, out_shape):
+    a, b = np.ones(sa, np.float32), np.ones(sb, np.float32)
+    kw = {} if out_shape is None else {"out": np.empty(out_shape, np.float32)}
+    with pytest.raises(Exception) as ours:
+        onepath.matmul(a, b, **kw)
+    with pytest.raises(Exception) as theirs:
+        np.matmul(a, b, **kw)
+    assert type(ours.value) is type(theirs.value)
+
+
+def test_matrix_subclass_goes_to_numpy():
+    m = np.matrix(np.ones((2, 2), np.float32))
+    r = onepath.matmul(m, m)
+    assert type(r) is np.matrix and np.array_equal(r, np.matmul(m, m))
+
+
+# ---- the cap and the thread setting ----
+
+def test_cap_scoped_and_global():
+    best = onepath.available_isas()[-1]
+    assert onepath.isa() == best
+    with onepath.max_isa("generic"):
+        assert onepath.isa() == "generic"
+        assert select("matmul", "float32").level == "generic"
+    assert onepath.isa() == best
+    try:
+        onepath.max_isa("generic")
+        assert onepath.isa() == "generic"
+    finally:
+        onepath.max_isa(None)
+    assert onepath.isa() == best
+
+
+def test_scoped_cap_is_per_thread():
+    seen = {}
+    inside, release = threading.Event(), threading.Event()
+
+    def other():
+        inside.wait()
+        seen["other"] = onepath.isa()
+        release.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    with onepath.max_isa("generic"):
+        inside.set()
+        release.wait()
+        seen["mine"] = onepath.isa()
+    t.join()
+    assert seen == {"mine": "generic", "other": onepath.available_isas()[-1]}
+
+
+@pytest.mark.parametrize("bad", ["avx1024", "", "AVX3"])
+def test_cap_unknown_name_raises(bad):
+    with pytest.raises(ValueError, match="generic"):
+        onepath.max_isa(bad)
+
+
+def test_cap_above_host_raises():
+    from onepath.dispatch import LEVELS
+    above = [lv for lv in LEVELS if lv not in onepath.available_isas()]
+    if not above:
+        pytest.skip("this host runs every level: no level above it to ask for")
+    with pytest.raises(ValueError, match="cannot run"):
+        onepath.max_isa(above[0])
+
+
+def test_env_cap_in_subprocess():
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, ONEPATH_MAX_ISA="generic")
+    out = subprocess.run([sys.executable, "-c", "import onepath; print(onepath.isa())"],
+                         env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "generic"
+    env["ONEPATH_MAX_ISA"] = "bogus"
+    p = subprocess.run([sys.executable, "-c", "import onepath; onepath.isa()"], env=env,
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "ONEPATH_MAX_ISA" in p.stderr and "generic" in p.stderr
+
+
+def test_num_threads_setting():
+    old = onepath.get_num_threads()
+    try:
+        onepath.set_num_threads(3)
+        assert onepath.get_num_threads() == 3
+        for bad in (0, -1, "x", 1.5, True):
+            with pytest.raises(ValueError):
+                onepath.set_num_threads(bad)
+    finally:
+        onepath.set_num_threads(old)
+
+
+def test_verbose_line(caplog, monkeypatch):
+    import logging
+    monkeypatch.setenv("ONEPATH_VERBOSE", "1")
+    with caplog.at_level(logging.INFO, logger="onepath"):
+        onepath.matmul(rand(8, 9), rand(9, 10))
+    line = caplog.records[-1].getMessage()
+    row = select("matmul", "float32")
+    assert line.startswith("onepath,exec,matmul,f32:f32:f32,") and row.name in line
+    assert row.level in line and "8x9:9x10" in line and "threads=" in line and line.endswith("ms")
