@@ -49,12 +49,19 @@ class Kernel:
         return f"onepath.kernels._op_{self.level}"
 
 
-# Fastest first per (op, dtype). MR/NR are those of the compiled micro-kernels (kernels/gemm_f32.c).
-REGISTRY: tuple[Kernel, ...] = (
+# Fastest first per (op, dtype). MR/NR are those of the compiled micro-kernels. Each section is
+# owned by the kernels it describes (kernels/gemm_f32.c, the bf16 pieces, the conv pieces).
+_MATMUL_F32 = (
     Kernel("matmul", "float32", "avx512_core", "op_gemm_f32", "gemm_f32_avx512_core_14x32", 14, 32),
     Kernel("matmul", "float32", "avx2", "op_gemm_f32", "gemm_f32_avx2_6x16", 6, 16),
     Kernel("matmul", "float32", "generic", "op_gemm_f32", "gemm_f32_generic_4x16", 4, 16),
 )
+
+_MATMUL_BF16: tuple[Kernel, ...] = ()
+
+_CONV: tuple[Kernel, ...] = ()
+
+REGISTRY: tuple[Kernel, ...] = _MATMUL_F32 + _MATMUL_BF16 + _CONV
 
 # Tuning rows: (uarch, level, op, dtype) -> cache blocking measured to pay on that CPU.
 TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {}

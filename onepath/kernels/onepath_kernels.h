@@ -3,4 +3,6 @@
 #define ONEPATH_KERNELS_H
 #include <stdint.h>
 #include "api_gemm.h"
+#include "api_bf16.h"
+#include "api_conv.h"
 #endif
