@@ -30,6 +30,8 @@ class Kernel:
         mr, nr: register blocking of the micro-kernel (rows of A x columns of B).
         mc, kc, nc: cache blocking (0 in the table means "derive from the caches").
         uarch: microarchitecture a tuning row applies to, or None for every CPU.
+        algorithm: how the op is computed ("gemm"; conv rows: "1x1_gemm", "implicit_gemm",
+            "depthwise", ...), shown by verbose lines and info.
     """
     op: str
     dtype: str
@@ -42,6 +44,7 @@ class Kernel:
     kc: int = 0
     nc: int = 0
     uarch: str | None = None
+    algorithm: str = "gemm"
 
     @property
     def module(self) -> str:
