@@ -1,0 +1,722 @@
+/* gemm_f32.c: BLIS-style GEMM driver (reusable by later pieces) and the float32 micro-kernels.
+
+   ============================================================================================
+   Reuse by later pieces (bf16 GEMM, convolution), which are included after this file
+   ============================================================================================
+   The driver op_gemm_drive(ops, args, blk, nthreads) runs the loops
+        batch / thread block  ->  jc (NC)  ->  pc (KC)  ->  ic (MC)  ->  jr (NR)  ->  ir (MR)
+   and knows nothing about element types: everything type-specific comes from an op_gemm_ops:
+
+     typedef struct op_gemm_ops {
+         int mr, nr;            register block of the micro-kernel (mr <= OP_UKR_MAX_MR)
+         int k_align;           packed depth kcp = kc rounded up to this (bf16 K-pairs: 2; f32: 1)
+         size_t a_elem, b_elem; bytes per packed element of A and of B
+         op_pack_a_fn pack_a;   packs an mc x kc block of A into ceil(mc/mr) micro-panels
+         op_pack_b_fn pack_b;   packs a kc x nc block of B into ceil(nc/nr) micro-panels
+         op_ukr_fn ukr;         the micro-kernel (handles mr' <= mr, nr' <= nr edges itself)
+         int direct_b;          1: when csb == 1 and m is small, the micro-kernel reads B in place
+                                (row p of the tile at b + p * ldb elements, ldb = rsb); f32 only
+         int64_t b_panel_ld;    ldb passed to ukr for a packed B micro-panel (f32: nr)
+         op_blocking blk;       default cache blocking (mc multiple of mr, nc multiple of nr)
+     } op_gemm_ops;
+
+   Packed layouts the driver assumes (it only does pointer arithmetic with them):
+     A block: micro-panel r (rows r*mr .. r*mr+mr-1) starts at byte r * mr * kcp * a_elem;
+     B block: micro-panel s (cols s*nr .. s*nr+nr-1) starts at byte s * nr * kcp * b_elem.
+   Inside a micro-panel the layout belongs to the pack/ukr pair (f32: A k-major a[p*mr + i],
+   B b[p*nr + j]; bf16 would use A[p/2][i][2] and B[p/2][j][2] with k_align = 2, a/b_elem = 2).
+
+   Callbacks (bi = batch entry; coordinates are absolute within that entry):
+     pack_a(g, bi, i0, mc, p0, kc, kcp, dst): rows i0..i0+mc-1, depth p0..p0+kc-1; pads rows up to a
+         multiple of mr and depth up to kcp with zeros. A convolution passes its own pack_a that
+         gathers the implicit im2col rows from the input tensor, with its geometry in g->user.
+     pack_b(g, bi, p0, kc, kcp, j0, nc, dst): same for B; pads columns to a multiple of nr.
+     ukr(kcp, a_panel, b, ldb, c, rsc, csc, mr, nr, accumulate, epi): C[mr x nr] (+)= A B. C is float.
+         accumulate = 0 on the first KC block (C is overwritten, old C never read), 1 afterwards;
+         epi != NULL only on the last KC block: bias already offset to the tile's first row/column,
+         then activation; the ukr applies it while writing C (op_tile_store does it in portable C).
+   The problem is an op_gemm_args (operands as const void * + element strides + per-batch offsets,
+   C float, epilogue, and a free `user` pointer for the callbacks). The f32 instance is
+   op_gemm_f32_ops; its pieces (op_pack_a_f32, op_pack_b_f32, op_ukr_f32, OP_F32_MR/NR) may be reused.
+   Threads: op_gemm_drive picks the thread count (>= OP_GEMM_MIN_FLOPS_PER_THREAD flops each), gives
+   each thread a disjoint block of C (batch entries, or N in multiples of nr, or M in multiples of mr)
+   and one A and one B packing buffer for the whole call.
+   ============================================================================================ */
+
+#define OP_UKR_MAX_MR 16
+#define OP_GEMM_MIN_FLOPS_PER_THREAD 4000000.0
+
+/* ---------------------------------------------------------------- epilogue (portable part) */
+
+static inline float op_act_f32(float x, int act)
+{
+    switch (act) {
+    case OP_ACT_RELU:
+        return x < 0.0f ? 0.0f : x;  /* NaN stays NaN */
+    case OP_ACT_GELU:
+        if (isinf(x)) return x > 0.0f ? x : -0.0f;
+        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case OP_ACT_GELU_TANH: {
+        if (isinf(x)) return x > 0.0f ? x : -0.0f;
+        float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+        return 0.5f * x * (1.0f + tanhf(u));
+    }
+    case OP_ACT_SILU:
+        if (isinf(x)) return x > 0.0f ? x : -0.0f;
+        return x / (1.0f + expf(-x));
+    default:
+        return x;
+    }
+}
+
+/* In-place activation of n elements at stride cs (used after a vector row store). */
+static OP_NOINLINE void op_act_row(float *c, int64_t cs, int n, int act)
+{
+    for (int j = 0; j < n; j++) c[j * cs] = op_act_f32(c[j * cs], act);
+}
+
+/* Write an mr x nr tile t (row stride ldt) to C through (rsc, csc): C = t, or C += t if acc; then the
+   epilogue (bias at tile origin, activation) if epi != NULL. Portable; used for edges/strided C. */
+static void op_tile_store(const float *t, int64_t ldt, int mr, int nr, float *c, int64_t rsc,
+                          int64_t csc, int acc, const op_epilogue *epi)
+{
+    const float *bias = epi ? epi->bias : NULL;
+    const int64_t bs = epi ? epi->bias_stride : 0;
+    const int axis = epi ? epi->bias_axis : 0;
+    const int act = epi ? epi->act : OP_ACT_NONE;
+    for (int i = 0; i < mr; i++) {
+        const float *tr = t + i * ldt;
+        float *cr = c + i * rsc;
+        const float rb = (bias && axis == 0) ? bias[i * bs] : 0.0f;
+        for (int j = 0; j < nr; j++) {
+            float v = tr[j];
+            if (acc) v = v + cr[j * csc];
+            if (bias) v = v + (axis == 0 ? rb : bias[j * bs]);
+            if (act != OP_ACT_NONE) v = op_act_f32(v, act);
+            cr[j * csc] = v;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- driver interface */
+
+typedef struct op_gemm_args {
+    int64_t batch, m, n, k;
+    const void *a; const int64_t *a_off; int64_t rsa, csa;
+    const void *b; const int64_t *b_off; int64_t rsb, csb;
+    float *c; const int64_t *c_off; int64_t rsc, csc;
+    const op_epilogue *epi;     /* NULL: none */
+    const void *user;           /* free for pack callbacks (e.g. convolution geometry) */
+} op_gemm_args;
+
+typedef void (*op_pack_a_fn)(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc,
+                             int64_t p0, int64_t kc, int64_t kcp, void *dst);
+typedef void (*op_pack_b_fn)(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc,
+                             int64_t kcp, int64_t j0, int64_t nc, void *dst);
+typedef void (*op_ukr_fn)(int64_t kcp, const void *a, const void *b, int64_t ldb, float *c,
+                          int64_t rsc, int64_t csc, int mr, int nr, int accumulate,
+                          const op_epilogue *epi);
+
+typedef struct op_gemm_ops {
+    int mr, nr;
+    int k_align;
+    size_t a_elem, b_elem;
+    op_pack_a_fn pack_a;
+    op_pack_b_fn pack_b;
+    op_ukr_fn ukr;
+    int direct_b;
+    int64_t b_panel_ld;
+    op_blocking blk;
+} op_gemm_ops;
+
+/* ---------------------------------------------------------------- f32 micro-kernels */
+
+#if defined(OP_HAS_AVX512)
+/* 14 x 32: 28 zmm accumulators + 2 B vectors + 1 broadcast of A. Per k: 2 loads of B, 14 broadcasts,
+   28 FMAs (14 cycles on 2 FMA ports). */
+#define OP_F32_MR 14
+#define OP_F32_NR 32
+#define OP_F32_KERNEL_NAME "gemm_f32_avx512_core_14x32"
+#define OP_F32_MC 168
+#define OP_F32_KC 384
+#define OP_F32_NC 3072
+
+OP_INLINE void op_avx512_row_out(float *cr, __m512 x0, __m512 x1, int full, __mmask16 k0,
+                                 __mmask16 k1, int acc, int bias, __m512 q0, __m512 q1, int relu)
+{
+    if (full) {
+        if (acc) {
+            x0 = _mm512_add_ps(x0, _mm512_loadu_ps(cr));
+            x1 = _mm512_add_ps(x1, _mm512_loadu_ps(cr + 16));
+        }
+    } else if (acc) {
+        x0 = _mm512_add_ps(x0, _mm512_maskz_loadu_ps(k0, cr));
+        x1 = _mm512_add_ps(x1, _mm512_maskz_loadu_ps(k1, cr + 16));
+    }
+    if (bias) {
+        x0 = _mm512_add_ps(x0, q0);
+        x1 = _mm512_add_ps(x1, q1);
+    }
+    if (relu) {  /* max(0, x): vmaxps returns the second operand (x) when x is NaN */
+        x0 = _mm512_max_ps(_mm512_setzero_ps(), x0);
+        x1 = _mm512_max_ps(_mm512_setzero_ps(), x1);
+    }
+    if (full) {
+        _mm512_storeu_ps(cr, x0);
+        _mm512_storeu_ps(cr + 16, x1);
+    } else {
+        _mm512_mask_storeu_ps(cr, k0, x0);
+        _mm512_mask_storeu_ps(cr + 16, k1, x1);
+    }
+}
+
+OP_INLINE void op_ukr_avx512_body(const int MRV, int64_t kc, const float *OP_RESTRICT a,
+                                  const float *OP_RESTRICT b, int64_t ldb, float *c, int64_t rsc,
+                                  int64_t csc, int nr, int acc, const op_epilogue *epi)
+{
+    __m512 c0_0 = _mm512_setzero_ps(), c0_1 = c0_0, c1_0 = c0_0, c1_1 = c0_0, c2_0 = c0_0,
+           c2_1 = c0_0, c3_0 = c0_0, c3_1 = c0_0, c4_0 = c0_0, c4_1 = c0_0, c5_0 = c0_0,
+           c5_1 = c0_0, c6_0 = c0_0, c6_1 = c0_0, c7_0 = c0_0, c7_1 = c0_0, c8_0 = c0_0,
+           c8_1 = c0_0, c9_0 = c0_0, c9_1 = c0_0, c10_0 = c0_0, c10_1 = c0_0, c11_0 = c0_0,
+           c11_1 = c0_0, c12_0 = c0_0, c12_1 = c0_0, c13_0 = c0_0, c13_1 = c0_0;
+#define OP_R(i)                                                          \
+    if (MRV > i) {                                                       \
+        __m512 ai = _mm512_set1_ps(a[i]);                                \
+        c##i##_0 = _mm512_fmadd_ps(ai, b0, c##i##_0);                    \
+        c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1);                    \
+    }
+    for (int64_t p = 0; p < kc; p++) {
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        OP_R(0) OP_R(1) OP_R(2) OP_R(3) OP_R(4) OP_R(5) OP_R(6)
+        OP_R(7) OP_R(8) OP_R(9) OP_R(10) OP_R(11) OP_R(12) OP_R(13)
+        a += OP_F32_MR;
+        b += ldb;
+    }
+#undef OP_R
+    if (OP_LIKELY(csc == 1)) {
+        const int full = nr == 32;
+        const __mmask16 k0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1u);
+        const __mmask16 k1 = nr >= 32 ? (__mmask16)0xFFFF
+                           : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1u);
+        int bias = 0, relu = 0, slow_act = OP_ACT_NONE;
+        const float *rowb = NULL;
+        int64_t rbs = 0;
+        __m512 q0 = _mm512_setzero_ps(), q1 = q0;
+        if (epi) {
+            if (epi->bias) {
+                bias = 1;
+                if (epi->bias_axis == 0) {
+                    rowb = epi->bias;
+                    rbs = epi->bias_stride;
+                } else if (epi->bias_stride == 1) {
+                    q0 = _mm512_maskz_loadu_ps(k0, epi->bias);
+                    q1 = _mm512_maskz_loadu_ps(k1, epi->bias + 16);
+                } else {
+                    float tb[32] OP_ALIGNED(64) = {0};
+                    for (int j = 0; j < nr; j++) tb[j] = epi->bias[j * epi->bias_stride];
+                    q0 = _mm512_load_ps(tb);
+                    q1 = _mm512_load_ps(tb + 16);
+                }
+            }
+            if (epi->act == OP_ACT_RELU) relu = 1;
+            else if (epi->act != OP_ACT_NONE) slow_act = epi->act;
+        }
+#define OP_W(i)                                                                          \
+    if (MRV > i) {                                                                       \
+        __m512 r0 = q0, r1 = q1;                                                         \
+        if (rowb) r0 = r1 = _mm512_set1_ps(rowb[i * rbs]);                               \
+        op_avx512_row_out(c + i * rsc, c##i##_0, c##i##_1, full, k0, k1, acc, bias, r0, r1, \
+                          relu);                                                         \
+        if (slow_act) op_act_row(c + i * rsc, 1, nr, slow_act);                          \
+    }
+        OP_W(0) OP_W(1) OP_W(2) OP_W(3) OP_W(4) OP_W(5) OP_W(6)
+        OP_W(7) OP_W(8) OP_W(9) OP_W(10) OP_W(11) OP_W(12) OP_W(13)
+#undef OP_W
+    } else {
+        float t[OP_F32_MR * 32] OP_ALIGNED(64);
+#define OP_T(i)                                         \
+    if (MRV > i) {                                      \
+        _mm512_store_ps(t + i * 32, c##i##_0);          \
+        _mm512_store_ps(t + i * 32 + 16, c##i##_1);     \
+    }
+        OP_T(0) OP_T(1) OP_T(2) OP_T(3) OP_T(4) OP_T(5) OP_T(6)
+        OP_T(7) OP_T(8) OP_T(9) OP_T(10) OP_T(11) OP_T(12) OP_T(13)
+#undef OP_T
+        op_tile_store(t, 32, MRV, nr, c, rsc, csc, acc, epi);
+    }
+}
+
+#define OP_UKR_INST(MRV)                                                                    \
+    static OP_NOINLINE void op_ukr_f32_m##MRV(int64_t kc, const float *a, const float *b,   \
+                                              int64_t ldb, float *c, int64_t rsc,           \
+                                              int64_t csc, int nr, int acc,                 \
+                                              const op_epilogue *epi)                       \
+    {                                                                                       \
+        op_ukr_avx512_body(MRV, kc, a, b, ldb, c, rsc, csc, nr, acc, epi);                  \
+    }
+
+#elif defined(OP_HAS_AVX2)
+/* 6 x 16: 12 ymm accumulators + 2 B vectors + 1 broadcast. */
+#define OP_F32_MR 6
+#define OP_F32_NR 16
+#define OP_F32_KERNEL_NAME "gemm_f32_avx2_6x16"
+#define OP_F32_MC 144
+#define OP_F32_KC 256
+#define OP_F32_NC 3072
+
+OP_INLINE void op_ukr_avx2_body(const int MRV, int64_t kc, const float *OP_RESTRICT a,
+                                const float *OP_RESTRICT b, int64_t ldb, float *c, int64_t rsc,
+                                int64_t csc, int nr, int acc, const op_epilogue *epi)
+{
+    __m256 c0_0 = _mm256_setzero_ps(), c0_1 = c0_0, c1_0 = c0_0, c1_1 = c0_0, c2_0 = c0_0,
+           c2_1 = c0_0, c3_0 = c0_0, c3_1 = c0_0, c4_0 = c0_0, c4_1 = c0_0, c5_0 = c0_0,
+           c5_1 = c0_0;
+#define OP_R(i)                                                          \
+    if (MRV > i) {                                                       \
+        __m256 ai = _mm256_broadcast_ss(a + i);                          \
+        c##i##_0 = _mm256_fmadd_ps(ai, b0, c##i##_0);                    \
+        c##i##_1 = _mm256_fmadd_ps(ai, b1, c##i##_1);                    \
+    }
+    for (int64_t p = 0; p < kc; p++) {
+        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+        OP_R(0) OP_R(1) OP_R(2) OP_R(3) OP_R(4) OP_R(5)
+        a += OP_F32_MR;
+        b += ldb;
+    }
+#undef OP_R
+    if (OP_LIKELY(csc == 1 && nr == 16)) {
+        int bias = 0, relu = 0, slow_act = OP_ACT_NONE;
+        const float *rowb = NULL;
+        int64_t rbs = 0;
+        __m256 q0 = _mm256_setzero_ps(), q1 = q0;
+        if (epi) {
+            if (epi->bias) {
+                bias = 1;
+                if (epi->bias_axis == 0) {
+                    rowb = epi->bias;
+                    rbs = epi->bias_stride;
+                } else {
+                    float tb[16] OP_ALIGNED(32);
+                    for (int j = 0; j < 16; j++) tb[j] = epi->bias[j * epi->bias_stride];
+                    q0 = _mm256_load_ps(tb);
+                    q1 = _mm256_load_ps(tb + 8);
+                }
+            }
+            if (epi->act == OP_ACT_RELU) relu = 1;
+            else if (epi->act != OP_ACT_NONE) slow_act = epi->act;
+        }
+#define OP_W(i)                                                                  \
+    if (MRV > i) {                                                               \
+        float *cr = c + i * rsc;                                                 \
+        __m256 x0 = c##i##_0, x1 = c##i##_1;                                     \
+        if (acc) {                                                               \
+            x0 = _mm256_add_ps(x0, _mm256_loadu_ps(cr));                         \
+            x1 = _mm256_add_ps(x1, _mm256_loadu_ps(cr + 8));                     \
+        }                                                                        \
+        if (bias) {                                                              \
+            __m256 r0 = q0, r1 = q1;                                             \
+            if (rowb) r0 = r1 = _mm256_set1_ps(rowb[i * rbs]);                   \
+            x0 = _mm256_add_ps(x0, r0);                                          \
+            x1 = _mm256_add_ps(x1, r1);                                          \
+        }                                                                        \
+        if (relu) {                                                              \
+            x0 = _mm256_max_ps(_mm256_setzero_ps(), x0);                         \
+            x1 = _mm256_max_ps(_mm256_setzero_ps(), x1);                         \
+        }                                                                        \
+        _mm256_storeu_ps(cr, x0);                                                \
+        _mm256_storeu_ps(cr + 8, x1);                                            \
+        if (slow_act) op_act_row(cr, 1, 16, slow_act);                           \
+    }
+        OP_W(0) OP_W(1) OP_W(2) OP_W(3) OP_W(4) OP_W(5)
+#undef OP_W
+    } else {
+        float t[OP_F32_MR * 16] OP_ALIGNED(32);
+#define OP_T(i)                                         \
+    if (MRV > i) {                                      \
+        _mm256_store_ps(t + i * 16, c##i##_0);          \
+        _mm256_store_ps(t + i * 16 + 8, c##i##_1);      \
+    }
+        OP_T(0) OP_T(1) OP_T(2) OP_T(3) OP_T(4) OP_T(5)
+#undef OP_T
+        op_tile_store(t, 16, MRV, nr, c, rsc, csc, acc, epi);
+    }
+}
+
+#define OP_UKR_INST(MRV)                                                                    \
+    static OP_NOINLINE void op_ukr_f32_m##MRV(int64_t kc, const float *a, const float *b,   \
+                                              int64_t ldb, float *c, int64_t rsc,           \
+                                              int64_t csc, int nr, int acc,                 \
+                                              const op_epilogue *epi)                       \
+    {                                                                                       \
+        op_ukr_avx2_body(MRV, kc, a, b, ldb, c, rsc, csc, nr, acc, epi);                    \
+    }
+
+#else
+/* Portable C (GCC/Clang vector extensions, lowered to SSE2 on baseline x86-64): 4 x 8,
+   8 xmm accumulators. */
+#define OP_F32_MR 4
+#define OP_F32_NR 8
+#define OP_F32_KERNEL_NAME "gemm_f32_generic_4x8"
+#define OP_F32_MC 128
+#define OP_F32_KC 256
+#define OP_F32_NC 2048
+
+typedef float op_v4f __attribute__((vector_size(16)));
+
+OP_INLINE op_v4f op_v4_load(const float *p)
+{
+    op_v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+OP_INLINE void op_ukr_generic_body(const int MRV, int64_t kc, const float *OP_RESTRICT a,
+                                   const float *OP_RESTRICT b, int64_t ldb, float *c,
+                                   int64_t rsc, int64_t csc, int nr, int acc,
+                                   const op_epilogue *epi)
+{
+    const op_v4f z = {0.0f, 0.0f, 0.0f, 0.0f};
+    op_v4f c0_0 = z, c0_1 = z, c1_0 = z, c1_1 = z, c2_0 = z, c2_1 = z, c3_0 = z, c3_1 = z;
+#define OP_R(i)                                                          \
+    if (MRV > i) {                                                       \
+        const float s = a[i];                                            \
+        const op_v4f ai = {s, s, s, s};                                  \
+        c##i##_0 += ai * b0;                                             \
+        c##i##_1 += ai * b1;                                             \
+    }
+    for (int64_t p = 0; p < kc; p++) {
+        const op_v4f b0 = op_v4_load(b), b1 = op_v4_load(b + 4);
+        OP_R(0) OP_R(1) OP_R(2) OP_R(3)
+        a += OP_F32_MR;
+        b += ldb;
+    }
+#undef OP_R
+    float t[OP_F32_MR * 8] OP_ALIGNED(16);
+#define OP_T(i)                                          \
+    if (MRV > i) {                                       \
+        memcpy(t + i * 8, &c##i##_0, sizeof(op_v4f));    \
+        memcpy(t + i * 8 + 4, &c##i##_1, sizeof(op_v4f)); \
+    }
+    OP_T(0) OP_T(1) OP_T(2) OP_T(3)
+#undef OP_T
+    if (csc == 1 && nr == 8 && !epi) {
+        for (int i = 0; i < MRV; i++) {
+            float *cr = c + i * rsc;
+            if (acc)
+                for (int j = 0; j < 8; j++) cr[j] = t[i * 8 + j] + cr[j];
+            else
+                for (int j = 0; j < 8; j++) cr[j] = t[i * 8 + j];
+        }
+    } else {
+        op_tile_store(t, 8, MRV, nr, c, rsc, csc, acc, epi);
+    }
+}
+
+#define OP_UKR_INST(MRV)                                                                    \
+    static OP_NOINLINE void op_ukr_f32_m##MRV(int64_t kc, const float *a, const float *b,   \
+                                              int64_t ldb, float *c, int64_t rsc,           \
+                                              int64_t csc, int nr, int acc,                 \
+                                              const op_epilogue *epi)                       \
+    {                                                                                       \
+        op_ukr_generic_body(MRV, kc, a, b, ldb, c, rsc, csc, nr, acc, epi);                 \
+    }
+#endif
+
+/* One specialisation per row count 1..MR, so M edges and small M (decode) run only useful FMAs. */
+OP_UKR_INST(1) OP_UKR_INST(2) OP_UKR_INST(3) OP_UKR_INST(4)
+#if OP_F32_MR > 4
+OP_UKR_INST(5) OP_UKR_INST(6)
+#endif
+#if OP_F32_MR > 6
+OP_UKR_INST(7) OP_UKR_INST(8) OP_UKR_INST(9) OP_UKR_INST(10) OP_UKR_INST(11) OP_UKR_INST(12)
+OP_UKR_INST(13) OP_UKR_INST(14)
+#endif
+#undef OP_UKR_INST
+
+typedef void (*op_ukr_f32_row_fn)(int64_t, const float *, const float *, int64_t, float *, int64_t,
+                                  int64_t, int, int, const op_epilogue *);
+
+static const op_ukr_f32_row_fn op_ukr_f32_table[OP_F32_MR] = {
+    op_ukr_f32_m1, op_ukr_f32_m2, op_ukr_f32_m3, op_ukr_f32_m4,
+#if OP_F32_MR > 4
+    op_ukr_f32_m5, op_ukr_f32_m6,
+#endif
+#if OP_F32_MR > 6
+    op_ukr_f32_m7, op_ukr_f32_m8, op_ukr_f32_m9, op_ukr_f32_m10, op_ukr_f32_m11, op_ukr_f32_m12,
+    op_ukr_f32_m13, op_ukr_f32_m14,
+#endif
+};
+
+/* The level's f32 micro-kernel (op_ukr_fn): a = packed A micro-panel a[p*OP_F32_MR + i],
+   b = B rows of OP_F32_NR floats at b + p*ldb (a packed panel: ldb = OP_F32_NR). */
+static void op_ukr_f32(int64_t kc, const void *a, const void *b, int64_t ldb, float *c,
+                       int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
+{
+    op_ukr_f32_table[mr - 1](kc, (const float *)a, (const float *)b, ldb, c, rsc, csc, nr, acc, epi);
+}
+
+/* ---------------------------------------------------------------- f32 packing */
+
+/* A block rows i0.., depth p0.. -> micro-panels of OP_F32_MR rows, k-major (d[p*MR + i]). */
+static void op_pack_a_f32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc, int64_t p0,
+                          int64_t kc, int64_t kcp, void *dst)
+{
+    enum { MR = OP_F32_MR };
+    const float *A = (const float *)g->a + (g->a_off ? g->a_off[bi] : 0);
+    const int64_t rsa = g->rsa, csa = g->csa;
+    float *d = (float *)dst;
+    for (int64_t ir = 0; ir < mc; ir += MR, d += MR * kcp) {
+        const int mr = (int)op_min64(MR, mc - ir);
+        const float *src = A + (i0 + ir) * rsa + p0 * csa;
+        if (csa == 1 && mr == MR) {
+            const float *r[MR];
+            for (int i = 0; i < MR; i++) r[i] = src + i * rsa;
+            for (int64_t p = 0; p < kc; p++)
+                for (int i = 0; i < MR; i++) d[p * MR + i] = r[i][p];
+        } else if (rsa == 1) {
+            for (int64_t p = 0; p < kc; p++) {
+                const float *s = src + p * csa;
+                float *dp = d + p * MR;
+                for (int i = 0; i < mr; i++) dp[i] = s[i];
+                for (int i = mr; i < MR; i++) dp[i] = 0.0f;
+            }
+        } else {
+            for (int64_t p = 0; p < kc; p++) {
+                float *dp = d + p * MR;
+                for (int i = 0; i < mr; i++) dp[i] = src[i * rsa + p * csa];
+                for (int i = mr; i < MR; i++) dp[i] = 0.0f;
+            }
+        }
+        for (int64_t p = kc; p < kcp; p++)
+            for (int i = 0; i < MR; i++) d[p * MR + i] = 0.0f;
+    }
+}
+
+/* B block depth p0.., columns j0.. -> micro-panels of OP_F32_NR columns (d[p*NR + j]). */
+static void op_pack_b_f32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc, int64_t kcp,
+                          int64_t j0, int64_t nc, void *dst)
+{
+    enum { NR = OP_F32_NR };
+    const float *B = (const float *)g->b + (g->b_off ? g->b_off[bi] : 0);
+    const int64_t rsb = g->rsb, csb = g->csb;
+    float *d = (float *)dst;
+    for (int64_t jr = 0; jr < nc; jr += NR, d += NR * kcp) {
+        const int nr = (int)op_min64(NR, nc - jr);
+        const float *src = B + p0 * rsb + (j0 + jr) * csb;
+        if (csb == 1 && nr == NR) {
+            for (int64_t p = 0; p < kc; p++) {
+                const float *s = src + p * rsb;
+                float *dp = d + p * NR;
+                for (int j = 0; j < NR; j++) dp[j] = s[j];
+            }
+        } else if (rsb == 1 && csb != 0) {
+            /* B transposed (e.g. a Linear weight W[n,k] used as W^T): each column is contiguous. */
+            for (int j = 0; j < nr; j++) {
+                const float *s = src + j * csb;
+                for (int64_t p = 0; p < kc; p++) d[p * NR + j] = s[p];
+            }
+            if (nr < NR)
+                for (int64_t p = 0; p < kc; p++)
+                    for (int j = nr; j < NR; j++) d[p * NR + j] = 0.0f;
+        } else {
+            for (int64_t p = 0; p < kc; p++) {
+                float *dp = d + p * NR;
+                for (int j = 0; j < nr; j++) dp[j] = src[p * rsb + j * csb];
+                for (int j = nr; j < NR; j++) dp[j] = 0.0f;
+            }
+        }
+        for (int64_t p = kc; p < kcp; p++)
+            for (int j = 0; j < NR; j++) d[p * NR + j] = 0.0f;
+    }
+}
+
+static const op_gemm_ops op_gemm_f32_ops = {
+    OP_F32_MR, OP_F32_NR, 1, sizeof(float), sizeof(float),
+    op_pack_a_f32, op_pack_b_f32, op_ukr_f32,
+    1, OP_F32_NR,
+    {OP_F32_MC, OP_F32_KC, OP_F32_NC},
+};
+
+/* ---------------------------------------------------------------- driver */
+
+typedef struct {
+    const op_gemm_ops *ops;
+    const op_gemm_args *g;
+    int64_t mc, kc, nc;       /* cache blocking */
+    int64_t pm, pn;           /* parts of each batch entry along M and N */
+    int64_t mblk, nblk;       /* number of mr rows / nr column blocks of one entry */
+    int direct;               /* B read in place by the micro-kernel (csb == 1, small m) */
+    char *buf;                /* per-thread A and B packing buffers */
+    size_t a_bytes, thr_bytes;
+} op_drive_ctx;
+
+/* Computes C[m0:m1, n0:n1] of batch entry bi with the thread's buffers. */
+static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t m1, int64_t n0,
+                          int64_t n1, char *abuf, char *bbuf)
+{
+    const op_gemm_ops *o = x->ops;
+    const op_gemm_args *g = x->g;
+    const int MR = o->mr, NR = o->nr;
+    const int64_t k = g->k, rsc = g->rsc, csc = g->csc;
+    float *C = g->c + (g->c_off ? g->c_off[bi] : 0);
+    const char *Bd = (const char *)g->b + (g->b_off ? g->b_off[bi] : 0) * (int64_t)o->b_elem;
+    const op_epilogue *epi = g->epi;
+    if (epi && !epi->bias && epi->act == OP_ACT_NONE) epi = NULL;
+
+    for (int64_t jc = n0; jc < n1; jc += x->nc) {
+        const int64_t nc = op_min64(x->nc, n1 - jc);
+        const int64_t nfull = x->direct ? nc / NR * NR : 0;
+        for (int64_t pc = 0;; pc += x->kc) {
+            const int64_t kc = op_min64(x->kc, k - pc);
+            const int64_t kcp = op_roundup64(kc, o->k_align);
+            const int first = pc == 0, last = pc + kc >= k;
+            if (!x->direct)
+                o->pack_b(g, bi, pc, kc, kcp, jc, nc, bbuf);
+            else if (nfull < nc)  /* column tail: pack it (the ukr reads full NR-wide rows) */
+                o->pack_b(g, bi, pc, kc, kcp, jc + nfull, nc - nfull, bbuf);
+            for (int64_t ic = m0; ic < m1; ic += x->mc) {
+                const int64_t mc = op_min64(x->mc, m1 - ic);
+                o->pack_a(g, bi, ic, mc, pc, kc, kcp, abuf);
+                for (int64_t jr = 0; jr < nc; jr += NR) {
+                    const int nr = (int)op_min64(NR, nc - jr);
+                    const void *bp;
+                    int64_t ldb;
+                    if (x->direct && jr < nfull) {
+                        bp = Bd + (pc * g->rsb + (jc + jr)) * (int64_t)o->b_elem;
+                        ldb = g->rsb;
+                    } else {
+                        bp = bbuf + (size_t)((x->direct ? 0 : jr) * kcp) * o->b_elem;
+                        ldb = o->b_panel_ld;
+                    }
+                    for (int64_t ir = 0; ir < mc; ir += MR) {
+                        const int mr = (int)op_min64(MR, mc - ir);
+                        const int64_t i = ic + ir, j = jc + jr;
+                        op_epilogue te;
+                        const op_epilogue *tep = NULL;
+                        if (last && epi) {
+                            te = *epi;
+                            if (te.bias) te.bias += (te.bias_axis == 0 ? i : j) * te.bias_stride;
+                            tep = &te;
+                        }
+                        o->ukr(kcp, abuf + (size_t)(ir * kcp) * o->a_elem, bp, ldb,
+                               C + i * rsc + j * csc, rsc, csc, mr, nr, !first, tep);
+                    }
+                }
+            }
+            if (last) break;
+        }
+    }
+}
+
+static void op_drive_task(void *ctx, int64_t task, int tid)
+{
+    const op_drive_ctx *x = (const op_drive_ctx *)ctx;
+    const int64_t parts = x->pm * x->pn;
+    const int64_t bi = task / parts, r = task % parts, im = r / x->pn, in = r % x->pn;
+    const int64_t MR = x->ops->mr, NR = x->ops->nr, m = x->g->m, n = x->g->n;
+    const int64_t m0 = x->mblk * im / x->pm * MR, m1 = op_min64(m, x->mblk * (im + 1) / x->pm * MR);
+    const int64_t n0 = x->nblk * in / x->pn * NR, n1 = op_min64(n, x->nblk * (in + 1) / x->pn * NR);
+    if (m0 >= m1 || n0 >= n1) return;
+    char *abuf = x->buf + (size_t)tid * x->thr_bytes;
+    op_gemm_block(x, bi, m0, m1, n0, n1, abuf, abuf + x->a_bytes);
+}
+
+/* Splits P parts of one entry into pm x pn (pm <= mblk, pn <= nblk) minimising the per-thread
+   compute (mt * nt) plus packing (mt + nt) cost. */
+static void op_split_parts(int64_t P, int64_t mblk, int64_t nblk, int64_t MR, int64_t NR,
+                           int64_t *pm, int64_t *pn)
+{
+    for (; P >= 1; P--) {
+        double best = -1.0;
+        for (int64_t q = 1; q <= P; q++) {
+            if (P % q) continue;
+            const int64_t a = P / q;  /* q parts along N, a along M */
+            if (q > nblk || a > mblk) continue;
+            const double mt = (double)(op_cdiv64(mblk, a) * MR), nt = (double)(op_cdiv64(nblk, q) * NR);
+            const double cost = mt * nt + 16.0 * (mt + nt);
+            if (best < 0 || cost < best) {
+                best = cost;
+                *pm = a;
+                *pn = q;
+            }
+        }
+        if (best >= 0) return;
+    }
+    *pm = *pn = 1;
+}
+
+/* Runs the GEMM described by g with the packing/micro-kernel set ops (see the top of this file).
+   Returns the number of threads used, or -1 if the packing buffers could not be allocated. */
+static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op_blocking *blk,
+                         int nthreads)
+{
+    const int64_t MR = ops->mr, NR = ops->nr;
+    if (g->batch <= 0 || g->m <= 0 || g->n <= 0) return 1;
+    if (nthreads < 1) nthreads = 1;
+
+    op_drive_ctx x;
+    x.ops = ops;
+    x.g = g;
+    x.mc = blk && blk->mc > 0 ? blk->mc : ops->blk.mc;
+    x.kc = blk && blk->kc > 0 ? blk->kc : ops->blk.kc;
+    x.nc = blk && blk->nc > 0 ? blk->nc : ops->blk.nc;
+    x.mc = op_roundup64(x.mc, MR);
+    x.nc = op_roundup64(x.nc, NR);
+    x.kc = op_roundup64(x.kc, ops->k_align);
+    x.mblk = op_cdiv64(g->m, MR);
+    x.nblk = op_cdiv64(g->n, NR);
+    /* Small M (GEMV-like, e.g. decode): B is streamed once in place instead of being packed. */
+    x.direct = ops->direct_b && g->csb == 1 && g->m <= 2 * MR;
+
+    /* threads: at least OP_GEMM_MIN_FLOPS_PER_THREAD each */
+    const double flops = 2.0 * (double)g->batch * (double)g->m * (double)g->n * (double)op_max64(g->k, 1);
+    int64_t T = (int64_t)(flops / OP_GEMM_MIN_FLOPS_PER_THREAD);
+    if (T > nthreads) T = nthreads;
+    if (T < 1) T = 1;
+    if (T > g->batch * x.mblk * x.nblk) T = g->batch * x.mblk * x.nblk;
+    if (g->batch >= T && (g->batch % T == 0 || g->batch >= 4 * T)) {
+        x.pm = x.pn = 1;  /* whole batch entries per task */
+    } else {
+        const int64_t P = g->batch >= T ? T : op_cdiv64(T, g->batch);
+        op_split_parts(P, x.mblk, x.nblk, MR, NR, &x.pm, &x.pn);
+    }
+    const int64_t ntasks = g->batch * x.pm * x.pn;
+    if (T > ntasks) T = ntasks;
+
+    /* per-thread buffers, sized by the largest block a thread can see */
+    const int64_t mpart = op_cdiv64(x.mblk, x.pm) * MR, npart = op_cdiv64(x.nblk, x.pn) * NR;
+    const int64_t kcp = op_roundup64(op_max64(op_min64(x.kc, g->k), 1), ops->k_align);
+    const size_t a_bytes = (size_t)op_roundup64(op_min64(x.mc, mpart) * kcp * (int64_t)ops->a_elem, OP_ALIGN);
+    const int64_t bcols = x.direct ? NR : op_min64(x.nc, npart);
+    const size_t b_bytes = (size_t)op_roundup64(bcols * kcp * (int64_t)ops->b_elem, OP_ALIGN);
+    x.a_bytes = a_bytes;
+    x.thr_bytes = a_bytes + b_bytes;
+    x.buf = (char *)op_aligned_alloc(x.thr_bytes * (size_t)T);
+    if (!x.buf) return -1;
+    const int used = op_parallel_for((int)T, ntasks, op_drive_task, &x);
+    op_aligned_free(x.buf);
+    return used;
+}
+
+/* ---------------------------------------------------------------- public API */
+
+int op_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
+                const float *a, const int64_t *a_off, int64_t rsa, int64_t csa,
+                const float *b, const int64_t *b_off, int64_t rsb, int64_t csb,
+                float *c, const int64_t *c_off, int64_t rsc, int64_t csc,
+                const op_blocking *blk, const op_epilogue *epi, int nthreads)
+{
+    op_gemm_args g;
+    g.batch = batch; g.m = m; g.n = n; g.k = k < 0 ? 0 : k;
+    g.a = a; g.a_off = a_off; g.rsa = rsa; g.csa = csa;
+    g.b = b; g.b_off = b_off; g.rsb = rsb; g.csb = csb;
+    g.c = c; g.c_off = c_off; g.rsc = rsc; g.csc = csc;
+    g.epi = epi;
+    g.user = NULL;
+    return op_gemm_drive(&op_gemm_f32_ops, &g, blk, nthreads);
+}
+
+int op_gemm_f32_mr(void) { return OP_F32_MR; }
+int op_gemm_f32_nr(void) { return OP_F32_NR; }
+const char *op_gemm_f32_kernel_name(void) { return OP_F32_KERNEL_NAME; }
+const char *op_level_name(void) { return OP_LEVEL_NAME; }
