@@ -113,8 +113,7 @@ def test_views(level, view):
     elif view == "negative":
         a, b = base_a[::-1], base_b[:, ::-1]
     elif view == "both_negative":
-        a, b = base_a[::-1, ::-2], rand(45, 70)[::-1].T[::-1].T
-        b = np.concatenate([b, b])
+        a, b = base_a[::-1, ::-2], rand(45, 70)[::-1, ::-1]
     elif view == "unaligned":
         buf = np.zeros(80 * 90 * 4 + 1, np.uint8)
         a = buf[1:].view(np.float32).reshape(80, 90)
@@ -209,8 +208,11 @@ def test_nan_inf_propagate(level):
 
 
 def test_kernel_reports_registry_blocking(level):
+    from onepath.dispatch import rows
+    from onepath.dispatch.levels import level_index
     row = select("matmul", "float32")
-    assert row.level == level
+    below = [r.level for r in rows("matmul", "float32") if level_index(r.level) <= level_index(level)]
+    assert row.level == below[0]  # the fastest row the forced level may run
     lib = load(row.level).lib
     assert (lib.op_gemm_f32_mr(), lib.op_gemm_f32_nr()) == (row.mr, row.nr)
     assert load(row.level).ffi.string(lib.op_gemm_f32_kernel_name()).decode() == row.name

@@ -58,11 +58,9 @@ static inline int64_t op_roundup64(int64_t a, int64_t b) { return op_cdiv64(a, b
 /* 64-byte aligned allocation (size rounded up to a multiple of 64); NULL on failure or size 0 -> 64. */
 static void *op_aligned_alloc(size_t size)
 {
-    void *p = NULL;
     size = (size + OP_ALIGN - 1) & ~(size_t)(OP_ALIGN - 1);
     if (size == 0) size = OP_ALIGN;
-    if (posix_memalign(&p, OP_ALIGN, size) != 0) return NULL;
-    return p;
+    return aligned_alloc(OP_ALIGN, size);  /* C11; size is a multiple of the alignment */
 }
 
 static void op_aligned_free(void *p) { free(p); }

@@ -657,6 +657,7 @@ static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op
     op_drive_ctx x;
     x.ops = ops;
     x.g = g;
+    x.pm = x.pn = 1;
     x.mc = blk && blk->mc > 0 ? blk->mc : ops->blk.mc;
     x.kc = blk && blk->kc > 0 ? blk->kc : ops->blk.kc;
     x.nc = blk && blk->nc > 0 ? blk->nc : ops->blk.nc;

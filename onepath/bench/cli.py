@@ -1,0 +1,279 @@
+"""``python -m onepath bench``: header (machine + baseline), FMA peaks, suites, table, JSON."""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import sys
+from typing import Callable
+
+import numpy as np
+
+import onepath
+
+from .core import BenchConfig, Suite, discover, measure_case, peak_f32
+
+BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+class BenchError(Exception):
+    """A usage error (bad --isa, --threads, --suite): the CLI prints it and exits with code 2."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Machine fingerprint and baseline
+
+
+def blas_info() -> list[dict]:
+    """numpy's BLAS as threadpoolctl sees it (name, version, architecture/coretype, threads)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return [{"error": "threadpoolctl is not installed"}]
+    keep = ("user_api", "internal_api", "prefix", "version", "architecture", "threading_layer",
+            "num_threads", "filepath")
+    return [{k: v for k, v in d.items() if k in keep} for d in threadpool_info()
+            if d.get("user_api") == "blas"]
+
+
+def fingerprint(threads: int) -> dict:
+    from ..dispatch import cap_reason, probe
+    cpu = probe()
+    return {
+        "vendor": cpu.vendor, "brand": cpu.brand, "uarch": cpu.uarch,
+        "family": cpu.family, "model": cpu.model, "stepping": cpu.stepping,
+        "num_cpus": cpu.num_cpus, "caches": dict(cpu.caches),
+        "level": onepath.isa(), "level_reason": cap_reason(), "available_isas": list(onepath.available_isas()),
+        "threads": threads, "onepath_version": getattr(onepath, "__version__", None),
+        "python": sys.version.split()[0], "numpy_version": np.__version__, "blas": blas_info(),
+        "env": {k: os.environ.get(k) for k in BLAS_ENV + ("ONEPATH_MAX_ISA", "ONEPATH_NUM_THREADS",
+                                                           "OMP_NUM_THREADS")},
+    }
+
+
+def header_lines(fp: dict) -> list[str]:
+    blas = "; ".join(
+        f"{b.get('internal_api', '?')} {b.get('version') or ''} (arch {b.get('architecture') or '?'}, "
+        f"{b.get('threading_layer', '?')} threading, {b.get('num_threads', '?')} threads)"
+        for b in fp["blas"] if "error" not in b) or "not detected by threadpoolctl"
+    lines = [
+        f"onepath {fp['onepath_version']} bench | {fp['brand'] or '?'} | {fp['vendor']} {fp['uarch']} "
+        f"(family {fp['family']} model {fp['model']} stepping {fp['stepping']}), {fp['num_cpus']} cpus",
+        f"level {fp['level']} ({fp['level_reason']}) | threads {fp['threads']} (onepath and BLAS)",
+        f"baseline: numpy {fp['numpy_version']}, BLAS {blas}",
+    ]
+    set_vars = {k: fp["env"][k] for k in BLAS_ENV if fp["env"].get(k) is not None}
+    if set_vars:
+        lines.append("note: " + ", ".join(f"{k}={v}" for k, v in set_vars.items())
+                     + " is set and may slow numpy's OpenBLAS; for a fair baseline run "
+                       "`env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m onepath bench`")
+    else:
+        lines.append("OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE: not set")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------------
+# Output
+
+
+def _fmt(v, spec=".1f", none="-") -> str:
+    return none if v is None else format(v, spec)
+
+
+def suite_table(suite: Suite, rows: list[dict]) -> tuple[str, list[str], list[list[str]]]:
+    """(title, headers, cells) of one suite's results."""
+    baselines = list(dict.fromkeys(b for r in rows for b in r["impls"] if b != "onepath"))
+    mem = any(r["memory_bound"] for r in rows)
+    headers = ["group", "shape", "kernel", "onepath GFLOP/s", "% peak"] + (["GB/s"] if mem else [])
+    for b in baselines:
+        headers += [f"{b} GFLOP/s", f"x {b}"]
+    cells = []
+    for r in rows:
+        one = r["impls"]["onepath"]
+        flag = "" if r["check_ok"] in (None, True) else " !"
+        line = [r["group"], r["name"] + flag, r["kernel"] or "-", _fmt(one["gflops"]),
+                _fmt(r["pct_peak"], ".0f")]
+        if mem:
+            line.append(_fmt(one["gbs"]) if r["memory_bound"] else "")
+        for b in baselines:
+            imp = r["impls"].get(b)
+            line += [_fmt(imp["gflops"]) if imp else "-", _fmt(r["ratios"].get(b), ".2f")]
+        cells.append(line)
+    return suite.title, headers, cells
+
+
+def plain_table(title: str, headers: list[str], cells: list[list[str]]) -> str:
+    widths = [max(len(x) for x in col) for col in zip(headers, *cells)]
+    right = [i >= 3 for i in range(len(headers))]
+
+    def fmt(row):
+        return "  ".join(x.rjust(w) if r else x.ljust(w) for x, w, r in zip(row, widths, right)).rstrip()
+    return "\n".join([title, fmt(headers), "  ".join("-" * w for w in widths)] + [fmt(c) for c in cells])
+
+
+def print_table(title: str, headers: list[str], cells: list[list[str]], file=None) -> None:
+    file = file or sys.stdout
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        Console = None
+    if Console is not None and file.isatty():
+        table = Table(title=title, title_justify="left")
+        for i, h in enumerate(headers):
+            table.add_column(h, justify="right" if i >= 3 else "left")
+        for c in cells:
+            table.add_row(*c)
+        Console(file=file).print(table)
+    else:
+        print(plain_table(title, headers, cells), file=file)
+
+
+@contextlib.contextmanager
+def progress_bar(total: int, enabled: bool = True):
+    """A rich progress bar on stderr (transient); yields ``(advance(), describe(text))``."""
+    if not enabled:
+        yield (lambda: None), (lambda text: None)
+        return
+    try:
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn)
+    except ImportError:
+        yield (lambda: None), (lambda text: None)
+        return
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True) as prog:
+        task = prog.add_task("bench", total=total)
+        yield (lambda: prog.advance(task)), (lambda text: prog.update(task, description=text))
+
+
+# ------------------------------------------------------------------------------------------------
+# Running
+
+
+def make_config(quick: bool, shapes=None, repeat=None, min_time=None, threads: int = 1) -> BenchConfig:
+    cfg = BenchConfig(threads=threads, quick=quick, shapes=tuple(shapes) if shapes else None)
+    if quick:
+        cfg.repeat, cfg.min_time = 3, 0.05
+    if repeat is not None:
+        cfg.repeat = repeat
+    if min_time is not None:
+        cfg.min_time = min_time
+    return cfg
+
+
+def validate_isa(level: str | None) -> str | None:
+    if level is None:
+        return None
+    try:
+        with onepath.max_isa(level) as cap:
+            return cap.level
+    except (ValueError, TypeError) as exc:
+        raise BenchError(f"--isa {level}: {exc}") from None
+
+
+@contextlib.contextmanager
+def bench_environment(threads: int, isa_level: str | None):
+    """Thread count for onepath and numpy's BLAS (threadpoolctl), and the ISA cap, for the block."""
+    if threads < 1:
+        raise BenchError(f"--threads must be a positive integer, got {threads}")
+    previous = onepath.get_num_threads()
+    onepath.set_num_threads(threads)
+    try:
+        from threadpoolctl import threadpool_limits
+        limits = threadpool_limits(limits=threads, user_api="blas")
+    except ImportError:
+        limits = contextlib.nullcontext()
+    try:
+        with limits, (onepath.max_isa(isa_level) if isa_level else contextlib.nullcontext()):
+            yield
+    finally:
+        onepath.set_num_threads(previous)
+
+
+def peak_levels() -> list[str]:
+    """Levels the host can run, up to the level in force."""
+    avail = list(onepath.available_isas())
+    return avail[: avail.index(onepath.isa()) + 1]
+
+
+def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suites=None,
+        shapes=None, repeat=None, min_time=None, json_path: str | None = None, peak: bool = True,
+        progress: bool = True, out=None, log: Callable[[str], None] | None = None) -> dict:
+    """Run the bench and print it; returns the JSON document (also written to ``json_path``)."""
+    out = out or sys.stdout
+    all_suites = discover()
+    if suites:
+        unknown = [s for s in suites if s not in all_suites]
+        if unknown:
+            raise BenchError(f"unknown suite(s) {', '.join(unknown)}; available: {', '.join(all_suites)}")
+        chosen = [all_suites[s] for s in suites]
+    else:
+        chosen = [s for s in all_suites.values() if s.default]
+    isa_level = validate_isa(isa_level)
+    cfg = make_config(quick, shapes, repeat, min_time, threads)
+    with bench_environment(threads, isa_level):
+        fp = fingerprint(threads)
+        for line in header_lines(fp):
+            print(line, file=out)
+        print(file=out)
+        out.flush()
+        levels = peak_levels() if peak else []
+        cases = [(s, c) for s in chosen for c in s.factory(cfg)]
+        total = len(levels) + sum(cfg.repeat * (1 + len(c.baselines)) for _, c in cases)
+        peaks: dict[str, float] = {}
+        results: list[dict] = []
+        with progress_bar(total, progress and sys.stderr.isatty()) as (advance, describe):
+            for level in levels:
+                describe(f"FMA peak {level}")
+                try:
+                    peaks[level] = peak_f32(level, threads, seconds=0.05 if quick else 0.2,
+                                            repeat=2 if quick else 3)
+                except (ImportError, ValueError, AttributeError) as exc:
+                    if log:
+                        log(f"peak {level}: {exc}")
+                advance()
+            while cases:
+                suite, case = cases.pop(0)  # drop each case's arrays once it is measured
+                describe(f"{suite.name} {case.group} {case.name}".strip())
+                row = measure_case(case, cfg, peaks, tick=advance)
+                row["suite"] = suite.name
+                results.append(row)
+        if peaks:
+            pk = [[lv, f"{g:.1f}", f"{g / threads:.1f}"] for lv, g in peaks.items()]
+            print_table(f"FMA peak (float32, {threads} thread{'s' * (threads > 1)})",
+                        ["level", "GFLOP/s", "per thread"], pk, file=out)
+            print(file=out)
+        for suite in chosen:
+            rows = [r for r in results if r["suite"] == suite.name]
+            if rows:
+                print_table(*suite_table(suite, rows), file=out)
+                print(file=out)
+        bad = [r for r in results if r["check_ok"] is False]
+        if bad:
+            print("! onepath's result differs from the baseline beyond tolerance: "
+                  + ", ".join(f"{r['suite']}/{r['name']} (rel err {r['max_rel_err']:.2e})" for r in bad),
+                  file=out)
+        print("x BASELINE = BASELINE time / onepath time (> 1: onepath is faster); "
+              "% peak = onepath GFLOP/s / FMA peak of the kernel's level.", file=out)
+    doc = {
+        "schema": 1,
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": sys.argv,
+        "fingerprint": fp,
+        "options": {"threads": threads, "isa": isa_level, "quick": quick,
+                    "suites": [s.name for s in chosen], "repeat": cfg.repeat,
+                    "min_time": cfg.min_time, "shapes": list(cfg.shapes) if cfg.shapes else None},
+        "peak": [{"level": lv, "threads": threads, "gflops": g} for lv, g in peaks.items()],
+        "results": results,
+        "ok": not bad,
+    }
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=2, default=str)
+            f.write("\n")
+        print(f"wrote {json_path}", file=sys.stderr)
+    return doc

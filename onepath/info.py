@@ -1,0 +1,229 @@
+"""``python -m onepath info``: what the probe sees, which level is in force and why, and which kernel
+each (op, dtype) selects, beside what py-cpuinfo reports (imported here only: it is slow)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+
+ENV_VARS = ("ONEPATH_MAX_ISA", "ONEPATH_NUM_THREADS", "ONEPATH_VERBOSE",
+            "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS")
+
+
+def _size(n) -> str:
+    if not isinstance(n, int) or n <= 0:
+        return "none" if n == 0 else "?"
+    if n < 1 << 20:
+        return f"{n // 1024} KiB"
+    return f"{n / (1 << 20):g} MiB"
+
+
+def _used_by() -> dict[str, str]:
+    """feature -> the lowest ISA level that requires it (the features onepath uses)."""
+    from .dispatch.levels import LEVELS, REQUIREMENTS
+    out: dict[str, str] = {}
+    for level in LEVELS:
+        for feat in REQUIREMENTS[level].features:
+            out.setdefault(feat, level)
+    return out
+
+
+def feature_rows(cpu) -> list[dict]:
+    """One row per decoded feature: cpu_has, os_enabled, used_by (level name or None)."""
+    used = _used_by()
+    table = cpu.feature_table() if hasattr(cpu, "feature_table") else [
+        (f, f in cpu.features, True) for f in sorted(set(cpu.features) | set(used))]
+    seen = set()
+    rows = []
+    for name, has, os_on in table:
+        seen.add(name)
+        rows.append({"feature": name, "cpu_has": bool(has), "os_enabled": bool(os_on),
+                     "used_by": used.get(name)})
+    for name, level in used.items():  # a required feature the decoder does not list (should not happen)
+        if name not in seen:
+            rows.append({"feature": name, "cpu_has": name in cpu.features, "os_enabled": None,
+                         "used_by": level})
+    return rows
+
+
+def kernel_rows() -> list[dict]:
+    """For each (op, dtype) in the registry: the kernel ``select`` picks under the cap in force."""
+    from .dispatch import REGISTRY, select
+    out = []
+    for op, dtype in dict.fromkeys((r.op, r.dtype) for r in REGISTRY):
+        try:
+            k = select(op, dtype)
+        except Exception as exc:  # noqa: BLE001 - report, do not crash the report
+            out.append({"op": op, "dtype": dtype, "error": str(exc)})
+            continue
+        out.append({"op": op, "dtype": dtype, "name": k.name, "level": k.level, "symbol": k.symbol,
+                    "mr": k.mr, "nr": k.nr, "mc": k.mc, "kc": k.kc, "nc": k.nc,
+                    "tuned_for": k.uarch})
+    return out
+
+
+def builds() -> dict[str, bool]:
+    """Which compiled kernel modules exist in the install (found, not imported)."""
+    from .kernels import BUILDS
+    return {b: importlib.util.find_spec(f"onepath.kernels._op_{b}") is not None for b in BUILDS}
+
+
+def py_cpuinfo(cpu) -> dict:
+    """What py-cpuinfo reports, beside our probe (brand, flags, and differences on the features
+    onepath uses)."""
+    try:
+        import cpuinfo
+    except ImportError:
+        return {"available": False, "error": "py-cpuinfo is not installed (pip install py-cpuinfo)"}
+    try:
+        info = cpuinfo.get_cpu_info()
+    except Exception as exc:  # noqa: BLE001
+        return {"available": False, "error": f"py-cpuinfo failed: {exc}"}
+    flags = set(info.get("flags", []))
+    used = set(_used_by())
+    ours = set(cpu.features)
+    norm = {f.replace(".", "_") for f in flags}
+    return {
+        "available": True,
+        "version": ".".join(map(str, getattr(cpuinfo, "CPUINFO_VERSION", ()))) or None,
+        "brand": info.get("brand_raw"), "vendor": info.get("vendor_id_raw"),
+        "family": info.get("family"), "model": info.get("model"), "stepping": info.get("stepping"),
+        "arch": info.get("arch"), "hz_advertised": info.get("hz_advertised_friendly"),
+        "l2_cache_size": info.get("l2_cache_size"), "l3_cache_size": info.get("l3_cache_size"),
+        "flags_count": len(flags), "ours_count": len(ours),
+        "brand_matches": (info.get("brand_raw") or "").strip() == cpu.brand,
+        # features onepath's levels require on which the two disagree
+        "only_ours": sorted((ours & used) - norm),
+        "only_py_cpuinfo": sorted((norm & used) - ours),
+    }
+
+
+def collect(with_py_cpuinfo: bool = True) -> dict:
+    """The whole report as one JSON-ready dict."""
+    import numpy as np
+
+    import onepath
+    from .dispatch import LEVELS, cap_reason, probe
+    cpu = probe()
+    report = {
+        "onepath_version": getattr(onepath, "__version__", None),
+        "python": sys.version.split()[0], "numpy": np.__version__,
+        "vendor": cpu.vendor, "brand": cpu.brand, "uarch": cpu.uarch,
+        "family": cpu.family, "model": cpu.model, "stepping": cpu.stepping,
+        "num_cpus": cpu.num_cpus, "caches": dict(cpu.caches),
+        "caches_source": getattr(cpu, "caches_source", None),
+        "xcr0": f"{cpu.xcr0:#x}", "os_states": getattr(cpu, "os_states", None),
+        "amx_permission": cpu.amx_permission,
+        "levels": list(LEVELS), "available_isas": list(onepath.available_isas()),
+        "isa": onepath.isa(), "cap_reason": cap_reason(),
+        "host_best": cpu.isa,
+        "limits": cpu.limits() if hasattr(cpu, "limits") else {},
+        "threads": onepath.get_num_threads(),
+        "features": feature_rows(cpu),
+        "kernels": kernel_rows(),
+        "builds": builds(),
+        "env": {k: os.environ[k] for k in ENV_VARS if k in os.environ},
+    }
+    if with_py_cpuinfo:
+        report["py_cpuinfo"] = py_cpuinfo(cpu)
+    return report
+
+
+def _yn(v) -> str:
+    return "?" if v is None else ("yes" if v else "no")
+
+
+def _table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)] if rows else [len(h) for h in headers]
+    fmt = lambda r: indent + "  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()  # noqa: E731
+    return [fmt(headers), indent + "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows]
+
+
+def render(report: dict, all_features: bool = False) -> str:
+    """Plain-text rendering of ``collect()``."""
+    r = report
+    c = r["caches"]
+    lines = [
+        f"onepath {r['onepath_version']}  (python {r['python']}, numpy {r['numpy']})",
+        "",
+        "CPU",
+        f"  vendor          {r['vendor']}",
+        f"  brand           {r['brand'] or '?'}",
+        f"  uarch           {r['uarch']}",
+        f"  family/model    {r['family']} / {r['model']} (0x{r['family']:x} / 0x{r['model']:02x}), "
+        f"stepping {r['stepping']}",
+        f"  cpus            {r['num_cpus']} (this process may use)",
+        f"  caches          L1d {_size(c.get('l1d'))}, L2 {_size(c.get('l2'))}, L3 {_size(c.get('l3'))}"
+        + (f"  (from {r['caches_source']})" if r.get("caches_source") else ""),
+        f"  xcr0            {r['xcr0']}"
+        + (f"  (OS enabled: {', '.join(g for g, on in r['os_states'].items() if on) or 'none'})"
+           if r.get("os_states") else ""),
+        f"  amx permission  {_yn(r['amx_permission'])}",
+        "",
+        "ISA level",
+        f"  in force        {r['isa']}  ({r['cap_reason']})",
+        f"  host can run    {', '.join(r['available_isas'])}",
+    ]
+    for level in r["levels"]:
+        if level not in r["available_isas"]:
+            why = r["limits"].get(level, "not available on this host")
+            lines.append(f"  {level:<16}unavailable: {why.split(': ', 1)[-1] if why.startswith(level) else why}")
+        elif r["levels"].index(level) > r["levels"].index(r["isa"]):
+            lines.append(f"  {level:<16}available, but above the cap")
+    lines.append(f"  threads         {r['threads']}")
+    lines += ["", "Kernels selected (op, dtype -> kernel at the level in force)"]
+    krows = []
+    for k in r["kernels"]:
+        if "error" in k:
+            krows.append([k["op"], k["dtype"], "-", "-", "-", "-", "-", k["error"]])
+        else:
+            krows.append([k["op"], k["dtype"], k["name"], k["level"], f"{k['mr']}x{k['nr']}",
+                          str(k["mc"]), str(k["kc"]), str(k["nc"])
+                          + (f"  (tuned for {k['tuned_for']})" if k.get("tuned_for") else "")])
+    lines += _table(["op", "dtype", "kernel", "level", "MRxNR", "MC", "KC", "NC"], krows)
+    missing = [b for b, ok in r["builds"].items() if not ok]
+    if missing:
+        lines.append(f"  (kernel modules not built: {', '.join(missing)})")
+
+    feats = r["features"]
+    shown = feats if all_features else [f for f in feats if f["cpu_has"] or f["used_by"]]
+    shown = sorted(shown, key=lambda f: (f["used_by"] is None,
+                                         r["levels"].index(f["used_by"]) if f["used_by"] else 0))
+    lines += ["", "Features (CPU has it / OS enabled its register state / onepath level requiring it)"]
+    lines += _table(["feature", "cpu", "os", "onepath uses"],
+                    [[f["feature"], _yn(f["cpu_has"]), _yn(f["os_enabled"]), f["used_by"] or "-"]
+                     for f in shown])
+    hidden = len(feats) - len(shown)
+    if hidden:
+        lines.append(f"  ({hidden} more decoded features the CPU lacks and onepath does not use; "
+                     "--all lists them)")
+
+    pc = r.get("py_cpuinfo")
+    if pc is not None:
+        lines += ["", "py-cpuinfo (for comparison)"]
+        if not pc.get("available"):
+            lines.append(f"  {pc.get('error')}")
+        else:
+            lines.append(f"  brand           {pc['brand']}"
+                         + ("  (same as ours)" if pc["brand_matches"] else f"  (ours: {r['brand']})"))
+            lines.append(f"  family/model    {pc['family']} / {pc['model']}, stepping {pc['stepping']}")
+            lines.append(f"  flags           {pc['flags_count']} reported (our probe decodes "
+                         f"{pc['ours_count']} set features)")
+            if pc["only_ours"] or pc["only_py_cpuinfo"]:
+                lines.append(f"  disagreement on onepath features: only ours {pc['only_ours']}, "
+                             f"only py-cpuinfo {pc['only_py_cpuinfo']}")
+            else:
+                lines.append("  agrees on every feature onepath's levels require")
+    if r["env"]:
+        lines += ["", "Environment"] + [f"  {k}={v}" for k, v in r["env"].items()]
+    return "\n".join(lines)
+
+
+def main(as_json: bool = False, all_features: bool = False, with_py_cpuinfo: bool = True) -> int:
+    report = collect(with_py_cpuinfo=with_py_cpuinfo)
+    if as_json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print(render(report, all_features=all_features))
+    return 0
