@@ -13,6 +13,9 @@ loaded at first use.
 from ._threads import get_num_threads, set_num_threads
 from .dispatch.cap import available_isas, isa, max_isa
 from .ops.matmul import matmul
+from .dtypes import bfloat16
+from .ops.linear import PackedWeight, linear, prepack
+from .ops.conv import conv1d, conv2d
 
 __version__ = "0.1.0"
-__all__ = ["matmul", "isa", "available_isas", "max_isa", "set_num_threads", "get_num_threads"]
+__all__ = ["matmul", "linear", "prepack", "PackedWeight", "bfloat16", "conv2d", "conv1d", "isa", "available_isas", "max_isa", "set_num_threads", "get_num_threads"]

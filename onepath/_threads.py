@@ -1,6 +1,7 @@
 """Thread count used by the kernels (``onepath.set_num_threads`` / ``ONEPATH_NUM_THREADS``)."""
 from __future__ import annotations
 
+import operator
 import os
 
 _num_threads: int | None = None
@@ -8,7 +9,7 @@ _num_threads: int | None = None
 
 def _parse(value, source: str) -> int:
     try:
-        n = int(value)
+        n = int(value, 10) if isinstance(value, str) else operator.index(value)
     except (TypeError, ValueError):
         raise ValueError(f"{source} must be a positive integer, got {value!r}") from None
     if n < 1 or isinstance(value, bool):

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import sys
+import textwrap
 
 ENV_VARS = ("ONEPATH_MAX_ISA", "ONEPATH_NUM_THREADS", "ONEPATH_VERBOSE",
             "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS")
@@ -187,17 +188,22 @@ def render(report: dict, all_features: bool = False) -> str:
         lines.append(f"  (kernel modules not built: {', '.join(missing)})")
 
     feats = r["features"]
-    shown = feats if all_features else [f for f in feats if f["cpu_has"] or f["used_by"]]
-    shown = sorted(shown, key=lambda f: (f["used_by"] is None,
-                                         r["levels"].index(f["used_by"]) if f["used_by"] else 0))
-    lines += ["", "Features (CPU has it / OS enabled its register state / onepath level requiring it)"]
-    lines += _table(["feature", "cpu", "os", "onepath uses"],
-                    [[f["feature"], _yn(f["cpu_has"]), _yn(f["os_enabled"]), f["used_by"] or "-"]
-                     for f in shown])
-    hidden = len(feats) - len(shown)
-    if hidden:
-        lines.append(f"  ({hidden} more decoded features the CPU lacks and onepath does not use; "
-                     "--all lists them)")
+    lines += ["", "Features onepath uses (CPU has it / OS enabled its register state / level requiring it)"]
+    used = sorted((f for f in feats if f["used_by"]), key=lambda f: r["levels"].index(f["used_by"]))
+    lines += _table(["feature", "cpu", "os", "required by"],
+                    [[f["feature"], _yn(f["cpu_has"]), _yn(f["os_enabled"]), f["used_by"]] for f in used])
+    others = [f for f in feats if not f["used_by"]]
+    if all_features:
+        lines += ["", "Other decoded features"]
+        lines += _table(["feature", "cpu", "os"],
+                        [[f["feature"], _yn(f["cpu_has"]), _yn(f["os_enabled"])] for f in others])
+    else:
+        has = [f["feature"] for f in others if f["cpu_has"]]
+        off = [f["feature"] for f in others if f["cpu_has"] and f["os_enabled"] is False]
+        lines += ["", f"Other features the CPU has ({len(has)}; --all for the full table)"]
+        lines += textwrap.wrap(" ".join(has), width=96, initial_indent="  ", subsequent_indent="  ")
+        if off:
+            lines.append(f"  ...of which the OS has not enabled the register state: {' '.join(off)}")
 
     pc = r.get("py_cpuinfo")
     if pc is not None:

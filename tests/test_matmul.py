@@ -251,7 +251,7 @@ def test_out_float64_with_float32_inputs_like_numpy():
 
 @pytest.mark.parametrize("sa,sb,out_shape", [
     ((3, 4), (5, 6), None), ((4,), (5,), None), ((2, 3, 4), (3, 4, 5), None),
-    ((), (3, 3), None), ((3, 3), (), None), ((3, 4), (4, 5), (3, 6)), ((3, 4), (4, 5), (2, 3, 5))])
+    ((), (3, 3), None), ((3, 3), (), None), ((3, 4), (4, 5), (3, 6))])
 def test_errors_match_numpy(sa, sb, out_shape):
     a, b = np.ones(sa, np.float32), np.ones(sb, np.float32)
     kw = {} if out_shape is None else {"out": np.empty(out_shape, np.float32)}
@@ -260,6 +260,14 @@ def test_errors_match_numpy(sa, sb, out_shape):
     with pytest.raises(Exception) as theirs:
         np.matmul(a, b, **kw)
     assert type(ours.value) is type(theirs.value)
+
+
+def test_out_with_extra_loop_dims_like_numpy():
+    a, b = rand(3, 4), rand(4, 5)
+    out, ref = np.empty((2, 3, 5), np.float32), np.empty((2, 3, 5), np.float32)
+    onepath.matmul(a, b, out=out)
+    np.matmul(a, b, out=ref)
+    assert np.allclose(out, ref, rtol=1e-5, atol=1e-5)
 
 
 def test_matrix_subclass_goes_to_numpy():

@@ -6,8 +6,6 @@ import datetime as _dt
 import json
 import os
 import sys
-from typing import Callable
-
 import numpy as np
 
 import onepath
@@ -26,15 +24,27 @@ class BenchError(Exception):
 
 
 def blas_info() -> list[dict]:
-    """numpy's BLAS as threadpoolctl sees it (name, version, architecture/coretype, threads)."""
+    """BLAS libraries loaded in the process as threadpoolctl sees them (name, version,
+    architecture/coretype, threads); ``numpy: True`` marks the one numpy links (the baseline)."""
     try:
         from threadpoolctl import threadpool_info
     except ImportError:
         return [{"error": "threadpoolctl is not installed"}]
     keep = ("user_api", "internal_api", "prefix", "version", "architecture", "threading_layer",
             "num_threads", "filepath")
-    return [{k: v for k, v in d.items() if k in keep} for d in threadpool_info()
-            if d.get("user_api") == "blas"]
+    np_dir = os.path.dirname(os.path.dirname(os.path.abspath(np.__file__)))
+    out = []
+    for d in threadpool_info():
+        if d.get("user_api") != "blas":
+            continue
+        row = {k: v for k, v in d.items() if k in keep}
+        path = os.path.abspath(d.get("filepath") or "")
+        row["numpy"] = os.path.basename(os.path.dirname(path)) in ("numpy.libs", ".dylibs") \
+            or path.startswith(os.path.join(np_dir, "numpy"))
+        out.append(row)
+    if out and not any(r["numpy"] for r in out):
+        out[0]["numpy"] = True  # a system BLAS numpy links dynamically: assume the first
+    return out
 
 
 def fingerprint(threads: int) -> dict:
@@ -53,10 +63,14 @@ def fingerprint(threads: int) -> dict:
 
 
 def header_lines(fp: dict) -> list[str]:
-    blas = "; ".join(
-        f"{b.get('internal_api', '?')} {b.get('version') or ''} (arch {b.get('architecture') or '?'}, "
-        f"{b.get('threading_layer', '?')} threading, {b.get('num_threads', '?')} threads)"
-        for b in fp["blas"] if "error" not in b) or "not detected by threadpoolctl"
+    def desc(b):
+        return (f"{b.get('internal_api', '?')} {b.get('version') or ''} (arch {b.get('architecture') or '?'}, "
+                f"{b.get('threading_layer', '?')} threading, {b.get('num_threads', '?')} threads)")
+    ok = [b for b in fp["blas"] if "error" not in b]
+    blas = "; ".join(desc(b) for b in ok if b.get("numpy")) or "not detected by threadpoolctl"
+    others = [desc(b) for b in ok if not b.get("numpy")]
+    if others:
+        blas += " [also loaded: " + "; ".join(others) + "]"
     lines = [
         f"onepath {fp['onepath_version']} bench | {fp['brand'] or '?'} | {fp['vendor']} {fp['uarch']} "
         f"(family {fp['family']} model {fp['model']} stepping {fp['stepping']}), {fp['num_cpus']} cpus",
@@ -92,7 +106,8 @@ def suite_table(suite: Suite, rows: list[dict]) -> tuple[str, list[str], list[li
     for r in rows:
         one = r["impls"]["onepath"]
         flag = "" if r["check_ok"] in (None, True) else " !"
-        line = [r["group"], r["name"] + flag, r["kernel"] or "-", _fmt(one["gflops"]),
+        kernel = f"{r['kernel_level']} {r['kernel_mrnr']}" if r.get("kernel_mrnr") else (r["kernel"] or "-")
+        line = [r["group"], r["name"] + flag, kernel, _fmt(one["gflops"]),
                 _fmt(r["pct_peak"], ".0f")]
         if mem:
             line.append(_fmt(one["gbs"]) if r["memory_bound"] else "")
@@ -103,9 +118,20 @@ def suite_table(suite: Suite, rows: list[dict]) -> tuple[str, list[str], list[li
     return suite.title, headers, cells
 
 
+def _numeric(text: str) -> bool:
+    t = text.strip().rstrip("!").strip()
+    if t in ("", "-"):
+        return True
+    try:
+        float(t)
+    except ValueError:
+        return False
+    return True
+
+
 def plain_table(title: str, headers: list[str], cells: list[list[str]]) -> str:
     widths = [max(len(x) for x in col) for col in zip(headers, *cells)]
-    right = [i >= 3 for i in range(len(headers))]
+    right = [bool(cells) and all(_numeric(c[i]) for c in cells) for i in range(len(headers))]
 
     def fmt(row):
         return "  ".join(x.rjust(w) if r else x.ljust(w) for x, w, r in zip(row, widths, right)).rstrip()
@@ -120,11 +146,21 @@ def print_table(title: str, headers: list[str], cells: list[list[str]], file=Non
     except ImportError:
         Console = None
     if Console is not None and file.isatty():
-        table = Table(title=title, title_justify="left")
-        for i, h in enumerate(headers):
-            table.add_column(h, justify="right" if i >= 3 else "left")
+        from rich import box
+        grouped = headers[0] == "group"  # one section row per group instead of a column
+        cols = headers[1:] if grouped else headers
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+        for i, h in enumerate(cols):
+            j = i + grouped
+            numeric = bool(cells) and all(_numeric(c[j]) for c in cells)
+            table.add_column(h, justify="right" if numeric else "left", no_wrap=not numeric,
+                             min_width=max(len(w) for w in h.split()))
+        group = None
         for c in cells:
-            table.add_row(*c)
+            if grouped and c[0] != group:
+                group = c[0]
+                table.add_row(f"[bold]{group}[/bold]", *[""] * (len(cols) - 1))
+            table.add_row(*(c[1:] if grouped else c))
         Console(file=file).print(table)
     else:
         print(plain_table(title, headers, cells), file=file)
@@ -157,7 +193,7 @@ def progress_bar(total: int, enabled: bool = True):
 def make_config(quick: bool, shapes=None, repeat=None, min_time=None, threads: int = 1) -> BenchConfig:
     cfg = BenchConfig(threads=threads, quick=quick, shapes=tuple(shapes) if shapes else None)
     if quick:
-        cfg.repeat, cfg.min_time = 3, 0.05
+        cfg.repeat, cfg.min_time = 5, 0.1
     if repeat is not None:
         cfg.repeat = repeat
     if min_time is not None:
@@ -202,7 +238,7 @@ def peak_levels() -> list[str]:
 
 def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suites=None,
         shapes=None, repeat=None, min_time=None, json_path: str | None = None, peak: bool = True,
-        progress: bool = True, out=None, log: Callable[[str], None] | None = None) -> dict:
+        progress: bool = True, out=None) -> dict:
     """Run the bench and print it; returns the JSON document (also written to ``json_path``)."""
     out = out or sys.stdout
     all_suites = discover()
@@ -225,6 +261,7 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
         cases = [(s, c) for s in chosen for c in s.factory(cfg)]
         total = len(levels) + sum(cfg.repeat * (1 + len(c.baselines)) for _, c in cases)
         peaks: dict[str, float] = {}
+        peak_errors: dict[str, str] = {}
         results: list[dict] = []
         with progress_bar(total, progress and sys.stderr.isatty()) as (advance, describe):
             for level in levels:
@@ -233,8 +270,7 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
                     peaks[level] = peak_f32(level, threads, seconds=0.05 if quick else 0.2,
                                             repeat=2 if quick else 3)
                 except (ImportError, ValueError, AttributeError) as exc:
-                    if log:
-                        log(f"peak {level}: {exc}")
+                    peak_errors[level] = f"{type(exc).__name__}: {exc}"
                 advance()
             while cases:
                 suite, case = cases.pop(0)  # drop each case's arrays once it is measured
@@ -242,10 +278,13 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
                 row = measure_case(case, cfg, peaks, tick=advance)
                 row["suite"] = suite.name
                 results.append(row)
-        if peaks:
-            pk = [[lv, f"{g:.1f}", f"{g / threads:.1f}"] for lv, g in peaks.items()]
+        if levels:
+            pk = [[lv, f"{peaks[lv]:.1f}", f"{peaks[lv] / threads:.1f}"] if lv in peaks
+                  else [lv, "-", "-"] for lv in levels]
             print_table(f"FMA peak (float32, {threads} thread{'s' * (threads > 1)})",
                         ["level", "GFLOP/s", "per thread"], pk, file=out)
+            for lv, err in peak_errors.items():
+                print(f"  {lv}: not measured ({err})", file=out)
             print(file=out)
         for suite in chosen:
             rows = [r for r in results if r["suite"] == suite.name]
@@ -267,7 +306,8 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
         "options": {"threads": threads, "isa": isa_level, "quick": quick,
                     "suites": [s.name for s in chosen], "repeat": cfg.repeat,
                     "min_time": cfg.min_time, "shapes": list(cfg.shapes) if cfg.shapes else None},
-        "peak": [{"level": lv, "threads": threads, "gflops": g} for lv, g in peaks.items()],
+        "peak": [{"level": lv, "threads": threads, "gflops": peaks.get(lv),
+                  **({"error": peak_errors[lv]} if lv in peak_errors else {})} for lv in levels],
         "results": results,
         "ok": not bad,
     }

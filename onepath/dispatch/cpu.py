@@ -10,6 +10,8 @@ permission. Names never decide anything: an unknown model gets every level its b
 """
 from __future__ import annotations
 
+import functools
+
 import os
 import struct
 import sys
@@ -334,9 +336,10 @@ class CpuInfo:
                     f"permission (Linux arch_prctl ARCH_REQ_XCOMP_PERM refused or unavailable)")
         return None
 
-    @property
+    @functools.cached_property
     def levels(self) -> tuple[str, ...]:
-        """Every ISA level the CPU and OS can run, ascending (always starts with "generic")."""
+        """Every ISA level the CPU and OS can run, ascending (always starts with "generic").
+        Computed once per object (the fields are frozen)."""
         out = []
         for level in LEVELS:
             if self._level_problem(level) is not None:

@@ -1,1 +1,36 @@
-/* api_conv.h: C entry points of the convolution kernels, identical at every ISA level (also a cffi cdef). */
+/* api_conv.h: C entry points of the convolution kernels, identical at every ISA level (also a cffi cdef).
+   Plain declarations only (read by the C compiler and by cffi).
+
+   Geometry (PyTorch conventions): output oh = (h + pt + pb - dh (kh - 1) - 1) / sh + 1 (same for w);
+   the caller computes oh/ow (so bottom/right padding is implied) and guarantees oh, ow, n >= 1.
+   Dilation counts from 1 (1 = dense kernel). Tensors are dense (C order) in the stated layout;
+   the input may be float32 (x_bf16 = 0) or bfloat16 bits (x_bf16 = 1, widened while packing);
+   weights, bias and the output are float32 (accumulation is float32). */
+
+typedef struct {
+    int64_t n, c, h, w;      /* input: batch, channels (all groups), height, width */
+    int64_t oc, oh, ow;      /* output: channels (all groups), height, width */
+    int64_t kh, kw;          /* kernel size */
+    int64_t sh, sw;          /* stride (>= 1) */
+    int64_t pt, pl;          /* top and left zero padding (>= 0) */
+    int64_t dh, dw;          /* dilation (>= 1) */
+    int64_t groups;          /* c and oc are multiples of groups */
+    int nhwc;                /* 0: x (N,C,H,W), y (N,OC,OH,OW); 1: x (N,H,W,C), y (N,OH,OW,OC) */
+} op_conv_desc;
+
+/* Convolution as a GEMM through the level's GEMM driver and f32 micro-kernel (no im2col buffer):
+   the input patches are gathered block by block while packing (implicit GEMM); a 1x1, stride-1,
+   unpadded float32 convolution reads the input in place as a GEMM operand. Groups are batch entries.
+   Weight layout (both layouts): (OC, C/groups, KH, KW), dense.
+   bias: NULL or OC floats. act: OP_ACT_*. blk: cache blocking (NULL: level defaults).
+   Returns the number of threads used (>= 1), or a negative value if memory could not be allocated. */
+int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
+                  const float *bias, float *y, int act, const op_blocking *blk, int nthreads);
+
+/* Depthwise convolution (groups == C, OC = C * multiplier), direct vectorised kernel.
+   Weight layout: nhwc = 0: (OC, KH, KW); nhwc = 1: (KH, KW, OC). Same return convention. */
+int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
+                     const float *bias, float *y, int act, int nthreads);
+
+/* float32 -> bfloat16 bits, round to nearest even (NaN stays a quiet NaN), n elements. */
+void op_conv_f32_to_bf16(const float *src, uint16_t *dst, int64_t n, int nthreads);

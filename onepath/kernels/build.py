@@ -33,8 +33,10 @@ LEVEL_FLAGS = {
 
 
 def _api_cdef():
-    """Concatenate the API headers (cffi-compatible declarations, no preprocessor lines)."""
-    return "\n".join((HERE / name).read_text() for name in sorted(os.listdir(HERE))
+    """Concatenate the API headers (cffi-compatible declarations, no preprocessor lines);
+    api_gemm.h first: the others use its op_blocking / op_epilogue types."""
+    return "\n".join((HERE / name).read_text()
+                     for name in sorted(os.listdir(HERE), key=lambda f: (f != "api_gemm.h", f))
                      if name.startswith("api_") and name.endswith(".h") and name != "api_probe.h")
 
 

@@ -45,6 +45,7 @@
 
 #define OP_UKR_MAX_MR 16
 #define OP_GEMM_MIN_FLOPS_PER_THREAD 4000000.0
+#define OP_GEMM_DIRECT_KC 32  /* kc when B is read in place (measured best at M = 1..4, K = N = 4096) */
 
 /* ---------------------------------------------------------------- epilogue (portable part) */
 
@@ -127,6 +128,8 @@ typedef struct op_gemm_ops {
     int direct_b;
     int64_t b_panel_ld;
     op_blocking blk;
+    int b_prepacked;   /* 1: g->b already holds ceil(n/nr) packed micro-panels of depth g->rsb (k rounded
+                          up to k_align), panel s at element s*nr*rsb; pack_b is not called (prepack) */
 } op_gemm_ops;
 
 /* ---------------------------------------------------------------- f32 micro-kernels */
@@ -138,7 +141,7 @@ typedef struct op_gemm_ops {
 #define OP_F32_NR 32
 #define OP_F32_KERNEL_NAME "gemm_f32_avx512_core_14x32"
 #define OP_F32_MC 168
-#define OP_F32_KC 384
+#define OP_F32_KC 256
 #define OP_F32_NC 3072
 
 OP_INLINE void op_avx512_row_out(float *cr, __m512 x0, __m512 x1, int full, __mmask16 k0,
@@ -179,19 +182,42 @@ OP_INLINE void op_ukr_avx512_body(const int MRV, int64_t kc, const float *OP_RES
            c5_1 = c0_0, c6_0 = c0_0, c6_1 = c0_0, c7_0 = c0_0, c7_1 = c0_0, c8_0 = c0_0,
            c8_1 = c0_0, c9_0 = c0_0, c9_1 = c0_0, c10_0 = c0_0, c10_1 = c0_0, c11_0 = c0_0,
            c11_1 = c0_0, c12_0 = c0_0, c12_1 = c0_0, c13_0 = c0_0, c13_1 = c0_0;
+    /* C is read/written only after the k loop: fetch its lines now so the write-out does not stall
+       on L3/DRAM misses (C of a large GEMM does not stay in L2 between KC blocks). */
+    if (csc == 1)
+        for (int i = 0; i < MRV; i++) {
+            _mm_prefetch((const char *)(c + i * rsc), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c + i * rsc + 16), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c + i * rsc + 31), _MM_HINT_T0);
+        }
 #define OP_R(i)                                                          \
     if (MRV > i) {                                                       \
         __m512 ai = _mm512_set1_ps(a[i]);                                \
         c##i##_0 = _mm512_fmadd_ps(ai, b0, c##i##_0);                    \
         c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1);                    \
     }
-    for (int64_t p = 0; p < kc; p++) {
-        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-        OP_R(0) OP_R(1) OP_R(2) OP_R(3) OP_R(4) OP_R(5) OP_R(6)
-        OP_R(7) OP_R(8) OP_R(9) OP_R(10) OP_R(11) OP_R(12) OP_R(13)
-        a += OP_F32_MR;
-        b += ldb;
+#define OP_RALL OP_R(0) OP_R(1) OP_R(2) OP_R(3) OP_R(4) OP_R(5) OP_R(6) \
+                OP_R(7) OP_R(8) OP_R(9) OP_R(10) OP_R(11) OP_R(12) OP_R(13)
+    if (ldb == OP_F32_NR) {  /* packed B micro-panel: one sequential stream */
+        for (int64_t p = 0; p < kc; p++) {
+            __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+            OP_RALL
+            a += OP_F32_MR;
+            b += ldb;
+        }
+    } else {
+        /* B read in place (small M): kc rows far apart, which no hardware prefetcher follows;
+           prefetch the same rows of the next NR columns, which the next call (jr + NR) reads. */
+        for (int64_t p = 0; p < kc; p++) {
+            __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+            _mm_prefetch((const char *)(b + 32), _MM_HINT_T1);
+            _mm_prefetch((const char *)(b + 48), _MM_HINT_T1);
+            OP_RALL
+            a += OP_F32_MR;
+            b += ldb;
+        }
     }
+#undef OP_RALL
 #undef OP_R
     if (OP_LIKELY(csc == 1)) {
         const int full = nr == 32;
@@ -271,17 +297,32 @@ OP_INLINE void op_ukr_avx2_body(const int MRV, int64_t kc, const float *OP_RESTR
     __m256 c0_0 = _mm256_setzero_ps(), c0_1 = c0_0, c1_0 = c0_0, c1_1 = c0_0, c2_0 = c0_0,
            c2_1 = c0_0, c3_0 = c0_0, c3_1 = c0_0, c4_0 = c0_0, c4_1 = c0_0, c5_0 = c0_0,
            c5_1 = c0_0;
+    if (csc == 1)  /* see the avx512 kernel */
+        for (int i = 0; i < MRV; i++) {
+            _mm_prefetch((const char *)(c + i * rsc), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c + i * rsc + 15), _MM_HINT_T0);
+        }
 #define OP_R(i)                                                          \
     if (MRV > i) {                                                       \
         __m256 ai = _mm256_broadcast_ss(a + i);                          \
         c##i##_0 = _mm256_fmadd_ps(ai, b0, c##i##_0);                    \
         c##i##_1 = _mm256_fmadd_ps(ai, b1, c##i##_1);                    \
     }
-    for (int64_t p = 0; p < kc; p++) {
-        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-        OP_R(0) OP_R(1) OP_R(2) OP_R(3) OP_R(4) OP_R(5)
-        a += OP_F32_MR;
-        b += ldb;
+    if (ldb == OP_F32_NR) {
+        for (int64_t p = 0; p < kc; p++) {
+            __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+            OP_R(0) OP_R(1) OP_R(2) OP_R(3) OP_R(4) OP_R(5)
+            a += OP_F32_MR;
+            b += ldb;
+        }
+    } else {  /* B in place: prefetch the next NR columns of the same rows (see avx512) */
+        for (int64_t p = 0; p < kc; p++) {
+            __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+            _mm_prefetch((const char *)(b + 16), _MM_HINT_T1);
+            OP_R(0) OP_R(1) OP_R(2) OP_R(3) OP_R(4) OP_R(5)
+            a += OP_F32_MR;
+            b += ldb;
+        }
     }
 #undef OP_R
     if (OP_LIKELY(csc == 1 && nr == 16)) {
@@ -570,7 +611,9 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
             const int64_t kc = op_min64(x->kc, k - pc);
             const int64_t kcp = op_roundup64(kc, o->k_align);
             const int first = pc == 0, last = pc + kc >= k;
-            if (!x->direct)
+            if (o->b_prepacked)
+                ;  /* B micro-panels read in place below */
+            else if (!x->direct)
                 o->pack_b(g, bi, pc, kc, kcp, jc, nc, bbuf);
             else if (nfull < nc)  /* column tail: pack it (the ukr reads full NR-wide rows) */
                 o->pack_b(g, bi, pc, kc, kcp, jc + nfull, nc - nfull, bbuf);
@@ -581,7 +624,10 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                     const int nr = (int)op_min64(NR, nc - jr);
                     const void *bp;
                     int64_t ldb;
-                    if (x->direct && jr < nfull) {
+                    if (o->b_prepacked) {
+                        bp = Bd + ((jc + jr) * g->rsb + pc * NR) * (int64_t)o->b_elem;
+                        ldb = o->b_panel_ld;
+                    } else if (x->direct && jr < nfull) {
                         bp = Bd + (pc * g->rsb + (jc + jr)) * (int64_t)o->b_elem;
                         ldb = g->rsb;
                     } else {
@@ -666,8 +712,12 @@ static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op
     x.kc = op_roundup64(x.kc, ops->k_align);
     x.mblk = op_cdiv64(g->m, MR);
     x.nblk = op_cdiv64(g->n, NR);
-    /* Small M (GEMV-like, e.g. decode): B is streamed once in place instead of being packed. */
-    x.direct = ops->direct_b && g->csb == 1 && g->m <= 2 * MR;
+    /* Small M (GEMV-like, e.g. decode; m <= mr so every B row is used by one micro-kernel call):
+       B is streamed once in place instead of being packed. The kc rows a call reads lie a row
+       stride apart (often a power of two: same L1 set), so kc is kept small: the kc rows are
+       kc concurrent streams (prefetched by the ukr), and the C tile is re-read per block. */
+    x.direct = ops->direct_b && g->csb == 1 && g->m <= MR;
+    if (x.direct) x.kc = op_min64(x.kc, OP_GEMM_DIRECT_KC);
 
     /* threads: at least OP_GEMM_MIN_FLOPS_PER_THREAD each */
     const double flops = 2.0 * (double)g->batch * (double)g->m * (double)g->n * (double)op_max64(g->k, 1);
@@ -688,7 +738,7 @@ static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op
     const int64_t mpart = op_cdiv64(x.mblk, x.pm) * MR, npart = op_cdiv64(x.nblk, x.pn) * NR;
     const int64_t kcp = op_roundup64(op_max64(op_min64(x.kc, g->k), 1), ops->k_align);
     const size_t a_bytes = (size_t)op_roundup64(op_min64(x.mc, mpart) * kcp * (int64_t)ops->a_elem, OP_ALIGN);
-    const int64_t bcols = x.direct ? NR : op_min64(x.nc, npart);
+    const int64_t bcols = ops->b_prepacked ? 0 : x.direct ? NR : op_min64(x.nc, npart);
     const size_t b_bytes = (size_t)op_roundup64(bcols * kcp * (int64_t)ops->b_elem, OP_ALIGN);
     x.a_bytes = a_bytes;
     x.thr_bytes = a_bytes + b_bytes;

@@ -6,6 +6,7 @@ the C API wants (see kernels/api_gemm.h), and calls the selected kernel with the
 """
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -30,7 +31,7 @@ def batch_offsets(x: np.ndarray, batch_shape: tuple) -> np.ndarray | None:
     """Element offsets (int64, one per entry of ``batch_shape``, C order) of each core matrix of
     ``x`` (shape batch + 2 core dims, batch broadcastable to ``batch_shape``); None if one entry."""
     nb = x.ndim - 2
-    if int(np.prod(batch_shape, dtype=np.int64)) <= 1:
+    if math.prod(batch_shape) <= 1:
         return None
     off = np.zeros(x.shape[:nb], np.int64)
     item = x.itemsize
@@ -46,7 +47,7 @@ def batch_offsets(x: np.ndarray, batch_shape: tuple) -> np.ndarray | None:
 def kernel_ready(x: np.ndarray) -> bool:
     """True when the kernels can read ``x`` in place: aligned, strides whole elements."""
     item = x.itemsize
-    return x.ctypes.data % item == 0 and all(s % item == 0 for s in x.strides)
+    return x.flags.aligned and all(s % item == 0 for s in x.strides)
 
 
 def _ptr(ffi, ctype, arr):
@@ -68,7 +69,7 @@ def run_gemm(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, *, bias=None,
     mod = load(row.level)
     ffi, lib = mod.ffi, mod.lib
     batch_shape = c.shape[:-2]
-    nbatch = int(np.prod(batch_shape, dtype=np.int64))
+    nbatch = math.prod(batch_shape)
     m, n = c.shape[-2:]
     k = a.shape[-1]
     ia, ib, ic = a.itemsize, b.itemsize, c.itemsize

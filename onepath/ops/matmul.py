@@ -38,7 +38,11 @@ def matmul(a, b, /, out=None, *, dtype=None):
         out = out[0]
     if _foreign(a) or _foreign(b) or (out is not None and type(out) is not np.ndarray):
         return np.matmul(a, b, out=out, dtype=dtype)
+    if isinstance(b, PackedWeight):  # a prepacked weight: a @ weight.T (ops/linear.py)
+        return matmul_packed(a, b, out, dtype)
     a_arr, b_arr = np.asarray(a), np.asarray(b)
+    if a_arr.dtype == BF16 or b_arr.dtype == BF16:  # bfloat16 and mixed (ops/linear.py)
+        return matmul_bf16(a_arr, b_arr, out, dtype)
     if (a_arr.dtype != _F32 or b_arr.dtype != _F32 or a_arr.ndim == 0 or b_arr.ndim == 0
             or (dtype is not None and np.dtype(dtype) != _F32)
             or (out is not None and out.dtype != _F32)):
@@ -103,3 +107,7 @@ def _matmul_f32(a, b, out):
 
 def _shape_text(a, b) -> str:
     return "x".join(map(str, a.shape)) + ":" + "x".join(map(str, b.shape))
+
+
+from ..dtypes import BF16  # noqa: E402
+from .linear import PackedWeight, matmul_bf16, matmul_packed  # noqa: E402  (bfloat16, prepacked)

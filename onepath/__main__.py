@@ -1,0 +1,117 @@
+"""Command line: ``python -m onepath info [--json]`` and ``python -m onepath bench [...]``
+(also installed as the ``onepath`` console script)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated sizes, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive sizes, got {text!r}")
+    return sizes
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="onepath", description="onepath: CPU matmul/conv kernels with run-time ISA dispatch.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    info = sub.add_parser("info", help="CPU, OS support, ISA level in force and the kernels it selects",
+                          description="Report what onepath sees on this machine.")
+    info.add_argument("--json", action="store_true", help="print one JSON object")
+    info.add_argument("--all", action="store_true", help="list every decoded CPU feature")
+    info.add_argument("--no-py-cpuinfo", action="store_true",
+                      help="skip the (slow) py-cpuinfo comparison")
+
+    bench = sub.add_parser(
+        "bench", help="benchmark onepath against numpy (and other baselines)",
+        description="Measure onepath against its baselines, alternately in one process. For a fair "
+                    "numpy baseline, run with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset "
+                    "(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m onepath bench).")
+    bench.add_argument("--threads", type=_positive_int, default=None, metavar="N",
+                       help="threads for onepath and numpy's BLAS (default: onepath.get_num_threads())")
+    bench.add_argument("--isa", metavar="LEVEL", default=None,
+                       help="cap the ISA level for the run (one of onepath.available_isas())")
+    bench.add_argument("--quick", action="store_true", help="fewer shapes, shorter timing (< 1 min)")
+    bench.add_argument("--json", metavar="FILE", default=None,
+                       help="also write the results and machine fingerprint as JSON")
+    bench.add_argument("--model", choices=["minilm"], default=None,
+                       help="run a model end to end instead of the kernel suites "
+                            "(minilm: all-MiniLM-L6-v2 sentence encoder)")
+    bench.add_argument("--suite", action="append", metavar="NAME", default=None,
+                       help="run only this suite (repeatable); --list-suites shows them")
+    bench.add_argument("--list-suites", action="store_true", help="list the suites and exit")
+    # Undocumented knobs for tests and quick looks.
+    bench.add_argument("--shapes", type=_sizes, default=None, help=argparse.SUPPRESS)
+    bench.add_argument("--repeat", type=_positive_int, default=None, help=argparse.SUPPRESS)
+    bench.add_argument("--min-time", type=float, default=None, help=argparse.SUPPRESS)
+    bench.add_argument("--no-peak", action="store_true", help=argparse.SUPPRESS)
+    bench.add_argument("--sentences", type=_positive_int, default=None, help=argparse.SUPPRESS)
+    bench.add_argument("--batch", type=_positive_int, default=64, help=argparse.SUPPRESS)
+    return parser
+
+
+def _error(msg: str) -> int:
+    print(f"onepath: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def _bench(args) -> int:
+    import onepath
+    from .bench.cli import BenchError
+    threads = args.threads or onepath.get_num_threads()
+    try:
+        if args.list_suites:
+            from .bench.core import discover
+            for s in discover().values():
+                print(f"{s.name:16s} {s.title}{'' if s.default else '  (not run by default)'}")
+            return 0
+        if args.model == "minilm":
+            from .bench import minilm
+            try:
+                sentences = None
+                if args.sentences:
+                    sentences = minilm.read_sentences()[: args.sentences]
+                doc = minilm.bench(threads=threads, isa_level=args.isa, quick=args.quick,
+                                   batch=args.batch, repeat=args.repeat, sentences=sentences,
+                                   json_path=args.json)
+            except minilm.ModelMissing as exc:
+                print(f"onepath: {exc}", file=sys.stderr)
+                return 1
+            return 0 if doc["ok"] else 1
+        from .bench import cli
+        doc = cli.run(threads=threads, isa_level=args.isa, quick=args.quick, suites=args.suite,
+                      shapes=args.shapes, repeat=args.repeat, min_time=args.min_time,
+                      json_path=args.json, peak=not args.no_peak)
+        return 0 if doc["ok"] else 1
+    except BenchError as exc:
+        return _error(str(exc))
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "info":
+        from . import info
+        return info.main(as_json=args.json, all_features=args.all,
+                         with_py_cpuinfo=not args.no_py_cpuinfo)
+    return _bench(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

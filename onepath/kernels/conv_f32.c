@@ -1,0 +1,309 @@
+/* conv_f32.c: convolution as GEMM through the level's GEMM driver (gemm_f32.c), float32 accumulation.
+
+   Per batch entry (image n, group g) the convolution is one GEMM:
+     NCHW: C[oc][pixel]  = W[oc][(c,kh,kw)] * B[(c,kh,kw)][pixel]      (M = OC/g, N = OH*OW)
+     NHWC: C[pixel][oc]  = A[pixel][(kh,kw,c)] * Wt[(kh,kw,c)][oc]     (M = OH*OW, N = OC/g)
+   where B (NCHW) or A (NHWC) is the im2col matrix, never materialised: the pack callbacks gather
+   the patch rows of each KC x NC (or MC x KC) block straight from the input tensor into the
+   micro-panel layout (implicit GEMM), widening bfloat16 input on the way. The weight operand is
+   packed by the f32 GEMM's own routine (op_pack_a_f32 / op_pack_b_f32) with per-group offsets, and
+   a 1x1 stride-1 unpadded float32 convolution reads the input in place through op_gemm_f32_ops.
+   The micro-kernel (op_ukr_f32) applies bias and activation while writing the output. */
+
+/* Zero source for padded taps (rows of the packed operand that fall outside the input). */
+#define OP_CONV_ZLEN 2048
+static const float op_conv_zeros[OP_CONV_ZLEN] OP_ALIGNED(64);
+
+typedef struct {
+    const op_conv_desc *d;
+    const void *x;
+    int64_t cg, ocg;
+    int64_t g0;       /* >= 0: every batch entry is image bi of group g0; < 0: entry bi = (n, g) */
+} op_conv_geo;
+
+OP_INLINE float op_conv_ld(const void *x, int64_t i, const int BF16)
+{
+    if (BF16) {
+        uint32_t u = (uint32_t)((const uint16_t *)x)[i] << 16;
+        float f;
+        memcpy(&f, &u, sizeof f);
+        return f;
+    }
+    return ((const float *)x)[i];
+}
+
+OP_INLINE void op_conv_entry(const op_conv_geo *q, int64_t bi, int64_t *n, int64_t *g)
+{
+    if (q->g0 >= 0) {
+        *n = bi;
+        *g = q->g0;
+    } else {
+        *n = bi / q->d->groups;
+        *g = bi % q->d->groups;
+    }
+}
+
+/* NCHW: len consecutive im2col columns (output pixels jstart..) of one depth row into out[]:
+   the input plane at element offset `plane`, tap offsets (ihoff, iwoff). */
+OP_INLINE void op_conv_fill_row(const op_conv_desc *d, const void *x, int64_t plane, int64_t ihoff,
+                                int64_t iwoff, int64_t jstart, int64_t len, float *OP_RESTRICT out,
+                                const int BF16)
+{
+    const int64_t H = d->h, W = d->w, OW = d->ow, sh = d->sh, sw = d->sw;
+    int64_t oh = jstart / OW, ow = jstart % OW;
+    for (int64_t jj = 0; jj < len;) {
+        const int64_t run = op_min64(OW - ow, len - jj);
+        const int64_t ih = oh * sh + ihoff;
+        float *o = out + jj;
+        if (ih < 0 || ih >= H) {
+            for (int64_t t = 0; t < run; t++) o[t] = 0.0f;
+        } else {
+            const int64_t iw0 = ow * sw + iwoff;
+            int64_t tlo = iw0 >= 0 ? 0 : op_cdiv64(-iw0, sw);
+            int64_t thi = iw0 >= W ? 0 : op_cdiv64(W - iw0, sw);
+            if (tlo > run) tlo = run;
+            if (thi > run) thi = run;
+            if (thi < tlo) thi = tlo;
+            for (int64_t t = 0; t < tlo; t++) o[t] = 0.0f;
+            const int64_t base = plane + ih * W + iw0;
+            if (sw == 1 && run == OP_F32_NR && tlo == 0 && thi == OP_F32_NR) {
+                for (int t = 0; t < OP_F32_NR; t++) o[t] = op_conv_ld(x, base + t, BF16);
+            } else if (sw == 1) {
+                for (int64_t t = tlo; t < thi; t++) o[t] = op_conv_ld(x, base + t, BF16);
+            } else {
+                for (int64_t t = tlo; t < thi; t++) o[t] = op_conv_ld(x, base + t * sw, BF16);
+            }
+            for (int64_t t = thi; t < run; t++) o[t] = 0.0f;
+        }
+        jj += run;
+        ow = 0;
+        oh++;
+    }
+}
+
+/* NCHW implicit B: depth p0..p0+kc ((c, kh, kw) order), pixels j0..j0+nc -> NR-wide micro-panels. */
+OP_INLINE void op_conv_pack_b_nchw_impl(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc,
+                                        int64_t kcp, int64_t j0, int64_t nc, void *dst,
+                                        const int BF16)
+{
+    enum { NR = OP_F32_NR };
+    const op_conv_geo *q = (const op_conv_geo *)g->user;
+    const op_conv_desc *d = q->d;
+    int64_t n, gi;
+    op_conv_entry(q, bi, &n, &gi);
+    const int64_t khw = d->kh * d->kw;
+    float *D = (float *)dst;
+    for (int64_t p = 0; p < kc; p++) {
+        const int64_t pp = p0 + p, c = pp / khw, r = pp % khw, ki = r / d->kw, kj = r % d->kw;
+        const int64_t plane = ((n * d->c + gi * q->cg + c) * d->h) * d->w;
+        const int64_t ihoff = ki * d->dh - d->pt, iwoff = kj * d->dw - d->pl;
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+            const int64_t nr = op_min64(NR, nc - jr);
+            float *o = D + jr * kcp + p * NR;
+            op_conv_fill_row(d, q->x, plane, ihoff, iwoff, j0 + jr, nr, o, BF16);
+            for (int64_t t = nr; t < NR; t++) o[t] = 0.0f;
+        }
+    }
+    for (int64_t jr = 0; jr < nc; jr += NR)
+        for (int64_t p = kc; p < kcp; p++)
+            for (int t = 0; t < NR; t++) D[jr * kcp + p * NR + t] = 0.0f;
+}
+
+static void op_conv_pack_b_nchw_f32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc,
+                                    int64_t kcp, int64_t j0, int64_t nc, void *dst)
+{
+    op_conv_pack_b_nchw_impl(g, bi, p0, kc, kcp, j0, nc, dst, 0);
+}
+
+static void op_conv_pack_b_nchw_bf16(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc,
+                                     int64_t kcp, int64_t j0, int64_t nc, void *dst)
+{
+    op_conv_pack_b_nchw_impl(g, bi, p0, kc, kcp, j0, nc, dst, 1);
+}
+
+/* NHWC implicit A: pixels i0..i0+mc, depth p0..p0+kc -> MR-row micro-panels (k-major, d[p*MR + i]).
+   The depth order is (c, kh, kw), the weight's own order, so the weight (OC, C/g, KH, KW) is the B
+   operand in place (a transposed matrix: rsb = 1, csb = K). For each tap (kh, kw) the MR pixels'
+   channel runs are read from MR row pointers at once (a padded pixel reads a zero row). */
+OP_INLINE void op_conv_pack_a_nhwc_impl(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc,
+                                        int64_t p0, int64_t kc, int64_t kcp, void *dst,
+                                        const int BF16)
+{
+    enum { MR = OP_F32_MR };
+    const op_conv_geo *q = (const op_conv_geo *)g->user;
+    const op_conv_desc *d = q->d;
+    int64_t n, gi;
+    op_conv_entry(q, bi, &n, &gi);
+    const int64_t cg = q->cg, C = d->c, H = d->h, W = d->w, OW = d->ow;
+    const int64_t khw = d->kh * d->kw;
+    const int64_t zlen = BF16 ? 2 * OP_CONV_ZLEN : OP_CONV_ZLEN;
+    const char *X = (const char *)q->x;
+    const int64_t esz = BF16 ? 2 : 4;
+    float *D = (float *)dst;
+    for (int64_t ir = 0; ir < mc; ir += MR, D += MR * kcp) {
+        const int mr = (int)op_min64(MR, mc - ir);
+        int64_t ihb[MR], iwb[MR];
+        for (int i = 0; i < MR; i++) {
+            if (i < mr) {
+                const int64_t pix = i0 + ir + i, oh = pix / OW, ow = pix % OW;
+                ihb[i] = oh * d->sh - d->pt;
+                iwb[i] = ow * d->sw - d->pl;
+            } else {
+                ihb[i] = -((int64_t)1 << 40);  /* never valid */
+                iwb[i] = 0;
+            }
+        }
+        for (int64_t kk = 0; kk < khw; kk++) {
+            /* channels c with p0 <= c*khw + kk < p0 + kc */
+            const int64_t ca = p0 > kk ? op_cdiv64(p0 - kk, khw) : 0;
+            const int64_t cb = op_min64(cg, p0 + kc > kk ? op_cdiv64(p0 + kc - kk, khw) : 0);
+            if (ca >= cb) continue;
+            const int64_t ki = kk / d->kw, kj = kk % d->kw;
+            int64_t base[MR];
+            int valid[MR];
+            for (int i = 0; i < MR; i++) {
+                const int64_t ih = ihb[i] + ki * d->dh, iw = iwb[i] + kj * d->dw;
+                valid[i] = ih >= 0 && ih < H && iw >= 0 && iw < W;
+                base[i] = valid[i] ? ((n * H + ih) * W + iw) * C + gi * cg : 0;
+            }
+            for (int64_t c0 = ca; c0 < cb; c0 += zlen) {
+                const int64_t run = op_min64(zlen, cb - c0);
+                const void *r[MR];
+                for (int i = 0; i < MR; i++)
+                    r[i] = valid[i] ? (const void *)(X + (base[i] + c0) * esz) : (const void *)op_conv_zeros;
+                float *dp = D + (c0 * khw + kk - p0) * MR;
+                for (int64_t t = 0; t < run; t++)
+                    for (int i = 0; i < MR; i++) dp[t * khw * MR + i] = op_conv_ld(r[i], t, BF16);
+            }
+        }
+        for (int64_t p = kc; p < kcp; p++)
+            for (int i = 0; i < MR; i++) D[p * MR + i] = 0.0f;
+    }
+}
+
+static void op_conv_pack_a_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc,
+                                    int64_t p0, int64_t kc, int64_t kcp, void *dst)
+{
+    op_conv_pack_a_nhwc_impl(g, bi, i0, mc, p0, kc, kcp, dst, 0);
+}
+
+static void op_conv_pack_a_nhwc_bf16(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc,
+                                     int64_t p0, int64_t kc, int64_t kcp, void *dst)
+{
+    op_conv_pack_a_nhwc_impl(g, bi, i0, mc, p0, kc, kcp, dst, 1);
+}
+
+int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
+                  const float *bias, float *y, int act, const op_blocking *blk, int nthreads)
+{
+    const int64_t G = d->groups, cg = d->c / G, ocg = d->oc / G;
+    const int64_t ohw = d->oh * d->ow, hw = d->h * d->w, K = cg * d->kh * d->kw;
+    if (d->n <= 0 || ohw <= 0 || d->oc <= 0) return 1;
+    const int inplace = !x_bf16 && d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 &&
+                        d->pt == 0 && d->pl == 0 && d->oh == d->h && d->ow == d->w;
+
+    op_gemm_ops ops = op_gemm_f32_ops;
+    if (!inplace) {
+        ops.direct_b = 0;
+        if (d->nhwc)
+            ops.pack_a = x_bf16 ? op_conv_pack_a_nhwc_bf16 : op_conv_pack_a_nhwc_f32;
+        else
+            ops.pack_b = x_bf16 ? op_conv_pack_b_nchw_bf16 : op_conv_pack_b_nchw_f32;
+    }
+    /* Groups with a bias: one driver call per group (the epilogue's bias is per call). */
+    const int per_group = G > 1 && bias != NULL;
+    const int64_t calls = per_group ? G : 1;
+    const int64_t batch = per_group ? d->n : d->n * G;
+    int64_t *offs = (int64_t *)malloc(sizeof(int64_t) * (size_t)(3 * batch));
+    if (!offs) return -1;
+    int64_t *xo = offs, *wo = offs + batch, *yo = offs + 2 * batch;
+
+    op_conv_geo q;
+    q.d = d;
+    q.x = x;
+    q.cg = cg;
+    q.ocg = ocg;
+    int used = 1;
+    for (int64_t call = 0; call < calls; call++) {
+        q.g0 = per_group ? call : -1;
+        for (int64_t bi = 0; bi < batch; bi++) {
+            int64_t n, gi;
+            op_conv_entry(&q, bi, &n, &gi);
+            if (d->nhwc) {
+                xo[bi] = n * hw * d->c + gi * cg;
+                wo[bi] = gi * ocg * K;
+                yo[bi] = n * ohw * d->oc + gi * ocg;
+            } else {
+                xo[bi] = (n * d->c + gi * cg) * hw;
+                wo[bi] = gi * ocg * K;
+                yo[bi] = (n * d->oc + gi * ocg) * ohw;
+            }
+        }
+        op_epilogue epi;
+        epi.bias = bias ? bias + (per_group ? call * ocg : 0) : NULL;
+        epi.bias_stride = 1;
+        epi.bias_axis = d->nhwc ? 1 : 0;
+        epi.act = act;
+        op_gemm_args g;
+        g.batch = batch;
+        g.k = K;
+        g.epi = (bias || act != OP_ACT_NONE) ? &epi : NULL;
+        g.user = &q;
+        g.c = y;
+        g.c_off = yo;
+        if (d->nhwc) {
+            g.m = ohw; g.n = ocg;
+            g.a = x; g.a_off = xo; g.rsa = d->c; g.csa = 1;     /* in place only when 1x1 */
+            g.b = w; g.b_off = wo; g.rsb = 1; g.csb = K;          /* (OC, C/g, KH, KW) */
+            g.rsc = d->oc; g.csc = 1;
+        } else {
+            g.m = ocg; g.n = ohw;
+            g.a = w; g.a_off = wo; g.rsa = K; g.csa = 1;
+            g.b = x; g.b_off = xo; g.rsb = hw; g.csb = 1;        /* in place only when 1x1 */
+            g.rsc = ohw; g.csc = 1;
+        }
+        const int r = op_gemm_drive(&ops, &g, blk, nthreads);
+        if (r < 0) {
+            free(offs);
+            return r;
+        }
+        if (r > used) used = r;
+    }
+    free(offs);
+    return used;
+}
+
+/* ---------------------------------------------------------------- float32 -> bfloat16 */
+
+typedef struct {
+    const float *src;
+    uint16_t *dst;
+    int64_t n, chunk;
+} op_conv_cvt_ctx;
+
+static void op_conv_cvt_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_conv_cvt_ctx *c = (const op_conv_cvt_ctx *)ctx;
+    const int64_t i0 = task * c->chunk, i1 = op_min64(c->n, i0 + c->chunk);
+    const uint32_t *s = (const uint32_t *)(const void *)c->src;
+    uint16_t *o = c->dst;
+    for (int64_t i = i0; i < i1; i++) {
+        uint32_t u = s[i];
+        if ((u & 0x7fffffffu) > 0x7f800000u)
+            o[i] = (uint16_t)((u >> 16) | 0x40u);
+        else
+            o[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+
+void op_conv_f32_to_bf16(const float *src, uint16_t *dst, int64_t n, int nthreads)
+{
+    op_conv_cvt_ctx c;
+    c.src = src;
+    c.dst = dst;
+    c.n = n;
+    c.chunk = 1 << 16;
+    const int64_t tasks = op_cdiv64(n, c.chunk);
+    op_parallel_for(n >= (1 << 18) ? nthreads : 1, tasks, op_conv_cvt_task, &c);
+}

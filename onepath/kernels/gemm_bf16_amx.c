@@ -1,0 +1,140 @@
+/* gemm_bf16_amx.c: the AMX-BF16 tile micro-kernel (TDPBF16PS), 32 x 32 block of C per call.
+
+   Compiled twice from this one source:
+     avx512_core_amx: the real tile instructions (<immintrin.h>, -mamx-tile -mamx-bf16); selected
+       only when the probe found AMX and the Linux XTILEDATA permission granted.
+     amx_emu: against amx_emu.h, the plain-C emulation of the same intrinsics, with baseline flags.
+       That build exists for the tests: it runs this file's packing (shared k32 layout of
+       gemm_bf16.c), tile configuration and tile loop with M, N and K edges on any host, so a bug in
+       them shows without AMX hardware. It is never selected by dispatch.
+
+   Tiles (palette 1, all 16 rows x 64 bytes): tmm0-3 the 2 x 2 float32 accumulator tiles of the
+   32 x 32 C block, tmm4/5 the A tiles (16 rows x 32 bfloat16) of rows 0-15 / 16-31, tmm6/7 the B
+   tiles (16 K-pairs x 16 columns x 2) of columns 0-15 / 16-31.
+
+   Tile configuration per thread: LDTILECFG is issued by the first micro-kernel call of each thread
+   in each GEMM call (op_amx_epoch changes at every call, each thread remembers the epoch it
+   configured for), and the calling thread releases its tiles (TILERELEASE) when the call returns;
+   helper threads exit with the call. Other code using AMX on the same thread between our calls
+   (e.g. oneDNN in the same process) therefore never sees or changes our configuration mid-call. */
+
+#include <stdatomic.h>
+
+#define OP_AMX_MR 32
+
+typedef struct {
+    uint8_t palette_id;
+    uint8_t start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} op_amx_tilecfg;
+
+static _Atomic unsigned op_amx_epoch = 1;
+static _Thread_local unsigned op_amx_cfg_epoch = 0;
+
+static void op_amx_configure(void)
+{
+    op_amx_tilecfg cfg OP_ALIGNED(64);
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette_id = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+OP_INLINE void op_amx_ensure_cfg(void)
+{
+    const unsigned e = atomic_load_explicit(&op_amx_epoch, memory_order_relaxed);
+    if (OP_UNLIKELY(op_amx_cfg_epoch != e)) {
+        op_amx_configure();
+        op_amx_cfg_epoch = e;
+    }
+}
+
+static void op_amx_begin(void) { atomic_fetch_add_explicit(&op_amx_epoch, 1, memory_order_relaxed); }
+
+static void op_amx_end(void)
+{
+    if (op_amx_cfg_epoch != 0) {
+        _tile_release();
+        op_amx_cfg_epoch = 0;
+    }
+}
+
+static int op_amx_fault(void)
+{
+#if defined(OP_LEVEL_AMX_EMU)
+    return atomic_exchange(&op_amx_emu_fault, 0);
+#else
+    return 0;
+#endif
+}
+
+static void op_pack_a_amx(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc, int64_t p0,
+                          int64_t kc, int64_t kcp, void *dst)
+{
+    op_pack_a_k32(g, bi, i0, mc, p0, kc, kcp, (uint16_t *)dst, OP_AMX_MR);
+}
+
+static void op_ukr_amx(int64_t kcp, const void *a, const void *b, int64_t ldb, float *c,
+                       int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
+{
+    (void)ldb;
+    op_amx_ensure_cfg();
+    const uint16_t *A = (const uint16_t *)a, *B = (const uint16_t *)b;
+    float t[32 * 32] OP_ALIGNED(64);
+    const int two_m = mr > 16, two_n = nr > 16;
+    const int64_t nkb = kcp / 32;
+    if (two_m && two_n) {
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        for (int64_t kb = 0; kb < nkb; kb++) {
+            const uint16_t *ab = A + kb * (OP_AMX_MR * 32), *bb = B + kb * 1024;
+            _tile_loadd(4, ab, 64);
+            _tile_loadd(6, bb, 64);
+            _tile_loadd(7, bb + 512, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_loadd(5, ab + 16 * 32, 64);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(0, t, 128);
+        _tile_stored(1, t + 16, 128);
+        _tile_stored(2, t + 16 * 32, 128);
+        _tile_stored(3, t + 16 * 32 + 16, 128);
+    } else {
+        /* edge blocks: only the tiles that hold rows < mr and columns < nr */
+        _tile_zero(0);
+        if (two_n) _tile_zero(1);
+        if (two_m) _tile_zero(2);
+        for (int64_t kb = 0; kb < nkb; kb++) {
+            const uint16_t *ab = A + kb * (OP_AMX_MR * 32), *bb = B + kb * 1024;
+            _tile_loadd(4, ab, 64);
+            _tile_loadd(6, bb, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            if (two_n) {
+                _tile_loadd(7, bb + 512, 64);
+                _tile_dpbf16ps(1, 4, 7);
+            }
+            if (two_m) {
+                _tile_loadd(5, ab + 16 * 32, 64);
+                _tile_dpbf16ps(2, 5, 6);
+            }
+        }
+        _tile_stored(0, t, 128);
+        if (two_n) _tile_stored(1, t + 16, 128);
+        if (two_m) _tile_stored(2, t + 16 * 32, 128);
+    }
+    op_bf16_tile_out(t, 32, mr, nr, c, rsc, csc, acc, epi);
+}
+
+static const op_gemm_ops op_bf16_amx_ops = {
+    OP_AMX_MR, OP_K32_NR, 32, 2, 2,
+    op_pack_a_amx, op_pack_b_k32, op_ukr_amx,
+    0, 2 * OP_K32_NR,
+    {256, 1024, 2048},
+    0,
+};

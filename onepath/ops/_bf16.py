@@ -1,0 +1,130 @@
+"""bfloat16 plumbing between the numpy front ends and the C kernels (kernels/api_bf16.h).
+
+``run_gemm_bf16`` is ``_gemm.run_gemm``'s counterpart for bfloat16 A and B (C float32 or bfloat16,
+rounded once); ``run_gemm_packed`` multiplies by a prepacked weight (``onepath.prepack``).
+``build`` forces a kernel build by name (tests run the emulated AMX build, "amx_emu", that way).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .. import _stats, _threads, _verbose
+from ..dispatch import registry
+from ..dtypes import BF16, F32
+from ..kernels import load
+from ._gemm import act_code, batch_offsets
+
+_TAG = {F32: "f32", BF16: "bf16"}
+
+
+def _epilogue(ffi, bias, bias_axis, activation):
+    code = act_code(activation)
+    if bias is None and not code:
+        return ffi.NULL, None
+    epi = ffi.new("op_epilogue *")
+    keep = None
+    if bias is not None:
+        keep = np.asarray(bias)
+        if keep.dtype != F32:
+            keep = keep.astype(F32)
+        epi.bias = ffi.cast("const float *", keep.ctypes.data)
+        epi.bias_stride = keep.strides[0] // keep.itemsize if keep.ndim else 0
+        epi.bias_axis = bias_axis
+    epi.act = code
+    return epi, keep
+
+
+def _row_and_module(op: str, build: str | None, dtype: str = "bfloat16"):
+    if build is None:
+        row = registry.select(op, dtype)
+        return row, row.level, load(row.level)
+    return None, build, load(build)
+
+
+def _blocking(ffi, row):
+    if row is None:
+        return ffi.NULL
+    return ffi.new("op_blocking *", {"mc": row.mc, "kc": row.kc, "nc": row.nc})
+
+
+def _check(used, name, shapes):
+    if used == -2:
+        raise RuntimeError(f"{name}: the emulated AMX tile unit reported a fault (tile misuse) for {shapes}")
+    if used < 0:
+        raise MemoryError(f"{name}: could not allocate packing buffers for {shapes}")
+
+
+def run_gemm_bf16(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, *, bias=None, bias_axis=1,
+                  activation=None, build: str | None = None, shapes: str = "") -> str:
+    """C[..., M, N] = A @ B (+ bias, activation), A and B bfloat16, C float32 or bfloat16 (written in
+    place, rounded once). All must be kernel-ready (aligned, whole-element strides). Returns the
+    level (or build) that ran."""
+    row, level, mod = _row_and_module(op, build)
+    ffi, lib = mod.ffi, mod.lib
+    batch_shape = c.shape[:-2]
+    nbatch = int(np.prod(batch_shape, dtype=np.int64))
+    m, n = c.shape[-2:]
+    k = a.shape[-1]
+    ia, ib, ic = a.itemsize, b.itemsize, c.itemsize
+    a_off, b_off, c_off = (batch_offsets(x, batch_shape) for x in (a, b, c))
+    ptr = lambda arr: ffi.NULL if arr is None else ffi.cast("const int64_t *", arr.ctypes.data)
+    epi, _keep = _epilogue(ffi, bias, bias_axis, activation)
+    verbose = _verbose.enabled()
+    t0 = time.perf_counter() if verbose else 0.0
+    used = lib.op_gemm_bf16(
+        nbatch, m, n, k,
+        ffi.cast("const uint16_t *", a.ctypes.data), ptr(a_off), a.strides[-2] // ia, a.strides[-1] // ia,
+        ffi.cast("const uint16_t *", b.ctypes.data), ptr(b_off), b.strides[-2] // ib, b.strides[-1] // ib,
+        ffi.cast("void *", c.ctypes.data), ptr(c_off), c.strides[-2] // ic, c.strides[-1] // ic,
+        1 if c.dtype == BF16 else 0, _blocking(ffi, row), epi, _threads.get_num_threads())
+    name = ffi.string(lib.op_gemm_bf16_kernel_for(m)).decode()
+    _stats.record(op, "bfloat16", level)
+    _check(used, name, shapes or (m, n, k))
+    if verbose:
+        _verbose.emit(op, f"bf16:bf16:{_TAG[c.dtype]}", level, name, shapes, used, time.perf_counter() - t0)
+    return level
+
+
+def pack_weight(level: str, b_dtype: np.dtype, wt: np.ndarray) -> tuple[np.ndarray, int]:
+    """Pack B = wt (K x N view, dtype float32 or bfloat16) for ``level``'s kernel. Returns the
+    packed buffer (uint8, 64-byte aligned) and its size."""
+    mod = load(level)
+    ffi, lib = mod.ffi, mod.lib
+    code = 1 if b_dtype == BF16 else 0
+    k, n = wt.shape
+    size = int(lib.op_pack_b_bytes(code, k, n))
+    raw = np.empty(size + 64, np.uint8)
+    off = (-raw.ctypes.data) % 64
+    buf = raw[off:off + size]
+    item = wt.itemsize
+    lib.op_pack_b(code, k, n, ffi.cast("const void *", wt.ctypes.data), wt.strides[0] // item,
+                  wt.strides[1] // item, ffi.cast("void *", buf.ctypes.data), _threads.get_num_threads())
+    return buf, size
+
+
+def run_gemm_packed(op: str, level: str, row, b_dtype: np.dtype, a: np.ndarray, packed: np.ndarray,
+                    n: int, c: np.ndarray, *, bias=None, activation=None, shapes: str = "") -> None:
+    """C[M, N] = A[M, K] @ Bpacked (+ bias over columns, activation); A has the packed dtype."""
+    mod = load(level)
+    ffi, lib = mod.ffi, mod.lib
+    m, k = a.shape
+    ia, ic = a.itemsize, c.itemsize
+    code = 1 if b_dtype == BF16 else 0
+    epi, _keep = _epilogue(ffi, bias, 1, activation)
+    verbose = _verbose.enabled()
+    t0 = time.perf_counter() if verbose else 0.0
+    used = lib.op_gemm_packed(
+        code, 1, m, n, k, ffi.cast("const void *", a.ctypes.data), ffi.NULL,
+        a.strides[0] // ia, a.strides[1] // ia, ffi.cast("const void *", packed.ctypes.data),
+        ffi.cast("void *", c.ctypes.data), ffi.NULL, c.strides[0] // ic, c.strides[1] // ic,
+        1 if c.dtype == BF16 else 0, _blocking(ffi, row), epi, _threads.get_num_threads())
+    dname = "bfloat16" if code else "float32"
+    name = (ffi.string(lib.op_gemm_bf16_kernel_for(m)).decode() if code
+            else ffi.string(lib.op_gemm_f32_kernel_name()).decode())
+    _stats.record(op, dname, level)
+    _check(used, name, shapes or (m, n, k))
+    if verbose:
+        _verbose.emit(op, f"{_TAG[a.dtype]}:packed:{_TAG[c.dtype]}", level, name + ",prepacked", shapes,
+                      used, time.perf_counter() - t0)

@@ -1,0 +1,418 @@
+"""``onepath.conv2d`` / ``onepath.conv1d``: torch.nn.functional.conv2d/conv1d semantics on numpy arrays.
+
+float32 and bfloat16 run the dispatched C kernels (float32 accumulation); float64 runs an exact
+float64 reference (im2col + einsum). The algorithm is picked per problem (``select_conv``):
+
+* ``depthwise``      groups == C (> 1), any channel multiplier: direct vectorised kernel;
+* ``1x1_gemm``       1x1 kernels: a GEMM on the input in place (stride 1, unpadded float32) or on
+                     strided/padded views gathered while packing;
+* ``grouped``        other grouped convolutions: one implicit GEMM per (image, group);
+* ``implicit_gemm``  everything else: GEMM micro-kernels over input patches gathered block by block.
+
+Every algorithm has a registry row per ISA level (``onepath.dispatch.registry._CONV``).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from dataclasses import replace
+from functools import lru_cache
+
+import numpy as np
+
+from .. import _stats, _threads, _verbose
+from ..dispatch import registry
+from ..dispatch.levels import level_index
+from ..kernels import load
+from ._gemm import act_code
+
+try:  # ml_dtypes is a declared dependency; keep import errors readable
+    from ml_dtypes import bfloat16 as _BF16_TYPE
+    _BF16 = np.dtype(_BF16_TYPE)
+except ImportError:  # pragma: no cover
+    _BF16 = None
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_SUPPORTED = "float32, bfloat16, float64"
+
+__all__ = ["conv2d", "conv1d", "select_conv", "conv_output_shape", "reference_conv2d"]
+
+
+# ------------------------------------------------------------------------------------------------
+# argument handling
+
+
+def _int(v, what):
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"{what} must be an int or a tuple of ints, got {v!r}")
+    return int(v)
+
+
+def _pair(v, nd, what):
+    """int or sequence of nd ints -> tuple of nd ints."""
+    if isinstance(v, (tuple, list)):
+        if len(v) == 1 and nd == 2:
+            v = (v[0], v[0])
+        if len(v) != nd:
+            raise ValueError(f"expected {what} to be a single integer value or a list of {nd} values "
+                             f"to match the convolution dimensions, but got {what}={list(v)}")
+        return tuple(_int(x, what) for x in v)
+    x = _int(v, what)
+    return (x,) * nd
+
+
+def _padding(padding, nd, k, dil, stride):
+    """-> tuple of nd (before, after) pairs."""
+    if isinstance(padding, str):
+        mode = padding.lower()
+        if mode == "valid":
+            return ((0, 0),) * nd
+        if mode == "same":
+            if any(s != 1 for s in stride):
+                raise ValueError("padding='same' is not supported for strided convolutions "
+                                 f"(stride={list(stride)})")
+            out = []
+            for kk, dd in zip(k, dil):
+                total = dd * (kk - 1)
+                out.append((total // 2, total - total // 2))  # PyTorch: the extra row/column after
+            return tuple(out)
+        raise ValueError(f"Invalid padding string: {padding!r} (valid: 'valid', 'same', an int, "
+                         "a tuple of ints, or ((top, bottom), (left, right)))")
+    if isinstance(padding, (tuple, list)) and any(isinstance(p, (tuple, list)) for p in padding):
+        if len(padding) != nd or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in padding):
+            raise ValueError(f"asymmetric padding must be {nd} (before, after) pairs, got {padding!r}")
+        out = tuple((_int(a, "padding"), _int(b, "padding")) for a, b in padding)
+    else:
+        out = tuple((p, p) for p in _pair(padding, nd, "padding"))
+    if any(p < 0 for pair in out for p in pair):
+        raise ValueError(f"negative padding is not supported (padding={padding!r})")
+    return out
+
+
+def _shape(a) -> str:
+    return "[" + ", ".join(map(str, a)) + "]"
+
+
+def conv_output_shape(size, k, stride, pad, dil):
+    """Output extent of one spatial axis: floor((size + before + after - dil (k - 1) - 1) / stride) + 1."""
+    return (size + pad[0] + pad[1] - dil * (k - 1) - 1) // stride + 1
+
+
+def _result_dtype(x: np.ndarray, w: np.ndarray, b, dtype):
+    if dtype is not None:
+        dt = np.dtype(dtype)
+        if dt not in (_F32, _F64) and dt != _BF16:
+            raise TypeError(f"conv: unsupported dtype {dt}; supported: {_SUPPORTED}")
+    for name, a in (("input", x), ("weight", w), ("bias", b)):
+        if a is not None and a.dtype not in (_F32, _F64) and a.dtype != _BF16:
+            raise TypeError(f"conv: unsupported {name} dtype {a.dtype}; supported: {_SUPPORTED}")
+    if dtype is not None:
+        return np.dtype(dtype)
+    dts = [x.dtype, w.dtype]  # the bias does not promote (it is added in float32 accumulation)
+    if _F64 in dts:
+        return _F64
+    if all(d == _BF16 for d in dts):
+        return _BF16
+    return _F32
+
+
+# ------------------------------------------------------------------------------------------------
+# registry selection
+
+
+def select_conv(algorithm: str, dtype: str = "float32", level: str | None = None) -> registry.Kernel:
+    """The registry row that runs ``algorithm`` ("implicit_gemm", "1x1_gemm", "grouped",
+    "depthwise") on ``dtype`` inputs at the ISA level in force (or ``level``), blocking filled in."""
+    from ..dispatch import cap
+    if level is None:
+        level = cap.isa()
+    return _select_conv(algorithm, str(dtype), level)
+
+
+@lru_cache(maxsize=None)
+def _select_conv(algorithm, dtype, level):
+    from ..dispatch.cpu import probe
+    cap_i = level_index(level)
+    for row in registry.rows("conv2d", dtype):
+        if row.algorithm == algorithm and level_index(row.level) <= cap_i:
+            mc, kc, nc = registry.blocking_for(row, dict(probe().caches))
+            return replace(row, mc=row.mc or mc, kc=row.kc or kc, nc=row.nc or nc)
+    raise ValueError(f"no conv2d kernel for algorithm={algorithm!r} dtype={dtype!r} at level {level!r}")
+
+
+def algorithm_for(c, oc, kh, kw, groups) -> str:
+    """The conv algorithm for a problem: depthwise, 1x1_gemm, grouped or implicit_gemm."""
+    if groups > 1 and groups == c:
+        return "depthwise"
+    if kh == 1 and kw == 1:
+        return "1x1_gemm"
+    if groups > 1:
+        return "grouped"
+    return "implicit_gemm"
+
+
+# ------------------------------------------------------------------------------------------------
+# float64 reference
+
+
+def _act_np(y: np.ndarray, activation):
+    if activation is None:
+        return y
+    if activation == "relu":
+        return np.where(y < 0, 0.0, y)  # NaN stays NaN
+    if activation == "silu":
+        with np.errstate(over="ignore"):
+            return y / (1.0 + np.exp(-y))
+    if activation == "gelu":
+        erf = np.vectorize(math.erf, otypes=[np.float64])
+        return 0.5 * y * (1.0 + erf(y / math.sqrt(2.0)))
+    if activation == "gelu_tanh":
+        return 0.5 * y * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (y + 0.044715 * y ** 3)))
+    act_code(activation)  # raises ValueError for unknown names
+    return y
+
+
+def reference_conv2d(x, w, bias=None, stride=(1, 1), pads=((0, 0), (0, 0)), dilation=(1, 1),
+                     groups=1, activation=None):
+    """Exact float64 conv2d on NCHW x (N, C, H, W), w (OC, C/groups, KH, KW): im2col + einsum."""
+    x = np.asarray(x, np.float64)
+    w = np.asarray(w, np.float64)
+    n, c, h, wd = x.shape
+    oc, cg, kh, kw = w.shape
+    oh = conv_output_shape(h, kh, stride[0], pads[0], dilation[0])
+    ow = conv_output_shape(wd, kw, stride[1], pads[1], dilation[1])
+    y = np.zeros((n, oc, max(oh, 0), max(ow, 0)), np.float64)
+    if y.size and cg:
+        xp = np.zeros((n, c, h + pads[0][0] + pads[0][1], wd + pads[1][0] + pads[1][1]))
+        xp[:, :, pads[0][0]:pads[0][0] + h, pads[1][0]:pads[1][0] + wd] = x
+        s = xp.strides
+        win = np.lib.stride_tricks.as_strided(
+            xp, (n, c, oh, ow, kh, kw),
+            (s[0], s[1], s[2] * stride[0], s[3] * stride[1], s[2] * dilation[0], s[3] * dilation[1]),
+            writeable=False)
+        ocg = oc // groups
+        win = win.reshape(n, groups, cg, oh, ow, kh, kw)
+        wg = w.reshape(groups, ocg, cg, kh, kw)
+        y = np.einsum("ngchwij,gocij->ngohw", win, wg, optimize=True).reshape(n, oc, oh, ow)
+    if bias is not None:
+        y = y + np.asarray(bias, np.float64).reshape(1, -1, 1, 1)
+    return _act_np(y, activation)
+
+
+# ------------------------------------------------------------------------------------------------
+# the public functions
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, layout="NCHW",
+           activation=None, dtype=None):
+    """2-D convolution with torch.nn.functional.conv2d semantics on numpy arrays.
+
+    Args:
+        input: (N, C, H, W) or unbatched (C, H, W); with ``layout="NHWC"`` (N, H, W, C) or (H, W, C).
+        weight: (OC, C/groups, KH, KW) in every layout (any strides).
+        bias: None or (OC,).
+        stride, dilation: int or (h, w) pair, >= 1 (dilation counts from 1 as in PyTorch).
+        padding: int, (h, w), ``"valid"``, ``"same"`` (stride 1; an odd total puts the extra row /
+            column at the bottom / right as PyTorch does) or asymmetric ((top, bottom), (left, right)).
+        groups: divides C and OC.
+        layout: "NCHW" or "NHWC" (input and output; NHWC returns (N, OH, OW, OC)).
+        activation: None, "relu", "gelu", "gelu_tanh" or "silu", fused after the bias.
+        dtype: compute/result dtype (float32, bfloat16 or float64); default: float64 if an operand is
+            float64, bfloat16 if input and weight are both bfloat16, else float32.
+    Returns:
+        ndarray of the result dtype.
+    Raises:
+        ValueError: wrong ranks, channel/group mismatches, kernel larger than the padded input,
+            stride/dilation < 1, negative padding, "same" with stride > 1 (shapes in the message).
+        TypeError: unsupported dtypes (the message names the supported ones).
+    """
+    return _conv(input, weight, bias, stride, padding, dilation, groups, layout, activation, dtype, 2)
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, layout="NCL",
+           activation=None, dtype=None):
+    """1-D convolution with torch.nn.functional.conv1d semantics: input (N, C, L) or (C, L)
+    (``layout="NLC"``: (N, L, C)), weight (OC, C/groups, K); padding an int, (p,), "valid",
+    "same" or ((left, right),). Other arguments as ``conv2d``."""
+    return _conv(input, weight, bias, stride, padding, dilation, groups, layout, activation, dtype, 1)
+
+
+_LAYOUTS = {1: {"NCL": False, "NCW": False, "NCHW": False, "NLC": True, "NWC": True, "NHWC": True},
+            2: {"NCHW": False, "NHWC": True}}
+
+
+def _conv(input, weight, bias, stride, padding, dilation, groups, layout, activation, dtype, nd):
+    name = f"conv{nd}d"
+    if not isinstance(layout, str) or layout.upper() not in _LAYOUTS[nd]:
+        raise ValueError(f"{name}: unknown layout {layout!r}; valid: {', '.join(_LAYOUTS[nd])}")
+    nhwc = _LAYOUTS[nd][layout.upper()]
+    x = np.asarray(input)
+    w = np.asarray(weight)
+    b = None if bias is None else np.asarray(bias)
+    out_dt = _result_dtype(x, w, b, dtype)
+    code = act_code(activation)
+
+    if x.ndim not in (nd + 1, nd + 2):
+        raise ValueError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {name}, "
+                         f"but got input of size: {_shape(x.shape)}")
+    if w.ndim != nd + 2:
+        raise ValueError(f"{name}: expected {nd + 2}D weight (OC, C/groups, " +
+                         ("KH, KW" if nd == 2 else "K") + f"), but got weight of size: {_shape(w.shape)}")
+    unbatched = x.ndim == nd + 1
+    if unbatched:
+        x = x[np.newaxis]
+    # to the 2-D problem: conv1d is a conv2d with H = KH = 1
+    if nd == 1:
+        x = x[:, np.newaxis] if nhwc else x[:, :, np.newaxis]  # (N, 1, L, C) or (N, C, 1, L)
+        w = w[:, :, np.newaxis, :]
+    if nhwc:
+        x_nchw_shape = (x.shape[0], x.shape[3], x.shape[1], x.shape[2])
+    else:
+        x_nchw_shape = x.shape
+    n, c, h, wd = x_nchw_shape
+    oc, cg, kh, kw = w.shape
+
+    groups = _int(groups, "groups")
+    if groups < 1:
+        raise ValueError(f"non-positive groups is not supported (groups={groups})")
+    st = _pair(stride, nd, "stride")
+    dl = _pair(dilation, nd, "dilation")
+    if any(s < 1 for s in st):
+        raise ValueError(f"non-positive stride is not supported (stride={list(st)})")
+    if any(d < 1 for d in dl):
+        raise ValueError(f"dilation should be greater than zero, but got {list(dl)}")
+    pads = _padding(padding, nd, w.shape[2:] if nd == 2 else (kw,), dl, st)
+    if nd == 1:
+        st, dl, pads = (1,) + st, (1,) + dl, ((0, 0),) + pads
+    if oc < 1 or oc % groups:
+        raise ValueError(f"Given groups={groups}, expected weight to be divisible by {groups} at "
+                         f"dimension 0, but got weight of size {_shape(weight_shape(w, nd))} instead")
+    if cg * groups != c:
+        xs = _shape(np.shape(input) if not unbatched else (1,) + np.shape(input))
+        raise ValueError(f"Given groups={groups}, weight of size {_shape(weight_shape(w, nd))}, "
+                         f"expected input{xs} to have {cg * groups} channels, but got {c} channels instead")
+    if b is not None and (b.ndim != 1 or b.shape[0] != oc):
+        raise ValueError(f"Given weight of size {_shape(weight_shape(w, nd))}, expected bias to be "
+                         f"1-dimensional with {oc} elements, but got bias of size {_shape(b.shape)} instead")
+    ph = h + pads[0][0] + pads[0][1]
+    pw = wd + pads[1][0] + pads[1][1]
+    ekh, ekw = dl[0] * (kh - 1) + 1, dl[1] * (kw - 1) + 1
+    if ph < ekh or pw < ekw:
+        if nd == 2:
+            raise ValueError(f"Calculated padded input size per channel: ({ph} x {pw}). Kernel size: "
+                             f"({ekh} x {ekw}). Kernel size can't be greater than actual input size")
+        raise ValueError(f"Calculated padded input size per channel: ({pw}). Kernel size: ({ekw}). "
+                         "Kernel size can't be greater than actual input size")
+    oh = (ph - ekh) // st[0] + 1
+    ow = (pw - ekw) // st[1] + 1
+
+    if out_dt == _F64:
+        xr = x if not nhwc else x.transpose(0, 3, 1, 2)
+        y = reference_conv2d(xr, w, b, st, pads, dl, groups, activation)
+        _stats.record("conv2d", "float64", "reference")
+        if nhwc:
+            y = np.ascontiguousarray(y.transpose(0, 2, 3, 1))
+    else:
+        y = _conv_kernel(x, w, b, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc,
+                         code, out_dt, activation)
+    # back to the caller's rank / layout
+    if nd == 1:
+        y = y[:, :, 0, :] if not nhwc else y[:, 0, :, :]
+    if unbatched:
+        y = y[0]
+    return y
+
+
+def weight_shape(w, nd):
+    return w.shape if nd == 2 else (w.shape[0], w.shape[1], w.shape[3])
+
+
+def _fill_bias(y, b, nhwc, activation, out_dt):
+    """Output of an empty reduction (C == 0 or an all-padding window): bias then activation."""
+    if b is None:
+        val = np.zeros(1)
+    else:
+        val = np.asarray(b, np.float64)
+    val = _act_np(val, activation)
+    shape = (1, 1, 1, -1) if nhwc else (1, -1, 1, 1)
+    y[...] = (val.reshape(shape) if val.size > 1 else val[0]).astype(np.float32)
+    return y.astype(out_dt) if out_dt != _F32 else y
+
+
+def _conv_kernel(x, w, b, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc, code,
+                 out_dt, activation):
+    yshape = (n, oh, ow, oc) if nhwc else (n, oc, oh, ow)
+    if n == 0 or oh == 0 or ow == 0:
+        return np.empty(yshape, out_dt)
+    y = np.empty(yshape, _F32)
+    if c == 0 or h == 0 or wd == 0:  # nothing to reduce over: the output is the bias (activated)
+        return _fill_bias(y, b, nhwc, activation, out_dt)
+
+    # operands: input f32 or bf16 bits (widened in the kernels), weight/bias f32
+    if x.dtype == _BF16:
+        xk = np.ascontiguousarray(x).view(np.uint16)
+        x_bf16 = 1
+    else:
+        xk = np.ascontiguousarray(x, _F32)
+        x_bf16 = 0
+    if out_dt == _BF16 and x.dtype != _BF16:
+        # bfloat16 compute requested on float32 input: round the input first (one rounding)
+        xk = np.ascontiguousarray(xk.astype(_BF16)).view(np.uint16)
+        x_bf16 = 1
+    w32 = np.asarray(w, _F32)
+    if out_dt == _BF16 and w.dtype != _BF16:
+        w32 = w32.astype(_BF16).astype(_F32)
+    b32 = None if b is None else np.ascontiguousarray(b, _F32)
+
+    algo = algorithm_for(c, oc, kh, kw, groups)
+    dtype_name = "bfloat16" if x_bf16 else "float32"
+    row = select_conv(algo, dtype_name)
+    mod = load(row.level)
+    ffi, lib = mod.ffi, mod.lib
+    d = ffi.new("op_conv_desc *")
+    d.n, d.c, d.h, d.w = n, c, h, wd
+    d.oc, d.oh, d.ow = oc, oh, ow
+    d.kh, d.kw = kh, kw
+    d.sh, d.sw = st
+    d.pt, d.pl = pads[0][0], pads[1][0]
+    d.dh, d.dw = dl
+    d.groups = groups
+    d.nhwc = 1 if nhwc else 0
+    if algo == "depthwise":
+        # (OC, 1, KH, KW) -> NCHW (OC, KH, KW); NHWC (KH, KW, OC)
+        wk = np.ascontiguousarray(w32[:, 0].transpose(1, 2, 0) if nhwc else w32[:, 0])
+    else:
+        wk = np.ascontiguousarray(w32)
+    nthreads = _threads.get_num_threads()
+    verbose = _verbose.enabled()
+    t0 = time.perf_counter() if verbose else 0.0
+    xp = ffi.cast("const void *", xk.ctypes.data)
+    wp = ffi.cast("const float *", wk.ctypes.data)
+    bp = ffi.NULL if b32 is None else ffi.cast("const float *", b32.ctypes.data)
+    yp = ffi.cast("float *", y.ctypes.data)
+    if algo == "depthwise":
+        used = lib.op_conv2d_dw_f32(d, xp, x_bf16, wp, bp, yp, code, nthreads)
+    else:
+        blk = ffi.new("op_blocking *", {"mc": row.mc, "kc": row.kc, "nc": row.nc})
+        used = lib.op_conv2d_f32(d, xp, x_bf16, wp, bp, yp, code, blk, nthreads)
+    _stats.record("conv2d", dtype_name, row.level)
+    if used < 0:
+        raise MemoryError(f"{row.name}: could not allocate scratch for conv {describe(d)}")
+    if out_dt == _BF16:
+        yb = np.empty(yshape, np.uint16)
+        lib.op_conv_f32_to_bf16(yp, ffi.cast("uint16_t *", yb.ctypes.data), y.size, nthreads)
+        y = yb.view(_BF16)
+    if verbose:
+        dts = ("bf16" if x_bf16 else "f32") + ":f32:" + ("bf16" if out_dt == _BF16 else "f32")
+        _verbose.emit("conv2d", dts, row.level, f"{row.name}({algo})",
+                      describe(d) + (",nhwc" if nhwc else ""), used, time.perf_counter() - t0)
+    return y
+
+
+def describe(d) -> str:
+    """benchdnn-style descriptor of an op_conv_desc (dilation printed benchdnn-style, from 0)."""
+    s = f"g{d.groups}mb{d.n}ic{d.c}ih{d.h}iw{d.w}oc{d.oc}oh{d.oh}ow{d.ow}kh{d.kh}kw{d.kw}"
+    s += f"sh{d.sh}sw{d.sw}ph{d.pt}pw{d.pl}dh{d.dh - 1}dw{d.dw - 1}"
+    return s

