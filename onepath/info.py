@@ -49,8 +49,13 @@ def feature_rows(cpu) -> list[dict]:
 
 
 def kernel_rows() -> list[dict]:
-    """For each (op, dtype) in the registry: the kernel ``select`` picks under the cap in force."""
-    from .dispatch import REGISTRY, select
+    """For each (op, dtype) in the registry: the kernel ``select`` picks under the cap in force;
+    then, for each other algorithm of that (op, dtype) (e.g. conv2d's depthwise path, chosen per
+    problem), the row it would use at that level (``"selected": False``)."""
+    import onepath
+    from .dispatch import REGISTRY, rows, select
+    from .dispatch.levels import level_index
+    cap_i = level_index(onepath.isa())
     out = []
     for op, dtype in dict.fromkeys((r.op, r.dtype) for r in REGISTRY):
         try:
@@ -58,9 +63,20 @@ def kernel_rows() -> list[dict]:
         except Exception as exc:  # noqa: BLE001 - report, do not crash the report
             out.append({"op": op, "dtype": dtype, "error": str(exc)})
             continue
-        out.append({"op": op, "dtype": dtype, "name": k.name, "level": k.level, "symbol": k.symbol,
-                    "mr": k.mr, "nr": k.nr, "mc": k.mc, "kc": k.kc, "nc": k.nc,
-                    "tuned_for": k.uarch})
+        algo = getattr(k, "algorithm", None)
+        out.append({"op": op, "dtype": dtype, "algorithm": algo, "selected": True, "name": k.name,
+                    "level": k.level, "symbol": k.symbol, "mr": k.mr, "nr": k.nr, "mc": k.mc,
+                    "kc": k.kc, "nc": k.nc, "tuned_for": k.uarch})
+        seen = {algo}
+        for r in rows(op, dtype):
+            a = getattr(r, "algorithm", None)
+            if a in seen or level_index(r.level) > cap_i:
+                continue
+            seen.add(a)
+            out.append({"op": op, "dtype": dtype, "algorithm": a, "selected": False, "name": r.name,
+                        "level": r.level, "symbol": r.symbol, "mr": r.mr, "nr": r.nr,
+                        "mc": r.mc or None, "kc": r.kc or None, "nc": r.nc or None,
+                        "tuned_for": r.uarch})
     return out
 
 
@@ -163,26 +179,29 @@ def render(report: dict, all_features: bool = False) -> str:
         f"  amx permission  {_yn(r['amx_permission'])}",
         "",
         "ISA level",
-        f"  in force        {r['isa']}  ({r['cap_reason']})",
-        f"  host can run    {', '.join(r['available_isas'])}",
+        f"  in force          {r['isa']}  ({r['cap_reason']})",
+        f"  host can run      {', '.join(r['available_isas'])}",
     ]
     for level in r["levels"]:
         if level not in r["available_isas"]:
             why = r["limits"].get(level, "not available on this host")
-            lines.append(f"  {level:<16}unavailable: {why.split(': ', 1)[-1] if why.startswith(level) else why}")
+            lines.append(f"  {level:<18}unavailable: {why.split(': ', 1)[-1] if why.startswith(level) else why}")
         elif r["levels"].index(level) > r["levels"].index(r["isa"]):
-            lines.append(f"  {level:<16}available, but above the cap")
-    lines.append(f"  threads         {r['threads']}")
-    lines += ["", "Kernels selected (op, dtype -> kernel at the level in force)"]
+            lines.append(f"  {level:<18}available, but above the cap")
+    lines.append(f"  threads           {r['threads']}")
+    lines += ["", "Kernels (op, dtype -> the kernel selected at the level in force; '+' rows: "
+                  "other algorithms, picked per problem)"]
     krows = []
     for k in r["kernels"]:
         if "error" in k:
-            krows.append([k["op"], k["dtype"], "-", "-", "-", "-", "-", k["error"]])
-        else:
-            krows.append([k["op"], k["dtype"], k["name"], k["level"], f"{k['mr']}x{k['nr']}",
-                          str(k["mc"]), str(k["kc"]), str(k["nc"])
-                          + (f"  (tuned for {k['tuned_for']})" if k.get("tuned_for") else "")])
-    lines += _table(["op", "dtype", "kernel", "level", "MRxNR", "MC", "KC", "NC"], krows)
+            krows.append([k["op"], k["dtype"], "-", "-", "-", "-", "-", "-", k["error"]])
+            continue
+        blk = [str(k[x]) if k[x] else "auto" for x in ("mc", "kc", "nc")]
+        if k.get("tuned_for"):
+            blk[-1] += f"  (tuned for {k['tuned_for']})"
+        krows.append([("" if k["selected"] else "+ ") + k["op"], k["dtype"], k.get("algorithm") or "-",
+                      k["name"], k["level"], f"{k['mr']}x{k['nr']}", *blk])
+    lines += _table(["op", "dtype", "algorithm", "kernel", "level", "MRxNR", "MC", "KC", "NC"], krows)
     missing = [b for b, ok in r["builds"].items() if not ok]
     if missing:
         lines.append(f"  (kernel modules not built: {', '.join(missing)})")

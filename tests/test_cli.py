@@ -27,7 +27,7 @@ def run_cli(*args, timeout=120):
 def test_info_text():
     r = run_cli("info")
     assert r.returncode == 0, r.stderr
-    for needle in ("vendor", "brand", "uarch", "caches", "in force", "Kernels selected",
+    for needle in ("vendor", "brand", "uarch", "caches", "in force", "Kernels (op, dtype",
                    "gemm_f32", "Features onepath uses", "py-cpuinfo"):
         assert needle in r.stdout, needle
 
@@ -157,3 +157,15 @@ def test_minilm_missing_package_message(monkeypatch):
     monkeypatch.setattr(minilm, "MODEL_PACKAGE", "onepath_no_such_model_package")
     with pytest.raises(minilm.ModelMissing, match=r'pip install "onepath\[model\]"'):
         minilm.model_dir()
+
+
+def test_info_render_explains_unavailable_levels():
+    from onepath import info
+    r = info.collect(with_py_cpuinfo=False)
+    r.update(available_isas=["generic", "avx2"], isa="avx2",
+             limits={"avx512_core": "avx512_core: CPU has AVX-512 but the OS did not enable ZMM state",
+                     "avx512_core_bf16": "avx512_core_bf16: CPU lacks avx512_bf16",
+                     "avx512_core_amx": "avx512_core_amx: CPU lacks amx_bf16, amx_tile"})
+    text = info.render(r)
+    assert "avx512_core       unavailable: CPU has AVX-512 but the OS did not enable ZMM state" in text
+    assert "unavailable: CPU lacks amx_bf16, amx_tile" in text

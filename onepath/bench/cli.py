@@ -259,6 +259,10 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
         out.flush()
         levels = peak_levels() if peak else []
         cases = [(s, c) for s in chosen for c in s.factory(cfg)]
+        torch = sys.modules.get("torch")  # a suite with a torch baseline imported it: same threads
+        torch_threads = torch.get_num_threads() if torch is not None else None
+        if torch is not None:
+            torch.set_num_threads(threads)
         total = len(levels) + sum(cfg.repeat * (1 + len(c.baselines)) for _, c in cases)
         peaks: dict[str, float] = {}
         peak_errors: dict[str, str] = {}
@@ -291,6 +295,8 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
             if rows:
                 print_table(*suite_table(suite, rows), file=out)
                 print(file=out)
+        if torch is not None:
+            torch.set_num_threads(torch_threads)
         bad = [r for r in results if r["check_ok"] is False]
         if bad:
             print("! onepath's result differs from the baseline beyond tolerance: "

@@ -18,7 +18,7 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -272,8 +272,3 @@ def peak_f32(level: str, threads: int, seconds: float = 0.2, repeat: int = 3) ->
         best = max(best, sum(flops) / dt / 1e9)
     return best
 
-
-def cases_of(suites: Iterable[Suite], cfg: BenchConfig) -> Iterator[tuple[Suite, Case]]:
-    for suite in suites:
-        for case in suite.factory(cfg):
-            yield suite, case

@@ -66,6 +66,26 @@ OP_INLINE void op_dw_nchw_plane(const op_dw_ctx *c, int64_t task, float *OP_REST
     const float *wk = c->w + oc * KH * KW;
     const float b = c->bias ? c->bias[oc] : 0.0f;
     float *Y = c->y + (n * d->oc + oc) * d->oh * OW;
+    if (sw == 1 && d->sh == 1 && OW < 64) {
+        /* small planes: compute on the padded grid (row pitch wq; columns >= OW are discarded), so
+           each tap is a single pass of length OH * wq instead of OH short rows */
+        float *OP_RESTRICT acc = buf + hp * wq;
+        const int64_t len = (d->oh - 1) * wq + OW;
+        for (int64_t i = 0; i < len; i++) acc[i] = b;
+        for (int64_t ki = 0; ki < KH; ki++) {
+            for (int64_t kj = 0; kj < KW; kj++) {
+                const float *OP_RESTRICT s0 = buf + ki * d->dh * wq + kj * d->dw;
+                const float w0 = wk[ki * KW + kj];
+                for (int64_t i = 0; i < len; i++) acc[i] += w0 * s0[i];
+            }
+        }
+        for (int64_t oh = 0; oh < d->oh; oh++) {
+            float *yr = Y + oh * OW;
+            for (int64_t i = 0; i < OW; i++) yr[i] = acc[oh * wq + i];
+            op_dw_act_store(yr, OW, c->act);
+        }
+        return;
+    }
     for (int64_t oh = 0; oh < d->oh; oh++) {
         float *OP_RESTRICT acc = Y + oh * OW;
         for (int64_t i = 0; i < OW; i++) acc[i] = b;
@@ -92,15 +112,44 @@ OP_INLINE void op_dw_nchw_plane(const op_dw_ctx *c, int64_t task, float *OP_REST
     }
 }
 
+OP_INLINE void op_dw_fma_c(float *OP_RESTRICT acc, const float *OP_RESTRICT wr,
+                            const void *OP_RESTRICT xv, int64_t C, int64_t mult, const int BF16)
+{
+    if (mult == 1) {
+        if (BF16) {
+            const uint16_t *OP_RESTRICT xb = (const uint16_t *)xv;
+            for (int64_t i = 0; i < C; i++) {
+                const uint32_t u = (uint32_t)xb[i] << 16;
+                float f;
+                memcpy(&f, &u, sizeof f);
+                acc[i] += wr[i] * f;
+            }
+        } else {
+            const float *OP_RESTRICT xf = (const float *)xv;
+            for (int64_t i = 0; i < C; i++) acc[i] += wr[i] * xf[i];
+        }
+    } else {
+        for (int64_t i = 0; i < C; i++) {
+            const float x = op_conv_ld(xv, i, BF16);
+            for (int64_t j = 0; j < mult; j++) acc[i * mult + j] += wr[i * mult + j] * x;
+        }
+    }
+}
+
 OP_INLINE void op_dw_nhwc_row(const op_dw_ctx *c, int64_t task, const int BF16)
 {
     const op_conv_desc *d = c->d;
     const int64_t n = task / d->oh, oh = task % d->oh;
     const int64_t C = d->c, OC = d->oc, H = d->h, W = d->w, mult = c->mult;
+    const int64_t esz = BF16 ? 2 : 4;
+    const char *X = (const char *)c->x;
+    const float *bias = c->bias, *wt = c->w;
+    float *Y = c->y;
+    const int act = c->act;
     for (int64_t ow = 0; ow < d->ow; ow++) {
-        float *OP_RESTRICT acc = c->y + ((n * d->oh + oh) * d->ow + ow) * OC;
-        if (c->bias)
-            for (int64_t i = 0; i < OC; i++) acc[i] = c->bias[i];
+        float *OP_RESTRICT acc = Y + ((n * d->oh + oh) * d->ow + ow) * OC;
+        if (bias)
+            for (int64_t i = 0; i < OC; i++) acc[i] = bias[i];
         else
             for (int64_t i = 0; i < OC; i++) acc[i] = 0.0f;
         for (int64_t ki = 0; ki < d->kh; ki++) {
@@ -109,19 +158,11 @@ OP_INLINE void op_dw_nhwc_row(const op_dw_ctx *c, int64_t task, const int BF16)
             for (int64_t kj = 0; kj < d->kw; kj++) {
                 const int64_t iw = ow * d->sw - d->pl + kj * d->dw;
                 if (iw < 0 || iw >= W) continue;
-                const int64_t xs = ((n * H + ih) * W + iw) * C;
-                const float *OP_RESTRICT wr = c->w + (ki * d->kw + kj) * OC;
-                if (mult == 1) {
-                    for (int64_t i = 0; i < C; i++) acc[i] += wr[i] * op_conv_ld(c->x, xs + i, BF16);
-                } else {
-                    for (int64_t i = 0; i < C; i++) {
-                        const float xv = op_conv_ld(c->x, xs + i, BF16);
-                        for (int64_t j = 0; j < mult; j++) acc[i * mult + j] += wr[i * mult + j] * xv;
-                    }
-                }
+                op_dw_fma_c(acc, wt + (ki * d->kw + kj) * OC, X + ((n * H + ih) * W + iw) * C * esz,
+                            C, mult, BF16);
             }
         }
-        op_dw_act_store(acc, OC, c->act);
+        op_dw_act_store(acc, OC, act);
     }
 }
 
@@ -164,7 +205,7 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const flo
         c.hp = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1;
         const int64_t wp = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
         c.wq = op_cdiv64(wp, d->sw);
-        c.scratch_elems = op_roundup64(c.hp * d->sw * c.wq, 16);
+        c.scratch_elems = op_roundup64(c.hp * d->sw * c.wq + d->oh * c.wq, 16);  /* + grid acc */
         c.scratch = (float *)op_aligned_alloc(sizeof(float) * (size_t)(c.scratch_elems * T));
         if (!c.scratch) return -1;
     }

@@ -113,13 +113,16 @@ def run_gemm_packed(op: str, level: str, row, b_dtype: np.dtype, a: np.ndarray, 
     ia, ic = a.itemsize, c.itemsize
     code = 1 if b_dtype == BF16 else 0
     epi, _keep = _epilogue(ffi, bias, 1, activation)
+    blk = _blocking(ffi, row)
+    if m <= 16 and blk != ffi.NULL:
+        blk.kc = max(blk.kc, k)  # decode: each weight panel streamed once, front to back
     verbose = _verbose.enabled()
     t0 = time.perf_counter() if verbose else 0.0
     used = lib.op_gemm_packed(
         code, 1, m, n, k, ffi.cast("const void *", a.ctypes.data), ffi.NULL,
         a.strides[0] // ia, a.strides[1] // ia, ffi.cast("const void *", packed.ctypes.data),
         ffi.cast("void *", c.ctypes.data), ffi.NULL, c.strides[0] // ic, c.strides[1] // ic,
-        1 if c.dtype == BF16 else 0, _blocking(ffi, row), epi, _threads.get_num_threads())
+        1 if c.dtype == BF16 else 0, blk, epi, _threads.get_num_threads())
     dname = "bfloat16" if code else "float32"
     name = (ffi.string(lib.op_gemm_bf16_kernel_for(m)).decode() if code
             else ffi.string(lib.op_gemm_f32_kernel_name()).decode())

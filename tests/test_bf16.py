@@ -1,0 +1,192 @@
+"""bfloat16 GEMM: every level forced in turn plus the emulated AMX build, against a float64
+reference on the same bfloat16 inputs (bounded by K)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import onepath
+from onepath.dtypes import BF16, F32
+from onepath.kernels import load
+from onepath.ops._bf16 import run_gemm_bf16
+
+from conftest import gemm_tolerance
+
+EPS_BF16 = 2.0 ** -8  # unit roundoff of bfloat16 (8 significand bits)
+
+# M, N not multiples of 16 (and of 14, 32), K odd / not a multiple of 32, M = 1, N = 1; M >= 16
+# takes the AMX tiles on the AMX level, M < 16 its VDPBF16PS kernel.
+SHAPES = [(1, 1, 1), (1, 37, 65), (37, 1, 31), (3, 5, 2), (17, 33, 70), (45, 71, 129),
+          (33, 31, 33), (64, 64, 64), (130, 50, 300), (15, 200, 1100)]
+
+
+def _rand_bf16(rng, shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32).astype(BF16)
+
+
+def _ref(a, b):
+    return np.matmul(a.astype(np.float64), b.astype(np.float64))
+
+
+def _assert_f32(got, a, b):
+    ref = _ref(a, b)
+    tol = gemm_tolerance(a.astype(np.float64), b.astype(np.float64), a.shape[-1])
+    assert got.dtype == F32 and got.shape == ref.shape
+    err = np.abs(got.astype(np.float64) - ref)
+    assert np.all(err <= tol), f"max err {err.max()} (tol {tol.min()})"
+
+
+def _assert_bf16(got, a, b):
+    ref = _ref(a, b)
+    tol = gemm_tolerance(a.astype(np.float64), b.astype(np.float64), a.shape[-1])
+    assert got.dtype == BF16 and got.shape == ref.shape
+    err = np.abs(got.astype(np.float64) - ref)
+    assert np.all(err <= tol + EPS_BF16 * (np.abs(ref) + tol)), f"max err {err.max()}"
+
+
+def _emu(a, b, c_dtype=F32, **kw):
+    c = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), c_dtype)
+    run_gemm_bf16("matmul", a, b, c, build="amx_emu", **kw)
+    return c
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_bf16_gemm_levels(level, m, n, k):
+    rng = np.random.default_rng(m * 1000 + n * 10 + k)
+    a, b = _rand_bf16(rng, (m, k)), _rand_bf16(rng, (k, n))
+    r32 = onepath.matmul(a, b, dtype=np.float32)
+    _assert_f32(r32, a, b)
+    r16 = onepath.matmul(a, b)
+    _assert_bf16(r16, a, b)
+    # bfloat16 result = the float32 result rounded once
+    assert np.array_equal(r16.view(np.uint16), r32.astype(BF16).view(np.uint16))
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES[:8])
+def test_bf16_gemm_amx_emulated(m, n, k):
+    rng = np.random.default_rng(7 + m + n + k)
+    a, b = _rand_bf16(rng, (m, k)), _rand_bf16(rng, (k, n))
+    _assert_f32(_emu(a, b), a, b)
+    _assert_bf16(_emu(a, b, BF16), a, b)
+
+
+def test_emulated_strided_batched_and_epilogue():
+    rng = np.random.default_rng(3)
+    a = _rand_bf16(rng, (2, 40, 50))
+    bt = _rand_bf16(rng, (2, 19, 50))
+    b = bt.transpose(0, 2, 1)  # K x N with column stride K (a Linear weight transposed)
+    _assert_f32(_emu(a, b), a, b)
+    _assert_f32(_emu(a[:, ::2, ::-1], b[:, ::-1, :]), a[:, ::2, ::-1], b[:, ::-1, :])
+    bias = rng.standard_normal(19).astype(np.float32)
+    got = _emu(a, b, bias=bias, activation="relu")
+    ref = np.maximum(_ref(a, b) + bias, 0)
+    assert np.allclose(got, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_strided_batched_levels(level):
+    rng = np.random.default_rng(5)
+    a = _rand_bf16(rng, (3, 21, 40))
+    b = _rand_bf16(rng, (40, 35))
+    _assert_f32(onepath.matmul(a, b, dtype=np.float32), a, b)
+    _assert_f32(onepath.matmul(a[:, :, ::2], b[::2].T.copy().T, dtype=np.float32), a[:, :, ::2], b[::2])
+    bt = np.ascontiguousarray(b.T)
+    _assert_bf16(onepath.matmul(a, bt.T), a, b)
+    v = _rand_bf16(rng, (40,))
+    assert onepath.matmul(v, b).shape == (35,) and onepath.matmul(a[0], v).shape == (21,)
+    _assert_bf16(onepath.matmul(v, b)[None], v[None], b)
+
+
+@pytest.mark.parametrize("k", [256, 1024, 4096])
+def test_ones_exact(level, k):
+    for m, n in ((1, 1), (20, 37)):
+        a = np.ones((m, k), BF16)
+        b = np.ones((k, n), BF16)
+        r = onepath.matmul(a, b)
+        assert r.dtype == BF16 and np.all(r.astype(np.float32) == k)
+        assert np.all(onepath.matmul(a, b, dtype=np.float32) == k)
+
+
+@pytest.mark.parametrize("k", [256, 1024, 4096])
+def test_ones_exact_amx_emulated(k):
+    a = np.ones((17, k), BF16)
+    b = np.ones((k, 18), BF16)
+    assert np.all(_emu(a, b) == k)
+    assert np.all(_emu(a, b, BF16).astype(np.float32) == k)
+
+
+def _nan_inf_inputs():
+    rng = np.random.default_rng(11)
+    a = _rand_bf16(rng, (20, 33))
+    b = _rand_bf16(rng, (33, 19))
+    a[1, 3] = np.nan
+    a[4, 5] = np.inf
+    a[6, :] = 0
+    a[6, 7] = -np.inf
+    b[5, 2] = 0          # inf * 0 -> NaN in (4, 2)
+    b[9, 8] = np.inf
+    b[:, 10] = 1
+    b[7, 10] = 1         # row 6 col 10 = -inf
+    return a, b
+
+
+def _assert_nonfinite_like_f32(got, a, b):
+    ref = np.matmul(a.astype(np.float32), b.astype(np.float32))
+    assert np.array_equal(np.isnan(got), np.isnan(ref))
+    assert np.array_equal(np.isposinf(got), np.isposinf(ref)) and np.array_equal(np.isneginf(got), np.isneginf(ref))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_nan_inf_propagation(level):
+    a, b = _nan_inf_inputs()
+    _assert_nonfinite_like_f32(onepath.matmul(a, b, dtype=np.float32), a, b)
+    _assert_nonfinite_like_f32(onepath.matmul(a, b).astype(np.float32), a, b)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_nan_inf_propagation_amx_emulated():
+    a, b = _nan_inf_inputs()
+    _assert_nonfinite_like_f32(_emu(a, b), a, b)
+
+
+def test_mixed_promotion(level):
+    rng = np.random.default_rng(2)
+    a = _rand_bf16(rng, (9, 30))
+    b = rng.standard_normal((30, 11)).astype(np.float32)
+    r = onepath.matmul(a, b)
+    assert r.dtype == F32
+    assert np.allclose(r, np.matmul(a.astype(np.float32), b), rtol=1e-5, atol=1e-5)
+    r2 = onepath.matmul(b.T, a.T)
+    assert r2.dtype == F32
+    out = np.empty((9, 11), BF16)
+    assert onepath.matmul(a, b.astype(BF16), out=out) is out
+    _assert_bf16(out, a, b.astype(BF16))
+    r64 = onepath.matmul(a, b.astype(np.float64))  # not a bf16/f32 pair: numpy's answer
+    assert r64.dtype == np.matmul(a, b.astype(np.float64)).dtype
+
+
+def test_verbose_names_kernel(level, caplog, monkeypatch):
+    monkeypatch.setenv("ONEPATH_VERBOSE", "1")
+    from onepath import _verbose
+    if not hasattr(_verbose, "enabled"):
+        pytest.skip("no verbose module")
+    import logging
+    a = np.ones((20, 8), BF16)
+    with caplog.at_level(logging.INFO, logger=_verbose.logger.name):
+        onepath.matmul(a, a.T)
+    if not _verbose.enabled():
+        pytest.skip("verbose is read once at import")
+    assert "gemm_bf16" in caplog.text and "bf16:bf16:bf16" in caplog.text
+
+
+def test_registry_rows_match_modules():
+    from onepath.dispatch import registry
+    for row in registry.rows("matmul", "bfloat16"):
+        if row.level not in onepath.available_isas():
+            continue
+        lib = load(row.level).lib
+        assert (lib.op_gemm_bf16_mr(), lib.op_gemm_bf16_nr()) == (row.mr, row.nr)
+        assert load(row.level).ffi.string(lib.op_gemm_bf16_kernel_name()).decode() == row.name
+    emu = load("amx_emu").lib
+    assert (emu.op_gemm_bf16_mr(), emu.op_gemm_bf16_nr()) == (32, 32)

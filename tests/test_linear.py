@@ -1,0 +1,122 @@
+"""onepath.linear (fused bias + activation), onepath.prepack (reuse, cap change)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import onepath
+from onepath.dtypes import BF16, F32
+
+ERF = np.vectorize(math.erf, otypes=[np.float64])
+ACTS = {
+    None: lambda y: y,
+    "relu": lambda y: np.maximum(y, 0),
+    "gelu": lambda y: 0.5 * y * (1 + ERF(y / math.sqrt(2))),
+    "gelu_tanh": lambda y: 0.5 * y * (1 + np.tanh(math.sqrt(2 / math.pi) * (y + 0.044715 * y ** 3))),
+    "silu": lambda y: y / (1 + np.exp(-y)),
+}
+
+
+def _ref(x, w, bias, act):
+    y = np.matmul(x.astype(np.float64), w.astype(np.float64).T)
+    if bias is not None:
+        y = y + bias.astype(np.float64)
+    return ACTS[act](y)
+
+
+def _inputs(rng, dt, lead=(2, 7), k=45, n=37):
+    x = rng.standard_normal(lead + (k,)).astype(np.float32).astype(dt)
+    w = (rng.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32).astype(dt)
+    bias = rng.standard_normal(n).astype(np.float32)
+    return x, w, bias
+
+
+@pytest.mark.parametrize("act", list(ACTS))
+@pytest.mark.parametrize("dt", ["float32", "bfloat16"])
+def test_linear_fused(level, act, dt):
+    dt = np.dtype(dt) if dt == "float32" else BF16
+    rng = np.random.default_rng(hash((act, dt.name)) % 2**32)
+    x, w, bias = _inputs(rng, dt)
+    ref = _ref(x, w, bias, act)
+    y = onepath.linear(x, w, bias, activation=act, dtype=np.float32)
+    assert y.shape == (2, 7, 37) and y.dtype == F32
+    assert np.allclose(y, ref, rtol=1e-4, atol=1e-4), np.abs(y - ref).max()
+    p = onepath.prepack(w)
+    yp = onepath.linear(x, p, bias, activation=act, dtype=np.float32)
+    assert np.allclose(yp, ref, rtol=1e-4, atol=1e-4)
+    if dt == BF16:
+        y16 = onepath.linear(x, w, bias, activation=act)
+        assert y16.dtype == BF16
+        # one rounding of the float32 result (bias and activation applied before it)
+        assert np.array_equal(y16.view(np.uint16), y.astype(BF16).view(np.uint16))
+        assert np.array_equal(onepath.linear(x, p, bias, activation=act).view(np.uint16), y16.view(np.uint16))
+
+
+def test_linear_mixed_and_shapes(level):
+    rng = np.random.default_rng(4)
+    x, w, bias = _inputs(rng, BF16, lead=(5,), k=20, n=3)
+    y = onepath.linear(x.astype(np.float32), w, bias)  # f32 x bf16 -> f32
+    assert y.dtype == F32 and np.allclose(y, _ref(x, w, bias, None), rtol=1e-5, atol=1e-5)
+    assert onepath.linear(x[0], w).shape == (3,)                    # 1-D x
+    assert onepath.linear(np.ones((2, 3, 4, 20), BF16), w).shape == (2, 3, 4, 3)
+    assert onepath.linear(np.ones((0, 20), BF16), w).shape == (0, 3)
+    with pytest.raises(ValueError):
+        onepath.linear(x, w[:, :5])
+    with pytest.raises(ValueError):
+        onepath.linear(x, w, np.ones(4, np.float32))
+    with pytest.raises(ValueError):
+        onepath.linear(x, w, activation="tanh")
+
+
+def test_linear_nonfinite_activation(level):
+    x = np.array([[np.inf], [-np.inf], [np.nan], [0.0]], np.float32)
+    w = np.ones((1, 1), np.float32)
+    for act in ("relu", "gelu", "gelu_tanh", "silu"):
+        y = onepath.linear(x, w, activation=act)[:, 0]
+        ref = ACTS[act](np.array([np.inf, -np.inf, np.nan, 0.0])) if act == "relu" else None
+        assert y[0] == np.inf and np.isnan(y[2]) and y[3] == 0
+        assert y[1] == 0
+        if ref is not None:
+            assert np.array_equal(np.isnan(y), np.isnan(ref))
+
+
+def test_prepack_reuse_and_matmul():
+    rng = np.random.default_rng(9)
+    x, w, bias = _inputs(rng, BF16, lead=(33,), k=70, n=50)
+    p = onepath.prepack(w)
+    assert p.level == onepath.isa() and p.shape == (50, 70) and p.nbytes > 0
+    r1 = onepath.linear(x, p, bias)
+    r2 = onepath.linear(x, p, bias)
+    assert np.array_equal(r1.view(np.uint16), r2.view(np.uint16)) and p.repacks == 0
+    assert np.array_equal(onepath.matmul(x, p).view(np.uint16), onepath.matmul(x, w.T).view(np.uint16))
+    w[...] = 0  # the packed copy is a snapshot
+    assert np.array_equal(onepath.linear(x, p, bias).view(np.uint16), r1.view(np.uint16))
+    pf = onepath.prepack(np.ones((4, 6), np.float32))
+    assert np.all(onepath.linear(np.ones((3, 6), np.float32), pf) == 6)
+    assert "PackedWeight" in repr(pf)
+
+
+def test_prepack_cap_change():
+    levels = onepath.available_isas()
+    if len(levels) < 2:
+        pytest.skip("one level only")
+    rng = np.random.default_rng(10)
+    x, w, bias = _inputs(rng, BF16, lead=(17,), k=40, n=33)
+    ref = _ref(x, w, bias, "gelu")
+    p = onepath.prepack(w)
+    strict = onepath.prepack(w, on_cap_change="error")
+    top = p.level
+    for low in levels[:-1]:
+        with onepath.max_isa(low):
+            y = onepath.linear(x, p, bias, activation="gelu", dtype=np.float32)
+            assert p.level == low
+            assert np.allclose(y, ref, rtol=1e-4, atol=1e-4)
+            with pytest.raises(RuntimeError, match="max_isa"):
+                onepath.linear(x, strict, bias)
+    assert p.repacks == len(levels) - 1
+    y = onepath.linear(x, p, bias, activation="gelu", dtype=np.float32)
+    assert p.level == top and np.allclose(y, ref, rtol=1e-4, atol=1e-4)
+    assert np.allclose(onepath.linear(x, strict, bias, activation="gelu", dtype=np.float32), ref,
+                       rtol=1e-4, atol=1e-4)
