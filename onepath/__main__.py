@@ -57,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--suite", action="append", metavar="NAME", default=None,
                        help="run only this suite (repeatable); --list-suites shows them")
     bench.add_argument("--list-suites", action="store_true", help="list the suites and exit")
+    bench.add_argument("what", nargs="?", choices=["conv"], default=None,
+                       help="conv: only the convolution suites (ResNet-50, MobileNet dw), or --desc")
+    bench.add_argument("--desc", action="append", default=None, metavar="DESC|FILE",
+                       help="with `bench conv`: benchdnn conv descriptor(s) (e.g. "
+                            "mb1ic64ih56oc64oh56kh3ph1) or a file of them, one per line (repeatable)")
+    bench.add_argument("--mb", type=_positive_int, default=None, help="with --desc: override the batch")
     # Undocumented knobs for tests and quick looks.
     bench.add_argument("--shapes", type=_sizes, default=None, help=argparse.SUPPRESS)
     bench.add_argument("--repeat", type=_positive_int, default=None, help=argparse.SUPPRESS)
@@ -96,6 +102,16 @@ def _bench(args) -> int:
                 return 1
             return 0 if doc["ok"] else 1
         from .bench import cli
+        if args.what == "conv" or args.desc:  # convolution suites (onepath/bench/conv_suite.py)
+            from .bench import conv_suite
+            from .bench.benchdnn import DescriptorError, load
+            try:
+                for item in args.desc or []:
+                    load(item)
+            except (DescriptorError, OSError) as exc:
+                raise BenchError(f"--desc: {exc}") from None
+            conv_suite.DESCRIPTORS, conv_suite.MB = args.desc, args.mb
+            args.suite = args.suite or (["conv_desc"] if args.desc else ["conv", "conv_dw"])
         doc = cli.run(threads=threads, isa_level=args.isa, quick=args.quick, suites=args.suite,
                       shapes=args.shapes, repeat=args.repeat, min_time=args.min_time,
                       json_path=args.json, peak=not args.no_peak)

@@ -62,7 +62,7 @@ def test_info_respects_cap():
 
 def test_bench_quick_json(tmp_path):
     out = tmp_path / "bench.json"
-    r = run_cli("bench", "--quick", "--threads", "1", "--shapes", "64,96", "--repeat", "1",
+    r = run_cli("bench", "--quick", "--suite", "matmul", "--threads", "1", "--shapes", "64,96", "--repeat", "1",
                 "--min-time", "0.002", "--json", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "numpy" in r.stdout and "GFLOP/s" in r.stdout and "OPENBLAS_CORETYPE" in r.stdout

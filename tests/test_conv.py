@@ -1,0 +1,339 @@
+"""onepath.conv2d / conv1d against an exact float64 reference (and torch when installed), every ISA
+level forced in turn, property tests over the options, and the public faults of issue 4."""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ml_dtypes import bfloat16
+
+import onepath
+from onepath.ops.conv import algorithm_for, reference_conv2d, select_conv
+
+EPS32 = float(np.finfo(np.float32).eps)
+EPSBF = 2.0 ** -8
+
+
+def _pads(padding, k, d, s=(1, 1)):
+    from onepath.ops.conv import _padding
+    return _padding(padding, 2, k, d, s)
+
+
+def _bound(x, w, b, stride, pads, dil, groups, out_bf16=False):
+    """Elementwise error bound: 2 K eps (|x| * |w|) (+ the output rounding in bfloat16)."""
+    k = w.shape[1] * w.shape[2] * w.shape[3]
+    mag = reference_conv2d(np.abs(np.asarray(x, np.float64)), np.abs(np.asarray(w, np.float64)),
+                           None if b is None else np.abs(np.asarray(b, np.float64)),
+                           stride, pads, dil, groups)
+    tol = 2.0 * (k + 2) * EPS32 * mag + 1e-30
+    if out_bf16:
+        tol = tol + EPSBF * mag
+    return tol
+
+
+def run_case(n, c, h, w, oc, kh, kw, stride=1, padding=0, dilation=1, groups=1, layout="NCHW",
+             bias=True, activation=None, dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((oc, c // groups, kh, kw)).astype(np.float32)
+    b = rng.standard_normal(oc).astype(np.float32) if bias else None
+    if dtype == bfloat16:
+        x, wt = x.astype(bfloat16), wt.astype(bfloat16)
+    st2 = (stride, stride) if isinstance(stride, int) else tuple(stride)
+    dl2 = (dilation, dilation) if isinstance(dilation, int) else tuple(dilation)
+    pads = _pads(padding, (kh, kw), dl2, st2)
+    xin = x if layout == "NCHW" else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    got = onepath.conv2d(xin, wt, b, stride, padding, dilation, groups, layout=layout,
+                         activation=activation)
+    assert got.dtype == (bfloat16 if dtype == bfloat16 else np.float32)
+    got = np.asarray(got, np.float64)
+    if layout == "NHWC":
+        got = got.transpose(0, 3, 1, 2)
+    ref = reference_conv2d(x, wt, b, st2, pads, dl2, groups)
+    tol = _bound(x, wt, b, st2, pads, dl2, groups, out_bf16=dtype == bfloat16)
+    if activation is not None:  # the activation is 1-Lipschitz-ish: evaluate it on the reference
+        ref = reference_conv2d(x, wt, b, st2, pads, dl2, groups, activation=activation)
+        tol = 1.2 * tol + 4 * EPS32 * np.abs(ref) + 1e-6
+    assert got.shape == ref.shape, (got.shape, ref.shape)
+    err = np.abs(got - ref)
+    assert np.all(err <= tol), f"max err {err.max():.3e}, worst excess {(err - tol).max():.3e}"
+    return got
+
+
+# (n, c, h, w, oc, kh, kw, stride, padding, dilation, groups)
+CASES = [
+    (2, 6, 9, 11, 5, 3, 3, 1, 1, 1, 1),                 # C not a multiple of the vector width
+    (1, 3, 17, 15, 16, 7, 7, 2, 3, 1, 1),               # conv1-like
+    (2, 8, 9, 11, 6, 3, 2, (2, 1), ((1, 2), (0, 3)), (2, 1), 1),  # asymmetric everything
+    (1, 16, 8, 8, 33, 1, 1, 1, 0, 1, 1),                # 1x1 in place
+    (2, 8, 9, 11, 6, 1, 1, 2, 0, 1, 1),                 # 1x1 stride 2
+    (1, 8, 7, 7, 8, 1, 1, 1, 2, 1, 1),                  # 1x1 with padding (border = bias)
+    (2, 8, 9, 11, 6, 3, 3, 1, 1, 1, 2),                 # grouped
+    (2, 8, 10, 9, 8, 3, 3, 1, 1, 1, 8),                 # depthwise
+    (1, 8, 10, 9, 16, 3, 3, 2, 1, 1, 8),                # depthwise, multiplier 2, stride 2
+    (1, 5, 12, 12, 5, 5, 5, (1, 2), 2, 2, 5),           # depthwise 5x5, dilation
+    (1, 4, 70, 5, 4, 3, 3, 1, 1, 1, 4),                 # depthwise, wide plane path
+    (1, 4, 5, 3, 3, 2, 2, 1, 6, 1, 1),                  # padding far larger than the kernel
+    (1, 40, 6, 6, 40, 3, 3, 1, 1, 1, 1),                # K spans several (c, kh, kw) runs
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:7])))
+def test_conv2d_levels(level, case, layout):
+    run_case(*case, layout=layout)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", [CASES[0], CASES[4], CASES[6], CASES[8]], ids=str)
+def test_conv2d_bf16_levels(level, case, layout):
+    run_case(*case, layout=layout, dtype=bfloat16)
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("case", [CASES[0], CASES[7]], ids=["gemm", "dw"])
+def test_activation_fused(case, act):
+    run_case(*case, activation=act)
+    run_case(*case, activation=act, layout="NHWC", bias=False)
+
+
+def test_large_k_blocks_and_threads():
+    # K = 256*9 spans several KC blocks; enough work for the driver to use every thread
+    onepath.set_num_threads(2)
+    try:
+        run_case(2, 256, 12, 12, 48, 3, 3, 1, 1, 1, 1, layout="NCHW")
+        run_case(2, 256, 12, 12, 48, 3, 3, 1, 1, 1, 1, layout="NHWC")
+        run_case(2, 64, 20, 20, 64, 3, 3, 1, 1, 1, 64, layout="NCHW")
+    finally:
+        onepath._threads._num_threads = None  # back to the default
+
+
+# ---------------------------------------------------------------- the public faults
+
+
+def test_fault_bf16_all_ones_2x2():
+    x = np.ones((1, 1, 2, 2), bfloat16)
+    w = np.ones((1, 1, 2, 2), bfloat16)
+    y = onepath.conv2d(x, w)
+    assert y.dtype == bfloat16 and y.shape == (1, 1, 1, 1) and float(y[0, 0, 0, 0]) == 4.0
+    y = onepath.conv2d(x.transpose(0, 2, 3, 1), w, layout="NHWC")
+    assert float(y.reshape(-1)[0]) == 4.0
+
+
+def test_fault_channels_not_multiple_of_vector(level):
+    run_case(1, 6, 5, 5, 6, 3, 3, 1, 1, 1, 1)
+    run_case(1, 6, 5, 5, 6, 3, 3, 1, 1, 1, 1, layout="NHWC")
+
+
+def test_fault_1x1_stride_2(level):
+    run_case(1, 8, 7, 7, 4, 1, 1, 2, 0, 1, 1)
+    run_case(1, 8, 7, 7, 4, 1, 1, 2, 0, 1, 1, layout="NHWC")
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_fault_padding_far_larger_than_kernel(layout):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 3, 4, 4)).astype(np.float32)
+    w = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)
+    b = np.array([1.5, -2.0], np.float32)
+    xin = x if layout == "NCHW" else x.transpose(0, 2, 3, 1)
+    y = onepath.conv2d(xin, w, b, padding=10, layout=layout)
+    if layout == "NHWC":
+        y = y.transpose(0, 3, 1, 2)
+    assert y.shape == (1, 2, 22, 22)
+    border = np.ones((22, 22), bool)
+    border[8:14, 8:14] = False  # outputs whose window touches the input
+    for o in range(2):
+        assert np.all(y[0, o][border] == b[o])
+
+
+# ---------------------------------------------------------------- semantics
+
+
+def test_matches_torch():
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    rng = np.random.default_rng(3)
+    for (n, c, h, w, oc, kh, kw, s, p, d, g) in CASES:
+        if isinstance(p, tuple) and isinstance(p[0], tuple):
+            continue
+        x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+        wt = rng.standard_normal((oc, c // g, kh, kw)).astype(np.float32)
+        b = rng.standard_normal(oc).astype(np.float32)
+        ref = F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), s, p, d, g).numpy()
+        got = onepath.conv2d(x, wt, b, s, p, d, g)
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    for k in (2, 3, 4):  # "same" with even kernels: PyTorch puts the extra row/column after
+        x = rng.standard_normal((1, 2, 7, 6)).astype(np.float32)
+        wt = rng.standard_normal((3, 2, k, k + 1)).astype(np.float32)
+        ref = F.conv2d(torch.from_numpy(x), torch.from_numpy(wt), padding="same", dilation=(1, 2)).numpy()
+        got = onepath.conv2d(x, wt, padding="same", dilation=(1, 2))
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+        ref1 = F.conv1d(torch.from_numpy(x[:, :, 0]), torch.from_numpy(wt[:, :, 0]), padding="same").numpy()
+        np.testing.assert_allclose(onepath.conv1d(x[:, :, 0], wt[:, :, 0], padding="same"), ref1, rtol=1e-4, atol=1e-4)
+
+
+def test_reference_float64_exact_path():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 4, 6, 6))
+    w = rng.standard_normal((4, 2, 3, 3))
+    y = onepath.conv2d(x, w, groups=2, padding="same")
+    assert y.dtype == np.float64
+    # direct loops
+    ref = np.zeros((1, 4, 6, 6))
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    for o in range(4):
+        gi = o // 2
+        for i in range(6):
+            for j in range(6):
+                ref[0, o, i, j] = np.sum(xp[0, 2 * gi:2 * gi + 2, i:i + 3, j:j + 3] * w[o])
+    np.testing.assert_allclose(y, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_unbatched_conv1d_nhwc_and_dtypes():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((6, 4, 3, 3)).astype(np.float32)
+    y = onepath.conv2d(x, w, padding=1)
+    assert y.shape == (6, 9, 9)
+    np.testing.assert_allclose(y, onepath.conv2d(x[None], w, padding=1)[0], rtol=0, atol=0)
+    yn = onepath.conv2d(x.transpose(1, 2, 0), w, padding=1, layout="NHWC")
+    assert yn.shape == (9, 9, 6)
+    np.testing.assert_allclose(yn.transpose(2, 0, 1), y, rtol=1e-5, atol=1e-5)
+    # conv1d (N, C, L) and NLC
+    x1 = rng.standard_normal((2, 4, 20)).astype(np.float32)
+    w1 = rng.standard_normal((6, 2, 5)).astype(np.float32)
+    y1 = onepath.conv1d(x1, w1, stride=2, padding=((1, 3),), dilation=2, groups=2)
+    ref = reference_conv2d(x1[:, :, None], w1[:, :, None], None, (1, 2), ((0, 0), (1, 3)), (1, 2), 2)[:, :, 0]
+    np.testing.assert_allclose(y1, ref, rtol=1e-5, atol=1e-5)
+    y1n = onepath.conv1d(x1.transpose(0, 2, 1), w1, stride=2, padding=((1, 3),), dilation=2, groups=2,
+                         layout="NLC")
+    np.testing.assert_allclose(y1n.transpose(0, 2, 1), ref, rtol=1e-5, atol=1e-5)
+    # promotion: bf16 x f32 -> f32; dtype= overrides
+    xb = x.astype(bfloat16)
+    assert onepath.conv2d(xb, w).dtype == np.float32
+    assert onepath.conv2d(xb, w.astype(bfloat16)).dtype == bfloat16
+    assert onepath.conv2d(x, w, dtype=bfloat16).dtype == bfloat16
+    assert onepath.conv2d(x, w, dtype=np.float64).dtype == np.float64
+    # a strided / non-contiguous weight and input
+    wbig = np.zeros((6, 8, 3, 3), np.float32)
+    wbig[:, ::2] = w
+    np.testing.assert_allclose(onepath.conv2d(x[:, ::1, ::1], wbig[:, ::2]), onepath.conv2d(x, w),
+                               rtol=0, atol=0)
+
+
+def test_empty_shapes():
+    w = np.ones((4, 3, 3, 3), np.float32)
+    b = np.arange(4, dtype=np.float32)
+    assert onepath.conv2d(np.ones((0, 3, 5, 5), np.float32), w, b).shape == (0, 4, 3, 3)
+    assert onepath.conv2d(np.ones((0, 5, 5, 3), np.float32), w, b, layout="NHWC").shape == (0, 3, 3, 4)
+    # no input channels: nothing to sum, the output is the bias
+    y = onepath.conv2d(np.ones((2, 0, 5, 5), np.float32), np.ones((4, 0, 3, 3), np.float32), b)
+    assert y.shape == (2, 4, 3, 3) and np.all(y == b[None, :, None, None])
+    # empty spatial input with enough padding: every window is padding -> bias (activated)
+    y = onepath.conv2d(np.ones((1, 3, 0, 4), np.float32), w, b - 2, padding=2, activation="relu")
+    assert y.shape == (1, 4, 2, 6) and np.all(y == np.maximum(b - 2, 0)[None, :, None, None])
+
+
+@pytest.mark.parametrize("kwargs, x_shape, w_shape, match", [
+    ({}, (1, 4, 5, 5), (2, 3, 3, 3), r"expected input\[1, 4, 5, 5\] to have 3 channels"),
+    ({"groups": 2}, (1, 4, 5, 5), (3, 2, 3, 3), r"divisible by 2 .*\[3, 2, 3, 3\]"),
+    ({"groups": 3}, (1, 4, 5, 5), (3, 1, 3, 3), r"expected input\[1, 4, 5, 5\] to have 3 channels"),
+    ({}, (1, 3, 2, 2), (2, 3, 3, 3), r"padded input size per channel: \(2 x 2\)\. Kernel size: \(3 x 3\)"),
+    ({"dilation": 2, "padding": 0}, (1, 3, 4, 4), (2, 3, 3, 3), r"\(4 x 4\)\. Kernel size: \(5 x 5\)"),
+    ({"stride": 0}, (1, 3, 5, 5), (2, 3, 3, 3), "non-positive stride"),
+    ({"dilation": (1, 0)}, (1, 3, 5, 5), (2, 3, 3, 3), "dilation should be greater than zero"),
+    ({"padding": -1}, (1, 3, 5, 5), (2, 3, 3, 3), "negative padding"),
+    ({"padding": ((0, 1), (-1, 0))}, (1, 3, 5, 5), (2, 3, 3, 3), "negative padding"),
+    ({"padding": "same", "stride": 2}, (1, 3, 5, 5), (2, 3, 3, 3), "not supported for strided"),
+    ({"padding": "full"}, (1, 3, 5, 5), (2, 3, 3, 3), "Invalid padding string"),
+    ({}, (3, 5), (2, 3, 3, 3), r"Expected 3D \(unbatched\) or 4D \(batched\) input to conv2d, but got input of size: \[3, 5\]"),
+    ({}, (1, 3, 5, 5), (2, 3, 3), r"weight of size: \[2, 3, 3\]"),
+    ({"groups": 0}, (1, 3, 5, 5), (2, 3, 3, 3), "non-positive groups"),
+    ({"stride": (1, 2, 3)}, (1, 3, 5, 5), (2, 3, 3, 3), "list of 2 values"),
+    ({"layout": "CHWN"}, (1, 3, 5, 5), (2, 3, 3, 3), "unknown layout"),
+    ({"activation": "tanh"}, (1, 3, 5, 5), (2, 3, 3, 3), "unknown activation"),
+])
+def test_errors(kwargs, x_shape, w_shape, match):
+    with pytest.raises(ValueError, match=match):
+        onepath.conv2d(np.ones(x_shape, np.float32), np.ones(w_shape, np.float32), **kwargs)
+
+
+def test_errors_bias_rank_dtype():
+    x, w = np.ones((1, 3, 5, 5), np.float32), np.ones((2, 3, 3, 3), np.float32)
+    with pytest.raises(ValueError, match=r"bias to be 1-dimensional with 2 elements, but got bias of size \[3\]"):
+        onepath.conv2d(x, w, np.ones(3, np.float32))
+    with pytest.raises(TypeError, match="float32, bfloat16, float64"):
+        onepath.conv2d(x.astype(np.float16), w)
+    with pytest.raises(TypeError, match="float32, bfloat16, float64"):
+        onepath.conv2d(x.astype(np.int32), w)
+    with pytest.raises(TypeError, match="float32, bfloat16, float64"):
+        onepath.conv2d(x, w, dtype=np.float16)
+    with pytest.raises(ValueError, match=r"input to conv1d, but got input of size: \[1, 3, 5, 5\]"):
+        onepath.conv1d(x, w[:, :, 0])
+
+
+def test_select_and_verbose(caplog, monkeypatch):
+    assert algorithm_for(8, 8, 3, 3, 8) == "depthwise"
+    assert algorithm_for(8, 16, 1, 1, 1) == "1x1_gemm"
+    assert algorithm_for(8, 16, 3, 3, 2) == "grouped"
+    assert algorithm_for(8, 16, 3, 3, 1) == "implicit_gemm"
+    row = onepath.dispatch.select("conv2d", "float32")
+    assert row.algorithm == "implicit_gemm" and row.level in onepath.available_isas()
+    for algo in ("implicit_gemm", "1x1_gemm", "grouped", "depthwise"):
+        for lv in onepath.available_isas():
+            r = select_conv(algo, "float32", lv)
+            assert r.algorithm == algo and algo in r.name
+    monkeypatch.setenv("ONEPATH_VERBOSE", "1")
+    with caplog.at_level(logging.INFO, logger="onepath"):
+        onepath.conv2d(np.ones((1, 4, 6, 6), np.float32), np.ones((4, 1, 3, 3), np.float32), groups=4)
+    line = [r.getMessage() for r in caplog.records if "conv2d" in r.getMessage()][-1]
+    assert "depthwise" in line and onepath.isa() in line or select_conv("depthwise").level in line
+
+
+# ---------------------------------------------------------------- property test
+
+
+@st.composite
+def problems(draw):
+    groups = draw(st.sampled_from([1, 1, 2, 3]))
+    dw = draw(st.booleans()) and groups == 1
+    cg = 1 if dw else draw(st.integers(1, 5))
+    if dw:
+        groups = draw(st.integers(2, 6))
+    c = cg * groups
+    ocg = draw(st.integers(1, 3)) if dw else draw(st.integers(1, 6))
+    oc = ocg * groups
+    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    dh, dw_ = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    pad = draw(st.one_of(
+        st.integers(0, 5),
+        st.tuples(st.tuples(st.integers(0, 5), st.integers(0, 5)), st.tuples(st.integers(0, 5), st.integers(0, 5))),
+        st.just("valid"), st.just("same")))
+    if pad == "same":
+        sh = sw = 1
+    h, w = draw(st.integers(1, 12)), draw(st.integers(1, 12))
+    ekh, ekw = dh * (kh - 1) + 1, dw_ * (kw - 1) + 1
+    if isinstance(pad, int):
+        ph = pw = 2 * pad
+    elif isinstance(pad, tuple):
+        ph, pw = sum(pad[0]), sum(pad[1])
+    else:
+        ph = pw = 0 if pad == "valid" else None
+    if ph is not None:
+        h, w = max(h, ekh - ph), max(w, ekw - pw)
+    n = draw(st.integers(1, 3))
+    layout = draw(st.sampled_from(["NCHW", "NHWC"]))
+    dtype = draw(st.sampled_from([np.float32, np.float32, bfloat16]))
+    return (n, c, h, w, oc, kh, kw, (sh, sw), pad, (dh, dw_), groups), layout, dtype
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems(), st.integers(0, 2 ** 31 - 1))
+def test_property(problem, seed):
+    case, layout, dtype = problem
+    run_case(*case, layout=layout, dtype=dtype, seed=seed)
