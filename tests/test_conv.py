@@ -102,13 +102,14 @@ def test_activation_fused(case, act):
 
 def test_large_k_blocks_and_threads():
     # K = 256*9 spans several KC blocks; enough work for the driver to use every thread
+    prev = onepath._threads._num_threads
     onepath.set_num_threads(2)
     try:
         run_case(2, 256, 12, 12, 48, 3, 3, 1, 1, 1, 1, layout="NCHW")
         run_case(2, 256, 12, 12, 48, 3, 3, 1, 1, 1, 1, layout="NHWC")
         run_case(2, 64, 20, 20, 64, 3, 3, 1, 1, 1, 64, layout="NCHW")
     finally:
-        onepath._threads._num_threads = None  # back to the default
+        onepath._threads._num_threads = prev
 
 
 # ---------------------------------------------------------------- the public faults

@@ -40,6 +40,12 @@ def _api_cdef():
                      if name.startswith("api_") and name.endswith(".h") and name != "api_probe.h")
 
 
+def _kernel_sources():
+    """Every C piece a unity build includes: setuptools rebuilds a level when any of them changes."""
+    return sorted(os.path.join(REL, n) for n in os.listdir(HERE)
+                  if n.endswith((".c", ".h", ".inc")) and not n.startswith("_op_"))
+
+
 def _level_ffi(level):
     ffi = FFI()
     ffi.cdef(_api_cdef())
@@ -48,6 +54,7 @@ def _level_ffi(level):
         '#include "onepath_kernels.h"',
         sources=[os.path.join(REL, f"level_{level}.c")],
         include_dirs=[REL],
+        depends=_kernel_sources(),
         extra_compile_args=COMMON + LEVEL_FLAGS[level],
         extra_link_args=["-pthread"],
         libraries=["m"],
