@@ -5,6 +5,7 @@ import operator
 import os
 
 _num_threads: int | None = None
+MAX_THREADS = 1024  # kernels create their threads per call; more than this is a mistake, not a machine
 
 
 def _parse(value, source: str) -> int:
@@ -14,6 +15,8 @@ def _parse(value, source: str) -> int:
         raise ValueError(f"{source} must be a positive integer, got {value!r}") from None
     if n < 1 or isinstance(value, bool):
         raise ValueError(f"{source} must be a positive integer, got {value!r}")
+    if n > MAX_THREADS:
+        raise ValueError(f"{source} must be at most {MAX_THREADS}, got {value!r}")
     return n
 
 
@@ -21,9 +24,9 @@ def set_num_threads(n: int) -> None:
     """Set how many threads the kernels may use (process-wide; like torch.set_num_threads).
 
     Args:
-        n: a positive int. Kernels may use fewer on small problems.
+        n: an int from 1 to 1024. Kernels may use fewer on small problems.
     Raises:
-        ValueError: n is not a positive integer.
+        ValueError: n is not an integer in that range.
     """
     global _num_threads
     _num_threads = _parse(n, "set_num_threads(n)")

@@ -19,6 +19,8 @@ def level(request):
     name = request.param
     if name not in _host_levels():
         pytest.skip(f"{name} cannot run on this host (levels here: {', '.join(_host_levels())})")
+    if LEVELS.index(name) > LEVELS.index(onepath.isa()):
+        pytest.skip(f"{name} is above the process cap {onepath.isa()!r} (ONEPATH_MAX_ISA)")
     with onepath.max_isa(name):
         yield name
 

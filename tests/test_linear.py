@@ -99,7 +99,8 @@ def test_prepack_reuse_and_matmul():
 
 
 def test_prepack_cap_change():
-    levels = onepath.available_isas()
+    host = onepath.available_isas()
+    levels = host[: host.index(onepath.isa()) + 1]  # up to the process cap (ONEPATH_MAX_ISA)
     if len(levels) < 2:
         pytest.skip("one level only")
     rng = np.random.default_rng(10)

@@ -10,12 +10,17 @@ from __future__ import annotations
 import contextvars
 import os
 import threading
+import weakref
 
 from .levels import LEVELS, level_index
 
 _lock = threading.Lock()
-_global_cap: str | None = None
+_env_cap: str | None = None
 _env_read = False
+# Process-wide caps from max_isa() calls not (yet) used as a `with` block: [(weakref to the
+# object, level)], oldest first. The newest entry is the process cap; an object entering a `with`
+# block removes its own entry, so a `with max_isa(...)` never leaves a process-wide trace.
+_pending: list[tuple[weakref.ref, str | None]] = []
 _scoped: contextvars.ContextVar[str | None] = contextvars.ContextVar("onepath_max_isa", default=None)
 
 
@@ -24,9 +29,16 @@ def _host():
     return probe()
 
 
+_host_levels: tuple[str, ...] | None = None
+
+
 def available_isas() -> tuple[str, ...]:
-    """Every ISA level this host's CPU and OS can run, ascending, e.g. ``("generic", "avx2")``."""
-    return tuple(_host().levels)
+    """Every ISA level this host's CPU and OS can run, ascending, e.g. ``("generic", "avx2")``.
+    The cap does not change this list (it is what the host can run)."""
+    global _host_levels
+    if _host_levels is None:
+        _host_levels = tuple(_host().levels)
+    return _host_levels
 
 
 def _check(level: str) -> str:
@@ -43,25 +55,40 @@ def _check(level: str) -> str:
     return name
 
 
-def _env_cap() -> str | None:
-    global _env_read, _global_cap
+def _read_env() -> str | None:
+    global _env_read, _env_cap
     if not _env_read:
         with _lock:
             if not _env_read:
                 value = os.environ.get("ONEPATH_MAX_ISA", "").strip()
-                _env_read = True
                 if value:
                     try:
-                        _global_cap = _check(value)
+                        _env_cap = _check(value)
                     except ValueError as exc:
                         raise ValueError(f"ONEPATH_MAX_ISA={value!r}: {exc}") from None
-    return _global_cap
+                _env_read = True
+    return _env_cap
+
+
+def _process_cap() -> str | None:
+    """The newest bare max_isa() call's level, else ONEPATH_MAX_ISA, else None."""
+    env = _read_env()
+    pending = _pending
+    return pending[-1][1] if pending else env
+
+
+def _min_level(a: str | None, b: str | None) -> str | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a if level_index(a) <= level_index(b) else b
 
 
 def cap() -> str | None:
-    """The cap in force for the calling thread/context, or None when nothing caps the level."""
-    scoped = _scoped.get()
-    return scoped if scoped is not None else _env_cap()
+    """The cap in force for the calling thread/context, or None when nothing caps the level.
+    A scoped cap lowers the process cap; it never raises it."""
+    return _min_level(_scoped.get(), _process_cap())
 
 
 def isa() -> str:
@@ -72,22 +99,33 @@ def isa() -> str:
 
 def cap_reason() -> str:
     """Why the level in force is what it is (for ``python -m onepath info``)."""
-    scoped, glob = _scoped.get(), _env_cap()
-    if scoped is not None:
+    scoped, process = _scoped.get(), _process_cap()
+    if scoped is not None and cap() == scoped:
         return f"capped by a `with onepath.max_isa({scoped!r})` block"
-    if glob is not None:
-        src = "ONEPATH_MAX_ISA" if os.environ.get("ONEPATH_MAX_ISA") == glob else "onepath.max_isa()"
-        return f"capped at {glob!r} by {src}"
+    if process is not None:
+        src = "onepath.max_isa()" if _pending else "ONEPATH_MAX_ISA"
+        return f"capped at {process!r} by {src}"
     return "best level the CPU and OS allow"
+
+
+def _prune() -> None:
+    """Drop entries that can no longer matter: an entry whose object is gone can never be removed
+    by a `with`, so every entry before it is shadowed for good."""
+    for i in range(len(_pending) - 1, -1, -1):
+        if _pending[i][0]() is None:
+            del _pending[:i]
+            break
 
 
 class max_isa:
     """Cap the ISA level onepath may use.
 
-    ``onepath.max_isa("avx2")`` caps the whole process from now on; ``onepath.max_isa(None)`` lifts
-    the process-wide cap. ``with onepath.max_isa("avx2"): ...`` caps only the calling thread (or
-    asyncio task) for the block and restores the previous state on exit, so other threads keep
-    their level: the object undoes its process-wide effect as the block is entered.
+    ``onepath.max_isa("avx2")`` caps the whole process from now on (replacing ONEPATH_MAX_ISA and
+    earlier calls); ``onepath.max_isa(None)`` lifts the process-wide cap. ``with
+    onepath.max_isa("avx2"): ...`` caps only the calling thread (or asyncio task) for the block:
+    entering the block withdraws the object's process-wide effect, so other threads keep their
+    level, and nested blocks take the lowest cap. A scoped cap lowers the process cap, never raises
+    it.
 
     Args:
         level: one of ``available_isas()`` (case-insensitive), or None.
@@ -98,20 +136,20 @@ class max_isa:
     """
 
     def __init__(self, level: str | None):
-        global _global_cap
-        _env_cap()
+        _read_env()
         self.level = None if level is None else _check(level)
-        with _lock:
-            self._previous = _global_cap
-            _global_cap = self.level
         self._token = None
+        with _lock:
+            _pending.append((weakref.ref(self), self.level))
+            _prune()
 
     def __enter__(self):
-        global _global_cap
-        with _lock:  # a scoped cap: undo the process-wide effect of the constructor
-            if _global_cap == self.level:
-                _global_cap = self._previous
-        self._token = _scoped.set(self.level if self.level is not None else available_isas()[-1])
+        with _lock:
+            for i in range(len(_pending) - 1, -1, -1):
+                if _pending[i][0]() is self:
+                    del _pending[i]
+                    break
+        self._token = _scoped.set(_min_level(self.level, _scoped.get()) or available_isas()[-1])
         return self
 
     def __exit__(self, *exc):

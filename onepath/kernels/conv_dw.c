@@ -18,6 +18,7 @@ typedef struct {
     int64_t hp, wq;          /* NCHW scratch: padded rows, columns per phase */
     float *scratch;
     int64_t scratch_elems;   /* per thread */
+    int direct3;             /* NCHW 3x3 undilated, stride 1 or 2: register-blocked kernel (AVX-512) */
 } op_dw_ctx;
 
 OP_INLINE void op_dw_act_store(float *OP_RESTRICT y, int64_t n, int act)
@@ -112,6 +113,147 @@ OP_INLINE void op_dw_nchw_plane(const op_dw_ctx *c, int64_t task, float *OP_REST
     }
 }
 
+#if defined(OP_HAS_AVX512)
+/* ---------------------------------------------------------------- NCHW 3x3, register-blocked (AVX-512)
+
+   Vectors run along W (16 output columns). For each block of R output rows the R*sh + 3 - sh input
+   rows are read once each, straight from the input plane: the three column taps of a row are three
+   masked loads (stride 1) or two loads de-interleaved into even/odd columns (stride 2), the masks
+   zeroing the lanes that fall in the left/right padding (masked-off lanes never fault), and rows in
+   the top/bottom padding are skipped. No padded copy of the plane is made. Each loaded row feeds the
+   (up to 3) output rows it belongs to; the R accumulators and the 9 weights stay in registers. */
+
+/* Lanes l of a 16-wide load at column p (relative to the row start) with 0 <= p + l < W. */
+OP_INLINE __mmask16 op_dw_lanes(int64_t p, int64_t W)
+{
+    const int64_t lo = p < 0 ? -p : 0;
+    int64_t hi = W - p;
+    if (hi > 16) hi = 16;
+    if (lo >= hi) return 0;
+    return (__mmask16)((((uint32_t)1 << hi) - 1u) & ~(((uint32_t)1 << lo) - 1u));
+}
+
+OP_INLINE __m512 op_dw_vld(const void *x, int64_t off, __mmask16 m, const int BF16)
+{
+    if (BF16) {
+        const __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)x + off);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    return _mm512_maskz_loadu_ps(m, (const float *)x + off);
+}
+
+/* Output rows oh0..oh0+R-1 of one plane, every 16-column block ob (load masks cm[3 ob + 0..2] with
+   the left/right padding lanes off, store masks sm[ob]). */
+OP_INLINE void op_dw3_rows(const op_conv_desc *d, const void *x, int64_t plane, const __m512 *wv,
+                           __m512 bv, float *Y, int64_t oh0, const __mmask16 *cm,
+                           const __mmask16 *sm, int64_t nb, int act, const int R, const int S,
+                           const int BF16)
+{
+    const int64_t H = d->h, W = d->w, OW = d->ow;
+    enum { MAXROWS = 3 * 4 + 3 };
+    const int NROWS = (R - 1) * S + 3;
+    int64_t roff[MAXROWS];
+    __mmask16 rv[MAXROWS];
+    for (int r = 0; r < NROWS; r++) {
+        /* a row in the top/bottom padding loads zeros (all lanes masked: no access) */
+        const int64_t ih = oh0 * S - d->pt + r;
+        const int ok = ih >= 0 && ih < H;
+        rv[r] = ok ? (__mmask16)0xFFFF : (__mmask16)0;
+        roff[r] = plane + (ok ? ih : 0) * W;
+    }
+    const __m512i ie = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+    const __m512i is = _mm512_set_epi32(16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
+    for (int64_t ob = 0; ob < nb; ob++) {
+        const int64_t ow0 = ob * 16, p = ow0 * S - d->pl;
+        const __mmask16 m0 = cm[3 * ob], m1 = cm[3 * ob + 1], m2 = cm[3 * ob + 2];
+        /* one accumulator per (output row, kernel row): short FMA chains */
+        __m512 acc[4][3];
+        for (int i = 0; i < R; i++) {
+            acc[i][0] = bv;
+            acc[i][1] = acc[i][2] = _mm512_setzero_ps();
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < NROWS; r++) {
+            const int64_t off = roff[r] + p;
+            __m512 v0, v1, v2;
+            if (S == 1) {
+                v0 = op_dw_vld(x, off, m0 & rv[r], BF16);
+                v1 = op_dw_vld(x, off + 1, m1 & rv[r], BF16);
+                v2 = op_dw_vld(x, off + 2, m2 & rv[r], BF16);
+            } else {
+                /* columns p + 0..32: even lanes -> tap 0, odd -> tap 1, even shifted -> tap 2 */
+                const __m512 ua = op_dw_vld(x, off, m0 & rv[r], BF16);
+                const __m512 ub = op_dw_vld(x, off + 16, m1 & rv[r], BF16);
+                const __m512 uc = op_dw_vld(x, off + 32, m2 & rv[r], BF16);
+                v0 = _mm512_permutex2var_ps(ua, ie, ub);
+                v1 = _mm512_permutex2var_ps(ua, io, ub);
+                v2 = _mm512_permutex2var_ps(v0, is, uc);
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) {
+                const int ki = r - S * i;
+                if (ki < 0 || ki > 2) continue;
+                acc[i][ki] = _mm512_fmadd_ps(wv[ki * 3], v0, acc[i][ki]);
+                acc[i][ki] = _mm512_fmadd_ps(wv[ki * 3 + 1], v1, acc[i][ki]);
+                acc[i][ki] = _mm512_fmadd_ps(wv[ki * 3 + 2], v2, acc[i][ki]);
+            }
+        }
+        for (int i = 0; i < R; i++) {
+            __m512 v = _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]), acc[i][2]);
+            if (act == OP_ACT_RELU) v = _mm512_max_ps(_mm512_setzero_ps(), v);
+            _mm512_mask_storeu_ps(Y + (oh0 + i) * OW + ow0, sm[ob], v);  /* other activations: after the plane */
+        }
+    }
+}
+
+OP_INLINE void op_dw3_plane(const op_dw_ctx *c, int64_t task, const int S, const int BF16)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t n = task / d->oc, oc = task % d->oc, ci = oc / c->mult;
+    const int64_t plane = (n * d->c + ci) * d->h * d->w;
+    const float *wk = c->w + oc * 9;
+    __m512 wv[9];
+    for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
+    const __m512 bv = _mm512_set1_ps(c->bias ? c->bias[oc] : 0.0f);
+    float *Y = c->y + (n * d->oc + oc) * d->oh * d->ow;
+    enum { RB = 4, MAXNB = 64 };
+    const int64_t OH = d->oh, OW = d->ow, W = d->w, nb = op_cdiv64(OW, 16);
+    __mmask16 cm[3 * MAXNB], sm[MAXNB];
+    for (int64_t ob0 = 0; ob0 < nb; ob0 += MAXNB) {  /* column stripes of at most 1024 outputs */
+        const int64_t nbs = op_min64(MAXNB, nb - ob0);
+        for (int64_t ob = 0; ob < nbs; ob++) {
+            const int64_t ow0 = (ob0 + ob) * 16, p = ow0 * S - d->pl;
+            sm[ob] = op_dw_lanes(ow0, OW);
+            if (S == 1) {
+                for (int k = 0; k < 3; k++) cm[3 * ob + k] = op_dw_lanes(p + k, W);
+            } else {
+                cm[3 * ob] = op_dw_lanes(p, W);
+                cm[3 * ob + 1] = op_dw_lanes(p + 16, W);
+                cm[3 * ob + 2] = op_dw_lanes(p + 32, W) & 1u;
+            }
+        }
+        float *Ys = Y + ob0 * 16;
+        const int64_t pl0 = ob0 * 16 * S;
+        int64_t oh0 = 0;
+        for (; oh0 + RB <= OH; oh0 += RB)
+            op_dw3_rows(d, c->x, plane + pl0, wv, bv, Ys, oh0, cm, sm, nbs, c->act, RB, S, BF16);
+        switch (OH - oh0) {  /* the last 1-3 rows in one pass */
+        case 3: op_dw3_rows(d, c->x, plane + pl0, wv, bv, Ys, oh0, cm, sm, nbs, c->act, 3, S, BF16); break;
+        case 2: op_dw3_rows(d, c->x, plane + pl0, wv, bv, Ys, oh0, cm, sm, nbs, c->act, 2, S, BF16); break;
+        case 1: op_dw3_rows(d, c->x, plane + pl0, wv, bv, Ys, oh0, cm, sm, nbs, c->act, 1, S, BF16); break;
+        default: break;
+        }
+    }
+    if (c->act != OP_ACT_NONE && c->act != OP_ACT_RELU) op_dw_act_store(Y, OH * OW, c->act);
+}
+
+static OP_NOINLINE void op_dw3_plane_s1_f32(const op_dw_ctx *c, int64_t t) { op_dw3_plane(c, t, 1, 0); }
+static OP_NOINLINE void op_dw3_plane_s2_f32(const op_dw_ctx *c, int64_t t) { op_dw3_plane(c, t, 2, 0); }
+static OP_NOINLINE void op_dw3_plane_s1_bf16(const op_dw_ctx *c, int64_t t) { op_dw3_plane(c, t, 1, 1); }
+static OP_NOINLINE void op_dw3_plane_s2_bf16(const op_dw_ctx *c, int64_t t) { op_dw3_plane(c, t, 2, 1); }
+#endif
+
 OP_INLINE void op_dw_fma_c(float *OP_RESTRICT acc, const float *OP_RESTRICT wr,
                             const void *OP_RESTRICT xv, int64_t C, int64_t mult, const int BF16)
 {
@@ -172,6 +314,16 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
     if (c->d->nhwc) {
         if (c->bf16) op_dw_nhwc_row(c, task, 1);
         else op_dw_nhwc_row(c, task, 0);
+#if defined(OP_HAS_AVX512)
+    } else if (c->direct3) {
+        if (c->d->sw == 1) {
+            if (c->bf16) op_dw3_plane_s1_bf16(c, task);
+            else op_dw3_plane_s1_f32(c, task);
+        } else {
+            if (c->bf16) op_dw3_plane_s2_bf16(c, task);
+            else op_dw3_plane_s2_f32(c, task);
+        }
+#endif
     } else {
         float *buf = c->scratch + (size_t)tid * (size_t)c->scratch_elems;
         if (c->bf16) op_dw_nchw_plane(c, task, buf, 1);
@@ -194,14 +346,20 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const flo
     c.mult = d->oc / d->c;
     c.scratch = NULL;
     c.scratch_elems = 0;
+    c.direct3 = 0;
+#if defined(OP_HAS_AVX512)
+    c.direct3 = !d->nhwc && d->kh == 3 && d->kw == 3 && d->dh == 1 && d->dw == 1 &&
+                d->sh == d->sw && (d->sw == 1 || d->sw == 2);
+#endif
     const int64_t ntasks = d->nhwc ? d->n * d->oh : d->n * d->oc;
     const double flops = 2.0 * (double)d->n * (double)d->oc * (double)(d->oh * d->ow) *
                          (double)(d->kh * d->kw);
-    int64_t T = (int64_t)(flops / 1e6) + 1;
+    /* threads are created per call (tens of microseconds here): only for planes worth it */
+    int64_t T = (int64_t)(flops / 6e6) + 1;
     if (T > nthreads) T = nthreads;
     if (T > ntasks) T = ntasks;
     if (T < 1) T = 1;
-    if (!d->nhwc) {
+    if (!d->nhwc && !c.direct3) {
         c.hp = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1;
         const int64_t wp = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
         c.wq = op_cdiv64(wp, d->sw);

@@ -402,6 +402,519 @@ int op_gemm_bf16_mr(void) { return OP_BF16_MR; }
 int op_gemm_bf16_nr(void) { return OP_BF16_NR; }
 const char *op_gemm_bf16_kernel_name(void) { return OP_BF16_KERNEL_NAME; }
 
+/* ---------------------------------------------------------------- small M (decode): B read in place
+
+   For m <= OP_SM_MAX_M rows (LLM decode, GEMV-like) the product is memory-bound: B is streamed once,
+   straight from where it lies (no packing of B, no float32 scratch C), and threads split N in
+   32-column multiples so every core streams its own part. Three forms of B:
+     OP_SM_KN     B row-major (k x n, csb == 1; matmul(x, B)): blocks of OP_SM_KB rows swept across
+                  the task's columns (OP_SM_KB concurrent row streams); the float32 partial sums of
+                  the task's columns stay in a per-thread buffer (L1/L2) between blocks.
+     OP_SM_NK     B = W^T with W (n x k) row-major (rsb == 1; linear with a raw weight): dot products
+                  over contiguous K, OP_SM_J rows of W at once, horizontal sums at the end.
+     OP_SM_PACKED B prepacked in the k32 layout (one contiguous stream per 32-column panel).
+   Arithmetic: bfloat16 B is widened in register (even elements: VPSLLD 16, odd: VPANDD 0xFFFF0000)
+   and multiplied by float32 A with FMA, at every AVX-512 level. On this project's Sapphire-Rapids
+   host a 512-bit VDPBF16PS issues once per 2 cycles against 2 FMAs per cycle, so widen + 2 FMAs
+   per 32 products costs the same as VDPBF16PS at m = 1 and half of it at m = 4 (where VDPBF16PS
+   capped the stream below the memory bandwidth); the float32 products are also exact.
+   A is copied once per call, widened to float32, zero padded to kp = k rounded up to 32 (in natural
+   order for KN / PACKED, deinterleaved per 32-block (16 even, 16 odd) for NK). C (float32 or
+   bfloat16, rounded once) is written from registers with the epilogue. */
+
+#if defined(OP_HAS_AVX512)
+#define OP_SM_MAX_M 4
+static int OP_SM_KB = 32, OP_SM_PF = 256, OP_SM_PPF = 3072; /* TUNING */
+#define OP_SM_KN 0
+#define OP_SM_NK 1
+#define OP_SM_PACKED 2
+
+OP_INLINE __m512 op_sm_even(__m512i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
+OP_INLINE __m512 op_sm_odd(__m512i v)
+{
+    return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xFFFF0000u)));
+}
+
+typedef struct {
+    const op_gemm_args *g;
+    int form;
+    int64_t kp;              /* k rounded up to 32: row length of xa */
+    const float *xa;         /* batch * m rows of kp floats (A widened), zero padded */
+    void *c;
+    const int64_t *c_off;
+    int64_t rsc, csc;
+    int c_dtype;
+    int64_t parts, cols;     /* tasks per batch entry, columns per task (multiple of 32) */
+    float *scratch;          /* OP_SM_KN: per thread, m x cols floats */
+    const uint16_t *xb;      /* AMX PACKED: A as bfloat16, m rows of kp, zero padded */
+    const uint16_t *xv;      /* AMX NK: x^T as K-pairs, per 32-block 16 rows of m pairs */
+} op_sm_ctx;
+
+/* Writes t[mr x nr] (row stride 32) to C rows 0..mr-1, columns j..j+nr-1 of entry bi, epilogue and
+   (bfloat16 C) the single rounding included. */
+static void op_sm_out(const op_sm_ctx *x, int64_t bi, int64_t j, int mr, int nr, float *t)
+{
+    const op_gemm_args *g = x->g;
+    const op_epilogue *epi = g->epi;
+    op_epilogue te;
+    if (epi && !epi->bias && epi->act == OP_ACT_NONE) epi = NULL;
+    if (epi && epi->bias) {
+        te = *epi;
+        if (te.bias_axis != 0) te.bias += j * te.bias_stride;
+        epi = &te;
+    }
+    const int64_t off = (x->c_off ? x->c_off[bi] : 0) + j * x->csc;
+    if (x->c_dtype == 0) {
+        op_bf16_tile_out(t, 32, mr, nr, (float *)x->c + off, x->rsc, x->csc, 0, epi);
+        return;
+    }
+    if (epi) op_bf16_tile_out(t, 32, mr, nr, t, 32, 1, 0, epi);
+    uint16_t *c = (uint16_t *)x->c + off;
+    for (int i = 0; i < mr; i++) {
+        if (x->csc == 1) {
+            op_cvt_f32_to_bf16_run(nr, t + i * 32, c + i * x->rsc);
+        } else {
+            for (int jj = 0; jj < nr; jj++) c[i * x->rsc + jj * x->csc] = op_f32_to_bf16_1(t[i * 32 + jj]);
+        }
+    }
+}
+
+/* even-column lanes e (column 2q in lane q) and odd o (2q + 1) -> columns 0..15 and 16..31 */
+OP_INLINE void op_sm_interleave(__m512 e, __m512 o, float *t)
+{
+    const __m512i i0 = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i i1 = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+    _mm512_store_ps(t, _mm512_permutex2var_ps(e, i0, o));
+    _mm512_store_ps(t + 16, _mm512_permutex2var_ps(e, i1, o));
+}
+
+/* ---- OP_SM_PACKED: one 32-column panel, all of K, accumulators in registers */
+OP_INLINE void op_sm_packed_body(const int MRV, const op_sm_ctx *x, int64_t bi, int64_t j0, int64_t j1)
+{
+    const int64_t kp = x->kp, m = x->g->m;
+    const float *xa = x->xa + bi * m * kp;
+    const uint16_t *B = (const uint16_t *)x->g->b;
+    float t[OP_SM_MAX_M * 32] OP_ALIGNED(64);
+    for (int64_t j = j0; j < j1; j += 32) {
+        const uint16_t *bp = B + j * kp;
+        __m512 ce[OP_SM_MAX_M][2], co[OP_SM_MAX_M][2];
+#pragma GCC unroll 4
+        for (int i = 0; i < MRV; i++) ce[i][0] = ce[i][1] = co[i][0] = co[i][1] = _mm512_setzero_ps();
+        for (int64_t kb = 0; kb < kp; kb += 32, bp += 1024) {
+#pragma GCC unroll 16
+            for (int pr = 0; pr < 16; pr++) {
+                if (OP_SM_PPF) _mm_prefetch((const char *)(bp + OP_SM_PPF + pr * 32), _MM_HINT_T0);
+                if (OP_SM_PPF) _mm_prefetch((const char *)(bp + OP_SM_PPF + 512 + pr * 32), _MM_HINT_T0);
+                const __m512i v0 = _mm512_load_si512((const void *)(bp + pr * 32));
+                const __m512i v1 = _mm512_load_si512((const void *)(bp + 512 + pr * 32));
+                const __m512 e0 = op_sm_even(v0), o0 = op_sm_odd(v0);
+                const __m512 e1 = op_sm_even(v1), o1 = op_sm_odd(v1);
+#pragma GCC unroll 4
+                for (int i = 0; i < MRV; i++) {
+                    const __m512 a0 = _mm512_set1_ps(xa[i * kp + kb + 2 * pr]);
+                    const __m512 a1 = _mm512_set1_ps(xa[i * kp + kb + 2 * pr + 1]);
+                    ce[i][0] = _mm512_fmadd_ps(a0, e0, ce[i][0]);
+                    ce[i][1] = _mm512_fmadd_ps(a0, e1, ce[i][1]);
+                    co[i][0] = _mm512_fmadd_ps(a1, o0, co[i][0]);
+                    co[i][1] = _mm512_fmadd_ps(a1, o1, co[i][1]);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < MRV; i++) {
+            _mm512_store_ps(t + i * 32, _mm512_add_ps(ce[i][0], co[i][0]));
+            _mm512_store_ps(t + i * 32 + 16, _mm512_add_ps(ce[i][1], co[i][1]));
+        }
+        op_sm_out(x, bi, j, MRV, (int)op_min64(32, x->g->n - j), t);
+    }
+}
+
+/* ---- OP_SM_NK: dot products of x rows with JV rows of W over contiguous K */
+OP_INLINE void op_sm_nk_body(const int MRV, const int JV, const op_sm_ctx *x, int64_t bi, int64_t j0,
+                             int64_t j1)
+{
+    const op_gemm_args *g = x->g;
+    const int64_t kp = x->kp, m = g->m, n = g->n, k = g->k, ldw = g->csb;
+    const float *xa = x->xa + bi * m * kp;
+    const uint16_t *W = (const uint16_t *)g->b + (g->b_off ? g->b_off[bi] : 0);
+    const int64_t kfull = k / 32 * 32;
+    const __mmask32 tail = (__mmask32)((1ull << (k - kfull)) - 1ull);
+    float t[OP_SM_MAX_M * 32] OP_ALIGNED(64);
+    for (int64_t jc = j0; jc < j1; jc += 32) {
+        const int nr = (int)op_min64(32, n - jc);
+        for (int jj = 0; jj < nr; jj += JV) {
+            const uint16_t *w[8];
+#pragma GCC unroll 8
+            for (int q = 0; q < JV; q++) w[q] = W + op_min64(jc + jj + q, n - 1) * ldw;
+            __m512 acc[8][OP_SM_MAX_M];
+#pragma GCC unroll 8
+            for (int q = 0; q < JV; q++)
+#pragma GCC unroll 4
+                for (int i = 0; i < MRV; i++) acc[q][i] = _mm512_setzero_ps();
+            int64_t p = 0;
+            for (; p <= k; p += 32) {
+                __m512i wv[8];
+                if (p < kfull) {
+#pragma GCC unroll 8
+                    for (int q = 0; q < JV; q++) {
+                        _mm_prefetch((const char *)(w[q] + p + 384), _MM_HINT_T0);
+                        wv[q] = _mm512_loadu_si512((const void *)(w[q] + p));
+                    }
+                } else if (p < k) {
+#pragma GCC unroll 8
+                    for (int q = 0; q < JV; q++) wv[q] = _mm512_maskz_loadu_epi16(tail, (const void *)(w[q] + p));
+                } else {
+                    break;
+                }
+#pragma GCC unroll 8
+                for (int q = 0; q < JV; q++) {
+                    const __m512 we = op_sm_even(wv[q]), wo = op_sm_odd(wv[q]);
+#pragma GCC unroll 4
+                    for (int i = 0; i < MRV; i++) {
+                        acc[q][i] = _mm512_fmadd_ps(_mm512_load_ps(xa + i * kp + p), we, acc[q][i]);
+                        acc[q][i] = _mm512_fmadd_ps(_mm512_load_ps(xa + i * kp + p + 16), wo, acc[q][i]);
+                    }
+                }
+            }
+#pragma GCC unroll 8
+            for (int q = 0; q < JV; q++)
+#pragma GCC unroll 4
+                for (int i = 0; i < MRV; i++) t[i * 32 + jj + q] = _mm512_reduce_add_ps(acc[q][i]);
+        }
+        op_sm_out(x, bi, jc, MRV, nr, t);
+    }
+}
+
+/* ---- OP_SM_KN: B rows in place; even / odd columns widened in separate accumulators */
+OP_INLINE void op_sm_kn_body(const int MRV, const op_sm_ctx *x, int64_t bi, int64_t j0, int64_t j1,
+                             float *acc)
+{
+    const op_gemm_args *g = x->g;
+    const int64_t kp = x->kp, m = g->m, k = g->k, ldb = g->rsb;
+    const float *xa = x->xa + bi * m * kp;
+    const uint16_t *B = (const uint16_t *)g->b + (g->b_off ? g->b_off[bi] : 0);
+    const int64_t w = j1 - j0;                      /* acc: MRV rows of wr floats */
+    const int64_t wr = op_roundup64(w, 32);
+    float t[OP_SM_MAX_M * 32] OP_ALIGNED(64);
+    for (int64_t p0 = 0; p0 < k; p0 += OP_SM_KB) {
+        const int64_t p1 = op_min64(k, p0 + OP_SM_KB);
+        const int first = p0 == 0, last = p1 >= k;
+        for (int64_t jc = 0; jc < w; jc += 32) {
+            const int nr = (int)op_min64(32, w - jc);
+            const __mmask32 cm = nr == 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1ull << nr) - 1ull);
+            const uint16_t *bp = B + j0 + jc;
+            float *ap = acc + jc;
+            __m512 ce[OP_SM_MAX_M], co[OP_SM_MAX_M], de[OP_SM_MAX_M], dd[OP_SM_MAX_M];
+#pragma GCC unroll 4
+            for (int i = 0; i < MRV; i++) {
+                de[i] = dd[i] = _mm512_setzero_ps();
+                if (first) {
+                    ce[i] = co[i] = _mm512_setzero_ps();
+                } else {
+                    ce[i] = _mm512_load_ps(ap + i * wr);
+                    co[i] = _mm512_load_ps(ap + i * wr + 16);
+                }
+            }
+            int64_t p = p0;
+            if (nr == 32) {
+                for (; p + 2 <= p1; p += 2) {
+                    const uint16_t *r0 = bp + p * ldb;
+                    if (OP_SM_PF) {
+                    _mm_prefetch((const char *)(r0 + OP_SM_PF), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(r0 + ldb + OP_SM_PF), _MM_HINT_T0);
+                    }
+                    const __m512i v0 = _mm512_loadu_si512((const void *)r0);
+                    const __m512i v1 = _mm512_loadu_si512((const void *)(r0 + ldb));
+                    const __m512 e0 = op_sm_even(v0), o0 = op_sm_odd(v0);
+                    const __m512 e1 = op_sm_even(v1), o1 = op_sm_odd(v1);
+#pragma GCC unroll 4
+                    for (int i = 0; i < MRV; i++) {
+                        const __m512 a0 = _mm512_set1_ps(xa[i * kp + p]), a1 = _mm512_set1_ps(xa[i * kp + p + 1]);
+                        ce[i] = _mm512_fmadd_ps(a0, e0, ce[i]);
+                        co[i] = _mm512_fmadd_ps(a0, o0, co[i]);
+                        de[i] = _mm512_fmadd_ps(a1, e1, de[i]);
+                        dd[i] = _mm512_fmadd_ps(a1, o1, dd[i]);
+                    }
+                }
+            }
+            for (; p < p1; p++) {  /* column tail, odd row count */
+                const __m512i v0 = _mm512_maskz_loadu_epi16(cm, (const void *)(bp + p * ldb));
+                const __m512 e0 = op_sm_even(v0), o0 = op_sm_odd(v0);
+#pragma GCC unroll 4
+                for (int i = 0; i < MRV; i++) {
+                    const __m512 a0 = _mm512_set1_ps(xa[i * kp + p]);
+                    ce[i] = _mm512_fmadd_ps(a0, e0, ce[i]);
+                    co[i] = _mm512_fmadd_ps(a0, o0, co[i]);
+                }
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < MRV; i++) {
+                ce[i] = _mm512_add_ps(ce[i], de[i]);
+                co[i] = _mm512_add_ps(co[i], dd[i]);
+            }
+            if (!last) {
+#pragma GCC unroll 4
+                for (int i = 0; i < MRV; i++) {
+                    _mm512_store_ps(ap + i * wr, ce[i]);
+                    _mm512_store_ps(ap + i * wr + 16, co[i]);
+                }
+            } else {
+#pragma GCC unroll 4
+                for (int i = 0; i < MRV; i++) op_sm_interleave(ce[i], co[i], t + i * 32);
+                op_sm_out(x, bi, j0 + jc, MRV, nr, t);
+            }
+        }
+    }
+}
+
+#define OP_SM_INST(MRV)                                                                          \
+    static OP_NOINLINE void op_sm_packed_m##MRV(const op_sm_ctx *x, int64_t bi, int64_t j0,      \
+                                                int64_t j1)                                      \
+    {                                                                                            \
+        op_sm_packed_body(MRV, x, bi, j0, j1);                                                   \
+    }                                                                                            \
+    static OP_NOINLINE void op_sm_nk_m##MRV(const op_sm_ctx *x, int64_t bi, int64_t j0,          \
+                                            int64_t j1)                                          \
+    {                                                                                            \
+        op_sm_nk_body(MRV, MRV <= 2 ? 8 : 4, x, bi, j0, j1);                                     \
+    }                                                                                            \
+    static OP_NOINLINE void op_sm_kn_m##MRV(const op_sm_ctx *x, int64_t bi, int64_t j0,          \
+                                            int64_t j1, float *acc)                              \
+    {                                                                                            \
+        op_sm_kn_body(MRV, x, bi, j0, j1, acc);                                                  \
+    }
+OP_SM_INST(1) OP_SM_INST(2) OP_SM_INST(3) OP_SM_INST(4)
+#undef OP_SM_INST
+
+#if defined(OP_LEVEL_AVX512_CORE_AMX)
+/* ---- AMX small M (real tiles only): the prepacked k32 panels and W (n x k) rows are tile-loadable as
+   they lie. PACKED: C tiles 0/1 (m rows x 16 columns), A tile 4 = x (m rows of 32 bfloat16), B tiles
+   6/7 = the panel's two 16-column halves. NK computes C^T = W x^T: A tiles 4/5 = 16 rows of W each
+   (32 bfloat16 of K), B tile 6 = x^T as K-pairs (16 pairs x m columns, built once per call), C tiles
+   0/1 = 16 W rows x m. A TDPBF16PS then consumes 1 KiB of B with m <= 4 rows in one instruction:
+   the m = 4 stream is no longer bounded by the vector FMA ports. The tile configuration is this
+   path's own; it marks the thread unconfigured for the 32 x 32 kernel and releases the tiles. */
+static void op_sm_amx_cfg(int m, int nk)
+{
+    op_amx_tilecfg cfg OP_ALIGNED(64);
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette_id = 1;
+    if (!nk) {
+        cfg.rows[0] = cfg.rows[1] = cfg.rows[4] = (uint8_t)m;
+        cfg.colsb[0] = cfg.colsb[1] = cfg.colsb[4] = 64;
+        cfg.rows[6] = cfg.rows[7] = 16;
+        cfg.colsb[6] = cfg.colsb[7] = 64;
+    } else {
+        cfg.rows[0] = cfg.rows[1] = cfg.rows[4] = cfg.rows[5] = cfg.rows[6] = 16;
+        cfg.colsb[0] = cfg.colsb[1] = cfg.colsb[6] = (uint16_t)(4 * m);
+        cfg.colsb[4] = cfg.colsb[5] = 64;
+    }
+    _tile_loadconfig(&cfg);
+    op_amx_cfg_epoch = 0;  /* the 32 x 32 kernel reconfigures on its next call on this thread */
+}
+
+static void op_sm_amx_done(void)
+{
+    _tile_release();
+    op_amx_cfg_epoch = 0;
+}
+
+static void op_sm_amx_packed(const op_sm_ctx *x, int64_t bi, int64_t j0, int64_t j1)
+{
+    const int64_t kp = x->kp, m = x->g->m;
+    const uint16_t *xb = x->xb + bi * m * kp;
+    const uint16_t *B = (const uint16_t *)x->g->b;
+    float t[OP_SM_MAX_M * 32] OP_ALIGNED(64);
+    op_sm_amx_cfg((int)m, 0);
+    for (int64_t j = j0; j < j1; j += 32) {
+        const uint16_t *bp = B + j * kp;
+        _tile_zero(0);
+        _tile_zero(1);
+        for (int64_t kb = 0; kb < kp; kb += 32, bp += 1024) {
+            _tile_loadd(4, xb + kb, kp * 2);
+            _tile_loadd(6, bp, 64);
+            _tile_loadd(7, bp + 512, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+        }
+        _tile_stored(0, t, 128);
+        _tile_stored(1, t + 16, 128);
+        op_sm_out(x, bi, j, (int)m, (int)op_min64(32, x->g->n - j), t);
+    }
+    op_sm_amx_done();
+}
+
+/* full 32-row groups of W; the last partial group goes to the vector path */
+static void op_sm_amx_nk(const op_sm_ctx *x, int64_t bi, int64_t j0, int64_t j1)
+{
+    const op_gemm_args *g = x->g;
+    const int64_t kp = x->kp, m = g->m, k = g->k, ldw = g->csb;
+    const uint16_t *xv = x->xv + bi * m * kp;
+    const uint16_t *W = (const uint16_t *)g->b + (g->b_off ? g->b_off[bi] : 0);
+    const int64_t kfull = k / 32 * 32;
+    float ct[32 * OP_SM_MAX_M] OP_ALIGNED(64), t[OP_SM_MAX_M * 32] OP_ALIGNED(64);
+    uint16_t wt[32 * 32] OP_ALIGNED(64);
+    op_sm_amx_cfg((int)m, 1);
+    for (int64_t jc = j0; jc + 32 <= j1; jc += 32) {
+        const uint16_t *w0 = W + jc * ldw;
+        _tile_zero(0);
+        _tile_zero(1);
+        int64_t p = 0;
+        for (; p < kfull; p += 32) {
+            _tile_loadd(4, w0 + p, ldw * 2);
+            _tile_loadd(6, xv + p * m, m * 4);
+            _tile_loadd(5, w0 + 16 * ldw + p, ldw * 2);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 5, 6);
+        }
+        if (p < k) {  /* K tail: the 32 rows' last k - kfull elements, zero padded */
+            memset(wt, 0, sizeof wt);
+            for (int r = 0; r < 32; r++) memcpy(wt + r * 32, w0 + r * ldw + p, (size_t)(k - p) * 2);
+            _tile_loadd(4, wt, 64);
+            _tile_loadd(6, xv + p * m, m * 4);
+            _tile_loadd(5, wt + 16 * 32, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 5, 6);
+        }
+        _tile_stored(0, ct, m * 4);
+        _tile_stored(1, ct + 16 * m, m * 4);
+        for (int i = 0; i < m; i++)
+            for (int r = 0; r < 32; r++) t[i * 32 + r] = ct[r * m + i];
+        op_sm_out(x, bi, jc, (int)m, 32, t);
+    }
+    op_sm_amx_done();
+}
+#endif
+
+static void op_sm_task(void *ctx, int64_t task, int tid)
+{
+    const op_sm_ctx *x = (const op_sm_ctx *)ctx;
+    const int64_t bi = task / x->parts, part = task % x->parts;
+    int64_t j0 = part * x->cols;
+    const int64_t j1 = op_min64(x->g->n, j0 + x->cols);
+    if (j0 >= j1) return;
+    const int m = (int)x->g->m;
+    switch (x->form) {
+    case OP_SM_PACKED:
+#if defined(OP_LEVEL_AVX512_CORE_AMX)
+        op_sm_amx_packed(x, bi, j0, j1);
+        break;
+#endif
+        switch (m) {
+        case 1: op_sm_packed_m1(x, bi, j0, j1); break;
+        case 2: op_sm_packed_m2(x, bi, j0, j1); break;
+        case 3: op_sm_packed_m3(x, bi, j0, j1); break;
+        default: op_sm_packed_m4(x, bi, j0, j1); break;
+        }
+        break;
+    case OP_SM_NK:
+#if defined(OP_LEVEL_AVX512_CORE_AMX)
+        op_sm_amx_nk(x, bi, j0, j1);
+        j0 += (j1 - j0) / 32 * 32;
+        if (j0 >= j1) break;
+#endif
+        switch (m) {
+        case 1: op_sm_nk_m1(x, bi, j0, j1); break;
+        case 2: op_sm_nk_m2(x, bi, j0, j1); break;
+        case 3: op_sm_nk_m3(x, bi, j0, j1); break;
+        default: op_sm_nk_m4(x, bi, j0, j1); break;
+        }
+        break;
+    default: {
+        float *acc = x->scratch + (size_t)tid * (size_t)(m * x->cols);
+        switch (m) {
+        case 1: op_sm_kn_m1(x, bi, j0, j1, acc); break;
+        case 2: op_sm_kn_m2(x, bi, j0, j1, acc); break;
+        case 3: op_sm_kn_m3(x, bi, j0, j1, acc); break;
+        default: op_sm_kn_m4(x, bi, j0, j1, acc); break;
+        }
+    }
+    }
+}
+
+/* Which form reads this B in place for m rows, or -1 (the driver then runs it). */
+static int op_sm_form(const op_gemm_args *g, int prepacked)
+{
+    if (g->m < 1 || g->m > OP_SM_MAX_M || g->k < 1 || g->n < 1 || g->batch < 1) return -1;
+    if (prepacked) return OP_SM_PACKED;
+    if (g->csb == 1 && g->rsb >= g->n) return OP_SM_KN;
+    if (g->rsb == 1 && g->csb >= g->k) return OP_SM_NK;
+    return -1;
+}
+
+/* Runs the small-M product (form from op_sm_form). Returns the threads used, -1 on allocation failure. */
+static int op_sm_run(int form, const op_gemm_args *g, void *c, const int64_t *c_off, int64_t rsc,
+                     int64_t csc, int c_dtype, int nthreads)
+{
+    if (getenv("SMKB")) OP_SM_KB = atoi(getenv("SMKB"));
+    if (getenv("SMPF")) OP_SM_PF = atoi(getenv("SMPF"));
+    if (getenv("SMPPF")) OP_SM_PPF = atoi(getenv("SMPPF"));
+    op_sm_ctx x;
+    memset(&x, 0, sizeof x);
+    x.g = g; x.form = form; x.c = c; x.c_off = c_off; x.rsc = rsc; x.csc = csc; x.c_dtype = c_dtype;
+    const int64_t m = g->m, n = g->n, k = g->k;
+    x.kp = op_roundup64(k, 32);
+    /* threads: at least 256 KiB of B each */
+    const double bbytes = 2.0 * (double)g->batch * (double)n * (double)k;
+    int64_t T = (int64_t)(bbytes / (256.0 * 1024.0));
+    if (T > nthreads) T = nthreads;
+    if (T > g->batch * op_cdiv64(n, 32)) T = g->batch * op_cdiv64(n, 32);
+    if (T < 1) T = 1;
+    x.parts = g->batch >= T ? 1 : op_cdiv64(T, g->batch);
+    x.cols = op_roundup64(op_cdiv64(n, x.parts), 32);
+    x.parts = op_cdiv64(n, x.cols);
+    float *xa = (float *)op_aligned_alloc((size_t)(g->batch * m * x.kp) * sizeof(float));
+    if (!xa) return -1;
+    for (int64_t bi = 0; bi < g->batch; bi++) {
+        const uint16_t *A = (const uint16_t *)g->a + (g->a_off ? g->a_off[bi] : 0);
+        for (int64_t i = 0; i < m; i++) {
+            float *d = xa + (bi * m + i) * x.kp;
+            const uint16_t *s = A + i * g->rsa;
+            for (int64_t p = 0; p < x.kp; p++) {
+                const float v = p < k ? op_bf16_to_f32_1(s[p * g->csa]) : 0.0f;
+                /* NK: per 32-block, the 16 even depths then the 16 odd ones */
+                const int64_t q = form == OP_SM_NK ? (p & ~(int64_t)31) + ((p & 1) << 4) + ((p & 31) >> 1) : p;
+                d[q] = v;
+            }
+        }
+    }
+    x.xa = xa;
+    uint16_t *xb = NULL;
+#if defined(OP_LEVEL_AVX512_CORE_AMX)
+    if (form != OP_SM_KN) {
+        xb = (uint16_t *)op_aligned_alloc((size_t)(g->batch * m * x.kp) * 2);
+        if (!xb) {
+            op_aligned_free(xa);
+            return -1;
+        }
+        for (int64_t bi = 0; bi < g->batch; bi++) {
+            const uint16_t *A = (const uint16_t *)g->a + (g->a_off ? g->a_off[bi] : 0);
+            uint16_t *d = xb + bi * m * x.kp;
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t p = 0; p < x.kp; p++) {
+                    const uint16_t v = p < k ? A[i * g->rsa + p * g->csa] : 0;
+                    if (form == OP_SM_PACKED) d[i * x.kp + p] = v;
+                    else d[(p >> 1) * 2 * m + 2 * i + (p & 1)] = v;
+                }
+        }
+        x.xb = x.xv = xb;
+    }
+#endif
+    if (form == OP_SM_KN) {
+        x.scratch = (float *)op_aligned_alloc((size_t)(T * m * x.cols) * sizeof(float));
+        if (!x.scratch) {
+            op_aligned_free(xa);
+            return -1;
+        }
+    }
+    const int used = op_parallel_for((int)T, g->batch * x.parts, op_sm_task, &x);
+    op_aligned_free(x.scratch);
+    op_aligned_free(xb);
+    op_aligned_free(xa);
+    return used;
+}
+#endif /* OP_HAS_AVX512 */
+
 /* ---------------------------------------------------------------- bfloat16 output */
 
 typedef struct {
@@ -482,6 +995,12 @@ int op_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k,
     g.a = a; g.a_off = a_off; g.rsa = rsa; g.csa = csa;
     g.b = b; g.b_off = b_off; g.rsb = rsb; g.csb = csb;
     g.epi = epi;
+#if defined(OP_HAS_AVX512)
+    if (n > 0 && batch > 0) {
+        const int form = op_sm_form(&g, 0);
+        if (form >= 0) return op_sm_run(form, &g, c, c_off, rsc, csc, c_dtype, nthreads);
+    }
+#endif
     int amx;
     const op_gemm_ops *ops = op_bf16_pick(m, &amx);
     return op_bf16_run(ops, &g, amx, c, c_off, rsc, csc, c_dtype, blk, nthreads);
@@ -564,6 +1083,10 @@ int op_gemm_packed(int b_dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
     g.a = a; g.a_off = a_off; g.rsa = rsa; g.csa = csa;
     g.b = bpacked; g.b_off = NULL; g.rsb = op_packed_kp(b_dtype, g.k); g.csb = 1;
     g.epi = epi;
+#if defined(OP_HAS_AVX512) && defined(OP_BF16_NATIVE)
+    if (b_dtype == 1 && n > 0 && batch > 0 && op_sm_form(&g, 1) >= 0)
+        return op_sm_run(OP_SM_PACKED, &g, c, c_off, rsc, csc, c_dtype, nthreads);
+#endif
     int amx = 0;
     op_gemm_ops ops = b_dtype == 1 ? *op_bf16_pick(m, &amx) : op_gemm_f32_ops;
     ops.direct_b = 0;

@@ -1,8 +1,11 @@
 """``onepath.matmul``: numpy.matmul's signature and semantics, float32 through the dispatched kernels."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
+from .. import _verbose
 from ._gemm import kernel_ready, run_gemm
 
 _F32 = np.dtype(np.float32)
@@ -13,6 +16,18 @@ def _foreign(x) -> bool:
     if type(x) is np.ndarray:
         return False
     return isinstance(x, np.ndarray) or hasattr(type(x), "__array_ufunc__") or hasattr(type(x), "__array_function__")
+
+
+def numpy_matmul(a, b, out=None, dtype=None):
+    """numpy.matmul, with a verbose line naming it (the calls onepath does not accelerate)."""
+    if not _verbose.enabled():
+        return np.matmul(a, b, out=out, dtype=dtype)
+    t0 = time.perf_counter()
+    r = np.matmul(a, b, out=out, dtype=dtype)
+    dts = ":".join(str(getattr(x, "dtype", type(x).__name__)) for x in (a, b, r))
+    shp = ":".join("x".join(map(str, np.shape(x))) for x in (a, b))
+    _verbose.emit("matmul", dts, "numpy", "numpy.matmul", shp, 0, time.perf_counter() - t0)
+    return r
 
 
 def matmul(a, b, /, out=None, *, dtype=None):
@@ -34,19 +49,20 @@ def matmul(a, b, /, out=None, *, dtype=None):
     """
     if isinstance(out, tuple):
         if len(out) != 1:
-            return np.matmul(a, b, out=out, dtype=dtype)
+            return numpy_matmul(a, b, out, dtype)
         out = out[0]
-    if _foreign(a) or _foreign(b) or (out is not None and type(out) is not np.ndarray):
-        return np.matmul(a, b, out=out, dtype=dtype)
+    if (_foreign(a) or _foreign(b)
+            or (out is not None and (type(out) is not np.ndarray or not out.flags.writeable))):
+        return numpy_matmul(a, b, out, dtype)
     if isinstance(b, PackedWeight):  # a prepacked weight: a @ weight.T (ops/linear.py)
         return matmul_packed(a, b, out, dtype)
     a_arr, b_arr = np.asarray(a), np.asarray(b)
     if a_arr.dtype == BF16 or b_arr.dtype == BF16:  # bfloat16 and mixed (ops/linear.py)
         return matmul_bf16(a_arr, b_arr, out, dtype)
-    if (a_arr.dtype != _F32 or b_arr.dtype != _F32 or a_arr.ndim == 0 or b_arr.ndim == 0
+    if (a_arr.dtype != _F32 or b_arr.dtype != _F32 or not 0 < a_arr.ndim <= 32 or not 0 < b_arr.ndim <= 32
             or (dtype is not None and np.dtype(dtype) != _F32)
             or (out is not None and out.dtype != _F32)):
-        return np.matmul(a, b, out=out, dtype=dtype)
+        return numpy_matmul(a, b, out, dtype)
     return _matmul_f32(a_arr, b_arr, out)
 
 
@@ -74,10 +90,10 @@ def core_shapes(a: np.ndarray, b: np.ndarray):
 def _matmul_f32(a, b, out):
     shapes = core_shapes(a, b)
     if shapes is None:
-        return np.matmul(a, b, out=out)  # numpy raises its own error
+        return numpy_matmul(a, b, out)  # numpy raises its own error (or broadcasts into out)
     a2, b2, batch, shape, result = shapes
     if out is not None and out.shape != result:
-        return np.matmul(a, b, out=out)  # numpy raises its own error
+        return numpy_matmul(a, b, out)  # numpy raises its own error (or broadcasts into out)
     res = np.empty(result, _F32) if out is None else out
     if a.ndim == 1 and b.ndim == 1:
         c = res[..., np.newaxis, np.newaxis]  # views: the removed axes have size 1
@@ -88,10 +104,10 @@ def _matmul_f32(a, b, out):
     else:
         c = res
     k = a2.shape[-1]
-    if c.size == 0:
-        return res
-    if k == 0:
+    if c.size == 0 or k == 0:
         c[...] = 0
+        if _verbose.enabled():
+            _verbose.emit("matmul", "f32:f32:f32", "none", "fill_zero", _shape_text(a2, b2), 0, 0.0)
         return res
     if not kernel_ready(a2):
         a2 = np.array(a2, _F32)  # unaligned or odd strides: numpy's own BLAS path copies too
