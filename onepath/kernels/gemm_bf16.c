@@ -761,6 +761,8 @@ static void op_sm_amx_nk(const op_sm_ctx *x, int64_t bi, int64_t j0, int64_t j1)
         _tile_zero(1);
         int64_t p = 0;
         for (; p < kfull; p += 32) {
+            if (OP_SM_PF)
+                for (int r = 0; r < 32; r++) _mm_prefetch((const char *)(w0 + r * ldw + p + OP_SM_PF), _MM_HINT_T0);
             _tile_loadd(4, w0 + p, ldw * 2);
             _tile_loadd(6, xv + p * m, m * 4);
             _tile_loadd(5, w0 + 16 * ldw + p, ldw * 2);
