@@ -383,3 +383,44 @@ def test_verbose_line(caplog, monkeypatch):
     row = select("matmul", "float32")
     assert line.startswith("onepath,exec,matmul,f32:f32:f32,") and row.name in line
     assert row.level in line and "8x9:9x10" in line and "threads=" in line and line.endswith("ms")
+
+
+# ---- the dot-product path (gemv_f32.c): thin products with both operands contiguous along K ----
+
+@pytest.mark.parametrize("k", [16, 17, 47, 300])
+def test_dot_path_decode_and_gemv(level, k):
+    for m in (1, 2, 3, 4, 5):
+        for n in (1, 2, 3, 4, 5, 8, 9, 33, 100):
+            a, w = rand(m, k), rand(n, k)
+            assert_gemm_close(onepath.matmul(a, w.T), a, w.T)  # x @ W.T: rsb == 1
+    A, v = rand(37, k), rand(k)
+    assert_gemm_close(onepath.matmul(A, v), A, v)  # A @ v
+    B = rand(3, k)
+    assert_gemm_close(onepath.matmul(A, B.T), A, B.T)
+    batch_a, batch_w = rand(5, 2, k), rand(5, 7, k)
+    assert_gemm_close(onepath.matmul(batch_a, batch_w.transpose(0, 2, 1)), batch_a, batch_w.transpose(0, 2, 1))
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh", "silu"])
+def test_dot_path_linear_epilogue(level, activation):
+    import math
+    x, w, bias = rand(3, 70), rand(45, 70), rand(45)
+    y = onepath.linear(x, w, bias, activation=activation)
+    z = x.astype(np.float64) @ w.astype(np.float64).T + bias
+    f = {None: lambda t: t, "relu": lambda t: np.maximum(t, 0),
+         "gelu": lambda t: 0.5 * t * (1 + np.vectorize(math.erf)(t / math.sqrt(2))),
+         "gelu_tanh": lambda t: 0.5 * t * (1 + np.tanh(math.sqrt(2 / math.pi) * (t + 0.044715 * t ** 3))),
+         "silu": lambda t: t / (1 + np.exp(-t))}[activation]
+    assert np.allclose(y, f(z), rtol=1e-4, atol=1e-4)
+
+
+def test_dot_path_threads_split(level):
+    a, w = rand(2, 600), rand(3000, 600)
+    old = onepath.get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            onepath.set_num_threads(n)
+            assert_gemm_close(onepath.matmul(a, w.T), a, w.T)
+            assert_gemm_close(onepath.matmul(w, a[0]), w, a[0])
+    finally:
+        onepath.set_num_threads(old)

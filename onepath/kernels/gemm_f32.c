@@ -751,6 +751,8 @@ static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op
 
 /* ---------------------------------------------------------------- public API */
 
+static int op_gemv_f32(const op_gemm_args *g, int nthreads);  /* gemv_f32.c, included next */
+
 int op_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
                 const float *a, const int64_t *a_off, int64_t rsa, int64_t csa,
                 const float *b, const int64_t *b_off, int64_t rsb, int64_t csb,
@@ -764,6 +766,10 @@ int op_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
     g.c = c; g.c_off = c_off; g.rsc = rsc; g.csc = csc;
     g.epi = epi;
     g.user = NULL;
+    if (g.k > 0 && batch > 0) {
+        const int used = op_gemv_f32(&g, nthreads < 1 ? 1 : nthreads);  /* gemv_f32.c */
+        if (used > 0) return used;
+    }
     return op_gemm_drive(&op_gemm_f32_ops, &g, blk, nthreads);
 }
 
