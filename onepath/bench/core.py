@@ -152,15 +152,25 @@ def _calibrate(fn: Callable[[], object], min_time: float, warmup: int) -> int:
     return max(1, math.ceil(min_time / per)) if per > 0 else n
 
 
+SETTLE_S = 0.12  # > OpenBLAS's default spin-wait of its idle threads (2**28 cycles, ~0.1 s)
+
+
 def alternate(funcs: dict[str, Callable[[], object]], *, repeat: int, min_time: float, warmup: int = 1,
-              tick: Callable[[], None] | None = None) -> dict[str, dict]:
+              tick: Callable[[], None] | None = None, settle: float = 0.0) -> dict[str, dict]:
     """Time several callables alternately: calibrate each, then ``repeat`` rounds of one
     measurement of each in turn. Returns name -> {"median": s/call, "best": s/call, "samples": [...]}.
+
+    ``settle`` (seconds, for multi-threaded runs): before each measurement, wait that long and make
+    one untimed call, so the previous implementation's spinning worker threads (OpenBLAS, OpenMP)
+    have gone to sleep and do not steal the cores from the one being timed.
     """
     counts = {name: _calibrate(fn, min_time, warmup) for name, fn in funcs.items()}
     samples: dict[str, list[float]] = {name: [] for name in funcs}
     for _ in range(max(1, repeat)):
         for name, fn in funcs.items():
+            if settle > 0:
+                time.sleep(settle)
+                fn()
             samples[name].append(_loop(fn, counts[name]) / counts[name])
             if tick is not None:
                 tick()
@@ -203,7 +213,8 @@ def measure_case(case: Case, cfg: BenchConfig, peaks: dict[str, float] | None = 
     if case.rtol is not None and case.baselines:
         ref_name = next(iter(case.baselines))
         err = _rel_err(case.run(), case.baselines[ref_name]())
-    times = alternate(funcs, repeat=cfg.repeat, min_time=cfg.min_time, warmup=cfg.warmup, tick=tick)
+    times = alternate(funcs, repeat=cfg.repeat, min_time=cfg.min_time, warmup=cfg.warmup, tick=tick,
+                      settle=SETTLE_S if cfg.threads > 1 else 0.0)
     kernel = _kernel_of(case)
     row: dict = {
         "suite": None, "group": case.group, "name": case.name,
