@@ -190,3 +190,73 @@ def test_registry_rows_match_modules():
         assert load(row.level).ffi.string(lib.op_gemm_bf16_kernel_name()).decode() == row.name
     emu = load("amx_emu").lib
     assert (emu.op_gemm_bf16_mr(), emu.op_gemm_bf16_nr()) == (32, 32)
+
+
+# Small M (decode, m <= 4 at the AVX-512 levels): B read in place as row-major (k, n) (matmul), as a
+# raw (n, k) weight (linear: B = W^T) and prepacked; K and N edges, bfloat16 / float32 C, B a column
+# slice of a wider array, epilogue, batches, and m = 5 next to it (the tile / register-block driver).
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("n,k", [(1, 1), (31, 33), (65, 67), (100, 1100), (64, 4)])
+def test_small_m_forms(level, m, n, k):
+    rng = np.random.default_rng(m * 7919 + n * 31 + k)
+    x, w = _rand_bf16(rng, (m, k)), _rand_bf16(rng, (n, k))
+    b_kn = np.ascontiguousarray(w.T)
+    _assert_f32(onepath.matmul(x, b_kn, dtype=np.float32), x, b_kn)
+    _assert_bf16(onepath.matmul(x, b_kn), x, b_kn)
+    _assert_f32(onepath.linear(x, w, dtype=np.float32), x, w.T)
+    _assert_bf16(onepath.linear(x, w), x, w.T)
+    p = onepath.prepack(w)
+    _assert_f32(onepath.linear(x, p, dtype=np.float32), x, w.T)
+    _assert_bf16(onepath.linear(x, p), x, w.T)
+    # B a column slice of a wider row-major array (rsb > n)
+    bw = np.zeros((k, n + 7), BF16)
+    bw[:, 3:3 + n] = b_kn
+    _assert_f32(onepath.matmul(x, bw[:, 3:3 + n], dtype=np.float32), x, b_kn)
+
+
+@pytest.mark.parametrize("m", [1, 4])
+@pytest.mark.parametrize("act", ["relu", "gelu", "silu"])
+def test_small_m_epilogue_and_batch(level, m, act):
+    rng = np.random.default_rng(m + len(act))
+    n, k = 77, 130
+    x, w = _rand_bf16(rng, (m, k)), _rand_bf16(rng, (n, k))
+    bias = rng.standard_normal(n).astype(np.float32)
+    y = x.astype(np.float64) @ w.astype(np.float64).T + bias
+    ref = {"relu": lambda v: np.maximum(v, 0), "silu": lambda v: v / (1 + np.exp(-v)),
+           "gelu": lambda v: 0.5 * v * (1 + np.vectorize(math.erf)(v / math.sqrt(2)))}[act](y)
+    for wt in (w, onepath.prepack(w)):
+        got = onepath.linear(x, wt, bias, activation=act, dtype=np.float32)
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3 * np.abs(ref).max())
+        got16 = onepath.linear(x, wt, bias, activation=act)
+        assert got16.dtype == BF16
+        np.testing.assert_allclose(got16.astype(np.float64), ref, rtol=2 * EPS_BF16, atol=1e-3 * np.abs(ref).max())
+    # batched matmul with small m: per-entry B and a broadcast B
+    xb = _rand_bf16(rng, (3, m, k))
+    bb = _rand_bf16(rng, (3, k, n))
+    _assert_f32(onepath.matmul(xb, bb, dtype=np.float32), xb, bb)
+    _assert_f32(onepath.matmul(xb, bb[0], dtype=np.float32), xb, bb[0])
+
+
+@pytest.mark.parametrize("k", [256, 1024, 4096])
+def test_small_m_ones_exact(level, k):
+    for m in (1, 4):
+        x = np.ones((m, k), BF16)
+        w = np.ones((40, k), BF16)
+        assert np.all(onepath.matmul(x, np.ascontiguousarray(w.T), dtype=np.float32) == k)
+        assert np.all(onepath.linear(x, w, dtype=np.float32) == k)
+        assert np.all(onepath.linear(x, onepath.prepack(w), dtype=np.float32) == k)
+
+
+def test_amx_full_tiles_accumulate_and_epilogue():
+    """32 x 32 blocks over several KC blocks (C re-loaded into the tiles) with a fused epilogue on the
+    last one, on the emulated build and (where it runs) the real tiles."""
+    rng = np.random.default_rng(5)
+    a, b = _rand_bf16(rng, (70, 2100)), _rand_bf16(rng, (2100, 96))
+    _assert_f32(_emu(a, b), a, b)
+    bias = rng.standard_normal(96).astype(np.float32)
+    got = _emu(a, b, bias=bias, bias_axis=1, activation="relu")
+    ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias, 0)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3 * np.abs(ref).max())
+    if "avx512_core_amx" in onepath.available_isas():
+        with onepath.max_isa("avx512_core_amx"):
+            _assert_f32(onepath.matmul(a, b, dtype=np.float32), a, b)

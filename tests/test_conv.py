@@ -338,3 +338,89 @@ def problems(draw):
 def test_property(problem, seed):
     case, layout, dtype = problem
     run_case(*case, layout=layout, dtype=dtype, seed=seed)
+
+
+# ---------------------------------------------------------------- native BF16 GEMM conv and the 3x3 depthwise kernel
+
+BF16_NATIVE_CASES = [
+    (1, 40, 9, 11, 37, 3, 3, 1, 1, 1, 1),               # K = 360: several 32-depth blocks, odd N edges
+    (2, 70, 6, 7, 33, 3, 3, 2, 1, 1, 1),                # stride 2, C not a multiple of 32
+    (1, 64, 8, 8, 48, 1, 1, 1, 0, 1, 1),                # 1x1 in place
+    (1, 48, 9, 9, 20, 1, 1, 2, 0, 1, 1),                # 1x1 strided (gathered)
+    (1, 24, 7, 9, 18, 3, 3, 1, 2, 2, 3),                # grouped, dilated, bias per group
+    (1, 3, 20, 20, 17, 7, 7, 2, 3, 1, 1),               # conv1-like (C = 3)
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", BF16_NATIVE_CASES, ids=lambda c: "x".join(map(str, c[:7])))
+def test_conv2d_bf16_native_levels(level, case, layout):
+    run_case(*case, layout=layout, dtype=bfloat16)
+    if case[2] * case[3] > 60:
+        run_case(*case, layout=layout, dtype=bfloat16, activation="relu", seed=3)
+
+
+def test_conv2d_bf16_input_f32_weight_widens():
+    # bfloat16 input with a float32 weight computes in float32 (the weight is not rounded)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 40, 6, 6)).astype(bfloat16)
+    w = rng.standard_normal((8, 40, 3, 3)).astype(np.float32)
+    got = onepath.conv2d(x, w, padding=1)
+    assert got.dtype == np.float32
+    ref = reference_conv2d(x.astype(np.float64), w, None, (1, 1), ((1, 1), (1, 1)))
+    tol = _bound(x.astype(np.float32), w, None, (1, 1), ((1, 1), (1, 1)), (1, 1), 1)
+    assert np.all(np.abs(got - ref) <= tol)
+
+
+@pytest.mark.parametrize("nhwc", [0, 1])
+@pytest.mark.parametrize("case", [BF16_NATIVE_CASES[0], BF16_NATIVE_CASES[2], BF16_NATIVE_CASES[4]],
+                         ids=["3x3", "1x1", "grouped"])
+def test_conv2d_bf16_amx_emulated(case, nhwc):
+    """The amx_emu build runs op_conv2d_bf16 through the emulated tile kernel (any host)."""
+    from onepath.kernels import load
+    n, c, h, w, oc, kh, kw, s, p, dl, g = case
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((n, c, h, w)).astype(bfloat16)
+    wt = rng.standard_normal((oc, c // g, kh, kw)).astype(bfloat16)
+    b = rng.standard_normal(oc).astype(np.float32)
+    oh = (h + 2 * p - dl * (kh - 1) - 1) // s + 1
+    ow = (w + 2 * p - dl * (kw - 1) - 1) // s + 1
+    mod = load("amx_emu")
+    ffi, lib = mod.ffi, mod.lib
+    d = ffi.new("op_conv_desc *")
+    d.n, d.c, d.h, d.w, d.oc, d.oh, d.ow, d.kh, d.kw = n, c, h, w, oc, oh, ow, kh, kw
+    d.sh = d.sw = s
+    d.pt = d.pl = p
+    d.dh = d.dw = dl
+    d.groups, d.nhwc = g, nhwc
+    xin = np.ascontiguousarray(x.transpose(0, 2, 3, 1) if nhwc else x).view(np.uint16)
+    wk = np.ascontiguousarray(wt).view(np.uint16)
+    y = np.empty((n, oh, ow, oc) if nhwc else (n, oc, oh, ow), np.float32)
+    used = lib.op_conv2d_bf16(d, ffi.cast("const uint16_t *", xin.ctypes.data),
+                              ffi.cast("const uint16_t *", wk.ctypes.data),
+                              ffi.cast("const float *", b.ctypes.data), ffi.cast("float *", y.ctypes.data),
+                              0, ffi.NULL, 2)
+    assert used >= 1
+    got = y.transpose(0, 3, 1, 2) if nhwc else y
+    st2, pads, dl2 = (s, s), ((p, p), (p, p)), (dl, dl)
+    ref = reference_conv2d(x, wt, b, st2, pads, dl2, g)
+    tol = _bound(x.astype(np.float32), wt.astype(np.float32), b, st2, pads, dl2, g)
+    assert np.all(np.abs(got - ref) <= tol)
+
+
+DW3_CASES = [  # (n, c, h, w, stride, pad, mult): planes wider than a vector, odd sizes, row remainders
+    (1, 3, 37, 45, 1, 1, 1),
+    (2, 2, 30, 33, 2, 1, 1),
+    (1, 2, 29, 17, 2, 1, 2),
+    (1, 3, 5, 70, 1, 0, 1),
+    (1, 2, 9, 40, 2, 2, 1),
+    (1, 2, 6, 1030, 1, 1, 1),    # more than one 1024-column stripe
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, bfloat16])
+@pytest.mark.parametrize("case", DW3_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_depthwise_3x3_direct(level, case, dtype):
+    n, c, h, w, s, p, m = case
+    run_case(n, c, h, w, c * m, 3, 3, s, p, 1, c, dtype=dtype)
+    run_case(n, c, h, w, c * m, 3, 3, s, p, 1, c, dtype=dtype, activation="silu", bias=False, seed=2)

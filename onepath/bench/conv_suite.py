@@ -46,8 +46,14 @@ def conv_case(d: benchdnn.ConvDesc, dtype: str, layout: str, cfg: BenchConfig, g
         return onepath.conv2d(xo, wo, **kw)
 
     baselines = {}
-    meta = {"desc": d.text(), "layout": layout, "dtype": dtype, "algorithm":
-            onepath.ops.conv.algorithm_for(d.ic, d.oc, d.kh, d.kw, d.g)}
+    algo = onepath.ops.conv.algorithm_for(d.ic, d.oc, d.kh, d.kw, d.g)
+    meta = {"desc": d.text(), "layout": layout, "dtype": dtype, "algorithm": algo}
+    try:  # the registry row this case actually runs (the algorithm is picked per problem)
+        row = onepath.ops.conv.select_conv(algo, dtype)
+        meta.update(kernel=row.name, kernel_level=row.level,
+                    kernel_mrnr=f"{row.mr}x{row.nr}")
+    except ValueError:
+        pass
     torch, F = _torch()
     if torch is not None:
         tdt = torch.bfloat16 if dtype == "bfloat16" else torch.float32

@@ -74,15 +74,33 @@ _LINEAR: tuple[Kernel, ...] = tuple(replace(r, op="linear") for r in _MATMUL_F32
 
 # Convolution (kernels/conv_*.c): per algorithm, fastest level first; implicit_gemm leads so that
 # select("conv2d", dtype) names the general algorithm (onepath.ops.conv.select_conv picks per problem).
-# float32 and bfloat16 input share the float32 micro-kernels (bfloat16 is widened while packing).
+# float32 runs the float32 micro-kernels. bfloat16 (input and weight bfloat16) runs the BF16 GEMM
+# kernels where the level has them (conv_bf16.c: AMX tiles, VDPBF16PS; symbol op_conv2d_bf16) and
+# is widened to float32 below (a float32 weight with bfloat16 input also takes the widening rows).
+# Depthwise is a direct float32-FMA kernel at every level (bfloat16 widened while loading).
 _CONV_LEVELS = (("avx512_core", 14, 32, 16), ("avx2", 6, 16, 8), ("generic", 4, 8, 4))
-_CONV: tuple[Kernel, ...] = tuple(
-    Kernel("conv2d", dt, lv, sym, f"conv_{algo}_f32_{lv}_" + (f"{mr}x{nr}" if algo != "depthwise" else f"v{vw}"),
-           mr if algo != "depthwise" else 1, nr if algo != "depthwise" else vw, algorithm=algo)
-    for dt in ("float32", "bfloat16")
-    for algo, sym in (("implicit_gemm", "op_conv2d_f32"), ("1x1_gemm", "op_conv2d_f32"),
-                      ("grouped", "op_conv2d_f32"), ("depthwise", "op_conv2d_dw_f32"))
-    for lv, mr, nr, vw in _CONV_LEVELS)
+_CONV_GEMM_ALGOS = (("implicit_gemm", "op_conv2d_f32"), ("1x1_gemm", "op_conv2d_f32"),
+                    ("grouped", "op_conv2d_f32"))
+_CONV_BF16_NATIVE = (("avx512_core_amx", "amx", 32, 32, (256, 1024, 2048)),
+                     ("avx512_core_bf16", "avx512_bf16", 14, 32, (168, 512, 2048)))
+
+
+def _conv_rows(dt):
+    out = []
+    for algo, sym in _CONV_GEMM_ALGOS + (("depthwise", "op_conv2d_dw_f32"),):
+        if dt == "bfloat16" and algo != "depthwise":
+            for lv, tag, mr, nr, (mc, kc, nc) in _CONV_BF16_NATIVE:
+                out.append(Kernel("conv2d", dt, lv, "op_conv2d_bf16", f"conv_{algo}_bf16_{tag}_{mr}x{nr}",
+                                  mr, nr, mc=mc, kc=kc, nc=nc, algorithm=algo))
+        for lv, mr, nr, vw in _CONV_LEVELS:
+            dwk = algo == "depthwise"
+            out.append(Kernel("conv2d", dt, lv, sym,
+                              f"conv_{algo}_f32_{lv}_" + (f"v{vw}" if dwk else f"{mr}x{nr}"),
+                              1 if dwk else mr, vw if dwk else nr, algorithm=algo))
+    return tuple(out)
+
+
+_CONV: tuple[Kernel, ...] = _conv_rows("float32") + _conv_rows("bfloat16")
 
 REGISTRY: tuple[Kernel, ...] = _MATMUL_F32 + _MATMUL_BF16 + _LINEAR + _CONV
 

@@ -27,6 +27,12 @@ typedef struct {
 int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
                   const float *bias, float *y, int act, const op_blocking *blk, int nthreads);
 
+/* Convolution with bfloat16 input and weight (bits), float32 accumulation and output, on the level's
+   BF16 GEMM kernels (VDPBF16PS / AMX; levels without them widen to float32). Weight layout as
+   op_conv2d_f32. Same return convention (a negative value: allocation failure or an AMX fault). */
+int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, const float *bias,
+                   float *y, int act, const op_blocking *blk, int nthreads);
+
 /* Depthwise convolution (groups == C, OC = C * multiplier), direct vectorised kernel.
    Weight layout: nhwc = 0: (OC, KH, KW); nhwc = 1: (KH, KW, OC). Same return convention. */
 int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,

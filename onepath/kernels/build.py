@@ -17,7 +17,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 # Paths relative to the project root keep setuptools' object names short and distinct.
 REL = os.path.relpath(HERE, pathlib.Path.cwd())
 
-COMMON = ["-O3", "-std=c11", "-pthread", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function"]
+COMMON = ["-O3", "-std=c11", "-pthread", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function", "-Wno-psabi"]
 AVX2 = ["-mavx", "-mavx2", "-mfma", "-mf16c"]
 AVX512 = AVX2 + ["-mavx512f", "-mavx512cd", "-mavx512bw", "-mavx512dq", "-mavx512vl"]
 

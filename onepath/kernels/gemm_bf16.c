@@ -392,6 +392,11 @@ static const op_gemm_ops *op_bf16_pick(int64_t m, int *amx)
 const char *op_gemm_bf16_kernel_for(int64_t m)
 {
     (void)m;
+#if defined(OP_HAS_AVX512)
+    /* m <= OP_SM_MAX_M (below): the small-M loops reading B in place (prepacked: AMX tiles at the
+       AMX level); a B that fits none of their forms still takes the driver (rare: strided both ways) */
+    if (m >= 1 && m <= 4) return "gemm_bf16_decode_" OP_LEVEL_NAME "_m4";
+#endif
 #if defined(OP_LEVEL_AVX512_CORE_AMX)
     if (m < OP_BF16_AMX_MIN_M) return "gemm_bf16_avx512_bf16_14x32";
 #endif
@@ -424,7 +429,9 @@ const char *op_gemm_bf16_kernel_name(void) { return OP_BF16_KERNEL_NAME; }
 
 #if defined(OP_HAS_AVX512)
 #define OP_SM_MAX_M 4
-static int OP_SM_KB = 32, OP_SM_PF = 256, OP_SM_PPF = 3072; /* TUNING */
+#define OP_SM_KB 8              /* OP_SM_KN: rows per block (8 concurrent row streams; 16-64 measured
+                                   slower at k = n = 4096, as was software prefetch of the rows) */
+#define OP_SM_PPF 3072          /* OP_SM_PACKED vector loop: prefetch distance (elements) */
 #define OP_SM_KN 0
 #define OP_SM_NK 1
 #define OP_SM_PACKED 2
@@ -447,7 +454,6 @@ typedef struct {
     int64_t parts, cols;     /* tasks per batch entry, columns per task (multiple of 32) */
     float *scratch;          /* OP_SM_KN: per thread, m x cols floats */
     const uint16_t *xb;      /* AMX PACKED: A as bfloat16, m rows of kp, zero padded */
-    const uint16_t *xv;      /* AMX NK: x^T as K-pairs, per 32-block 16 rows of m pairs */
 } op_sm_ctx;
 
 /* Writes t[mr x nr] (row stride 32) to C rows 0..mr-1, columns j..j+nr-1 of entry bi, epilogue and
@@ -503,8 +509,8 @@ OP_INLINE void op_sm_packed_body(const int MRV, const op_sm_ctx *x, int64_t bi, 
         for (int64_t kb = 0; kb < kp; kb += 32, bp += 1024) {
 #pragma GCC unroll 16
             for (int pr = 0; pr < 16; pr++) {
-                if (OP_SM_PPF) _mm_prefetch((const char *)(bp + OP_SM_PPF + pr * 32), _MM_HINT_T0);
-                if (OP_SM_PPF) _mm_prefetch((const char *)(bp + OP_SM_PPF + 512 + pr * 32), _MM_HINT_T0);
+                _mm_prefetch((const char *)(bp + OP_SM_PPF + pr * 32), _MM_HINT_T0);
+                _mm_prefetch((const char *)(bp + OP_SM_PPF + 512 + pr * 32), _MM_HINT_T0);
                 const __m512i v0 = _mm512_load_si512((const void *)(bp + pr * 32));
                 const __m512i v1 = _mm512_load_si512((const void *)(bp + 512 + pr * 32));
                 const __m512 e0 = op_sm_even(v0), o0 = op_sm_odd(v0);
@@ -619,10 +625,6 @@ OP_INLINE void op_sm_kn_body(const int MRV, const op_sm_ctx *x, int64_t bi, int6
             if (nr == 32) {
                 for (; p + 2 <= p1; p += 2) {
                     const uint16_t *r0 = bp + p * ldb;
-                    if (OP_SM_PF) {
-                    _mm_prefetch((const char *)(r0 + OP_SM_PF), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(r0 + ldb + OP_SM_PF), _MM_HINT_T0);
-                    }
                     const __m512i v0 = _mm512_loadu_si512((const void *)r0);
                     const __m512i v1 = _mm512_loadu_si512((const void *)(r0 + ldb));
                     const __m512 e0 = op_sm_even(v0), o0 = op_sm_odd(v0);
@@ -687,28 +689,22 @@ OP_SM_INST(1) OP_SM_INST(2) OP_SM_INST(3) OP_SM_INST(4)
 #undef OP_SM_INST
 
 #if defined(OP_LEVEL_AVX512_CORE_AMX)
-/* ---- AMX small M (real tiles only): the prepacked k32 panels and W (n x k) rows are tile-loadable as
-   they lie. PACKED: C tiles 0/1 (m rows x 16 columns), A tile 4 = x (m rows of 32 bfloat16), B tiles
-   6/7 = the panel's two 16-column halves. NK computes C^T = W x^T: A tiles 4/5 = 16 rows of W each
-   (32 bfloat16 of K), B tile 6 = x^T as K-pairs (16 pairs x m columns, built once per call), C tiles
-   0/1 = 16 W rows x m. A TDPBF16PS then consumes 1 KiB of B with m <= 4 rows in one instruction:
-   the m = 4 stream is no longer bounded by the vector FMA ports. The tile configuration is this
-   path's own; it marks the thread unconfigured for the 32 x 32 kernel and releases the tiles. */
-static void op_sm_amx_cfg(int m, int nk)
+/* ---- AMX small M, prepacked B (real tiles only): the k32 panels are B tiles as they lie. C tiles 0/1
+   (m rows x 16 columns), A tile 4 = x (m rows of 32 bfloat16, from a zero-padded copy), B tiles 6/7 =
+   the panel's two 16-column halves: one TDPBF16PS per KiB of B for all m rows, so the m = 4 stream is
+   not bounded by the vector FMA ports. (Tried for the raw W rows too, C^T = W x^T with 32 rows of W
+   per tile pair: 32 strided row streams ran at 18-23 GB/s against 24-26 for the vector NK loop.)
+   The tile configuration is this path's own; it marks the thread unconfigured for the 32 x 32 kernel
+   and releases the tiles. */
+static void op_sm_amx_cfg(int m)
 {
     op_amx_tilecfg cfg OP_ALIGNED(64);
     memset(&cfg, 0, sizeof cfg);
     cfg.palette_id = 1;
-    if (!nk) {
-        cfg.rows[0] = cfg.rows[1] = cfg.rows[4] = (uint8_t)m;
-        cfg.colsb[0] = cfg.colsb[1] = cfg.colsb[4] = 64;
-        cfg.rows[6] = cfg.rows[7] = 16;
-        cfg.colsb[6] = cfg.colsb[7] = 64;
-    } else {
-        cfg.rows[0] = cfg.rows[1] = cfg.rows[4] = cfg.rows[5] = cfg.rows[6] = 16;
-        cfg.colsb[0] = cfg.colsb[1] = cfg.colsb[6] = (uint16_t)(4 * m);
-        cfg.colsb[4] = cfg.colsb[5] = 64;
-    }
+    cfg.rows[0] = cfg.rows[1] = cfg.rows[4] = (uint8_t)m;
+    cfg.colsb[0] = cfg.colsb[1] = cfg.colsb[4] = 64;
+    cfg.rows[6] = cfg.rows[7] = 16;
+    cfg.colsb[6] = cfg.colsb[7] = 64;
     _tile_loadconfig(&cfg);
     op_amx_cfg_epoch = 0;  /* the 32 x 32 kernel reconfigures on its next call on this thread */
 }
@@ -725,7 +721,7 @@ static void op_sm_amx_packed(const op_sm_ctx *x, int64_t bi, int64_t j0, int64_t
     const uint16_t *xb = x->xb + bi * m * kp;
     const uint16_t *B = (const uint16_t *)x->g->b;
     float t[OP_SM_MAX_M * 32] OP_ALIGNED(64);
-    op_sm_amx_cfg((int)m, 0);
+    op_sm_amx_cfg((int)m);
     for (int64_t j = j0; j < j1; j += 32) {
         const uint16_t *bp = B + j * kp;
         _tile_zero(0);
@@ -744,55 +740,13 @@ static void op_sm_amx_packed(const op_sm_ctx *x, int64_t bi, int64_t j0, int64_t
     op_sm_amx_done();
 }
 
-/* full 32-row groups of W; the last partial group goes to the vector path */
-static void op_sm_amx_nk(const op_sm_ctx *x, int64_t bi, int64_t j0, int64_t j1)
-{
-    const op_gemm_args *g = x->g;
-    const int64_t kp = x->kp, m = g->m, k = g->k, ldw = g->csb;
-    const uint16_t *xv = x->xv + bi * m * kp;
-    const uint16_t *W = (const uint16_t *)g->b + (g->b_off ? g->b_off[bi] : 0);
-    const int64_t kfull = k / 32 * 32;
-    float ct[32 * OP_SM_MAX_M] OP_ALIGNED(64), t[OP_SM_MAX_M * 32] OP_ALIGNED(64);
-    uint16_t wt[32 * 32] OP_ALIGNED(64);
-    op_sm_amx_cfg((int)m, 1);
-    for (int64_t jc = j0; jc + 32 <= j1; jc += 32) {
-        const uint16_t *w0 = W + jc * ldw;
-        _tile_zero(0);
-        _tile_zero(1);
-        int64_t p = 0;
-        for (; p < kfull; p += 32) {
-            if (OP_SM_PF)
-                for (int r = 0; r < 32; r++) _mm_prefetch((const char *)(w0 + r * ldw + p + OP_SM_PF), _MM_HINT_T0);
-            _tile_loadd(4, w0 + p, ldw * 2);
-            _tile_loadd(6, xv + p * m, m * 4);
-            _tile_loadd(5, w0 + 16 * ldw + p, ldw * 2);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_dpbf16ps(1, 5, 6);
-        }
-        if (p < k) {  /* K tail: the 32 rows' last k - kfull elements, zero padded */
-            memset(wt, 0, sizeof wt);
-            for (int r = 0; r < 32; r++) memcpy(wt + r * 32, w0 + r * ldw + p, (size_t)(k - p) * 2);
-            _tile_loadd(4, wt, 64);
-            _tile_loadd(6, xv + p * m, m * 4);
-            _tile_loadd(5, wt + 16 * 32, 64);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_dpbf16ps(1, 5, 6);
-        }
-        _tile_stored(0, ct, m * 4);
-        _tile_stored(1, ct + 16 * m, m * 4);
-        for (int i = 0; i < m; i++)
-            for (int r = 0; r < 32; r++) t[i * 32 + r] = ct[r * m + i];
-        op_sm_out(x, bi, jc, (int)m, 32, t);
-    }
-    op_sm_amx_done();
-}
 #endif
 
 static void op_sm_task(void *ctx, int64_t task, int tid)
 {
     const op_sm_ctx *x = (const op_sm_ctx *)ctx;
     const int64_t bi = task / x->parts, part = task % x->parts;
-    int64_t j0 = part * x->cols;
+    const int64_t j0 = part * x->cols;
     const int64_t j1 = op_min64(x->g->n, j0 + x->cols);
     if (j0 >= j1) return;
     const int m = (int)x->g->m;
@@ -810,11 +764,6 @@ static void op_sm_task(void *ctx, int64_t task, int tid)
         }
         break;
     case OP_SM_NK:
-#if defined(OP_LEVEL_AVX512_CORE_AMX)
-        op_sm_amx_nk(x, bi, j0, j1);
-        j0 += (j1 - j0) / 32 * 32;
-        if (j0 >= j1) break;
-#endif
         switch (m) {
         case 1: op_sm_nk_m1(x, bi, j0, j1); break;
         case 2: op_sm_nk_m2(x, bi, j0, j1); break;
@@ -848,9 +797,6 @@ static int op_sm_form(const op_gemm_args *g, int prepacked)
 static int op_sm_run(int form, const op_gemm_args *g, void *c, const int64_t *c_off, int64_t rsc,
                      int64_t csc, int c_dtype, int nthreads)
 {
-    if (getenv("SMKB")) OP_SM_KB = atoi(getenv("SMKB"));
-    if (getenv("SMPF")) OP_SM_PF = atoi(getenv("SMPF"));
-    if (getenv("SMPPF")) OP_SM_PPF = atoi(getenv("SMPPF"));
     op_sm_ctx x;
     memset(&x, 0, sizeof x);
     x.g = g; x.form = form; x.c = c; x.c_off = c_off; x.rsc = rsc; x.csc = csc; x.c_dtype = c_dtype;
@@ -883,7 +829,7 @@ static int op_sm_run(int form, const op_gemm_args *g, void *c, const int64_t *c_
     x.xa = xa;
     uint16_t *xb = NULL;
 #if defined(OP_LEVEL_AVX512_CORE_AMX)
-    if (form != OP_SM_KN) {
+    if (form == OP_SM_PACKED) {
         xb = (uint16_t *)op_aligned_alloc((size_t)(g->batch * m * x.kp) * 2);
         if (!xb) {
             op_aligned_free(xa);
@@ -893,13 +839,9 @@ static int op_sm_run(int form, const op_gemm_args *g, void *c, const int64_t *c_
             const uint16_t *A = (const uint16_t *)g->a + (g->a_off ? g->a_off[bi] : 0);
             uint16_t *d = xb + bi * m * x.kp;
             for (int64_t i = 0; i < m; i++)
-                for (int64_t p = 0; p < x.kp; p++) {
-                    const uint16_t v = p < k ? A[i * g->rsa + p * g->csa] : 0;
-                    if (form == OP_SM_PACKED) d[i * x.kp + p] = v;
-                    else d[(p >> 1) * 2 * m + 2 * i + (p & 1)] = v;
-                }
+                for (int64_t p = 0; p < x.kp; p++) d[i * x.kp + p] = p < k ? A[i * g->rsa + p * g->csa] : 0;
         }
-        x.xb = x.xv = xb;
+        x.xb = xb;
     }
 #endif
     if (form == OP_SM_KN) {

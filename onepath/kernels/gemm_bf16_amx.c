@@ -85,9 +85,35 @@ static void op_ukr_amx(int64_t kcp, const void *a, const void *b, int64_t ldb, f
     (void)ldb;
     op_amx_ensure_cfg();
     const uint16_t *A = (const uint16_t *)a, *B = (const uint16_t *)b;
-    float t[32 * 32] OP_ALIGNED(64);
     const int two_m = mr > 16, two_n = nr > 16;
     const int64_t nkb = kcp / 32;
+    if (mr == 32 && nr == 32 && csc == 1) {
+        /* full block, C rows contiguous: the accumulators start from C (or zero) and are stored
+           straight to C, no scratch tile; the epilogue (last KC block only) then runs in place */
+        const int64_t ldc = rsc * (int64_t)sizeof(float);
+        if (acc) {
+            _tile_loadd(0, c, ldc); _tile_loadd(1, c + 16, ldc);
+            _tile_loadd(2, c + 16 * rsc, ldc); _tile_loadd(3, c + 16 * rsc + 16, ldc);
+        } else {
+            _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        }
+        for (int64_t kb = 0; kb < nkb; kb++) {
+            const uint16_t *ab = A + kb * (OP_AMX_MR * 32), *bb = B + kb * 1024;
+            _tile_loadd(4, ab, 64);
+            _tile_loadd(6, bb, 64);
+            _tile_loadd(7, bb + 512, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_loadd(5, ab + 16 * 32, 64);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(0, c, ldc); _tile_stored(1, c + 16, ldc);
+        _tile_stored(2, c + 16 * rsc, ldc); _tile_stored(3, c + 16 * rsc + 16, ldc);
+        if (epi) op_bf16_tile_out(c, rsc, 32, 32, c, rsc, 1, 0, epi);
+        return;
+    }
+    float t[32 * 32] OP_ALIGNED(64);
     if (two_m && two_n) {
         _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
         for (int64_t kb = 0; kb < nkb; kb++) {

@@ -49,32 +49,7 @@
 
 /* ---------------------------------------------------------------- epilogue (portable part) */
 
-static inline float op_act_f32(float x, int act)
-{
-    switch (act) {
-    case OP_ACT_RELU:
-        return x < 0.0f ? 0.0f : x;  /* NaN stays NaN */
-    case OP_ACT_GELU:
-        if (isinf(x)) return x > 0.0f ? x : -0.0f;
-        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case OP_ACT_GELU_TANH: {
-        if (isinf(x)) return x > 0.0f ? x : -0.0f;
-        float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-        return 0.5f * x * (1.0f + tanhf(u));
-    }
-    case OP_ACT_SILU:
-        if (isinf(x)) return x > 0.0f ? x : -0.0f;
-        return x / (1.0f + expf(-x));
-    default:
-        return x;
-    }
-}
-
-/* In-place activation of n elements at stride cs (used after a vector row store). */
-static OP_NOINLINE void op_act_row(float *c, int64_t cs, int n, int act)
-{
-    for (int j = 0; j < n; j++) c[j * cs] = op_act_f32(c[j * cs], act);
-}
+/* op_act_f32 (scalar) and op_act_row (vectorised rows) are in act_f32.c, included before this file. */
 
 /* Write an mr x nr tile t (row stride ldt) to C through (rsc, csc): C = t, or C += t if acc; then the
    epilogue (bias at tile origin, activation) if epi != NULL. Portable; used for edges/strided C. */

@@ -122,20 +122,27 @@ def _result_dtype(x: np.ndarray, w: np.ndarray, b, dtype):
 # registry selection
 
 
-def select_conv(algorithm: str, dtype: str = "float32", level: str | None = None) -> registry.Kernel:
+_BF16_SYMBOL = "op_conv2d_bf16"
+
+
+def select_conv(algorithm: str, dtype: str = "float32", level: str | None = None,
+                bf16_weight: bool = True) -> registry.Kernel:
     """The registry row that runs ``algorithm`` ("implicit_gemm", "1x1_gemm", "grouped",
-    "depthwise") on ``dtype`` inputs at the ISA level in force (or ``level``), blocking filled in."""
+    "depthwise") on ``dtype`` inputs at the ISA level in force (or ``level``), blocking filled in.
+    ``bf16_weight=False`` (bfloat16 input with a float32 weight) skips the native BF16 rows."""
     from ..dispatch import cap
     if level is None:
         level = cap.isa()
-    return _select_conv(algorithm, str(dtype), level)
+    return _select_conv(algorithm, str(dtype), level, bool(bf16_weight))
 
 
 @lru_cache(maxsize=None)
-def _select_conv(algorithm, dtype, level):
+def _select_conv(algorithm, dtype, level, bf16_weight=True):
     from ..dispatch.cpu import probe
     cap_i = level_index(level)
     for row in registry.rows("conv2d", dtype):
+        if row.symbol == _BF16_SYMBOL and not bf16_weight:
+            continue
         if row.algorithm == algorithm and level_index(row.level) <= cap_i:
             mc, kc, nc = registry.blocking_for(row, dict(probe().caches))
             return replace(row, mc=row.mc or mc, kc=row.kc or kc, nc=row.nc or nc)
@@ -361,14 +368,20 @@ def _conv_kernel(x, w, b, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups,
         # bfloat16 compute requested on float32 input: round the input first (one rounding)
         xk = np.ascontiguousarray(xk.astype(_BF16)).view(np.uint16)
         x_bf16 = 1
-    w32 = np.asarray(w, _F32)
-    if out_dt == _BF16 and w.dtype != _BF16:
-        w32 = w32.astype(_BF16).astype(_F32)
     b32 = None if b is None else np.ascontiguousarray(b, _F32)
-
     algo = algorithm_for(c, oc, kh, kw, groups)
     dtype_name = "bfloat16" if x_bf16 else "float32"
-    row = select_conv(algo, dtype_name)
+    # the weight is bfloat16 (or rounded to it) exactly when the compute dtype is bfloat16
+    bf16_weight = bool(x_bf16) and (out_dt == _BF16 or w.dtype == _BF16)
+    row = select_conv(algo, dtype_name, bf16_weight=bf16_weight)
+    native = row.symbol == _BF16_SYMBOL
+    if native:  # bfloat16 weight bits for the BF16 GEMM kernels
+        wb = w if w.dtype == _BF16 else np.asarray(w, _F32).astype(_BF16)
+        wk = np.ascontiguousarray(wb).view(np.uint16)
+    else:
+        w32 = np.asarray(w, _F32)
+        if out_dt == _BF16 and w.dtype != _BF16:
+            w32 = w32.astype(_BF16).astype(_F32)
     mod = load(row.level)
     ffi, lib = mod.ffi, mod.lib
     d = ffi.new("op_conv_desc *")
@@ -380,7 +393,9 @@ def _conv_kernel(x, w, b, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups,
     d.dh, d.dw = dl
     d.groups = groups
     d.nhwc = 1 if nhwc else 0
-    if algo == "depthwise":
+    if native:
+        pass
+    elif algo == "depthwise":
         # (OC, 1, KH, KW) -> NCHW (OC, KH, KW); NHWC (KH, KW, OC)
         wk = np.ascontiguousarray(w32[:, 0].transpose(1, 2, 0) if nhwc else w32[:, 0])
     else:
@@ -389,15 +404,20 @@ def _conv_kernel(x, w, b, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups,
     verbose = _verbose.enabled()
     t0 = time.perf_counter() if verbose else 0.0
     xp = ffi.cast("const void *", xk.ctypes.data)
-    wp = ffi.cast("const float *", wk.ctypes.data)
+    wp = ffi.cast("const uint16_t *" if native else "const float *", wk.ctypes.data)
     bp = ffi.NULL if b32 is None else ffi.cast("const float *", b32.ctypes.data)
     yp = ffi.cast("float *", y.ctypes.data)
-    if algo == "depthwise":
+    if native:
+        blk = ffi.new("op_blocking *", {"mc": row.mc, "kc": row.kc, "nc": row.nc})
+        used = lib.op_conv2d_bf16(d, ffi.cast("const uint16_t *", xp), wp, bp, yp, code, blk, nthreads)
+    elif algo == "depthwise":
         used = lib.op_conv2d_dw_f32(d, xp, x_bf16, wp, bp, yp, code, nthreads)
     else:
         blk = ffi.new("op_blocking *", {"mc": row.mc, "kc": row.kc, "nc": row.nc})
         used = lib.op_conv2d_f32(d, xp, x_bf16, wp, bp, yp, code, blk, nthreads)
     _stats.record("conv2d", dtype_name, row.level)
+    if used == -2:
+        raise RuntimeError(f"{row.name}: the AMX tile kernel faulted on conv {describe(d)}")
     if used < 0:
         raise MemoryError(f"{row.name}: could not allocate scratch for conv {describe(d)}")
     if out_dt == _BF16:

@@ -1,0 +1,108 @@
+/* act_f32.c: the activations of the GEMM/conv epilogue (OP_ACT_*), scalar and 16 lanes at a time.
+   The vector forms use GCC vector extensions, so each level's build lowers them to its own
+   registers (one zmm, two ymm, four xmm). NaN and +Inf propagate through the vector
+   arithmetic; -Inf is mapped to -0 as the limit says.
+   exp: 2^n * p(r) with n = round(x log2 e) and r = x - n ln2 in two parts (Cody-Waite reduction),
+   p the degree-6 Taylor polynomial (relative error about 1.2e-7 on |r| <= ln2/2).
+   erf (for exact GELU): Abramowitz & Stegun, Handbook of Mathematical Functions, formula 7.1.26
+   (absolute error <= 1.5e-7), evaluated as erfc(|z|) so that 1 + erf(z) has no cancellation for
+   negative z. tanh-GELU is rewritten as x * sigmoid(2u), SiLU as x * sigmoid(x). */
+
+static inline float op_act_f32(float x, int act)
+{
+    switch (act) {
+    case OP_ACT_RELU:
+        return x < 0.0f ? 0.0f : x;  /* NaN stays NaN */
+    case OP_ACT_GELU:
+        if (isinf(x)) return x > 0.0f ? x : -0.0f;
+        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case OP_ACT_GELU_TANH: {
+        if (isinf(x)) return x > 0.0f ? x : -0.0f;
+        float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+        return 0.5f * x * (1.0f + tanhf(u));
+    }
+    case OP_ACT_SILU:
+        if (isinf(x)) return x > 0.0f ? x : -0.0f;
+        return x / (1.0f + expf(-x));
+    default:
+        return x;
+    }
+}
+
+typedef float op_v16f __attribute__((vector_size(64)));
+typedef int32_t op_v16i __attribute__((vector_size(64)));
+
+/* (GCC warns -Wpsabi about passing 64-byte vectors at levels without AVX-512: these helpers are
+   always inlined, so no call ABI is involved.) */
+OP_INLINE op_v16f op_v16_splat(float x)
+{
+    return (op_v16f){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};  /* keeps the sign of -0 */
+}
+/* lanes of a where m is all-ones, else lanes of b */
+OP_INLINE op_v16f op_v16_sel(op_v16i m, op_v16f a, op_v16f b)
+{
+    return (op_v16f)(((op_v16i)a & m) | ((op_v16i)b & ~m));
+}
+
+OP_INLINE op_v16f op_v16_exp(op_v16f x)
+{
+    x = op_v16_sel(x > op_v16_splat(88.0f), op_v16_splat(88.0f), x);
+    /* below -86 the result would be subnormal (slow on many CPUs); exp(-86) = 4.4e-38 stands in */
+    x = op_v16_sel(x < op_v16_splat(-86.0f), op_v16_splat(-86.0f), x);
+    const op_v16f magic = op_v16_splat(12582912.0f);  /* 1.5 * 2^23: adding it rounds to an integer */
+    const op_v16f nf = (x * 1.44269504088896341f + magic) - magic;
+    const op_v16f r = (x - nf * 0.693359375f) - nf * -2.12194440e-4f;
+    op_v16f p = op_v16_splat(1.0f / 720.0f);
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const op_v16i n = __builtin_convertvector(nf, op_v16i);
+    return p * (op_v16f)((n + 127) << 23);
+}
+
+OP_INLINE op_v16f op_v16_act(op_v16f x, int act)
+{
+    switch (act) {
+    case OP_ACT_GELU: {
+        const op_v16f z = x * 0.70710678118654752f;
+        op_v16f a = (op_v16f)((op_v16i)z & 0x7fffffff);
+        a = op_v16_sel(a > op_v16_splat(9.0f), op_v16_splat(9.0f), a);  /* erfc(9) ~ 4e-37: keeps
+                                                    every intermediate normal (subnormals are slow) */
+        const op_v16f t = 1.0f / (1.0f + 0.3275911f * a);
+        op_v16f p = op_v16_splat(1.061405429f);
+        p = p * t - 1.453152027f;
+        p = p * t + 1.421413741f;
+        p = p * t - 0.284496736f;
+        p = p * t + 0.254829592f;
+        const op_v16f erfc_a = p * t * op_v16_exp(-(a * a));
+        return 0.5f * x * op_v16_sel(z < 0.0f, erfc_a, 2.0f - erfc_a);
+    }
+    case OP_ACT_GELU_TANH: {
+        const op_v16f u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+        return x / (1.0f + op_v16_exp(-2.0f * u));
+    }
+    case OP_ACT_SILU:
+        return x / (1.0f + op_v16_exp(-x));
+    default:
+        return op_v16_sel(x < 0.0f, op_v16_splat(0.0f), x);
+    }
+}
+
+/* In-place activation of n elements at stride cs (used after a vector row store). */
+static OP_NOINLINE void op_act_row(float *c, int64_t cs, int n, int act)
+{
+    int j = 0;
+    if (cs == 1) {
+        for (; j + 16 <= n; j += 16) {
+            op_v16f x, y;
+            memcpy(&x, c + j, sizeof x);
+            /* NaN passes through every step and +Inf comes out as +Inf; -Inf must give -0 */
+            y = op_v16_sel(x == op_v16_splat(-INFINITY), op_v16_splat(-0.0f), op_v16_act(x, act));
+            memcpy(c + j, &y, sizeof y);
+        }
+    }
+    for (; j < n; j++) c[j * cs] = op_act_f32(c[j * cs], act);
+}

@@ -1,0 +1,282 @@
+/* conv_bf16.c: bfloat16 convolution on the level's BF16 GEMM kernels (VDPBF16PS at avx512_core_bf16,
+   AMX tiles at avx512_core_amx and in the amx_emu build), float32 accumulation and output.
+
+   Same GEMM formulation as conv_f32.c, with the operands packed straight into the "k32" layout of
+   gemm_bf16.c (blocks of 32 depths; B as interleaved K-pairs):
+     NCHW: C[oc][pixel] = W[oc][(c,kh,kw)] * B[(c,kh,kw)][pixel]. A is the weight in place (the BF16
+           GEMM's own A pack); B is the implicit im2col: each K-pair of a 32-pixel micro-panel is two
+           gathered bfloat16 rows interleaved (op_conv_pack_b_nchw_k32). A 1x1 stride-1 unpadded
+           convolution packs the input itself with op_pack_b_k32.
+     NHWC: C[pixel][oc] = A[pixel][(kh,kw,c)] * Wr[(kh,kw,c)][oc]. The depth order puts channels
+           innermost, so 32 depths of a pixel are runs of contiguous channels (op_conv_pack_a_nhwc_k32
+           copies them); the weight is reordered once per call to (OC, KH, KW, C/g) and packed as a
+           transposed B by op_pack_b_k32. A 1x1 stride-1 unpadded convolution is a plain GEMM.
+   Levels without BF16 instructions widen the weight and run op_conv2d_f32 (bfloat16 input). */
+
+#if defined(OP_BF16_NATIVE)
+typedef struct {
+    const op_conv_desc *d;
+    const uint16_t *x;
+    int64_t cg, ocg;
+    int64_t g0;
+    int mr;           /* A micro-panel rows of the ops in use (NHWC A pack) */
+} op_convb_geo;
+
+OP_INLINE void op_convb_entry(const op_convb_geo *q, int64_t bi, int64_t *n, int64_t *g)
+{
+    if (q->g0 >= 0) {
+        *n = bi;
+        *g = q->g0;
+    } else {
+        *n = bi / q->d->groups;
+        *g = bi % q->d->groups;
+    }
+}
+
+/* NCHW: len (<= 32) consecutive im2col columns (output pixels jstart..) of one depth row. */
+static void op_convb_fill_row(const op_conv_desc *d, const uint16_t *x, int64_t plane, int64_t ihoff,
+                              int64_t iwoff, int64_t jstart, int64_t len, uint16_t *OP_RESTRICT o)
+{
+    const int64_t H = d->h, W = d->w, OW = d->ow, sh = d->sh, sw = d->sw;
+    int64_t oh = jstart / OW, ow = jstart % OW;
+    for (int64_t jj = 0; jj < len;) {
+        const int64_t run = op_min64(OW - ow, len - jj);
+        const int64_t ih = oh * sh + ihoff;
+        uint16_t *r = o + jj;
+        if (ih < 0 || ih >= H) {
+            memset(r, 0, (size_t)run * 2);
+        } else {
+            const int64_t iw0 = ow * sw + iwoff;
+            int64_t tlo = iw0 >= 0 ? 0 : op_cdiv64(-iw0, sw);
+            int64_t thi = iw0 >= W ? 0 : op_cdiv64(W - iw0, sw);
+            if (tlo > run) tlo = run;
+            if (thi > run) thi = run;
+            if (thi < tlo) thi = tlo;
+            for (int64_t t = 0; t < tlo; t++) r[t] = 0;
+            const uint16_t *src = x + plane + ih * W + iw0;
+            if (sw == 1) {
+                memcpy(r + tlo, src + tlo, (size_t)(thi - tlo) * 2);
+            } else {
+                for (int64_t t = tlo; t < thi; t++) r[t] = src[t * sw];
+            }
+            for (int64_t t = thi; t < run; t++) r[t] = 0;
+        }
+        jj += run;
+        ow = 0;
+        oh++;
+    }
+}
+
+static void op_conv_pack_b_nchw_k32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc,
+                                    int64_t kcp, int64_t j0, int64_t nc, void *dst)
+{
+    const op_convb_geo *q = (const op_convb_geo *)g->user;
+    const op_conv_desc *d = q->d;
+    int64_t n, gi;
+    op_convb_entry(q, bi, &n, &gi);
+    const int64_t khw = d->kh * d->kw;
+    uint16_t *D = (uint16_t *)dst;
+    uint16_t rows[2][32] OP_ALIGNED(64);
+#if defined(OP_HAS_AVX512)
+    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                            39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+#endif
+    for (int64_t jr = 0; jr < nc; jr += 32, D += 32 * kcp) {
+        const int64_t nr = op_min64(32, nc - jr);
+        for (int64_t kb = 0; kb * 32 < kcp; kb++) {
+            uint16_t *blk = D + kb * 1024;
+            for (int pr = 0; pr < 16; pr++) {
+                for (int t = 0; t < 2; t++) {
+                    const int64_t p = kb * 32 + 2 * pr + t;
+                    uint16_t *r = rows[t];
+                    if (p >= kc) {
+                        memset(r, 0, 64);
+                        continue;
+                    }
+                    const int64_t pp = p0 + p, c = pp / khw, rr = pp % khw;
+                    const int64_t ki = rr / d->kw, kj = rr % d->kw;
+                    const int64_t plane = ((n * d->c + gi * q->cg + c) * d->h) * d->w;
+                    op_convb_fill_row(d, q->x, plane, ki * d->dh - d->pt, kj * d->dw - d->pl, j0 + jr,
+                                      nr, r);
+                    for (int64_t j = nr; j < 32; j++) r[j] = 0;
+                }
+#if defined(OP_HAS_AVX512)
+                const __m512i x0 = _mm512_load_si512((const void *)rows[0]);
+                const __m512i x1 = _mm512_load_si512((const void *)rows[1]);
+                _mm512_storeu_si512((void *)(blk + pr * 32), _mm512_permutex2var_epi16(x0, lo_idx, x1));
+                _mm512_storeu_si512((void *)(blk + 512 + pr * 32), _mm512_permutex2var_epi16(x0, hi_idx, x1));
+#else
+                for (int j = 0; j < 32; j++) {
+                    blk[(j >> 4) * 512 + pr * 32 + (j & 15) * 2] = rows[0][j];
+                    blk[(j >> 4) * 512 + pr * 32 + (j & 15) * 2 + 1] = rows[1][j];
+                }
+#endif
+            }
+        }
+    }
+}
+
+/* NHWC implicit A, depth order (kh, kw, c): MR-row micro-panels of 32-depth blocks,
+   a[(kb*MR + i)*32 + t] = A[i0 + ir + i][p0 + kb*32 + t]. */
+static void op_conv_pack_a_nhwc_k32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc,
+                                    int64_t p0, int64_t kc, int64_t kcp, void *dst)
+{
+    const op_convb_geo *q = (const op_convb_geo *)g->user;
+    const op_conv_desc *d = q->d;
+    const int MR = q->mr;
+    int64_t n, gi;
+    op_convb_entry(q, bi, &n, &gi);
+    const int64_t cg = q->cg, C = d->c, H = d->h, W = d->w, OW = d->ow;
+    uint16_t *D = (uint16_t *)dst;
+    for (int64_t ir = 0; ir < mc; ir += MR, D += MR * kcp) {
+        const int mr = (int)op_min64(MR, mc - ir);
+        for (int i = 0; i < MR; i++) {
+            if (i >= mr) {
+                for (int64_t kb = 0; kb * 32 < kcp; kb++) memset(D + (kb * MR + i) * 32, 0, 64);
+                continue;
+            }
+            const int64_t pix = i0 + ir + i, oh = pix / OW, ow = pix % OW;
+            const int64_t ihb = oh * d->sh - d->pt, iwb = ow * d->sw - d->pl;
+            int64_t tap = p0 / cg, c = p0 % cg;
+            for (int64_t kb = 0; kb * 32 < kcp; kb++) {
+                uint16_t *row = D + (kb * MR + i) * 32;
+                const int klen = (int)op_max64(0, op_min64(32, kc - kb * 32));
+                int t = 0;
+                while (t < klen) {
+                    const int run = (int)op_min64(cg - c, klen - t);
+                    const int64_t ki = tap / d->kw, kj = tap % d->kw;
+                    const int64_t ih = ihb + ki * d->dh, iw = iwb + kj * d->dw;
+                    if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                        memcpy(row + t, q->x + ((n * H + ih) * W + iw) * C + gi * cg + c, (size_t)run * 2);
+                    else
+                        memset(row + t, 0, (size_t)run * 2);
+                    t += run;
+                    c += run;
+                    if (c == cg) {
+                        c = 0;
+                        tap++;
+                    }
+                }
+                if (t < 32) memset(row + t, 0, (size_t)(32 - t) * 2);
+            }
+        }
+    }
+}
+
+typedef struct {
+    const uint16_t *w;
+    uint16_t *wr;
+    int64_t cg, khw;
+} op_convb_wr_ctx;
+
+/* (OC, C/g, KH, KW) -> (OC, KH, KW, C/g), one output channel per task */
+static void op_convb_wr_task(void *ctx, int64_t oc, int tid)
+{
+    (void)tid;
+    const op_convb_wr_ctx *x = (const op_convb_wr_ctx *)ctx;
+    const int64_t K = x->cg * x->khw;
+    const uint16_t *s = x->w + oc * K;
+    uint16_t *o = x->wr + oc * K;
+    for (int64_t c = 0; c < x->cg; c++)
+        for (int64_t t = 0; t < x->khw; t++) o[t * x->cg + c] = s[c * x->khw + t];
+}
+#endif
+
+int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, const float *bias,
+                   float *y, int act, const op_blocking *blk, int nthreads)
+{
+    const int64_t G = d->groups, cg = d->c / G, ocg = d->oc / G;
+    const int64_t ohw = d->oh * d->ow, hw = d->h * d->w, K = cg * d->kh * d->kw;
+    if (d->n <= 0 || ohw <= 0 || d->oc <= 0) return 1;
+#if !defined(OP_BF16_NATIVE)
+    (void)ocg;
+    (void)hw;
+    float *wf = (float *)op_aligned_alloc(sizeof(float) * (size_t)(d->oc * K));
+    if (!wf) return -1;
+    for (int64_t i = 0; i < d->oc * K; i++) wf[i] = op_bf16_to_f32_1(w[i]);
+    const int r = op_conv2d_f32(d, x, 1, wf, bias, y, act, blk, nthreads);
+    op_aligned_free(wf);
+    return r;
+#else
+    const int inplace = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 &&
+                        d->pl == 0 && d->oh == d->h && d->ow == d->w;
+    int amx = 0;
+    op_gemm_ops ops = *op_bf16_pick(d->nhwc ? ohw : ocg, &amx);
+    ops.direct_b = 0;
+    ops.b_prepacked = 0;
+    uint16_t *wr = NULL;
+    const uint16_t *wb = w;
+    if (!inplace) {
+        if (d->nhwc) {
+            ops.pack_a = op_conv_pack_a_nhwc_k32;
+            if (d->kh * d->kw > 1) {
+                wr = (uint16_t *)op_aligned_alloc(sizeof(uint16_t) * (size_t)(d->oc * K));
+                if (!wr) return -1;
+                op_convb_wr_ctx wc = {w, wr, cg, d->kh * d->kw};
+                op_parallel_for(d->oc * K >= (1 << 18) ? nthreads : 1, d->oc, op_convb_wr_task, &wc);
+                wb = wr;
+            }
+        } else {
+            ops.pack_b = op_conv_pack_b_nchw_k32;
+        }
+    }
+    const int per_group = G > 1 && bias != NULL;
+    const int64_t calls = per_group ? G : 1;
+    const int64_t batch = per_group ? d->n : d->n * G;
+    int64_t *offs = (int64_t *)malloc(sizeof(int64_t) * (size_t)(3 * batch));
+    if (!offs) {
+        op_aligned_free(wr);
+        return -1;
+    }
+    int64_t *xo = offs, *wo = offs + batch, *yo = offs + 2 * batch;
+    op_convb_geo q;
+    q.d = d;
+    q.x = x;
+    q.cg = cg;
+    q.ocg = ocg;
+    q.mr = ops.mr;
+    int used = 1;
+    for (int64_t call = 0; call < calls; call++) {
+        q.g0 = per_group ? call : -1;
+        for (int64_t bi = 0; bi < batch; bi++) {
+            int64_t n, gi;
+            op_convb_entry(&q, bi, &n, &gi);
+            xo[bi] = d->nhwc ? n * hw * d->c + gi * cg : (n * d->c + gi * cg) * hw;
+            wo[bi] = gi * ocg * K;
+            yo[bi] = d->nhwc ? n * ohw * d->oc + gi * ocg : (n * d->oc + gi * ocg) * ohw;
+        }
+        op_epilogue epi;
+        epi.bias = bias ? bias + (per_group ? call * ocg : 0) : NULL;
+        epi.bias_stride = 1;
+        epi.bias_axis = d->nhwc ? 1 : 0;
+        epi.act = act;
+        op_gemm_args g;
+        memset(&g, 0, sizeof g);
+        g.batch = batch;
+        g.k = K;
+        g.epi = (bias || act != OP_ACT_NONE) ? &epi : NULL;
+        g.user = &q;
+        int r;
+        if (d->nhwc) {
+            g.m = ohw; g.n = ocg;
+            g.a = x; g.a_off = xo; g.rsa = d->c; g.csa = 1;   /* in place only when 1x1 */
+            g.b = wb; g.b_off = wo; g.rsb = 1; g.csb = K;      /* (OC, [KH, KW,] C/g) */
+            r = op_bf16_run(&ops, &g, amx, y, yo, d->oc, 1, 0, blk, nthreads);
+        } else {
+            g.m = ocg; g.n = ohw;
+            g.a = w; g.a_off = wo; g.rsa = K; g.csa = 1;
+            g.b = x; g.b_off = xo; g.rsb = hw; g.csb = 1;      /* in place only when 1x1 */
+            r = op_bf16_run(&ops, &g, amx, y, yo, ohw, 1, 0, blk, nthreads);
+        }
+        if (r < 0) {
+            used = r;
+            break;
+        }
+        if (r > used) used = r;
+    }
+    free(offs);
+    op_aligned_free(wr);
+    return used;
+#endif
+}
