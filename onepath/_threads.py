@@ -5,6 +5,7 @@ import operator
 import os
 
 _num_threads: int | None = None
+_default: int | None = None  # the affinity mask's CPU count, read once
 MAX_THREADS = 1024  # kernels create their threads per call; more than this is a mistake, not a machine
 
 
@@ -34,13 +35,16 @@ def set_num_threads(n: int) -> None:
 
 def get_num_threads() -> int:
     """Threads the kernels may use: ``set_num_threads``, else ``ONEPATH_NUM_THREADS``, else the
-    number of CPUs this process may run on (its affinity mask)."""
+    number of CPUs this process may run on (its affinity mask, read once)."""
     if _num_threads is not None:
         return _num_threads
-    env = os.environ.get("ONEPATH_NUM_THREADS", "").strip()
-    if env:
-        return _parse(env, "ONEPATH_NUM_THREADS")
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    global _default
+    if _default is None:
+        env = os.environ.get("ONEPATH_NUM_THREADS", "").strip()
+        if env:
+            return _parse(env, "ONEPATH_NUM_THREADS")  # not cached: a bad value raises at every call
+        try:
+            _default = max(1, len(os.sched_getaffinity(0)))
+        except AttributeError:  # not Linux
+            _default = os.cpu_count() or 1
+    return _default

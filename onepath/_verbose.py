@@ -10,10 +10,20 @@ import os
 logger = logging.getLogger("onepath")
 
 
-def enabled() -> bool:
-    """True when ONEPATH_VERBOSE is set to a non-zero value (read at every call, so it can be toggled)."""
+_enabled: bool | None = None
+
+
+def reload() -> bool:
+    """Re-read ONEPATH_VERBOSE (it is read once, at the first call, like ONEDNN_VERBOSE)."""
+    global _enabled
     v = os.environ.get("ONEPATH_VERBOSE", "")
-    return bool(v) and v not in ("0", "false", "False", "no")
+    _enabled = bool(v) and v not in ("0", "false", "False", "no")
+    return _enabled
+
+
+def enabled() -> bool:
+    """True when ONEPATH_VERBOSE is set to a non-zero value."""
+    return _enabled if _enabled is not None else reload()
 
 
 def emit(op: str, dtypes: str, level: str, kernel: str, shapes: str, threads: int, seconds: float) -> None:

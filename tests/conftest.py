@@ -25,6 +25,23 @@ def level(request):
         yield name
 
 
+@pytest.fixture(autouse=True)
+def _verbose_from_env():
+    """ONEPATH_VERBOSE is read once per process; tests that monkeypatch it get it re-read."""
+    from onepath import _verbose
+    yield
+    _verbose.reload()
+
+
+@pytest.fixture
+def verbose_on(monkeypatch):
+    """ONEPATH_VERBOSE=1 for one test."""
+    from onepath import _verbose
+    monkeypatch.setenv("ONEPATH_VERBOSE", "1")
+    _verbose.reload()
+    yield
+
+
 def gemm_tolerance(a64: np.ndarray, b64: np.ndarray, k: int, eps: float = np.finfo(np.float32).eps):
     """Elementwise bound for a float32 product against float64: a multiple of K * eps * (|A| @ |B|)
     (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., section 3.5), plus a floor."""

@@ -166,8 +166,7 @@ def test_mixed_promotion(level):
     assert r64.dtype == np.matmul(a, b.astype(np.float64)).dtype
 
 
-def test_verbose_names_kernel(level, caplog, monkeypatch):
-    monkeypatch.setenv("ONEPATH_VERBOSE", "1")
+def test_verbose_names_kernel(level, caplog, verbose_on):
     from onepath import _verbose
     if not hasattr(_verbose, "enabled"):
         pytest.skip("no verbose module")

@@ -289,6 +289,8 @@ def test_select_and_verbose(caplog, monkeypatch):
             r = select_conv(algo, "float32", lv)
             assert r.algorithm == algo and algo in r.name
     monkeypatch.setenv("ONEPATH_VERBOSE", "1")
+    from onepath import _verbose
+    _verbose.reload()
     with caplog.at_level(logging.INFO, logger="onepath"):
         onepath.conv2d(np.ones((1, 4, 6, 6), np.float32), np.ones((4, 1, 3, 3), np.float32), groups=4)
     line = [r.getMessage() for r in caplog.records if "conv2d" in r.getMessage()][-1]

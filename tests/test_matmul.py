@@ -374,9 +374,8 @@ def test_num_threads_setting():
         onepath.set_num_threads(old)
 
 
-def test_verbose_line(caplog, monkeypatch):
+def test_verbose_line(caplog, verbose_on):
     import logging
-    monkeypatch.setenv("ONEPATH_VERBOSE", "1")
     with caplog.at_level(logging.INFO, logger="onepath"):
         onepath.matmul(rand(8, 9), rand(9, 10))
     line = caplog.records[-1].getMessage()

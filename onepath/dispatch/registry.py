@@ -147,6 +147,8 @@ def _resolve(op: str, dtype: str, level: str, uarch: str, caches: tuple) -> Kern
 
 
 _live: dict = {}
+from . import cap as _cap  # noqa: E402  (cap imports levels only; no cycle)
+from .cpu import probe as _probe  # noqa: E402
 
 
 def select(op: str, dtype: str, cpu=None, level: str | None = None) -> Kernel:
@@ -163,14 +165,14 @@ def select(op: str, dtype: str, cpu=None, level: str | None = None) -> Kernel:
     Raises:
         ValueError: unknown op/dtype, or a level the CPU cannot run.
     """
-    from . import cap
-    from .cpu import probe
     if cpu is None and level is None:  # the per-call path of every op: one dict lookup
-        key = (op, dtype, cap.isa())
+        key = (op, dtype, _cap.isa())
         row = _live.get(key)
         if row is None:
-            row = _live[key] = select(op, dtype, probe(), key[2])
+            row = _live[key] = select(op, dtype, _probe(), key[2])
         return row
+    from .cpu import probe
+    cap = _cap
     dtype = getattr(dtype, "__name__", None) if isinstance(dtype, type) else str(getattr(dtype, "name", dtype))
     if cpu is None:
         cpu = probe()

@@ -46,15 +46,39 @@ def batch_offsets(x: np.ndarray, batch_shape: tuple) -> np.ndarray | None:
 
 def kernel_ready(x: np.ndarray) -> bool:
     """True when the kernels can read ``x`` in place: aligned, strides whole elements."""
+    if not x.flags.aligned:
+        return False
     item = x.itemsize
-    return x.flags.aligned and all(s % item == 0 for s in x.strides)
+    for s in x.strides:
+        if s % item:
+            return False
+    return True
 
 
 def _ptr(ffi, ctype, arr):
     return ffi.NULL if arr is None else ffi.cast(ctype, arr.ctypes.data)
 
 
-_blk_cache: dict = {}
+def data_ptr(ffi, x: np.ndarray):
+    """``float *`` to x's first element (no copy): ``from_buffer`` for C-contiguous arrays (cheap),
+    else the address numpy reports (strided, transposed, negative-stride views)."""
+    if x.flags.c_contiguous and x.size:
+        return ffi.from_buffer("float[]", x, require_writable=False)
+    return ffi.cast("float *", x.ctypes.data)
+
+
+class _Bound:
+    """A registry row bound to its loaded module: the C function and its blocking struct."""
+    __slots__ = ("ffi", "fn", "blk")
+
+    def __init__(self, row):
+        mod = load(row.level)
+        self.ffi = mod.ffi
+        self.fn = getattr(mod.lib, row.symbol)
+        self.blk = mod.ffi.new("op_blocking *", {"mc": row.mc, "kc": row.kc, "nc": row.nc})
+
+
+_bound: dict = {}
 
 
 def run_gemm(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, *, bias=None, bias_axis=1,
@@ -66,21 +90,21 @@ def run_gemm(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, *, bias=None,
     """
     if row is None:
         row = registry.select(op, "float32")
-    mod = load(row.level)
-    ffi, lib = mod.ffi, mod.lib
+    bound = _bound.get(row)
+    if bound is None:
+        bound = _bound[row] = _Bound(row)
+    ffi = bound.ffi
     batch_shape = c.shape[:-2]
-    nbatch = math.prod(batch_shape)
     m, n = c.shape[-2:]
     k = a.shape[-1]
-    ia, ib, ic = a.itemsize, b.itemsize, c.itemsize
-    a_off, b_off, c_off = (batch_offsets(x, batch_shape) for x in (a, b, c))
-    key = (row, id(mod))
-    blk = _blk_cache.get(key)
-    if blk is None:
-        blk = ffi.new("op_blocking *", {"mc": row.mc, "kc": row.kc, "nc": row.nc})
-        _blk_cache[key] = blk
+    if batch_shape:
+        nbatch = math.prod(batch_shape)
+        offsets = [batch_offsets(x, batch_shape) for x in (a, b, c)]  # alive until the call returns
+        a_off, b_off, c_off = (_ptr(ffi, "const int64_t *", o) for o in offsets)
+    else:
+        nbatch, a_off, b_off, c_off = 1, ffi.NULL, ffi.NULL, ffi.NULL
     epi = ffi.NULL
-    code = act_code(activation)
+    code = act_code(activation) if activation is not None else 0
     if bias is not None or code:
         epi = ffi.new("op_epilogue *")
         if bias is not None:
@@ -91,15 +115,13 @@ def run_gemm(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, *, bias=None,
     nthreads = _threads.get_num_threads()
     verbose = _verbose.enabled()
     t0 = time.perf_counter() if verbose else 0.0
-    used = getattr(lib, row.symbol)(
+    sa, sb, sc = a.strides, b.strides, c.strides
+    used = bound.fn(
         nbatch, m, n, k,
-        ffi.cast("const float *", a.ctypes.data), _ptr(ffi, "const int64_t *", a_off),
-        a.strides[-2] // ia, a.strides[-1] // ia,
-        ffi.cast("const float *", b.ctypes.data), _ptr(ffi, "const int64_t *", b_off),
-        b.strides[-2] // ib, b.strides[-1] // ib,
-        ffi.cast("float *", c.ctypes.data), _ptr(ffi, "const int64_t *", c_off),
-        c.strides[-2] // ic, c.strides[-1] // ic,
-        blk, epi, nthreads)
+        data_ptr(ffi, a), a_off, sa[-2] >> 2, sa[-1] >> 2,
+        data_ptr(ffi, b), b_off, sb[-2] >> 2, sb[-1] >> 2,
+        data_ptr(ffi, c), c_off, sc[-2] >> 2, sc[-1] >> 2,
+        bound.blk, epi, nthreads)
     _stats.record(op, "float32", row.level)
     if used < 0:
         raise MemoryError(f"{row.name}: could not allocate packing buffers for {shapes or (m, n, k)}")

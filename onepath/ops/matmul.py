@@ -72,10 +72,13 @@ def core_shapes(a: np.ndarray, b: np.ndarray):
     b2 = b[:, np.newaxis] if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:
         return None
-    try:
-        batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
-    except ValueError:
-        return None
+    if a2.ndim == 2 and b2.ndim == 2:
+        batch = ()
+    else:
+        try:
+            batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+        except ValueError:
+            return None
     shape = batch + (a2.shape[-2], b2.shape[-1])
     result = shape
     if a.ndim == 1 and b.ndim == 1:
