@@ -423,3 +423,40 @@ def test_dot_path_threads_split(level):
             assert_gemm_close(onepath.matmul(w, a[0]), w, a[0])
     finally:
         onepath.set_num_threads(old)
+
+
+def test_thread_pool_survives_changes_concurrency_and_fork():
+    """The persistent worker pool (kernels/threads.c): thread counts going up and down, calls from
+    several Python threads at once (one gets the pool, the others spawn their own threads), and a
+    forked child that must rebuild the pool instead of waiting on workers it does not have."""
+    import os
+    a, b = rand(300, 200), rand(200, 260)
+    ref = a.astype(np.float64) @ b
+    old = onepath.get_num_threads()
+    bad = []
+
+    def work():
+        for _ in range(10):
+            if not np.allclose(onepath.matmul(a, b), ref, rtol=1e-4, atol=1e-3):
+                bad.append(1)
+    try:
+        for n in (2, 4, 3, 1, 2):
+            onepath.set_num_threads(n)
+            work()
+        ts = [threading.Thread(target=work) for _ in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        if hasattr(os, "fork"):
+            pid = os.fork()
+            if pid == 0:  # child: must not wait for the parent's workers
+                try:
+                    work()
+                finally:
+                    os._exit(1 if bad else 0)
+            _, status = os.waitpid(pid, 0)
+            assert status == 0
+    finally:
+        onepath.set_num_threads(old)
+    assert not bad

@@ -1,14 +1,29 @@
 /* threads.c: parallel-for on plain pthreads (no OpenMP: the process may also host libgomp/libiomp).
 
    op_parallel_for(nthreads, ntasks, fn, ctx) runs fn(ctx, task, tid) for every task in [0, ntasks)
-   on at most nthreads threads: the caller is thread tid 0, nthreads - 1 helpers are created for this
-   call and joined before it returns (no global state, so concurrent calls from several Python threads
-   are independent). Tasks are claimed dynamically through an atomic counter; tid in [0, nthreads)
-   identifies the thread, e.g. to index per-thread scratch buffers allocated by the caller.
-   If a helper cannot be created, the threads that exist do the remaining tasks.
-   Returns the number of threads that ran (>= 1). */
+   on at most nthreads threads; the caller is thread tid 0 and tid in [0, nthreads) identifies the
+   thread, e.g. to index per-thread scratch buffers allocated by the caller. Tasks are claimed
+   dynamically through an atomic counter. Returns the number of threads that ran (>= 1).
+
+   Workers come from a persistent pool (one per level module), created on first use and grown on
+   demand. After a job a worker spins for OP_POOL_SPIN_NS before it sleeps on a condition variable,
+   so back-to-back calls find it awake: creating and joining threads per call, or waking a halted
+   vCPU, costs tens of microseconds on a VM, a large share of a 512 x 512 product. One call uses the
+   pool at a time; a concurrent call (another Python thread) or a nested one creates and joins its
+   own threads instead, so callers never wait for each other. After fork() the child starts with an
+   empty pool (pthread_atfork). */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <emmintrin.h>
+#define OP_CPU_RELAX() _mm_pause()
+#else
+#define OP_CPU_RELAX() ((void)0)
+#endif
+
+#define OP_POOL_SPIN_NS 200000   /* 0.2 ms: covers the gap between back-to-back calls */
+#define OP_POOL_MAX 256
 
 typedef void (*op_task_fn)(void *ctx, int64_t task, int tid);
 
@@ -40,6 +55,103 @@ static void *op_pf_thread(void *arg)
     return NULL;
 }
 
+/* Create nthreads - 1 threads for this call only (the fallback when the pool is in use). */
+static int op_parallel_for_spawn(int nthreads, op_pf_shared *s)
+{
+    pthread_t *th = (pthread_t *)malloc(sizeof(pthread_t) * (size_t)nthreads);
+    op_pf_worker *w = (op_pf_worker *)malloc(sizeof(op_pf_worker) * (size_t)nthreads);
+    int created = 0;
+    if (th && w) {
+        for (int i = 1; i < nthreads; i++) {
+            w[i].shared = s;
+            w[i].tid = i;
+            if (pthread_create(&th[i], NULL, op_pf_thread, &w[i]) != 0) break;
+            created++;
+        }
+    }
+    op_pf_run(s, 0);
+    for (int i = 1; i <= created; i++) pthread_join(th[i], NULL);
+    free(th);
+    free(w);
+    return created + 1;
+}
+
+static int64_t op_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* One mailbox per worker: the caller posts a job to exactly the workers taking part, so a worker
+   only ever sees jobs it must finish (and the caller waits for all of them). */
+typedef struct {
+    _Atomic uint64_t gen;       /* bumped once per job posted to this worker */
+    op_pf_shared *job;          /* written before gen is bumped */
+    char pad[64 - sizeof(uint64_t) - sizeof(void *)];
+} op_mailbox;
+
+typedef struct {
+    pthread_mutex_t busy;       /* held by the one call using the pool */
+    pthread_mutex_t mu;         /* guards the sleeping side of wake/done */
+    pthread_cond_t wake;        /* workers sleep here between jobs */
+    pthread_cond_t done;        /* the caller sleeps here until the job's workers are finished */
+    int nworkers;               /* workers created (tids 1 .. nworkers) */
+    _Atomic int active;         /* workers of the current job that have not finished it */
+    op_mailbox box[OP_POOL_MAX + 1];
+} op_pool_t;
+
+static op_pool_t op_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+                            PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, {{0}}};
+static pthread_once_t op_pool_once = PTHREAD_ONCE_INIT;
+
+static void op_pool_after_fork_child(void)
+{
+    /* Only the forking thread survives: no worker exists and no call is under way. */
+    pthread_mutex_init(&op_pool.busy, NULL);
+    pthread_mutex_init(&op_pool.mu, NULL);
+    pthread_cond_init(&op_pool.wake, NULL);
+    pthread_cond_init(&op_pool.done, NULL);
+    op_pool.nworkers = 0;
+    atomic_store(&op_pool.active, 0);
+    for (int i = 0; i <= OP_POOL_MAX; i++) {
+        atomic_store(&op_pool.box[i].gen, 0);
+        op_pool.box[i].job = NULL;
+    }
+}
+
+static void op_pool_register_fork(void) { pthread_atfork(NULL, NULL, op_pool_after_fork_child); }
+
+static void *op_pool_worker(void *arg)
+{
+    const int tid = (int)(intptr_t)arg;
+    op_mailbox *box = &op_pool.box[tid];
+    uint64_t seen = 0;  /* a worker's box starts at 0 (also after fork); its first job makes it 1 */
+    for (;;) {
+        uint64_t g;
+        const int64_t until = op_now_ns() + OP_POOL_SPIN_NS;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&box->gen, memory_order_acquire)) == seen) {
+            OP_CPU_RELAX();
+            if ((++spins & 63) == 0 && op_now_ns() > until) {
+                pthread_mutex_lock(&op_pool.mu);
+                while ((g = atomic_load_explicit(&box->gen, memory_order_acquire)) == seen)
+                    pthread_cond_wait(&op_pool.wake, &op_pool.mu);
+                pthread_mutex_unlock(&op_pool.mu);
+                break;
+            }
+        }
+        seen = g;
+        op_pf_run(box->job, tid);
+        if (atomic_fetch_sub_explicit(&op_pool.active, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&op_pool.mu);
+            pthread_cond_signal(&op_pool.done);
+            pthread_mutex_unlock(&op_pool.mu);
+        }
+    }
+    return NULL;
+}
+
 static int op_parallel_for(int nthreads, int64_t ntasks, op_task_fn fn, void *ctx)
 {
     if (ntasks <= 0) return 1;
@@ -53,21 +165,46 @@ static int op_parallel_for(int nthreads, int64_t ntasks, op_task_fn fn, void *ct
     s.ctx = ctx;
     s.ntasks = ntasks;
     atomic_init(&s.next, 0);
+    if (nthreads > OP_POOL_MAX || pthread_mutex_trylock(&op_pool.busy) != 0)
+        return op_parallel_for_spawn(nthreads, &s);  /* pool busy (concurrent or nested call) */
 
-    pthread_t *th = (pthread_t *)malloc(sizeof(pthread_t) * (size_t)nthreads);
-    op_pf_worker *w = (op_pf_worker *)malloc(sizeof(op_pf_worker) * (size_t)nthreads);
-    int created = 0;
-    if (th && w) {
-        for (int i = 1; i < nthreads; i++) {
-            w[i].shared = &s;
-            w[i].tid = i;
-            if (pthread_create(&th[i], NULL, op_pf_thread, &w[i]) != 0) break;
-            created++;
+    pthread_once(&op_pool_once, op_pool_register_fork);
+    while (op_pool.nworkers < nthreads - 1) {
+        pthread_t th;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        const int rc = pthread_create(&th, &attr, op_pool_worker, (void *)(intptr_t)(op_pool.nworkers + 1));
+        pthread_attr_destroy(&attr);
+        if (rc != 0) break;
+        op_pool.nworkers++;
+    }
+    const int want = op_pool.nworkers < nthreads - 1 ? op_pool.nworkers : nthreads - 1;
+    atomic_store_explicit(&op_pool.active, want, memory_order_relaxed);
+    for (int i = 1; i <= want; i++) {
+        op_pool.box[i].job = &s;
+        atomic_fetch_add_explicit(&op_pool.box[i].gen, 1, memory_order_release);
+    }
+    pthread_mutex_lock(&op_pool.mu);
+    pthread_cond_broadcast(&op_pool.wake);
+    pthread_mutex_unlock(&op_pool.mu);
+
+    op_pf_run(&s, 0);
+
+    if (atomic_load_explicit(&op_pool.active, memory_order_acquire) > 0) {
+        const int64_t until = op_now_ns() + OP_POOL_SPIN_NS;
+        int spins = 0;
+        while (atomic_load_explicit(&op_pool.active, memory_order_acquire) > 0) {
+            OP_CPU_RELAX();
+            if ((++spins & 63) == 0 && op_now_ns() > until) {
+                pthread_mutex_lock(&op_pool.mu);
+                while (atomic_load_explicit(&op_pool.active, memory_order_acquire) > 0)
+                    pthread_cond_wait(&op_pool.done, &op_pool.mu);
+                pthread_mutex_unlock(&op_pool.mu);
+                break;
+            }
         }
     }
-    op_pf_run(&s, 0);
-    for (int i = 1; i <= created; i++) pthread_join(th[i], NULL);
-    free(th);
-    free(w);
-    return created + 1;
+    pthread_mutex_unlock(&op_pool.busy);
+    return want + 1;
 }
