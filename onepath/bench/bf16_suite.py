@@ -45,21 +45,24 @@ def _square(s: int, cfg: BenchConfig, rng, torch) -> Case:
                 baselines=base, rtol=3e-2, peak=None, meta={"m": s, "k": s, "n": s})
 
 
-def _decode(m: int, cfg: BenchConfig, rng, torch) -> Case:
+def _decode(m: int, cfg: BenchConfig, rng, torch, prepacked: bool = True) -> Case:
+    """Decode x[m, k] @ W[n, k].T: with a prepacked weight, or with the raw (out, in) weight as
+    torch.nn.Linear holds it (read in place, no repacking per call)."""
     k = n = DECODE_KN
     x = rng.standard_normal((m, k), dtype=np.float32).astype(BF16)
     w = (rng.standard_normal((n, k), dtype=np.float32) / 64).astype(BF16)
-    p = onepath.prepack(w)
+    p = onepath.prepack(w) if prepacked else w
     base = {}
     if torch is not None:
         tx, tw = _to_torch(torch, x), _to_torch(torch, w)
         base["torch"] = lambda: torch.nn.functional.linear(tx, tw).view(torch.int16).numpy().view(BF16)
     x32, wt32 = x.astype(np.float32), np.ascontiguousarray(w.astype(np.float32).T)
     base["numpy_f32"] = lambda: x32 @ wt32
-    return Case(name=f"bf16 decode {m}x{k}x{n}", group="bf16 LLM decode (prepacked weight)",
+    group = "bf16 LLM decode (prepacked weight)" if prepacked else "bf16 LLM decode (raw weight)"
+    return Case(name=f"bf16 decode {m}x{k}x{n}", group=group,
                 op="linear", dtype="bfloat16", flops=2.0 * m * n * k, bytes=2.0 * (n * k + m * k + m * n),
                 run=lambda: onepath.linear(x, p), baselines=base, rtol=3e-2, memory_bound=True,
-                peak=None, meta={"m": m, "k": k, "n": n, "prepacked": True})
+                peak=None, meta={"m": m, "k": k, "n": n, "prepacked": prepacked})
 
 
 @register_suite("bf16", title="bfloat16 matmul / linear", order=20)
@@ -73,5 +76,6 @@ def bf16_suite(cfg: BenchConfig):
         yield _square(s, cfg, rng, torch)
     if cfg.shapes:
         return
-    for m in (DECODE_M[:1] if cfg.quick else DECODE_M):
-        yield _decode(m, cfg, rng, torch)
+    for prepacked in (True, False):
+        for m in (DECODE_M[:1] if cfg.quick else DECODE_M):
+            yield _decode(m, cfg, rng, torch, prepacked)
