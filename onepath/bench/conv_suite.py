@@ -48,6 +48,7 @@ def conv_case(d: benchdnn.ConvDesc, dtype: str, layout: str, cfg: BenchConfig, g
     baselines = {}
     algo = onepath.ops.conv.algorithm_for(d.ic, d.oc, d.kh, d.kw, d.g)
     meta = {"desc": d.text(), "layout": layout, "dtype": dtype, "algorithm": algo}
+    row = None
     try:  # the registry row this case actually runs (the algorithm is picked per problem)
         row = onepath.ops.conv.select_conv(algo, dtype)
         meta.update(kernel=row.name, kernel_level=row.level,
@@ -80,7 +81,7 @@ def conv_case(d: benchdnn.ConvDesc, dtype: str, layout: str, cfg: BenchConfig, g
     name = (d.name + " " if d.name else "") + d.short()
     return Case(name=name, group=group, op="conv2d", dtype=dtype, flops=d.flops,
                 bytes=float(xo.nbytes + wo.nbytes + d.mb * d.oc * d.oh * d.ow * xo.itemsize),
-                run=run, baselines=baselines, rtol=None, memory_bound=None, meta=meta)
+                run=run, baselines=baselines, rtol=None, memory_bound=None, meta=meta, kernel=row)
 
 
 def _variants(cfg: BenchConfig, quick_layouts=("NCHW",)):

@@ -67,6 +67,8 @@ class Case:
     peak: which measured peak the "% of peak" divides by: ``"f32"`` (the FMA peak of the level),
         or None for no percentage.
     meta: extra fields copied into the JSON (shapes, batch, ...).
+    kernel: the registry row the case runs, when the op picks among several per problem (conv's
+        algorithms); default ``select(op, dtype)``.
     """
     name: str
     flops: float
@@ -80,6 +82,7 @@ class Case:
     memory_bound: bool | None = None
     peak: str | None = "f32"
     meta: dict = field(default_factory=dict)
+    kernel: object = None
 
     @property
     def is_memory_bound(self) -> bool:
@@ -192,6 +195,8 @@ def _rel_err(got, ref) -> float | None:
 
 
 def _kernel_of(case: Case):
+    if case.kernel is not None:
+        return case.kernel
     if case.op is None or case.dtype is None:
         return None
     try:
