@@ -219,7 +219,7 @@ def matmul_packed(a, p: PackedWeight, out=None, dtype=None):
 def matmul_bf16(a: np.ndarray, b: np.ndarray, out, dtype):
     """matmul with at least one bfloat16 operand (the other bfloat16 or float32), numpy semantics
     otherwise; anything else returns numpy.matmul's answer."""
-    from .matmul import _matmul_f32, core_shapes
+    from .matmul import _matmul_f32, core_shapes, core_view
     rd = result_dtype(a.dtype, b.dtype, dtype)
     if rd is None or a.ndim == 0 or b.ndim == 0 or (out is not None and out.dtype != rd):
         return np.matmul(a, b, out=out, dtype=dtype)
@@ -242,14 +242,7 @@ def matmul_bf16(a: np.ndarray, b: np.ndarray, out, dtype):
     if out is not None and out.shape != result:
         return np.matmul(a, b, out=out, dtype=dtype)
     res = np.empty(result, rd) if out is None else out
-    if a.ndim == 1 and b.ndim == 1:
-        c = res[..., np.newaxis, np.newaxis]
-    elif a.ndim == 1:
-        c = res[..., np.newaxis, :]
-    elif b.ndim == 1:
-        c = res[..., np.newaxis]
-    else:
-        c = res
+    c = core_view(res, a.ndim, b.ndim)
     if c.size == 0:
         return res
     if a2.shape[-1] == 0:

@@ -90,6 +90,17 @@ def core_shapes(a: np.ndarray, b: np.ndarray):
     return a2, b2, batch, shape, result
 
 
+def core_view(res: np.ndarray, a_ndim: int, b_ndim: int) -> np.ndarray:
+    """The (..., M, N) view of a matmul result: the axes removed for 1-D operands put back (size 1)."""
+    if a_ndim == 1 and b_ndim == 1:
+        return res[..., np.newaxis, np.newaxis]
+    if a_ndim == 1:
+        return res[..., np.newaxis, :]
+    if b_ndim == 1:
+        return res[..., np.newaxis]
+    return res
+
+
 def _matmul_f32(a, b, out):
     shapes = core_shapes(a, b)
     if shapes is None:
@@ -98,14 +109,7 @@ def _matmul_f32(a, b, out):
     if out is not None and out.shape != result:
         return numpy_matmul(a, b, out)  # numpy raises its own error (or broadcasts into out)
     res = np.empty(result, _F32) if out is None else out
-    if a.ndim == 1 and b.ndim == 1:
-        c = res[..., np.newaxis, np.newaxis]  # views: the removed axes have size 1
-    elif a.ndim == 1:
-        c = res[..., np.newaxis, :]
-    elif b.ndim == 1:
-        c = res[..., np.newaxis]
-    else:
-        c = res
+    c = core_view(res, a.ndim, b.ndim)
     k = a2.shape[-1]
     if c.size == 0 or k == 0:
         c[...] = 0
