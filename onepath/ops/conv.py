@@ -348,42 +348,49 @@ def _fill_bias(y, b, nhwc, activation, out_dt):
     return y.astype(out_dt) if out_dt != _F32 else y
 
 
-def _conv_kernel(x, w, b, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc, code,
-                 out_dt, activation):
-    yshape = (n, oh, ow, oc) if nhwc else (n, oc, oh, ow)
-    if n == 0 or oh == 0 or ow == 0:
-        return np.empty(yshape, out_dt)
-    y = np.empty(yshape, _F32)
-    if c == 0 or h == 0 or wd == 0:  # nothing to reduce over: the output is the bias (activated)
-        return _fill_bias(y, b, nhwc, activation, out_dt)
+class _Plan:
+    """Everything about a kernel call that depends only on the problem (shapes, dtypes, geometry,
+    options, ISA level): built once by the checked path, reused by ``_conv``'s fast path."""
+    __slots__ = ("x4shape", "xmode", "wmode", "native", "algo", "nhwc", "code", "out_dt", "yshape",
+                 "ysize", "row", "dtype_name", "lib", "ffi", "desc", "blk", "fn", "wtype", "nd",
+                 "unbatched", "activation", "x_bf16", "dts", "text")
 
+
+def _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc, code, out_dt,
+               activation):
+    """The per-problem part of a kernel call (x is the 4-D input, w the 4-D weight)."""
+    pl = _Plan()
+    pl.x4shape = x.shape
+    pl.nhwc = nhwc
+    pl.code = code
+    pl.out_dt = out_dt
+    pl.activation = activation
+    pl.yshape = (n, oh, ow, oc) if nhwc else (n, oc, oh, ow)
+    pl.ysize = n * oh * ow * oc
     # operands: input f32 or bf16 bits (widened in the kernels), weight/bias f32
     if x.dtype == _BF16:
-        xk = np.ascontiguousarray(x).view(np.uint16)
-        x_bf16 = 1
+        pl.xmode, x_bf16 = 1, 1          # bfloat16 bits in place
+    elif out_dt == _BF16:
+        pl.xmode, x_bf16 = 2, 1          # bfloat16 compute on float32 input: round the input once
     else:
-        xk = np.ascontiguousarray(x, _F32)
-        x_bf16 = 0
-    if out_dt == _BF16 and x.dtype != _BF16:
-        # bfloat16 compute requested on float32 input: round the input first (one rounding)
-        xk = np.ascontiguousarray(xk.astype(_BF16)).view(np.uint16)
-        x_bf16 = 1
-    b32 = None if b is None else np.ascontiguousarray(b, _F32)
+        pl.xmode, x_bf16 = 0, 0          # float32
+    pl.x_bf16 = x_bf16
     algo = algorithm_for(c, oc, kh, kw, groups)
-    dtype_name = "bfloat16" if x_bf16 else "float32"
+    pl.algo = algo
+    pl.dtype_name = "bfloat16" if x_bf16 else "float32"
     # the weight is bfloat16 (or rounded to it) exactly when the compute dtype is bfloat16
     bf16_weight = bool(x_bf16) and (out_dt == _BF16 or w.dtype == _BF16)
-    row = select_conv(algo, dtype_name, bf16_weight=bf16_weight)
+    row = select_conv(algo, pl.dtype_name, bf16_weight=bf16_weight)
+    pl.row = row
     native = row.symbol == _BF16_SYMBOL
-    if native:  # bfloat16 weight bits for the BF16 GEMM kernels
-        wb = w if w.dtype == _BF16 else np.asarray(w, _F32).astype(_BF16)
-        wk = np.ascontiguousarray(wb).view(np.uint16)
+    pl.native = native
+    if native:
+        pl.wmode = 0 if w.dtype == _BF16 else 1          # bits in place / rounded from float32
     else:
-        w32 = np.asarray(w, _F32)
-        if out_dt == _BF16 and w.dtype != _BF16:
-            w32 = w32.astype(_BF16).astype(_F32)
+        pl.wmode = 2 if (out_dt == _BF16 and w.dtype != _BF16) else 3   # rounded to bf16 / as f32
     mod = load(row.level)
     ffi, lib = mod.ffi, mod.lib
+    pl.ffi, pl.lib = ffi, lib
     d = ffi.new("op_conv_desc *")
     d.n, d.c, d.h, d.w = n, c, h, wd
     d.oc, d.oh, d.ow = oc, oh, ow
@@ -393,41 +400,69 @@ def _conv_kernel(x, w, b, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups,
     d.dh, d.dw = dl
     d.groups = groups
     d.nhwc = 1 if nhwc else 0
+    pl.desc = d
+    pl.blk = ffi.new("op_blocking *", {"mc": row.mc, "kc": row.kc, "nc": row.nc})
+    pl.wtype = "uint16_t[]" if native else "float[]"
     if native:
-        pass
+        pl.fn = lib.op_conv2d_bf16
     elif algo == "depthwise":
-        # (OC, 1, KH, KW) -> NCHW (OC, KH, KW); NHWC (KH, KW, OC)
-        wk = np.ascontiguousarray(w32[:, 0].transpose(1, 2, 0) if nhwc else w32[:, 0])
+        pl.fn = lib.op_conv2d_dw_f32
     else:
+        pl.fn = lib.op_conv2d_f32
+    pl.dts = ("bf16" if x_bf16 else "f32") + ":f32:" + ("bf16" if out_dt == _BF16 else "f32")
+    pl.text = describe(d) + (",nhwc" if nhwc else "")
+    return pl
+
+
+def _run_plan(pl, x, w, b):
+    """One kernel call of a plan on 4-D x / w (shapes and dtypes as when the plan was made)."""
+    xm = pl.xmode
+    if xm == 0:
+        xk = np.ascontiguousarray(x, _F32)
+    elif xm == 1:
+        xk = np.ascontiguousarray(x).view(np.uint16)
+    else:
+        xk = np.ascontiguousarray(x, _F32).astype(_BF16).view(np.uint16)
+    wm = pl.wmode
+    if wm == 0:
+        wk = np.ascontiguousarray(w).view(np.uint16)
+    elif wm == 1:
+        wk = np.asarray(w, _F32).astype(_BF16).view(np.uint16)
+    else:
+        w32 = np.asarray(w, _F32)
+        if wm == 2:
+            w32 = w32.astype(_BF16).astype(_F32)
+        if pl.algo == "depthwise":
+            # (OC, 1, KH, KW) -> NCHW (OC, KH, KW); NHWC (KH, KW, OC)
+            w32 = w32[:, 0].transpose(1, 2, 0) if pl.nhwc else w32[:, 0]
         wk = np.ascontiguousarray(w32)
+    ffi = pl.ffi
+    y = np.empty(pl.yshape, _F32)
     nthreads = _threads.get_num_threads()
     verbose = _verbose.enabled()
     t0 = time.perf_counter() if verbose else 0.0
-    xp = ffi.cast("const void *", xk.ctypes.data)
-    wp = ffi.cast("const uint16_t *" if native else "const float *", wk.ctypes.data)
-    bp = ffi.NULL if b32 is None else ffi.cast("const float *", b32.ctypes.data)
-    yp = ffi.cast("float *", y.ctypes.data)
-    if native:
-        blk = ffi.new("op_blocking *", {"mc": row.mc, "kc": row.kc, "nc": row.nc})
-        used = lib.op_conv2d_bf16(d, ffi.cast("const uint16_t *", xp), wp, bp, yp, code, blk, nthreads)
-    elif algo == "depthwise":
-        used = lib.op_conv2d_dw_f32(d, xp, x_bf16, wp, bp, yp, code, nthreads)
+    xp = ffi.from_buffer(xk)
+    wp = ffi.from_buffer(pl.wtype, wk)
+    bp = ffi.NULL if b is None else ffi.from_buffer("float[]", np.ascontiguousarray(b, _F32))
+    yp = ffi.from_buffer("float[]", y)
+    if pl.native:
+        used = pl.fn(pl.desc, ffi.from_buffer("uint16_t[]", xk), wp, bp, yp, pl.code, pl.blk, nthreads)
+    elif pl.algo == "depthwise":
+        used = pl.fn(pl.desc, xp, pl.x_bf16, wp, bp, yp, pl.code, nthreads)
     else:
-        blk = ffi.new("op_blocking *", {"mc": row.mc, "kc": row.kc, "nc": row.nc})
-        used = lib.op_conv2d_f32(d, xp, x_bf16, wp, bp, yp, code, blk, nthreads)
-    _stats.record("conv2d", dtype_name, row.level)
-    if used == -2:
-        raise RuntimeError(f"{row.name}: the AMX tile kernel faulted on conv {describe(d)}")
+        used = pl.fn(pl.desc, xp, pl.x_bf16, wp, bp, yp, pl.code, pl.blk, nthreads)
+    _stats.record("conv2d", pl.dtype_name, pl.row.level)
     if used < 0:
-        raise MemoryError(f"{row.name}: could not allocate scratch for conv {describe(d)}")
-    if out_dt == _BF16:
-        yb = np.empty(yshape, np.uint16)
-        lib.op_conv_f32_to_bf16(yp, ffi.cast("uint16_t *", yb.ctypes.data), y.size, nthreads)
+        if used == -2:
+            raise RuntimeError(f"{pl.row.name}: the AMX tile kernel faulted on conv {describe(pl.desc)}")
+        raise MemoryError(f"{pl.row.name}: could not allocate scratch for conv {describe(pl.desc)}")
+    if pl.out_dt == _BF16:
+        yb = np.empty(pl.yshape, np.uint16)
+        pl.lib.op_conv_f32_to_bf16(yp, ffi.from_buffer("uint16_t[]", yb), pl.ysize, nthreads)
         y = yb.view(_BF16)
     if verbose:
-        dts = ("bf16" if x_bf16 else "f32") + ":f32:" + ("bf16" if out_dt == _BF16 else "f32")
-        _verbose.emit("conv2d", dts, row.level, f"{row.name}({algo})",
-                      describe(d) + (",nhwc" if nhwc else ""), used, time.perf_counter() - t0)
+        _verbose.emit("conv2d", pl.dts, pl.row.level, f"{pl.row.name}({pl.algo})", pl.text, used,
+                      time.perf_counter() - t0)
     return y
 
 
