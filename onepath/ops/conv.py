@@ -22,6 +22,7 @@ from functools import lru_cache
 import numpy as np
 
 from .. import _stats, _threads, _verbose
+from ..dispatch import cap as _cap
 from ..dispatch import registry
 from ..dispatch.levels import level_index
 from ..kernels import load
@@ -250,7 +251,59 @@ _LAYOUTS = {1: {"NCL": False, "NCW": False, "NCHW": False, "NLC": True, "NWC": T
             2: {"NCHW": False, "NHWC": True}}
 
 
+# Plans of problems already run (see ``_plan_key``), so a repeated call skips argument parsing,
+# checks, selection and descriptor set-up. Bounded: cleared when full.
+_PLANS: dict = {}
+_PLANS_MAX = 512
+
+
+def _plain(v) -> bool:
+    """An int, a str, None, or a tuple (of tuples) of exact ints: values whose equality implies
+    identical parsing (bool, numpy scalars and lists take the checked path)."""
+    t = type(v)
+    if t is int or t is str or v is None:
+        return True
+    if t is tuple:
+        for e in v:
+            te = type(e)
+            if te is not int and not (te is tuple and all(type(i) is int for i in e)):
+                return False
+        return True
+    return False
+
+
+def _plan_key(x, w, b, stride, padding, dilation, groups, layout, activation, dtype, nd):
+    """Cache key of a call (None when an argument is not a plain value)."""
+    if (type(x) is not np.ndarray or type(w) is not np.ndarray
+            or (b is not None and type(b) is not np.ndarray)):
+        return None
+    if not (_plain(stride) and _plain(padding) and _plain(dilation) and type(groups) is int
+            and (activation is None or type(activation) is str) and type(layout) is str):
+        return None
+    if dtype is not None:
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:
+            return None
+    return (nd, x.shape, x.dtype, w.shape, w.dtype, None if b is None else (b.shape, b.dtype),
+            stride, padding, dilation, groups, layout, activation, dtype, _cap.isa())
+
+
 def _conv(input, weight, bias, stride, padding, dilation, groups, layout, activation, dtype, nd):
+    key = _plan_key(input, weight, bias, stride, padding, dilation, groups, layout, activation,
+                    dtype, nd)
+    if key is not None:
+        plan = _PLANS.get(key)
+        if plan is not None:
+            x, w = input, weight
+            if x.ndim != 4:
+                x = x.reshape(plan.x4shape)
+            if w.ndim != 4:
+                w = w[:, :, np.newaxis, :]
+            y = _run_plan(plan, x, w, bias)
+            if nd == 1 or input.ndim == 3:
+                y = _unshape(y, nd, plan.nhwc, input.ndim == nd + 1)
+            return y
     name = f"conv{nd}d"
     if not isinstance(layout, str) or layout.upper() not in _LAYOUTS[nd]:
         raise ValueError(f"{name}: unknown layout {layout!r}; valid: {', '.join(_LAYOUTS[nd])}")
@@ -322,9 +375,24 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, layout, activa
         if nhwc:
             y = np.ascontiguousarray(y.transpose(0, 2, 3, 1))
     else:
-        y = _conv_kernel(x, w, b, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc,
-                         code, out_dt, activation)
-    # back to the caller's rank / layout
+        yshape = (n, oh, ow, oc) if nhwc else (n, oc, oh, ow)
+        if n == 0 or oh == 0 or ow == 0:
+            y = np.empty(yshape, out_dt)
+        elif c == 0 or h == 0 or wd == 0:  # nothing to reduce over: the output is the bias (activated)
+            y = _fill_bias(np.empty(yshape, _F32), b, nhwc, activation, out_dt)
+        else:
+            plan = _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc,
+                              code, out_dt, activation)
+            y = _run_plan(plan, x, w, b)
+            if key is not None:
+                if len(_PLANS) >= _PLANS_MAX:
+                    _PLANS.clear()
+                _PLANS[key] = plan
+    return _unshape(y, nd, nhwc, unbatched)
+
+
+def _unshape(y, nd, nhwc, unbatched):
+    """The 4-D result back to the caller's rank / layout."""
     if nd == 1:
         y = y[:, :, 0, :] if not nhwc else y[:, 0, :, :]
     if unbatched:
@@ -427,7 +495,7 @@ def _run_plan(pl, x, w, b):
     if wm == 0:
         wk = np.ascontiguousarray(w).view(np.uint16)
     elif wm == 1:
-        wk = np.asarray(w, _F32).astype(_BF16).view(np.uint16)
+        wk = np.ascontiguousarray(np.asarray(w, _F32).astype(_BF16)).view(np.uint16)
     else:
         w32 = np.asarray(w, _F32)
         if wm == 2:
