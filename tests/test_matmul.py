@@ -460,3 +460,28 @@ def test_thread_pool_survives_changes_concurrency_and_fork():
     finally:
         onepath.set_num_threads(old)
     assert not bad
+
+
+def test_coexists_with_torch_openmp_runtime():
+    """A process that loaded PyTorch (and its libgomp) first: onepath's pthread workers and torch's
+    OpenMP threads run side by side (subprocess, so the suite's own process stays torch-free)."""
+    import subprocess
+    import sys
+    pytest.importorskip("torch")
+    code = """
+import torch, numpy as np, threading, onepath
+torch.set_num_threads(2)
+onepath.set_num_threads(2)
+rng = np.random.default_rng(0)
+a = rng.standard_normal((300, 200), dtype=np.float32); b = rng.standard_normal((200, 260), dtype=np.float32)
+ref = a.astype(np.float64) @ b
+def work():
+    for _ in range(5):
+        assert np.allclose(onepath.matmul(a, b), ref, rtol=1e-4, atol=1e-3)
+        torch.matmul(torch.from_numpy(a), torch.from_numpy(b))
+ts = [threading.Thread(target=work) for _ in range(3)]
+[t.start() for t in ts]; work(); [t.join() for t in ts]
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
