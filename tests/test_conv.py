@@ -417,6 +417,11 @@ DW3_CASES = [  # (n, c, h, w, stride, pad, mult): planes wider than a vector, od
     (1, 3, 5, 70, 1, 0, 1),
     (1, 2, 9, 40, 2, 2, 1),
     (1, 2, 6, 1030, 1, 1, 1),    # more than one 1024-column stripe
+    (2, 37, 7, 7, 1, 1, 1),      # small planes (W <= 8, padding 1): the flat kernel, runs of planes
+    (1, 5, 3, 8, 1, 1, 3),
+    (1, 4, 1, 1, 1, 1, 2),
+    (3, 9, 8, 5, 1, 1, 1),
+    (1, 6, 14, 14, 1, 1, 1),
 ]
 
 
@@ -426,3 +431,41 @@ def test_depthwise_3x3_direct(level, case, dtype):
     n, c, h, w, s, p, m = case
     run_case(n, c, h, w, c * m, 3, 3, s, p, 1, c, dtype=dtype)
     run_case(n, c, h, w, c * m, 3, 3, s, p, 1, c, dtype=dtype, activation="silu", bias=False, seed=2)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("act", [None, "relu", "gelu"])
+def test_depthwise_small_planes_many_channels(level, threads, act):
+    """Many small planes split in runs of planes over threads (every plane written once)."""
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(threads)
+    try:
+        for dtype in (np.float32, bfloat16):
+            run_case(2, 300, 7, 7, 300, 3, 3, 1, 1, 1, 300, dtype=dtype, activation=act)
+            run_case(1, 130, 4, 6, 260, 3, 3, 2, 1, 1, 130, dtype=dtype, activation=act)
+    finally:
+        onepath.set_num_threads(old)
+
+
+def test_plan_cache_keeps_checks():
+    """A repeated problem takes the cached plan; arguments that parse differently still raise."""
+    x = np.ones((1, 4, 5, 5), np.float32)
+    w = np.ones((4, 1, 3, 3), np.float32)
+    a = onepath.conv2d(x, w, None, 1, 1, 1, 4)
+    b = onepath.conv2d(x, w, None, 1, 1, 1, 4)
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(TypeError):
+        onepath.conv2d(x, w, None, True, 1, 1, 4)
+    with pytest.raises(TypeError):
+        onepath.conv2d(x, w, None, (1, True), 1, 1, 4)
+    with pytest.raises(ValueError):
+        onepath.conv2d(x, w, None, 1, 1, 1, 4, activation="nope")
+    y = onepath.conv2d(x[0], w, None, 1, 1, 1, 4)  # unbatched, cached path too
+    y2 = onepath.conv2d(x[0], w, None, 1, 1, 1, 4)
+    assert y.shape == y2.shape == (4, 5, 5)
+    x1 = np.ones((2, 4, 9), np.float32)
+    w1 = np.ones((6, 2, 3), np.float32)
+    r1 = onepath.conv1d(x1, w1, None, 1, 1, 1, 2)
+    r2 = onepath.conv1d(x1, w1, None, 1, 1, 1, 2)
+    np.testing.assert_array_equal(r1, r2)
+    assert r1.shape == (2, 6, 9)

@@ -249,6 +249,67 @@ OP_INLINE void op_dw3_plane(const op_dw_ctx *c, int64_t n, int64_t oc, const int
     if (c->act != OP_ACT_NONE && c->act != OP_ACT_RELU) op_dw_act_store(Y, OH * OW, c->act);
 }
 
+/* Small planes (3x3, stride 1, padding 1 on every side, W <= 8, H * W <= 256), e.g. 7x7: the
+   plane is one flat vector axis (output i = oh * W + ow reads input i + (ki - 1) W + kj - 1), so
+   every lane works even when W < 16; per-tap masks (computed once per task, the same for every
+   plane) zero the lanes whose tap falls in the padding. */
+OP_INLINE void op_dw3_flat(const op_dw_ctx *c, int64_t p0, int64_t p1, const int BF16)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t W = d->w, HW = d->h * d->w, nb = op_cdiv64(HW, 16), OC = d->oc, C = d->c;
+    __mmask16 lm[16 * 9], sm[16];
+    int64_t off[9];
+    for (int t = 0; t < 9; t++) off[t] = (t / 3 - 1) * W + (t % 3 - 1);
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t i0 = b * 16;
+        sm[b] = op_dw_lanes(i0, HW);
+        uint32_t c0 = 0, c2 = 0;
+        for (int l = 0; l < 16; l++) {
+            const int64_t col = (i0 + l) % W;
+            if (col != 0) c0 |= 1u << l;
+            if (col != W - 1) c2 |= 1u << l;
+        }
+        for (int t = 0; t < 9; t++) {
+            uint32_t m = op_dw_lanes(i0 + off[t], HW) & sm[b];
+            if (t % 3 == 0) m &= c0;
+            if (t % 3 == 2) m &= c2;
+            lm[b * 9 + t] = (__mmask16)m;
+        }
+    }
+    int64_t n = p0 / OC, oc = p0 % OC;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
+        const int64_t plane = (n * C + ci) * HW;
+        const float *wk = c->w + oc * 9;
+        __m512 wv[9];
+        for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
+        const __m512 bv = _mm512_set1_ps(c->bias ? c->bias[oc] : 0.0f);
+        float *Y = c->y + (n * OC + oc) * HW;
+        for (int64_t b = 0; b < nb; b++) {
+            const int64_t i = plane + b * 16;
+            const __mmask16 *m = lm + b * 9;
+            __m512 a0 = bv, a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps();
+            a0 = _mm512_fmadd_ps(wv[0], op_dw_vld(c->x, i + off[0], m[0], BF16), a0);
+            a1 = _mm512_fmadd_ps(wv[1], op_dw_vld(c->x, i + off[1], m[1], BF16), a1);
+            a2 = _mm512_fmadd_ps(wv[2], op_dw_vld(c->x, i + off[2], m[2], BF16), a2);
+            a0 = _mm512_fmadd_ps(wv[3], op_dw_vld(c->x, i + off[3], m[3], BF16), a0);
+            a1 = _mm512_fmadd_ps(wv[4], op_dw_vld(c->x, i + off[4], m[4], BF16), a1);
+            a2 = _mm512_fmadd_ps(wv[5], op_dw_vld(c->x, i + off[5], m[5], BF16), a2);
+            a0 = _mm512_fmadd_ps(wv[6], op_dw_vld(c->x, i + off[6], m[6], BF16), a0);
+            a1 = _mm512_fmadd_ps(wv[7], op_dw_vld(c->x, i + off[7], m[7], BF16), a1);
+            a2 = _mm512_fmadd_ps(wv[8], op_dw_vld(c->x, i + off[8], m[8], BF16), a2);
+            __m512 v = _mm512_add_ps(_mm512_add_ps(a0, a1), a2);
+            if (c->act == OP_ACT_RELU) v = _mm512_max_ps(_mm512_setzero_ps(), v);
+            _mm512_mask_storeu_ps(Y + b * 16, sm[b], v);
+        }
+        if (c->act != OP_ACT_NONE && c->act != OP_ACT_RELU) op_dw_act_store(Y, HW, c->act);
+        if (++oc == OC) { oc = 0; n++; }
+    }
+}
+
+static OP_NOINLINE void op_dw3_flat_f32(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_flat(c, p0, p1, 0); }
+static OP_NOINLINE void op_dw3_flat_bf16(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_flat(c, p0, p1, 1); }
+
 /* planes p0..p1-1 (p = n * OC + oc) */
 #define OP_DW3_PLANES(NAME, S, BF16)                                                              \
     static OP_NOINLINE void NAME(const op_dw_ctx *c, int64_t p0, int64_t p1)                     \
@@ -331,6 +392,11 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
     const int64_t P = c->d->n * c->d->oc;
     const int64_t p0 = task * c->chunk, p1 = op_min64(P, p0 + c->chunk);
 #if defined(OP_HAS_AVX512)
+    if (c->direct3 == 2) {
+        if (c->bf16) op_dw3_flat_bf16(c, p0, p1);
+        else op_dw3_flat_f32(c, p0, p1);
+        return;
+    }
     if (c->direct3) {
         if (c->d->sw == 1) {
             if (c->bf16) op_dw3_plane_s1_bf16(c, p0, p1);
@@ -371,6 +437,9 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const flo
 #if defined(OP_HAS_AVX512)
     c.direct3 = !d->nhwc && d->kh == 3 && d->kw == 3 && d->dh == 1 && d->dw == 1 &&
                 d->sh == d->sw && (d->sw == 1 || d->sw == 2);
+    if (c.direct3 && d->sw == 1 && d->pt == 1 && d->pl == 1 && d->oh == d->h && d->ow == d->w &&
+        d->w <= 8 && d->h * d->w <= 256)
+        c.direct3 = 2;  /* small plane (rows under half a vector), padding 1: the flat kernel */
 #endif
     const int64_t nplanes = d->n * d->oc, plane = d->oh * d->ow;
     const double flops = 2.0 * (double)nplanes * (double)plane * (double)(d->kh * d->kw);
