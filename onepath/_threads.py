@@ -30,6 +30,8 @@ def set_num_threads(n: int) -> None:
         ValueError: n is not an integer in that range.
     """
     global _num_threads
+    if isinstance(n, str):
+        raise ValueError(f"set_num_threads(n) takes an int, got the string {n!r}")
     _num_threads = _parse(n, "set_num_threads(n)")
 
 

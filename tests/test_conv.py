@@ -388,6 +388,7 @@ def test_conv2d_bf16_amx_emulated(case, nhwc):
     oh = (h + 2 * p - dl * (kh - 1) - 1) // s + 1
     ow = (w + 2 * p - dl * (kw - 1) - 1) // s + 1
     mod = load("amx_emu")
+    onepath._stats.record("conv2d", "bfloat16", "amx_emu")  # for the coverage report
     ffi, lib = mod.ffi, mod.lib
     d = ffi.new("op_conv_desc *")
     d.n, d.c, d.h, d.w, d.oc, d.oh, d.ow, d.kh, d.kw = n, c, h, w, oc, oh, ow, kh, kw

@@ -367,7 +367,7 @@ def test_num_threads_setting():
     try:
         onepath.set_num_threads(3)
         assert onepath.get_num_threads() == 3
-        for bad in (0, -1, "x", 1.5, True, 2**31):
+        for bad in (0, -1, "x", "2", 1.5, True, 2**31):
             with pytest.raises(ValueError):
                 onepath.set_num_threads(bad)
     finally:

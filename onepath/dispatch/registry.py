@@ -133,17 +133,19 @@ def rows(op: str | None = None, dtype: str | None = None) -> tuple[Kernel, ...]:
 
 
 @lru_cache(maxsize=None)
-def _resolve(op: str, dtype: str, level: str, uarch: str, caches: tuple) -> Kernel:
+def _resolve(op: str, dtype: str, level: str, uarch: str, caches: tuple, algorithm=None) -> Kernel:
     cap_i = level_index(level)
     for row in rows(op, dtype):
-        if level_index(row.level) <= cap_i:
+        if level_index(row.level) <= cap_i and (algorithm is None or row.algorithm == algorithm):
             tuned = TUNING.get((uarch, row.level, op, dtype))
             if tuned is not None:
                 return replace(row, mc=tuned[0], kc=tuned[1], nc=tuned[2], uarch=uarch)
             mc, kc, nc = blocking_for(row, dict(caches))
             return replace(row, mc=row.mc or mc, kc=row.kc or kc, nc=row.nc or nc)
     known = sorted({(r.op, r.dtype) for r in REGISTRY})
-    raise ValueError(f"no kernel for op={op!r} dtype={dtype!r}; registered (op, dtype): {known}")
+    raise ValueError(f"no kernel for op={op!r} dtype={dtype!r}"
+                     + (f" algorithm={algorithm!r}" if algorithm else "")
+                     + f"; registered (op, dtype): {known}")
 
 
 _live: dict = {}
@@ -151,12 +153,16 @@ from . import cap as _cap  # noqa: E402  (cap imports levels only; no cycle)
 from .cpu import probe as _probe  # noqa: E402
 
 
-def select(op: str, dtype: str, cpu=None, level: str | None = None) -> Kernel:
+def select(op: str, dtype: str, cpu=None, level: str | None = None, *,
+           problem: dict | None = None) -> Kernel:
     """The registry row that would run ``op`` on ``dtype`` inputs.
 
     Args:
-        op: "matmul" (more ops arrive with later kernels; see ``rows()``).
-        dtype: "float32" (or a numpy dtype / type whose name is that).
+        op: "matmul", "linear" or "conv2d" (see ``rows()``).
+        dtype: "float32" or "bfloat16" (or a numpy dtype / type whose name is that).
+        problem: for "conv2d", the problem's ``c``, ``oc``, ``kh``, ``kw`` and ``groups``: the
+            row of the algorithm that problem runs (depthwise, 1x1_gemm, grouped or
+            implicit_gemm); without it, the first conv2d row (implicit_gemm).
         cpu: a ``CpuInfo`` (e.g. ``CpuInfo.from_dump(record)``) to ask about another CPU; default the
             live host, with the cap in force (``onepath.isa()``).
         level: an explicit ISA level to select at (must be one ``cpu`` can run).
@@ -165,7 +171,13 @@ def select(op: str, dtype: str, cpu=None, level: str | None = None) -> Kernel:
     Raises:
         ValueError: unknown op/dtype, or a level the CPU cannot run.
     """
-    if cpu is None and level is None:  # the per-call path of every op: one dict lookup
+    algorithm = None
+    if problem is not None:
+        if op != "conv2d":
+            raise ValueError(f"problem= applies to op 'conv2d' only, got op={op!r}")
+        from ..ops.conv import algorithm_for
+        algorithm = algorithm_for(**problem)
+    elif cpu is None and level is None:  # the per-call path of every op: one dict lookup
         key = (op, dtype, _cap.isa())
         row = _live.get(key)
         if row is None:
@@ -184,4 +196,4 @@ def select(op: str, dtype: str, cpu=None, level: str | None = None) -> Kernel:
             level_index(level)
             raise ValueError(f"ISA level {level!r} cannot run on that CPU; valid: {', '.join(cpu.levels)}")
     caches = tuple(sorted((k, v) for k, v in cpu.caches.items() if isinstance(v, int)))
-    return _resolve(op, dtype, level, cpu.uarch, caches)
+    return _resolve(op, dtype, level, cpu.uarch, caches, algorithm)

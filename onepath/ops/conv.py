@@ -370,8 +370,12 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, layout, activa
 
     if out_dt == _F64:
         xr = x if not nhwc else x.transpose(0, 3, 1, 2)
+        t0 = time.perf_counter()
         y = reference_conv2d(xr, w, b, st, pads, dl, groups, activation)
         _stats.record("conv2d", "float64", "reference")
+        if _verbose.enabled():
+            _verbose.emit("conv2d", "f64:f64:f64", "reference", "conv_reference_f64(im2col_einsum)",
+                          f"{x.shape}*{w.shape}", 1, time.perf_counter() - t0)
         if nhwc:
             y = np.ascontiguousarray(y.transpose(0, 2, 3, 1))
     else:
