@@ -2,7 +2,7 @@
 
 Run by setuptools through ``cffi_modules`` (see setup.py). Every level module exposes the same C API
 (the ``api_*.h`` headers beside this file, parsed as cffi declarations) and is built from one unity
-source ``level_<name>.c``. No module is built with ``-march=native``: a wheel built here imports on any
+source ``level_<name>.c``. No module is built for the build host's own CPU (no native -march): a wheel built here imports on any
 x86-64 CPU, and a level's module is only loaded after the probe approved that level.
 
 ``amx_emu`` is the AMX tile kernel compiled against the plain-C emulation of the tile intrinsics

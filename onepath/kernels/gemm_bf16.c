@@ -35,38 +35,11 @@ static void op_bf16_tile_out(const float *t, int64_t ldt, int mr, int nr, float 
 {
 #if defined(OP_HAS_AVX512)
     if (csc == 1 && nr <= 32) {
-        const int full = nr == 32;
-        const __mmask16 k0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1u);
-        const __mmask16 k1 = nr >= 32 ? (__mmask16)0xFFFF
-                           : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1u);
-        int bias = 0, relu = 0, slow_act = OP_ACT_NONE;
-        const float *rowb = NULL;
-        int64_t rbs = 0;
-        __m512 q0 = _mm512_setzero_ps(), q1 = q0;
-        if (epi) {
-            if (epi->bias) {
-                bias = 1;
-                if (epi->bias_axis == 0) {
-                    rowb = epi->bias;
-                    rbs = epi->bias_stride;
-                } else {
-                    float tb[32] OP_ALIGNED(64) = {0};
-                    for (int j = 0; j < nr; j++) tb[j] = epi->bias[j * epi->bias_stride];
-                    q0 = _mm512_load_ps(tb);
-                    q1 = _mm512_load_ps(tb + 16);
-                }
-            }
-            if (epi->act == OP_ACT_RELU) relu = 1;
-            else if (epi->act != OP_ACT_NONE) slow_act = epi->act;
-        }
-        for (int i = 0; i < mr; i++) {
-            __m512 r0 = q0, r1 = q1;
-            if (rowb) r0 = r1 = _mm512_set1_ps(rowb[i * rbs]);
-            const __m512 x0 = _mm512_maskz_loadu_ps(k0, t + i * ldt);
-            const __m512 x1 = _mm512_maskz_loadu_ps(k1, t + i * ldt + 16);
-            op_avx512_row_out(c + i * rsc, x0, x1, full, k0, k1, acc, bias, r0, r1, relu);
-            if (slow_act) op_act_row(c + i * rsc, 1, nr, slow_act);
-        }
+        op_epi512 e;
+        op_epi512_init(&e, nr, epi);
+        for (int i = 0; i < mr; i++)
+            op_epi512_row(&e, c + i * rsc, i, _mm512_maskz_loadu_ps(e.k0, t + i * ldt),
+                          _mm512_maskz_loadu_ps(e.k1, t + i * ldt + 16), nr, acc);
         return;
     }
 #endif

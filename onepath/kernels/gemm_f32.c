@@ -148,6 +148,56 @@ OP_INLINE void op_avx512_row_out(float *cr, __m512 x0, __m512 x1, int full, __mm
     }
 }
 
+/* The epilogue of a row-contiguous 32-column AVX-512 write-out, prepared once per tile: the masks
+   of the nr valid columns, a per-column bias as two vectors or a per-row bias pointer, and the
+   activation (relu in registers, the others through op_act_row). Shared with the bf16 kernels. */
+typedef struct {
+    __mmask16 k0, k1;
+    int full, bias, relu, slow_act;
+    const float *rowb;      /* bias along rows (axis 0), else NULL */
+    int64_t rbs;
+    __m512 q0, q1;          /* bias along columns (axis 1) */
+} op_epi512;
+
+OP_INLINE void op_epi512_init(op_epi512 *e, int nr, const op_epilogue *epi)
+{
+    e->full = nr == 32;
+    e->k0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1u);
+    e->k1 = nr >= 32 ? (__mmask16)0xFFFF : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1u);
+    e->bias = e->relu = 0;
+    e->slow_act = OP_ACT_NONE;
+    e->rowb = NULL;
+    e->rbs = 0;
+    e->q0 = e->q1 = _mm512_setzero_ps();
+    if (!epi) return;
+    if (epi->bias) {
+        e->bias = 1;
+        if (epi->bias_axis == 0) {
+            e->rowb = epi->bias;
+            e->rbs = epi->bias_stride;
+        } else if (epi->bias_stride == 1) {
+            e->q0 = _mm512_maskz_loadu_ps(e->k0, epi->bias);
+            e->q1 = _mm512_maskz_loadu_ps(e->k1, epi->bias + 16);
+        } else {
+            float tb[32] OP_ALIGNED(64) = {0};
+            for (int j = 0; j < nr; j++) tb[j] = epi->bias[j * epi->bias_stride];
+            e->q0 = _mm512_load_ps(tb);
+            e->q1 = _mm512_load_ps(tb + 16);
+        }
+    }
+    if (epi->act == OP_ACT_RELU) e->relu = 1;
+    else if (epi->act != OP_ACT_NONE) e->slow_act = epi->act;
+}
+
+/* Row i of the tile (two vectors) to C row cr with the prepared epilogue. */
+OP_INLINE void op_epi512_row(const op_epi512 *e, float *cr, int i, __m512 x0, __m512 x1, int nr, int acc)
+{
+    __m512 r0 = e->q0, r1 = e->q1;
+    if (e->rowb) r0 = r1 = _mm512_set1_ps(e->rowb[i * e->rbs]);
+    op_avx512_row_out(cr, x0, x1, e->full, e->k0, e->k1, acc, e->bias, r0, r1, e->relu);
+    if (e->slow_act) op_act_row(cr, 1, nr, e->slow_act);
+}
+
 OP_INLINE void op_ukr_avx512_body(const int MRV, int64_t kc, const float *OP_RESTRICT a,
                                   const float *OP_RESTRICT b, int64_t ldb, float *c, int64_t rsc,
                                   int64_t csc, int nr, int acc, const op_epilogue *epi)
@@ -195,41 +245,10 @@ OP_INLINE void op_ukr_avx512_body(const int MRV, int64_t kc, const float *OP_RES
 #undef OP_RALL
 #undef OP_R
     if (OP_LIKELY(csc == 1)) {
-        const int full = nr == 32;
-        const __mmask16 k0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1u);
-        const __mmask16 k1 = nr >= 32 ? (__mmask16)0xFFFF
-                           : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1u);
-        int bias = 0, relu = 0, slow_act = OP_ACT_NONE;
-        const float *rowb = NULL;
-        int64_t rbs = 0;
-        __m512 q0 = _mm512_setzero_ps(), q1 = q0;
-        if (epi) {
-            if (epi->bias) {
-                bias = 1;
-                if (epi->bias_axis == 0) {
-                    rowb = epi->bias;
-                    rbs = epi->bias_stride;
-                } else if (epi->bias_stride == 1) {
-                    q0 = _mm512_maskz_loadu_ps(k0, epi->bias);
-                    q1 = _mm512_maskz_loadu_ps(k1, epi->bias + 16);
-                } else {
-                    float tb[32] OP_ALIGNED(64) = {0};
-                    for (int j = 0; j < nr; j++) tb[j] = epi->bias[j * epi->bias_stride];
-                    q0 = _mm512_load_ps(tb);
-                    q1 = _mm512_load_ps(tb + 16);
-                }
-            }
-            if (epi->act == OP_ACT_RELU) relu = 1;
-            else if (epi->act != OP_ACT_NONE) slow_act = epi->act;
-        }
-#define OP_W(i)                                                                          \
-    if (MRV > i) {                                                                       \
-        __m512 r0 = q0, r1 = q1;                                                         \
-        if (rowb) r0 = r1 = _mm512_set1_ps(rowb[i * rbs]);                               \
-        op_avx512_row_out(c + i * rsc, c##i##_0, c##i##_1, full, k0, k1, acc, bias, r0, r1, \
-                          relu);                                                         \
-        if (slow_act) op_act_row(c + i * rsc, 1, nr, slow_act);                          \
-    }
+        op_epi512 e;
+        op_epi512_init(&e, nr, epi);
+#define OP_W(i) \
+    if (MRV > i) op_epi512_row(&e, c + i * rsc, i, c##i##_0, c##i##_1, nr, acc);
         OP_W(0) OP_W(1) OP_W(2) OP_W(3) OP_W(4) OP_W(5) OP_W(6)
         OP_W(7) OP_W(8) OP_W(9) OP_W(10) OP_W(11) OP_W(12) OP_W(13)
 #undef OP_W
