@@ -15,7 +15,18 @@ from .dispatch.cap import available_isas, isa, max_isa
 from .ops.matmul import matmul
 from .dtypes import bfloat16
 from .ops.linear import PackedWeight, linear, prepack
-from .ops.conv import conv1d, conv2d
+
+
+def __getattr__(name):
+    """conv2d and conv1d import their module at first use (keeps ``import onepath`` cheap)."""
+    if name in ("conv2d", "conv1d"):
+        from .ops import conv
+        return getattr(conv, name)
+    raise AttributeError(f"module 'onepath' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
 
 __version__ = "0.1.0"
 __all__ = ["matmul", "linear", "prepack", "PackedWeight", "bfloat16", "conv2d", "conv1d", "isa", "available_isas", "max_isa", "set_num_threads", "get_num_threads"]

@@ -4,10 +4,7 @@ Line format (comma separated): ``onepath,exec,<op>,<dtypes>,<level>,<kernel>,<sh
 """
 from __future__ import annotations
 
-import logging
 import os
-
-logger = logging.getLogger("onepath")
 
 
 _enabled: bool | None = None
@@ -28,6 +25,8 @@ def enabled() -> bool:
 
 def emit(op: str, dtypes: str, level: str, kernel: str, shapes: str, threads: int, seconds: float) -> None:
     """Log one verbose line; attaches a stderr handler if the application configured none."""
+    import logging  # only when a line is written: keeps ``import onepath`` cheap
+    logger = logging.getLogger("onepath")
     if not logger.hasHandlers():
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))
