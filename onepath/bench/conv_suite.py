@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 
 import onepath
+from onepath.ops import conv as _conv
 
 from . import benchdnn
 from .core import BenchConfig, Case, register_suite
@@ -46,11 +47,11 @@ def conv_case(d: benchdnn.ConvDesc, dtype: str, layout: str, cfg: BenchConfig, g
         return onepath.conv2d(xo, wo, **kw)
 
     baselines = {}
-    algo = onepath.ops.conv.algorithm_for(d.ic, d.oc, d.kh, d.kw, d.g)
+    algo = _conv.algorithm_for(d.ic, d.oc, d.kh, d.kw, d.g)
     meta = {"desc": d.text(), "layout": layout, "dtype": dtype, "algorithm": algo}
     row = None
     try:  # the registry row this case actually runs (the algorithm is picked per problem)
-        row = onepath.ops.conv.select_conv(algo, dtype)
+        row = _conv.select_conv(algo, dtype)
         meta.update(kernel=row.name, kernel_level=row.level,
                     kernel_mrnr=f"{row.mr}x{row.nr}")
     except ValueError:

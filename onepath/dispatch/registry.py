@@ -73,7 +73,8 @@ _MATMUL_BF16: tuple[Kernel, ...] = (  # kernels/gemm_bf16.c, gemm_bf16_amx.c
 _LINEAR: tuple[Kernel, ...] = tuple(replace(r, op="linear") for r in _MATMUL_F32 + _MATMUL_BF16)
 
 # Convolution (kernels/conv_*.c): per algorithm, fastest level first; implicit_gemm leads so that
-# select("conv2d", dtype) names the general algorithm (onepath.ops.conv.select_conv picks per problem).
+# select("conv2d", dtype) names the general algorithm; select("conv2d", dtype, problem=...) the one a
+# problem runs (onepath.ops.conv picks it per call).
 # float32 runs the float32 micro-kernels. bfloat16 (input and weight bfloat16) runs the BF16 GEMM
 # kernels where the level has them (conv_bf16.c: AMX tiles, VDPBF16PS; symbol op_conv2d_bf16) and
 # is widened to float32 below (a float32 weight with bfloat16 input also takes the widening rows).
