@@ -126,4 +126,5 @@ def run_gemm(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, *, bias=None,
     if used < 0:
         raise MemoryError(f"{row.name}: could not allocate packing buffers for {shapes or (m, n, k)}")
     if verbose:
+        shapes = shapes or "x".join(map(str, a.shape)) + ":" + "x".join(map(str, b.shape))
         _verbose.emit(op, "f32:f32:f32", row.level, row.name, shapes, used, time.perf_counter() - t0)

@@ -57,6 +57,9 @@ def matmul(a, b, /, out=None, *, dtype=None):
     if isinstance(b, PackedWeight):  # a prepacked weight: a @ weight.T (ops/linear.py)
         return matmul_packed(a, b, out, dtype)
     a_arr, b_arr = np.asarray(a), np.asarray(b)
+    if (a_arr.dtype is _F32 and b_arr.dtype is _F32 and dtype is None and out is None
+            and 0 < a_arr.ndim <= 32 and 0 < b_arr.ndim <= 32):
+        return _matmul_f32(a_arr, b_arr, None)  # the common case, without the checks below
     if a_arr.dtype == BF16 or b_arr.dtype == BF16:  # bfloat16 and mixed (ops/linear.py)
         return matmul_bf16(a_arr, b_arr, out, dtype)
     if (a_arr.dtype != _F32 or b_arr.dtype != _F32 or not 0 < a_arr.ndim <= 32 or not 0 < b_arr.ndim <= 32
@@ -122,7 +125,7 @@ def _matmul_f32(a, b, out):
         b2 = np.array(b2, _F32)
     direct = kernel_ready(c) and not np.may_share_memory(c, a2) and not np.may_share_memory(c, b2)
     target = c if direct else np.empty(shape, _F32)
-    run_gemm("matmul", a2, b2, target, shapes=_shape_text(a2, b2))
+    run_gemm("matmul", a2, b2, target)
     if target is not c:
         c[...] = target
     return res
