@@ -470,3 +470,65 @@ def test_plan_cache_keeps_checks():
     r2 = onepath.conv1d(x1, w1, None, 1, 1, 1, 2)
     np.testing.assert_array_equal(r1, r2)
     assert r1.shape == (2, 6, 9)
+
+
+# NCHW over the pre-transformed input (padded, stride-phase-split copy; bfloat16 as channel pairs with
+# the depth order (kh, kw, c)): odd channel counts, multi-row 16/32-column panels, strides in both
+# directions, dilation, asymmetric padding, groups with a per-group bias, depth crossing KC blocks
+# in the middle of a tap. OC is small beside OH*OW so that the bfloat16 transform applies.
+# (n, c, h, w, oc, kh, kw, stride, padding, dilation, groups)
+XP_CASES = [
+    (1, 3, 23, 29, 8, 7, 7, 2, 3, 1, 1),                        # conv1-like, C odd
+    (2, 5, 13, 40, 6, 3, 3, 1, 1, 1, 1),                        # OW > 32, batch 2
+    (1, 6, 11, 9, 4, 3, 3, (2, 3), ((1, 2), (0, 3)), (2, 1), 1),  # asymmetric everything
+    (2, 8, 12, 12, 6, 3, 3, 1, 1, 1, 2),                        # grouped (per-group bias)
+    (1, 34, 9, 70, 4, 3, 3, 3, 2, 2, 1),                        # stride 3, dilated, 17 pairs
+    (1, 40, 33, 35, 8, 3, 3, 2, 1, 1, 1),                       # stride 2, wide rows
+    (1, 4, 9, 9, 3, 1, 1, 2, 1, 1, 1),                          # 1x1 strided with padding
+    (1, 130, 6, 6, 4, 3, 3, 1, 1, 1, 1),                        # K > KC, a block boundary mid-tap
+    (1, 9, 5, 3, 2, 2, 2, 1, 3, 1, 1),                          # padding larger than the kernel
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, bfloat16])
+@pytest.mark.parametrize("case", XP_CASES, ids=lambda c: "x".join(map(str, c[:7])))
+def test_conv2d_nchw_pretransformed(level, case, dtype):
+    run_case(*case, dtype=dtype)
+    if case[0] == 1 and case[10] == 1:
+        run_case(*case, dtype=dtype, bias=False, activation="relu", seed=2)
+
+
+@pytest.mark.parametrize("case", XP_CASES, ids=lambda c: "x".join(map(str, c[:7])))
+def test_conv2d_nchw_pretransformed_amx_emulated(case):
+    """The same problems through the amx_emu build (portable pack of the pre-transformed input)."""
+    from onepath.kernels import load
+    n, c, h, w, oc, kh, kw, s, p, dl, g = case
+    st2 = (s, s) if isinstance(s, int) else tuple(s)
+    dl2 = (dl, dl) if isinstance(dl, int) else tuple(dl)
+    pads = _pads(p, (kh, kw), dl2, st2)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((n, c, h, w)).astype(bfloat16)
+    wt = rng.standard_normal((oc, c // g, kh, kw)).astype(bfloat16)
+    b = rng.standard_normal(oc).astype(np.float32)
+    oh = (h + pads[0][0] + pads[0][1] - dl2[0] * (kh - 1) - 1) // st2[0] + 1
+    ow = (w + pads[1][0] + pads[1][1] - dl2[1] * (kw - 1) - 1) // st2[1] + 1
+    mod = load("amx_emu")
+    onepath._stats.record("conv2d", "bfloat16", "amx_emu")
+    ffi, lib = mod.ffi, mod.lib
+    d = ffi.new("op_conv_desc *")
+    d.n, d.c, d.h, d.w, d.oc, d.oh, d.ow, d.kh, d.kw = n, c, h, w, oc, oh, ow, kh, kw
+    d.sh, d.sw = st2
+    d.pt, d.pl = pads[0][0], pads[1][0]
+    d.dh, d.dw = dl2
+    d.groups, d.nhwc = g, 0
+    xin = np.ascontiguousarray(x).view(np.uint16)
+    wk = np.ascontiguousarray(wt).view(np.uint16)
+    y = np.empty((n, oc, oh, ow), np.float32)
+    used = lib.op_conv2d_bf16(d, ffi.cast("const uint16_t *", xin.ctypes.data),
+                              ffi.cast("const uint16_t *", wk.ctypes.data),
+                              ffi.cast("const float *", b.ctypes.data), ffi.cast("float *", y.ctypes.data),
+                              0, ffi.NULL, 2)
+    assert used >= 1
+    ref = reference_conv2d(x, wt, b, st2, pads, dl2, g)
+    tol = _bound(x.astype(np.float32), wt.astype(np.float32), b, st2, pads, dl2, g)
+    assert np.all(np.abs(y - ref) <= tol)

@@ -3,10 +3,15 @@
 
    Same GEMM formulation as conv_f32.c, with the operands packed straight into the "k32" layout of
    gemm_bf16.c (blocks of 32 depths; B as interleaved K-pairs):
-     NCHW: C[oc][pixel] = W[oc][(c,kh,kw)] * B[(c,kh,kw)][pixel]. A is the weight in place (the BF16
-           GEMM's own A pack); B is the implicit im2col: each K-pair of a 32-pixel micro-panel is two
-           gathered bfloat16 rows interleaved (op_conv_pack_b_nchw_k32). A 1x1 stride-1 unpadded
-           convolution packs the input itself with op_pack_b_k32.
+     NCHW: C[oc][pixel] = W[oc][(kh,kw,c)] * B[(kh,kw,c)][pixel] over a pre-transformed input
+           (op_conv2d_bf16_xp, below: the input copied once per call into padded, stride-phase-split
+           channel-pair planes, the weight reordered to (OC, KH, KW, C/g rounded up to even)), so each
+           16-column half of a K-pair row of B is one or a few contiguous 64-byte loads
+           (op_conv_pack_b_nchw_xp). Used when 2*OH*OW >= OC/g (the per-call weight reorder stays
+           small beside the gather); otherwise the depth order is the weight's own (c,kh,kw), A is the
+           weight in place and each K-pair of a 32-pixel micro-panel is two gathered bfloat16 rows
+           interleaved (op_conv_pack_b_nchw_k32). A 1x1 stride-1 unpadded convolution packs the input
+           itself with op_pack_b_k32.
      NHWC: C[pixel][oc] = A[pixel][(kh,kw,c)] * Wr[(kh,kw,c)][oc]. The depth order puts channels
            innermost, so 32 depths of a pixel are runs of contiguous channels (op_conv_pack_a_nhwc_k32
            copies them); the weight is reordered once per call to (OC, KH, KW, C/g) and packed as a
@@ -181,6 +186,302 @@ static void op_convb_wr_task(void *ctx, int64_t oc, int tid)
     for (int64_t c = 0; c < x->cg; c++)
         for (int64_t t = 0; t < x->khw; t++) o[t * x->cg + c] = s[c * x->khw + t];
 }
+/* ---------------------------------------------------------------- NCHW over a pre-transformed input
+
+   The input is rewritten once per call into Xp[e][cp][a][b][Hs][Ws] of channel pairs (one uint32:
+   channel 2cp low, 2cp+1 high; a zero channel pads an odd C/g), zero-padded by the convolution's
+   padding and split into sh x sw stride phases (row ih_p = r*sh + a, column iw_p = s*sw + b of the
+   padded input). The depth order becomes (kh, kw, c) over the even channel count cgp (the weight is
+   reordered to (OC, KH, KW, cgp) with zero rows for a padding channel), so a K-pair is one channel
+   pair of one tap and, for output pixels (oh, ow..ow+L) of one output row, the pairs are the L
+   consecutive uint32 at Xp[..][cp][phase of tap][oh + ki*dh/sh][ow + kj*dw/sw ..]: each 16-column
+   half of a k32 B micro-panel row is one (masked) 64-byte load per output-row segment. */
+typedef struct {
+    const op_conv_desc *d;
+    const uint32_t *xp;
+    int64_t cph, hs, ws, plane_c;   /* pairs; rows/cols of a phase plane; uint32 per channel pair */
+    int64_t g0;
+    const int64_t *tapoff;          /* per tap: phase plane + row/col offset, in uint32 */
+} op_convx_geo;
+
+typedef struct {
+    const op_conv_desc *d;
+    const uint16_t *x;
+    uint32_t *xp;
+    int64_t cg, cph, hs, ws;
+} op_convx_fill_ctx;
+
+/* one task = one (entry e, channel pair cp) */
+static void op_convx_fill_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_convx_fill_ctx *f = (const op_convx_fill_ctx *)ctx;
+    const op_conv_desc *d = f->d;
+    const int64_t G = d->groups, e = task / f->cph, cp = task % f->cph;
+    const int64_t n = e / G, gi = e % G, c0 = 2 * cp;
+    const int64_t H = d->h, W = d->w, sh = d->sh, sw = d->sw, hs = f->hs, ws = f->ws;
+    const uint16_t *p0 = f->x + ((n * d->c + gi * f->cg + c0) * H) * W;
+    const uint16_t *p1 = c0 + 1 < f->cg ? p0 + H * W : NULL;
+    uint32_t *o = f->xp + task * sh * sw * hs * ws;
+    for (int64_t a = 0; a < sh; a++)
+        for (int64_t r = 0; r < hs; r++) {
+            const int64_t ih = r * sh + a - d->pt;
+            for (int64_t b = 0; b < sw; b++) {
+                uint32_t *orow = o + ((a * sw + b) * hs + r) * ws;
+                if (ih < 0 || ih >= H) {
+                    memset(orow, 0, (size_t)ws * 4);
+                    continue;
+                }
+                const uint16_t *r0 = p0 + ih * W, *r1 = p1 ? p1 + ih * W : NULL;
+                /* columns s with 0 <= s*sw + b - pl < W */
+                const int64_t off = b - d->pl;
+                int64_t slo = off >= 0 ? 0 : op_cdiv64(-off, sw);
+                int64_t shi = W - off > 0 ? op_cdiv64(W - off, sw) : 0;
+                if (slo > ws) slo = ws;
+                if (shi > ws) shi = ws;
+                if (shi < slo) shi = slo;
+                for (int64_t s = 0; s < slo; s++) orow[s] = 0;
+                int64_t s = slo;
+#if defined(OP_HAS_AVX512)
+                if (sw == 1 && r1) {
+                    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10,
+                                                            41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35,
+                                                            3, 34, 2, 33, 1, 32, 0);
+                    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+                    for (; s + 32 <= shi; s += 32) {
+                        const __m512i x0 = _mm512_loadu_si512((const void *)(r0 + s + off));
+                        const __m512i x1 = _mm512_loadu_si512((const void *)(r1 + s + off));
+                        _mm512_storeu_si512((void *)(orow + s), _mm512_permutex2var_epi16(x0, lo_idx, x1));
+                        _mm512_storeu_si512((void *)(orow + s + 16), _mm512_permutex2var_epi16(x0, hi_idx, x1));
+                    }
+                } else if (sw == 2 && r1) {
+                    const __m512i ev = _mm512_set_epi16(62, 30, 60, 28, 58, 26, 56, 24, 54, 22, 52, 20, 50,
+                                                        18, 48, 16, 46, 14, 44, 12, 42, 10, 40, 8, 38, 6,
+                                                        36, 4, 34, 2, 32, 0);
+                    for (; s + 17 <= shi; s += 16) {
+                        const uint16_t *q0 = r0 + s * 2 + off, *q1 = r1 + s * 2 + off;
+                        const __m512i x0 = _mm512_loadu_si512((const void *)q0);
+                        const __m512i x1 = _mm512_loadu_si512((const void *)q1);
+                        _mm512_storeu_si512((void *)(orow + s), _mm512_permutex2var_epi16(x0, ev, x1));
+                    }
+                }
+#endif
+                for (; s < shi; s++) {
+                    const int64_t iw = s * sw + off;
+                    orow[s] = (uint32_t)r0[iw] | (r1 ? (uint32_t)r1[iw] << 16 : 0u);
+                }
+                for (s = shi; s < ws; s++) orow[s] = 0;
+            }
+        }
+}
+
+static void op_conv_pack_b_nchw_xp(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc,
+                                   int64_t kcp, int64_t j0, int64_t nc, void *dst)
+{
+    const op_convx_geo *q = (const op_convx_geo *)g->user;
+    const op_conv_desc *d = q->d;
+    int64_t e;
+    if (q->g0 >= 0)
+        e = bi * d->groups + q->g0;
+    else
+        e = bi;
+    const uint32_t *xe = q->xp + e * q->cph * q->plane_c;
+    const int64_t OW = d->ow, cph = q->cph, ws = q->ws;
+    uint16_t *D = (uint16_t *)dst;
+    for (int64_t jr = 0; jr < nc; jr += 32, D += 32 * kcp) {
+        /* output-row segments of each 16-column half: lanes [t0, t0+len) read from pixel offset off */
+        int nseg[2];
+        int64_t soff[2][16];
+#if defined(OP_HAS_AVX512)
+        __mmask16 smask[2][16];
+#endif
+        int st0[2][16], slen[2][16];
+        for (int h = 0; h < 2; h++) {
+            const int64_t nrh = op_max64(0, op_min64(16, nc - jr - 16 * h));
+            int64_t j = j0 + jr + 16 * h, oh = j / OW, ow = j % OW;
+            int ns = 0;
+            for (int64_t t = 0; t < nrh;) {
+                const int64_t len = op_min64(OW - ow, nrh - t);
+                soff[h][ns] = oh * ws + ow - t;
+                st0[h][ns] = (int)t;
+                slen[h][ns] = (int)len;
+#if defined(OP_HAS_AVX512)
+                smask[h][ns] = (__mmask16)((((1u << len) - 1u) << t) & 0xFFFFu);
+#endif
+                ns++;
+                t += len;
+                ow = 0;
+                oh++;
+            }
+            nseg[h] = ns;
+        }
+        (void)st0;
+        (void)slen;
+        for (int64_t kb = 0; kb * 32 < kcp; kb++) {
+            uint16_t *blk = D + kb * 1024;
+            int64_t P = p0 / 2 + kb * 16;
+            int64_t tap = P / cph, cp = P % cph;
+            for (int pr = 0; pr < 16; pr++) {
+                const int64_t p = kb * 32 + 2 * pr;
+                uint32_t *o0 = (uint32_t *)(void *)(blk + pr * 32);
+                uint32_t *o1 = (uint32_t *)(void *)(blk + 512 + pr * 32);
+                if (p >= kc) {
+                    memset(o0, 0, 64);
+                    memset(o1, 0, 64);
+                } else {
+                    const uint32_t *src = xe + cp * q->plane_c + q->tapoff[tap];
+#if defined(OP_HAS_AVX512)
+                    __m512i v0 = _mm512_setzero_si512(), v1 = v0;
+                    for (int s = 0; s < nseg[0]; s++)
+                        v0 = _mm512_mask_loadu_epi32(v0, smask[0][s], (const void *)(src + soff[0][s]));
+                    for (int s = 0; s < nseg[1]; s++)
+                        v1 = _mm512_mask_loadu_epi32(v1, smask[1][s], (const void *)(src + soff[1][s]));
+                    _mm512_storeu_si512((void *)o0, v0);
+                    _mm512_storeu_si512((void *)o1, v1);
+#else
+                    uint32_t *oo[2] = {o0, o1};
+                    for (int h = 0; h < 2; h++) {
+                        memset(oo[h], 0, 64);
+                        for (int s = 0; s < nseg[h]; s++)
+                            for (int t = st0[h][s]; t < st0[h][s] + slen[h][s]; t++)
+                                oo[h][t] = src[soff[h][s] + t];
+                    }
+#endif
+                }
+                if (++cp == cph) {
+                    cp = 0;
+                    tap++;
+                }
+            }
+        }
+    }
+}
+
+typedef struct {
+    const uint16_t *w;
+    uint16_t *wr;
+    int64_t cg, cgp, khw, nocs;
+} op_convx_wr_ctx;
+
+/* (OC, C/g, KH, KW) -> (OC, KH, KW, cgp), zero for the padding channel */
+static void op_convx_wr_task(void *ctx, int64_t oc, int tid)
+{
+    (void)tid;
+    const op_convx_wr_ctx *x = (const op_convx_wr_ctx *)ctx;
+    const uint16_t *s = x->w + oc * x->cg * x->khw;
+    uint16_t *o = x->wr + oc * x->cgp * x->khw;
+    for (int64_t t = 0; t < x->khw; t++) {
+        int64_t c = 0;
+#if defined(OP_HAS_AVX512)
+        /* 16 channels per dword gather (the element is the low half; the high half may be the
+           element after the weight's last one, so the last output channel stays scalar) */
+        if (oc + 1 < x->nocs && x->cg * x->khw < (1 << 26)) {
+            const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5,
+                                                                     4, 3, 2, 1, 0),
+                                                    _mm512_set1_epi32((int)x->khw));
+            for (; c + 16 <= x->cg; c += 16) {
+                const __m512i idx = _mm512_add_epi32(step, _mm512_set1_epi32((int)(c * x->khw + t)));
+                const __m512i v = _mm512_i32gather_epi32(idx, (const void *)s, 2);
+                _mm256_storeu_si256((__m256i *)(void *)(o + t * x->cgp + c), _mm512_cvtepi32_epi16(v));
+            }
+        }
+#endif
+        for (; c < x->cg; c++) o[t * x->cgp + c] = s[c * x->khw + t];
+        for (int64_t c = x->cg; c < x->cgp; c++) o[t * x->cgp + c] = 0;
+    }
+}
+
+/* NCHW bf16 over the pre-transformed input (above). Returns 0 when the transform does not apply. */
+static int op_conv2d_bf16_xp(const op_conv_desc *d, const uint16_t *x, const uint16_t *w,
+                             const float *bias, float *y, int act, const op_blocking *blk, int nthreads)
+{
+    const int64_t G = d->groups, cg = d->c / G, ocg = d->oc / G, khw = d->kh * d->kw;
+    const int64_t cgp = cg + (cg & 1), cph = cgp / 2, Kp = khw * cgp, ohw = d->oh * d->ow;
+    const int64_t sh = d->sh, sw = d->sw;
+    const int64_t hpad = (d->oh - 1) * sh + (d->kh - 1) * d->dh + 1;
+    const int64_t wpad = (d->ow - 1) * sw + (d->kw - 1) * d->dw + 1;
+    const int64_t hs = op_cdiv64(hpad, sh), ws = op_cdiv64(wpad, sw), plane_c = sh * sw * hs * ws;
+    const int64_t entries = d->n * G;
+    /* the weight reorder (OC x K, per call) must stay small beside the gathered input (K x OH*OW):
+       measured on AMX, res4 3x3 (OH*OW 196, OC 256) gains, res5 (49, 512) loses */
+    if (2 * ohw < ocg) return 0;
+    if ((double)entries * (double)cph * (double)plane_c * 4.0 > (double)(256 << 20)) return 0;
+    if ((double)plane_c * (double)cph >= 2147483647.0) return 0;
+    int amx = 0;
+    op_gemm_ops ops = *op_bf16_pick(ocg, &amx);
+    ops.direct_b = 0;
+    ops.b_prepacked = 0;
+    ops.pack_b = op_conv_pack_b_nchw_xp;
+    uint32_t *xp = (uint32_t *)op_aligned_alloc(sizeof(uint32_t) * (size_t)(entries * cph * plane_c));
+    uint16_t *wr = (uint16_t *)op_aligned_alloc(sizeof(uint16_t) * (size_t)(d->oc * Kp));
+    int64_t *tapoff = (int64_t *)malloc(sizeof(int64_t) * (size_t)khw);
+    const int per_group = G > 1 && bias != NULL;
+    const int64_t calls = per_group ? G : 1;
+    const int64_t batch = per_group ? d->n : entries;
+    int64_t *offs = (int64_t *)malloc(sizeof(int64_t) * (size_t)(3 * batch));
+    int used = 1;
+    if (!xp || !wr || !tapoff || !offs) {
+        used = -1;
+        goto done;
+    }
+    {
+        op_convx_fill_ctx fc = {d, x, xp, cg, cph, hs, ws};
+        const int64_t tasks = entries * cph;
+        op_parallel_for(entries * cph * plane_c >= (1 << 16) ? nthreads : 1, tasks, op_convx_fill_task, &fc);
+        op_convx_wr_ctx wc = {w, wr, cg, cgp, khw, d->oc};
+        op_parallel_for(d->oc * Kp >= (1 << 18) ? nthreads : 1, d->oc, op_convx_wr_task, &wc);
+    }
+    for (int64_t t = 0; t < khw; t++) {
+        const int64_t ki = t / d->kw, kj = t % d->kw, ro = ki * d->dh, co = kj * d->dw;
+        tapoff[t] = (((ro % sh) * sw + co % sw) * hs + ro / sh) * ws + co / sw;
+    }
+    op_convx_geo q;
+    q.d = d;
+    q.xp = xp;
+    q.cph = cph;
+    q.hs = hs;
+    q.ws = ws;
+    q.plane_c = plane_c;
+    q.tapoff = tapoff;
+    int64_t *wo = offs + batch, *yo = offs + 2 * batch;
+    op_blocking bx;
+    for (int64_t call = 0; call < calls; call++) {
+        q.g0 = per_group ? call : -1;
+        for (int64_t bi = 0; bi < batch; bi++) {
+            const int64_t n = per_group ? bi : bi / G, gi = per_group ? call : bi % G;
+            offs[bi] = 0;
+            wo[bi] = gi * ocg * Kp;
+            yo[bi] = (n * d->oc + gi * ocg) * ohw;
+        }
+        op_epilogue epi;
+        epi.bias = bias ? bias + (per_group ? call * ocg : 0) : NULL;
+        epi.bias_stride = 1;
+        epi.bias_axis = 0;
+        epi.act = act;
+        op_gemm_args g;
+        memset(&g, 0, sizeof g);
+        g.batch = batch;
+        g.k = Kp;
+        g.epi = (bias || act != OP_ACT_NONE) ? &epi : NULL;
+        g.user = &q;
+        g.m = ocg; g.n = ohw;
+        g.a = wr; g.a_off = wo; g.rsa = Kp; g.csa = 1;
+        g.b = xp; g.b_off = offs; g.rsb = 0; g.csb = 1;    /* never read: pack_b uses q */
+        const int r = op_bf16_run(&ops, &g, amx, y, yo, ohw, 1, 0, op_convx_blk(blk, &ops, &bx), nthreads);
+        if (r < 0) {
+            used = r;
+            break;
+        }
+        if (r > used) used = r;
+    }
+done:
+    free(offs);
+    free(tapoff);
+    op_aligned_free(wr);
+    op_aligned_free(xp);
+    return used;
+}
+
 #endif
 
 int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, const float *bias,
@@ -218,6 +519,8 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
                 wb = wr;
             }
         } else {
+            const int r = op_conv2d_bf16_xp(d, x, w, bias, y, act, blk, nthreads);
+            if (r != 0) return r;
             ops.pack_b = op_conv_pack_b_nchw_k32;
         }
     }
