@@ -82,7 +82,8 @@ def conv_case(d: benchdnn.ConvDesc, dtype: str, layout: str, cfg: BenchConfig, g
     name = (d.name + " " if d.name else "") + d.short()
     return Case(name=name, group=group, op="conv2d", dtype=dtype, flops=d.flops,
                 bytes=float(xo.nbytes + wo.nbytes + d.mb * d.oc * d.oh * d.ow * xo.itemsize),
-                run=run, baselines=baselines, rtol=None, memory_bound=None, meta=meta, kernel=row)
+                run=run, baselines=baselines, rtol=None, memory_bound=None, meta=meta, kernel=row,
+                peak="f32" if dtype == "float32" else None)  # only the float32 FMA peak is measured
 
 
 def _variants(cfg: BenchConfig, quick_layouts=("NCHW",)):
