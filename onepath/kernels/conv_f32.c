@@ -455,35 +455,8 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
 
 /* ---------------------------------------------------------------- float32 -> bfloat16 */
 
-typedef struct {
-    const float *src;
-    uint16_t *dst;
-    int64_t n, chunk;
-} op_conv_cvt_ctx;
-
-static void op_conv_cvt_task(void *ctx, int64_t task, int tid)
-{
-    (void)tid;
-    const op_conv_cvt_ctx *c = (const op_conv_cvt_ctx *)ctx;
-    const int64_t i0 = task * c->chunk, i1 = op_min64(c->n, i0 + c->chunk);
-    const uint32_t *s = (const uint32_t *)(const void *)c->src;
-    uint16_t *o = c->dst;
-    for (int64_t i = i0; i < i1; i++) {
-        uint32_t u = s[i];
-        if ((u & 0x7fffffffu) > 0x7f800000u)
-            o[i] = (uint16_t)((u >> 16) | 0x40u);
-        else
-            o[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
-}
-
+/* The bfloat16 output of a conv computed in float32: the shared conversion kernel (cvt_bf16.c). */
 void op_conv_f32_to_bf16(const float *src, uint16_t *dst, int64_t n, int nthreads)
 {
-    op_conv_cvt_ctx c;
-    c.src = src;
-    c.dst = dst;
-    c.n = n;
-    c.chunk = 1 << 16;
-    const int64_t tasks = op_cdiv64(n, c.chunk);
-    op_parallel_for(n >= (1 << 18) ? nthreads : 1, tasks, op_conv_cvt_task, &c);
+    op_cvt_f32_to_bf16(n, src, dst, n >= (1 << 18) ? nthreads : 1);
 }
