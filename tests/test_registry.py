@@ -38,8 +38,17 @@ def test_problem_only_for_conv():
         select("matmul", "float32", problem=dict(c=1, oc=1, kh=1, kw=1, groups=1))
 
 
-def test_select_for_a_recorded_cpu_without_the_live_cap():
-    from onepath.dispatch import CpuInfo
+def test_select_with_an_explicit_cpu_and_level():
+    """select(cpu=..., level=...) answers for that CPU, not for the live cap; a level the CPU cannot
+    run is an error naming the valid ones."""
     cpu = onepath.dispatch.probe()
-    assert select("matmul", "float32", cpu=cpu).level in cpu.levels
-    assert isinstance(cpu, CpuInfo) and LEVELS[0] == "generic"
+    for lv in cpu.levels:
+        row = select("matmul", "float32", cpu=cpu, level=lv)
+        assert level_index(row.level) <= level_index(lv)
+    with onepath.max_isa("generic"):  # the live cap does not leak into an explicit-cpu query
+        assert select("matmul", "float32", cpu=cpu).level == rows("matmul", "float32")[
+            [level_index(r.level) <= level_index(cpu.isa) for r in rows("matmul", "float32")].index(True)].level
+    above = [lv for lv in LEVELS if lv not in cpu.levels]
+    if above:
+        with pytest.raises(ValueError, match="generic"):
+            select("matmul", "float32", cpu=cpu, level=above[0])

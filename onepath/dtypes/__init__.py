@@ -39,32 +39,29 @@ def to_bfloat16(x, *, build: str | None = None) -> np.ndarray:
 
     build: a kernel build to use ("generic", ..., "amx_emu"); default the level in force.
     """
-    from .. import _stats, _threads
-    src = np.ascontiguousarray(x, dtype=F32)
-    out = np.empty(src.shape, BF16)
-    level, mod = _module(build)
-    if src.size:
-        mod.lib.op_cvt_f32_to_bf16(src.size, mod.ffi.cast("const float *", src.ctypes.data),
-                                   mod.ffi.cast("uint16_t *", out.ctypes.data),
-                                   _threads.get_num_threads())
-    _stats.record("convert", "float32->bfloat16", level)
-    return out
+    return _convert(np.ascontiguousarray(x, dtype=F32), BF16, "f32_to_bf16", build)
 
 
 def to_float32(x, *, build: str | None = None) -> np.ndarray:
     """bfloat16 -> float32 (exact). Other dtypes go through numpy's astype."""
-    from .. import _stats, _threads
     arr = np.asarray(x)
     if arr.dtype != BF16:
         return np.asarray(arr, F32)
-    src = np.ascontiguousarray(arr)
-    out = np.empty(src.shape, F32)
+    return _convert(np.ascontiguousarray(arr), F32, "bf16_to_f32", build)
+
+
+def _convert(src: np.ndarray, out_dtype: np.dtype, direction: str, build: str | None) -> np.ndarray:
+    """Run the level's op_cvt_<direction> kernel over a contiguous array (one pass, threaded)."""
+    from .. import _stats, _threads
+    out = np.empty(src.shape, out_dtype)
     level, mod = _module(build)
     if src.size:
-        mod.lib.op_cvt_bf16_to_f32(src.size, mod.ffi.cast("const uint16_t *", src.ctypes.data),
-                                   mod.ffi.cast("float *", out.ctypes.data),
-                                   _threads.get_num_threads())
-    _stats.record("convert", "bfloat16->float32", level)
+        src_t, out_t = ("float[]", "uint16_t[]") if direction == "f32_to_bf16" else ("uint16_t[]", "float[]")
+        getattr(mod.lib, "op_cvt_" + direction)(
+            src.size, mod.ffi.from_buffer(src_t, src, require_writable=False),
+            mod.ffi.from_buffer(out_t, out), _threads.get_num_threads())
+    _stats.record("convert", "float32->bfloat16" if direction == "f32_to_bf16" else "bfloat16->float32",
+                  level)
     return out
 
 

@@ -235,11 +235,8 @@ static void op_convx_fill_task(void *ctx, int64_t task, int tid)
                 const uint16_t *r0 = p0 + ih * W, *r1 = p1 ? p1 + ih * W : NULL;
                 /* columns s with 0 <= s*sw + b - pl < W */
                 const int64_t off = b - d->pl;
-                int64_t slo = off >= 0 ? 0 : op_cdiv64(-off, sw);
-                int64_t shi = W - off > 0 ? op_cdiv64(W - off, sw) : 0;
-                if (slo > ws) slo = ws;
-                if (shi > ws) shi = ws;
-                if (shi < slo) shi = slo;
+                int64_t slo, shi;
+                op_convx_cols(off, sw, W, ws, &slo, &shi);
                 for (int64_t s = 0; s < slo; s++) orow[s] = 0;
                 int64_t s = slo;
 #if defined(OP_HAS_AVX512)
@@ -397,10 +394,8 @@ static int op_conv2d_bf16_xp(const op_conv_desc *d, const uint16_t *x, const uin
 {
     const int64_t G = d->groups, cg = d->c / G, ocg = d->oc / G, khw = d->kh * d->kw;
     const int64_t cgp = cg + (cg & 1), cph = cgp / 2, Kp = khw * cgp, ohw = d->oh * d->ow;
-    const int64_t sh = d->sh, sw = d->sw;
-    const int64_t hpad = (d->oh - 1) * sh + (d->kh - 1) * d->dh + 1;
-    const int64_t wpad = (d->ow - 1) * sw + (d->kw - 1) * d->dw + 1;
-    const int64_t hs = op_cdiv64(hpad, sh), ws = op_cdiv64(wpad, sw), plane_c = sh * sw * hs * ws;
+    int64_t hs, ws;
+    const int64_t plane_c = op_convx_phases(d, &hs, &ws, NULL);
     const int64_t entries = d->n * G;
     /* the weight reorder (OC x K, per call) must stay small beside the gathered input (K x OH*OW):
        measured on AMX, res4 3x3 (OH*OW 196, OC 256) gains, res5 (49, 512) loses */
@@ -431,10 +426,7 @@ static int op_conv2d_bf16_xp(const op_conv_desc *d, const uint16_t *x, const uin
         op_convx_wr_ctx wc = {w, wr, cg, cgp, khw, d->oc};
         op_parallel_for(d->oc * Kp >= (1 << 18) ? nthreads : 1, d->oc, op_convx_wr_task, &wc);
     }
-    for (int64_t t = 0; t < khw; t++) {
-        const int64_t ki = t / d->kw, kj = t % d->kw, ro = ki * d->dh, co = kj * d->dw;
-        tapoff[t] = (((ro % sh) * sw + co % sw) * hs + ro / sh) * ws + co / sw;
-    }
+    op_convx_phases(d, &hs, &ws, tapoff);
     op_convx_geo q;
     q.d = d;
     q.xp = xp;

@@ -219,6 +219,38 @@ typedef struct {
     int64_t hs, ws;
 } op_convx_fill_f32_ctx;
 
+/* The stride-phase split shared by the pre-transformed NCHW paths (float32 here, bf16 in
+   conv_bf16.c): the padded input of one channel becomes sh * sw phase planes of hs x ws, and tap t
+   of the kernel starts tapoff[t] elements into them. Returns the elements of one channel (plane). */
+static int64_t op_convx_phases(const op_conv_desc *d, int64_t *hs_, int64_t *ws_, int64_t *tapoff)
+{
+    const int64_t sh = d->sh, sw = d->sw;
+    const int64_t hpad = (d->oh - 1) * sh + (d->kh - 1) * d->dh + 1;
+    const int64_t wpad = (d->ow - 1) * sw + (d->kw - 1) * d->dw + 1;
+    const int64_t hs = op_cdiv64(hpad, sh), ws = op_cdiv64(wpad, sw);
+    if (tapoff)
+        for (int64_t t = 0; t < d->kh * d->kw; t++) {
+            const int64_t ro = (t / d->kw) * d->dh, co = (t % d->kw) * d->dw;
+            tapoff[t] = (((ro % sh) * sw + co % sw) * hs + ro / sh) * ws + co / sw;
+        }
+    *hs_ = hs;
+    *ws_ = ws;
+    return sh * sw * hs * ws;
+}
+
+/* Columns [*slo, *shi) of a phase row (phase column b) that read the input row (width W); the rest
+   are padding. off = b - left padding. */
+static void op_convx_cols(int64_t off, int64_t sw, int64_t W, int64_t ws, int64_t *slo, int64_t *shi)
+{
+    int64_t lo = off >= 0 ? 0 : op_cdiv64(-off, sw);
+    int64_t hi = W - off > 0 ? op_cdiv64(W - off, sw) : 0;
+    if (lo > ws) lo = ws;
+    if (hi > ws) hi = ws;
+    if (hi < lo) hi = lo;
+    *slo = lo;
+    *shi = hi;
+}
+
 /* one task = one input channel plane (all entries, all groups: task = n*C + c) */
 static void op_convx_fill_f32_task(void *ctx, int64_t task, int tid)
 {
@@ -239,11 +271,8 @@ static void op_convx_fill_f32_task(void *ctx, int64_t task, int tid)
                 }
                 const float *row = p + ih * W;
                 const int64_t off = b - d->pl;
-                int64_t slo = off >= 0 ? 0 : op_cdiv64(-off, sw);
-                int64_t shi = W - off > 0 ? op_cdiv64(W - off, sw) : 0;
-                if (slo > ws) slo = ws;
-                if (shi > ws) shi = ws;
-                if (shi < slo) shi = slo;
+                int64_t slo, shi;
+                op_convx_cols(off, sw, W, ws, &slo, &shi);
                 for (int64_t s = 0; s < slo; s++) orow[s] = 0.0f;
                 if (sw == 1) {
                     memcpy(orow + slo, row + slo + off, (size_t)(shi - slo) * 4);
@@ -335,20 +364,15 @@ static const op_blocking *op_convx_blk(const op_blocking *blk, const op_gemm_ops
 static float *op_convx_prepare_f32(const op_conv_desc *d, const float *x, int64_t *hs_, int64_t *ws_,
                                    int64_t *plane_c, int64_t *tapoff, int nthreads)
 {
-    const int64_t sh = d->sh, sw = d->sw;
-    const int64_t hpad = (d->oh - 1) * sh + (d->kh - 1) * d->dh + 1;
-    const int64_t wpad = (d->ow - 1) * sw + (d->kw - 1) * d->dw + 1;
-    const int64_t hs = op_cdiv64(hpad, sh), ws = op_cdiv64(wpad, sw), pc = sh * sw * hs * ws;
+    int64_t hs, ws;
+    const int64_t pc = op_convx_phases(d, &hs, &ws, NULL);
     const double bytes = (double)d->n * (double)d->c * (double)pc * 4.0;
     if (bytes > (double)(256 << 20)) return NULL;
     float *xp = (float *)op_aligned_alloc((size_t)bytes);
     if (!xp) return NULL;
     op_convx_fill_f32_ctx fc = {d, x, xp, hs, ws};
     op_parallel_for(d->n * d->c * pc >= (1 << 16) ? nthreads : 1, d->n * d->c, op_convx_fill_f32_task, &fc);
-    for (int64_t t = 0; t < d->kh * d->kw; t++) {
-        const int64_t ki = t / d->kw, kj = t % d->kw, ro = ki * d->dh, co = kj * d->dw;
-        tapoff[t] = (((ro % sh) * sw + co % sw) * hs + ro / sh) * ws + co / sw;
-    }
+    op_convx_phases(d, &hs, &ws, tapoff);
     *hs_ = hs;
     *ws_ = ws;
     *plane_c = pc;

@@ -79,6 +79,23 @@ static void op_pack_a_amx(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t
     op_pack_a_k32(g, bi, i0, mc, p0, kc, kcp, (uint16_t *)dst, OP_AMX_MR);
 }
 
+/* The full-tile K loop: tiles 0-3 (the 32 x 32 C block as 2 x 2 tiles of 16 x 16) += A (tiles 4,
+   5: two 16-row halves) times B (tiles 6, 7: two 16-column halves), over nkb blocks of 32 depth. */
+OP_INLINE void op_amx_kloop_2x2(const uint16_t *A, const uint16_t *B, int64_t nkb)
+{
+    for (int64_t kb = 0; kb < nkb; kb++) {
+        const uint16_t *ab = A + kb * (OP_AMX_MR * 32), *bb = B + kb * 1024;
+        _tile_loadd(4, ab, 64);
+        _tile_loadd(6, bb, 64);
+        _tile_loadd(7, bb + 512, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_loadd(5, ab + 16 * 32, 64);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+}
+
 static void op_ukr_amx(int64_t kcp, const void *a, const void *b, int64_t ldb, float *c,
                        int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
 {
@@ -97,17 +114,7 @@ static void op_ukr_amx(int64_t kcp, const void *a, const void *b, int64_t ldb, f
         } else {
             _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
         }
-        for (int64_t kb = 0; kb < nkb; kb++) {
-            const uint16_t *ab = A + kb * (OP_AMX_MR * 32), *bb = B + kb * 1024;
-            _tile_loadd(4, ab, 64);
-            _tile_loadd(6, bb, 64);
-            _tile_loadd(7, bb + 512, 64);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_loadd(5, ab + 16 * 32, 64);
-            _tile_dpbf16ps(1, 4, 7);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
-        }
+        op_amx_kloop_2x2(A, B, nkb);
         _tile_stored(0, c, ldc); _tile_stored(1, c + 16, ldc);
         _tile_stored(2, c + 16 * rsc, ldc); _tile_stored(3, c + 16 * rsc + 16, ldc);
         if (epi) op_bf16_tile_out(c, rsc, 32, 32, c, rsc, 1, 0, epi);
@@ -116,17 +123,7 @@ static void op_ukr_amx(int64_t kcp, const void *a, const void *b, int64_t ldb, f
     float t[32 * 32] OP_ALIGNED(64);
     if (two_m && two_n) {
         _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-        for (int64_t kb = 0; kb < nkb; kb++) {
-            const uint16_t *ab = A + kb * (OP_AMX_MR * 32), *bb = B + kb * 1024;
-            _tile_loadd(4, ab, 64);
-            _tile_loadd(6, bb, 64);
-            _tile_loadd(7, bb + 512, 64);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_loadd(5, ab + 16 * 32, 64);
-            _tile_dpbf16ps(1, 4, 7);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
-        }
+        op_amx_kloop_2x2(A, B, nkb);
         _tile_stored(0, t, 128);
         _tile_stored(1, t + 16, 128);
         _tile_stored(2, t + 16 * 32, 128);
