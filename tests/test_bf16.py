@@ -259,3 +259,30 @@ def test_amx_full_tiles_accumulate_and_epilogue():
     if "avx512_core_amx" in onepath.available_isas():
         with onepath.max_isa("avx512_core_amx"):
             _assert_f32(onepath.matmul(a, b, dtype=np.float32), a, b)
+
+
+@pytest.mark.parametrize("shape", [(40, 70, 2100), (2, 33, 50, 1500)])
+def test_bf16_output_over_several_kc_blocks(level, shape):
+    """bfloat16 C rounded per finished tile by the driver: K over several KC blocks (float partial
+    sums in the driver's scratch), batched, with an epilogue; equal to the float32 result rounded."""
+    rng = np.random.default_rng(len(shape) + shape[-1])
+    *batch, m, n, k = shape
+    a, b = _rand_bf16(rng, (*batch, m, k)), _rand_bf16(rng, (k, n))
+    r32 = onepath.matmul(a, b, dtype=np.float32)
+    _assert_f32(r32, a, b)
+    r16 = onepath.matmul(a, b)
+    assert np.array_equal(r16.view(np.uint16), r32.astype(BF16).view(np.uint16))
+    w = np.ascontiguousarray(b.T)
+    bias = rng.standard_normal(n).astype(np.float32)
+    l32 = onepath.linear(a, w, bias, activation="gelu", dtype=np.float32)
+    l16 = onepath.linear(a, w, bias, activation="gelu")
+    assert np.array_equal(l16.view(np.uint16), l32.astype(BF16).view(np.uint16))
+    p16 = onepath.linear(a, onepath.prepack(w), bias, activation="gelu")
+    assert np.array_equal(p16.view(np.uint16), l32.astype(BF16).view(np.uint16))
+
+
+def test_bf16_output_emulated_several_kc_blocks():
+    rng = np.random.default_rng(11)
+    a, b = _rand_bf16(rng, (70, 2100)), _rand_bf16(rng, (2100, 45))
+    r16 = _emu(a, b, BF16)
+    assert np.array_equal(r16.view(np.uint16), _emu(a, b).astype(BF16).view(np.uint16))

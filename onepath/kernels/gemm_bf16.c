@@ -12,8 +12,8 @@
          columns x 2 (VNNI / AMX B-tile layout):
          b[kb*1024 + jt*512 + pr*32 + jj*2 + t] = B[kb*32 + 2*pr + t][jt*16 + jj]
    Depth is zero-padded to a multiple of 32 (k_align = 32): odd K and K not a multiple of 32 read
-   zero pairs. C is float32 in the driver; a bfloat16 C is produced by one rounding of the float32
-   result after the epilogue (op_bf16_run). */
+   zero pairs. A bfloat16 C is rounded once per finished tile by the driver (op_gemm_args.c16), after
+   the epilogue, straight from the tile buffer when one KC block holds all of K. */
 
 #if defined(__AVX512BF16__) && defined(OP_HAS_AVX512)
 #define OP_BF16_HAS_DP 1
@@ -832,36 +832,14 @@ static int op_sm_run(int form, const op_gemm_args *g, void *c, const int64_t *c_
 }
 #endif /* OP_HAS_AVX512 */
 
-/* ---------------------------------------------------------------- bfloat16 output */
+/* ---------------------------------------------------------------- driver call */
 
-typedef struct {
-    const float *tmp;
-    uint16_t *c;
-    const int64_t *c_off;
-    int64_t m, n, rsc, csc;
-} op_bf16_out_ctx;
-
-static void op_bf16_out_task(void *ctx, int64_t r, int tid)
-{
-    (void)tid;
-    const op_bf16_out_ctx *x = (const op_bf16_out_ctx *)ctx;
-    const int64_t bi = r / x->m, i = r % x->m;
-    const float *src = x->tmp + r * x->n;
-    uint16_t *dst = x->c + (x->c_off ? x->c_off[bi] : 0) + i * x->rsc;
-    if (x->csc == 1) {
-        op_cvt_f32_to_bf16_run(x->n, src, dst);
-    } else {
-        for (int64_t j = 0; j < x->n; j++) dst[j * x->csc] = op_f32_to_bf16_1(src[j]);
-    }
-}
-
-/* Runs the driver with C float32 (c_dtype 0) or through a float32 scratch C rounded once to
-   bfloat16 (c_dtype 1). g->c and its strides are set here. */
+/* Runs the driver with C float32 (c_dtype 0) or bfloat16 (c_dtype 1: each finished tile rounded
+   once after the epilogue, see op_gemm_args.c16). g->c / g->c16 and their strides are set here. */
 static int op_bf16_run(const op_gemm_ops *ops, op_gemm_args *g, int amx, void *c,
                        const int64_t *c_off, int64_t rsc, int64_t csc, int c_dtype,
                        const op_blocking *blk, int nthreads)
 {
-    int used;
 #if defined(OP_BF16_HAS_AMX)
     if (amx) op_amx_begin();
 #else
@@ -869,28 +847,11 @@ static int op_bf16_run(const op_gemm_ops *ops, op_gemm_args *g, int amx, void *c
 #endif
     if (c_dtype == 0) {
         g->c = (float *)c; g->c_off = c_off; g->rsc = rsc; g->csc = csc;
-        used = op_gemm_drive(ops, g, blk, nthreads);
     } else {
-        const int64_t rows = g->batch * g->m;
-        float *tmp = (float *)op_aligned_alloc((size_t)(rows * g->n) * sizeof(float));
-        int64_t *offs = g->batch > 1 ? (int64_t *)malloc((size_t)g->batch * sizeof(int64_t)) : NULL;
-        if (!tmp || (g->batch > 1 && !offs)) {
-            op_aligned_free(tmp);
-            free(offs);
-            used = -1;
-        } else {
-            for (int64_t bi = 0; offs && bi < g->batch; bi++) offs[bi] = bi * g->m * g->n;
-            g->c = tmp; g->c_off = offs; g->rsc = g->n; g->csc = 1;
-            used = op_gemm_drive(ops, g, blk, nthreads);
-            if (used > 0) {
-                op_bf16_out_ctx x = {tmp, (uint16_t *)c, c_off, g->m, g->n, rsc, csc};
-                const int64_t t = rows * g->n >= 65536 ? nthreads : 1;
-                op_parallel_for((int)t, rows, op_bf16_out_task, &x);
-            }
-            op_aligned_free(tmp);
-            free(offs);
-        }
+        g->c = NULL;
+        g->c16 = (uint16_t *)c; g->c16_off = c_off; g->rsc16 = rsc; g->csc16 = csc;
     }
+    int used = op_gemm_drive(ops, g, blk, nthreads);
 #if defined(OP_BF16_HAS_AMX)
     if (amx) {
         op_amx_end();

@@ -74,6 +74,20 @@ static void op_tile_store(const float *t, int64_t ldt, int mr, int nr, float *c,
     }
 }
 
+/* Round a finished float tile t (strides rst, cst) once to the bfloat16 C tile c (cvt_bf16.c). */
+static void op_tile_to_bf16(const float *t, int64_t rst, int64_t cst, int mr, int nr, uint16_t *c,
+                            int64_t rsc, int64_t csc)
+{
+    for (int i = 0; i < mr; i++) {
+        const float *tr = t + i * rst;
+        uint16_t *cr = c + i * rsc;
+        if (cst == 1 && csc == 1)
+            op_cvt_f32_to_bf16_run(nr, tr, cr);
+        else
+            for (int j = 0; j < nr; j++) cr[j * csc] = op_f32_to_bf16_1(tr[j * cst]);
+    }
+}
+
 /* ---------------------------------------------------------------- driver interface */
 
 typedef struct op_gemm_args {
@@ -81,6 +95,11 @@ typedef struct op_gemm_args {
     const void *a; const int64_t *a_off; int64_t rsa, csa;
     const void *b; const int64_t *b_off; int64_t rsb, csb;
     float *c; const int64_t *c_off; int64_t rsc, csc;
+    /* bfloat16 C (NULL: C is the float c above). Each finished tile (last KC block, after the
+       epilogue) is rounded once into c16; while K spans several KC blocks the float partial sums
+       live in c if given, else in a scratch the driver allocates; when one KC block holds all of
+       K, c is not used at all (each tile goes through a per-thread float tile). */
+    uint16_t *c16; const int64_t *c16_off; int64_t rsc16, csc16;
     const op_epilogue *epi;     /* NULL: none */
     const void *user;           /* free for pack callbacks (e.g. convolution geometry) */
 } op_gemm_args;
@@ -593,7 +612,12 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
     const op_gemm_args *g = x->g;
     const int MR = o->mr, NR = o->nr;
     const int64_t k = g->k, rsc = g->rsc, csc = g->csc;
-    float *C = g->c + (g->c_off ? g->c_off[bi] : 0);
+    float *C = g->c ? g->c + (g->c_off ? g->c_off[bi] : 0) : NULL;
+    /* bfloat16 C: a tile is rounded into C16 when finished; with all of K in one KC block the
+       float tile never leaves this thread's tile buffer (no float C at all) */
+    uint16_t *C16 = g->c16 ? g->c16 + (g->c16_off ? g->c16_off[bi] : 0) : NULL;
+    const int via_tile = C16 && k <= x->kc;
+    float tile[32 * 32] OP_ALIGNED(64);
     const char *Bd = (const char *)g->b + (g->b_off ? g->b_off[bi] : 0) * (int64_t)o->b_elem;
     const op_epilogue *epi = g->epi;
     if (epi && !epi->bias && epi->act == OP_ACT_NONE) epi = NULL;
@@ -638,8 +662,13 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                             if (te.bias) te.bias += (te.bias_axis == 0 ? i : j) * te.bias_stride;
                             tep = &te;
                         }
-                        o->ukr(kcp, abuf + (size_t)(ir * kcp) * o->a_elem, bp, ldb,
-                               C + i * rsc + j * csc, rsc, csc, mr, nr, !first, tep);
+                        float *ct = via_tile ? tile : C + i * rsc + j * csc;
+                        const int64_t crs = via_tile ? NR : rsc, ccs = via_tile ? 1 : csc;
+                        o->ukr(kcp, abuf + (size_t)(ir * kcp) * o->a_elem, bp, ldb, ct, crs, ccs,
+                               mr, nr, !first, tep);
+                        if (C16 && last)
+                            op_tile_to_bf16(ct, crs, ccs, mr, nr, C16 + i * g->rsc16 + j * g->csc16,
+                                            g->rsc16, g->csc16);
                     }
                 }
             }
@@ -736,10 +765,29 @@ static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op
     const size_t b_bytes = (size_t)op_roundup64(bcols * kcp * (int64_t)ops->b_elem, OP_ALIGN);
     x.a_bytes = a_bytes;
     x.thr_bytes = a_bytes + b_bytes;
+    /* bfloat16 C with K over several KC blocks and no float C given: the partial sums need one */
+    op_gemm_args gs;
+    float *scratch = NULL;
+    int64_t *scratch_off = NULL;
+    if (g->c16 && !g->c && g->k > x.kc) {
+        gs = *g;
+        scratch = (float *)op_aligned_alloc((size_t)(g->batch * g->m * g->n) * sizeof(float));
+        scratch_off = (int64_t *)malloc((size_t)g->batch * sizeof(int64_t));
+        if (!scratch || !scratch_off) {
+            op_aligned_free(scratch);
+            free(scratch_off);
+            return -1;
+        }
+        for (int64_t bi = 0; bi < g->batch; bi++) scratch_off[bi] = bi * g->m * g->n;
+        gs.c = scratch; gs.c_off = scratch_off; gs.rsc = g->n; gs.csc = 1;
+        x.g = &gs;
+    }
     x.buf = (char *)op_aligned_alloc(x.thr_bytes * (size_t)T);
-    if (!x.buf) return -1;
-    const int used = op_parallel_for((int)T, ntasks, op_drive_task, &x);
+    int used = -1;
+    if (x.buf) used = op_parallel_for((int)T, ntasks, op_drive_task, &x);
     op_aligned_free(x.buf);
+    op_aligned_free(scratch);
+    free(scratch_off);
     return used;
 }
 
@@ -754,12 +802,12 @@ int op_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
                 const op_blocking *blk, const op_epilogue *epi, int nthreads)
 {
     op_gemm_args g;
+    memset(&g, 0, sizeof g);
     g.batch = batch; g.m = m; g.n = n; g.k = k < 0 ? 0 : k;
     g.a = a; g.a_off = a_off; g.rsa = rsa; g.csa = csa;
     g.b = b; g.b_off = b_off; g.rsb = rsb; g.csb = csb;
     g.c = c; g.c_off = c_off; g.rsc = rsc; g.csc = csc;
     g.epi = epi;
-    g.user = NULL;
     if (g.k > 0 && batch > 0) {
         const int used = op_gemv_f32(&g, nthreads < 1 ? 1 : nthreads);  /* gemv_f32.c */
         if (used > 0) return used;
