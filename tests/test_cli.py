@@ -83,6 +83,11 @@ def test_bench_quick_json(tmp_path):
         assert row["ratios"]["numpy"] > 0
         assert row["flops"] == 2.0 * row["meta"]["m"] * row["meta"]["n"] * row["meta"]["k"]
     assert d["ok"] is True
+    # the per-group geometric mean of the ratios (the issues' bars), printed and in the JSON
+    (gm,) = d["geomeans"]["matmul"]
+    ratios = [row["ratios"]["numpy"] for row in d["results"]]
+    assert gm["rows"] == 2 and abs(gm["geomean"]["numpy"] - (ratios[0] * ratios[1]) ** 0.5) < 1e-9
+    assert "geometric mean per group" in r.stdout
 
 
 def test_bench_isa_cap_recorded(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import json
+import math
 import os
 import sys
 import numpy as np
@@ -116,6 +117,33 @@ def suite_table(suite: Suite, rows: list[dict]) -> tuple[str, list[str], list[li
             line += [_fmt(imp["gflops"]) if imp else "-", _fmt(r["ratios"].get(b), ".2f")]
         cells.append(line)
     return suite.title, headers, cells
+
+
+def geomean_rows(rows: list[dict]) -> list[dict]:
+    """Per group of a suite's rows: the geometric mean of each baseline ratio (x BASELINE) over the
+    group's rows that measured it (the issues state their bars as such means)."""
+    out = []
+    for group in dict.fromkeys(r["group"] for r in rows):
+        rs = [r for r in rows if r["group"] == group]
+        means = {}
+        for b in dict.fromkeys(b for r in rs for b in r["ratios"]):
+            vals = [r["ratios"][b] for r in rs if r["ratios"].get(b)]
+            if vals:
+                means[b] = float(math.exp(sum(math.log(v) for v in vals) / len(vals)))
+        if means:
+            out.append({"group": group, "rows": len(rs), "geomean": means})
+    return out
+
+
+def geomean_table(suite: Suite, rows: list[dict]) -> tuple[str, list[str], list[list[str]]] | None:
+    """(title, headers, cells) of the per-group geometric means, or None when no group has 2 rows."""
+    gm = [g for g in geomean_rows(rows) if g["rows"] > 1]
+    if not gm:
+        return None
+    baselines = list(dict.fromkeys(b for g in gm for b in g["geomean"]))
+    headers = ["group", "rows"] + [f"geomean x {b}" for b in baselines]
+    cells = [[g["group"], str(g["rows"])] + [_fmt(g["geomean"].get(b), ".2f") for b in baselines] for g in gm]
+    return f"{suite.title}: geometric mean per group", headers, cells
 
 
 def _numeric(text: str) -> bool:
@@ -295,6 +323,10 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
             if rows:
                 print_table(*suite_table(suite, rows), file=out)
                 print(file=out)
+                gt = geomean_table(suite, rows)
+                if gt:
+                    print_table(*gt, file=out)
+                    print(file=out)
         if torch is not None:
             torch.set_num_threads(torch_threads)
         bad = [r for r in results if r["check_ok"] is False]
@@ -315,6 +347,8 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
         "peak": [{"level": lv, "threads": threads, "gflops": peaks.get(lv),
                   **({"error": peak_errors[lv]} if lv in peak_errors else {})} for lv in levels],
         "results": results,
+        "geomeans": {suite.name: geomean_rows([r for r in results if r["suite"] == suite.name])
+                     for suite in chosen},
         "ok": not bad,
     }
     if json_path:
