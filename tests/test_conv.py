@@ -532,3 +532,37 @@ def test_conv2d_nchw_pretransformed_amx_emulated(case):
     ref = reference_conv2d(x, wt, b, st2, pads, dl2, g)
     tol = _bound(x.astype(np.float32), wt.astype(np.float32), b, st2, pads, dl2, g)
     assert np.all(np.abs(y - ref) <= tol)
+
+
+# (n, c, h, w, k, stride, pad, mult): the flat 7x7 kernel, the row kernels (stride 1 and 2), the
+# generic padded-plane path (5x5, dilation-free) and its small-plane grid variant
+DW_BF16_OUT_CASES = [
+    (2, 9, 7, 7, 3, 1, 1, 1),
+    (1, 3, 37, 45, 3, 1, 1, 1),
+    (1, 4, 14, 14, 3, 2, 1, 2),
+    (1, 3, 9, 70, 5, 1, 2, 1),
+    (1, 2, 11, 80, 3, 2, 0, 1),
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("act", [None, "relu", "gelu"])
+@pytest.mark.parametrize("case", DW_BF16_OUT_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_depthwise_bf16_output_is_rounded_f32_result(level, case, act, layout):
+    """The depthwise kernel rounds its bfloat16 output in the write-out: bit for bit the float32
+    result of the same computation rounded by ml_dtypes (NaN stays NaN, Inf stays Inf)."""
+    n, c, h, w, k, s, p, m = case
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((n, c, h, w)).astype(bfloat16)
+    x.reshape(-1)[5] = np.inf  # non-finite inputs spread NaN / Inf through their windows
+    x.reshape(-1)[-7] = np.nan
+    wt = rng.standard_normal((c * m, 1, k, k)).astype(bfloat16)
+    b = rng.standard_normal(c * m).astype(np.float32)
+    if layout == "NHWC":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    kw = dict(stride=s, padding=p, groups=c, layout=layout, activation=act)
+    got = onepath.conv2d(x, wt, b, **kw)
+    f32 = onepath.conv2d(x, wt, b, dtype=np.float32, **kw)
+    assert got.dtype == bfloat16 and f32.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.uint16), f32.astype(bfloat16).view(np.uint16))
+    assert np.isnan(f32).any()

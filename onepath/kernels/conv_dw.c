@@ -5,18 +5,22 @@
    row is then one fused pass over the output row (acc[ow] += w0 s0[ow] + w1 s1[ow] + w2 s2[ow] for
    3-wide kernels), vectorised by the compiler with this level's instructions (SSE2 / AVX2 / AVX-512).
    NHWC: one task per output row; the channel axis is the vector axis (acc[c] += w[c] x[c]).
-   bfloat16 input is widened while it is read. Bias and activation are applied in the write-out. */
+   bfloat16 input is widened while it is read. Bias and activation are applied in the write-out,
+   which stores float32 or, with y_bf16, bfloat16 rounded to nearest even (the same rounding as
+   op_conv_f32_to_bf16 applied to the float32 result, so both outputs agree bit for bit). */
 
 typedef struct {
     const op_conv_desc *d;
     const void *x;
     const float *w, *bias;
-    float *y;
+    void *y;                 /* float32, or bfloat16 bits when ybf16 */
     int act;
-    int bf16;
+    int bf16;                /* input is bfloat16 bits */
+    int ybf16;               /* output is bfloat16 bits */
     int64_t mult;            /* channel multiplier OC / C */
     int64_t hp, wq;          /* NCHW scratch: padded rows, columns per phase */
-    float *scratch;
+    float *scratch;          /* per thread: NCHW padded plane (+ grid accumulator, + a bf16 output
+                                row); NHWC with bfloat16 output: one float32 output row */
     int64_t scratch_elems;   /* per thread */
     int direct3;             /* NCHW 3x3 undilated, stride 1 or 2: register-blocked kernel (AVX-512) */
     int64_t chunk;           /* NCHW: output planes per task (one division per task, not per plane) */
@@ -29,6 +33,12 @@ OP_INLINE void op_dw_act_store(float *OP_RESTRICT y, int64_t n, int act)
     } else if (act != OP_ACT_NONE) {
         for (int64_t i = 0; i < n; i++) y[i] = op_act_f32(y[i], act);
     }
+}
+
+/* A finished float32 output row (activated) to the bfloat16 output at element offset yoff. */
+OP_INLINE void op_dw_put_bf16(const op_dw_ctx *c, int64_t yoff, const float *row, int64_t len)
+{
+    op_cvt_f32_to_bf16_run(len, row, (uint16_t *)c->y + yoff);
 }
 
 OP_INLINE void op_dw_nchw_plane(const op_dw_ctx *c, int64_t n, int64_t oc, float *OP_RESTRICT buf,
@@ -67,7 +77,10 @@ OP_INLINE void op_dw_nchw_plane(const op_dw_ctx *c, int64_t n, int64_t oc, float
     const int64_t OW = d->ow, KH = d->kh, KW = d->kw;
     const float *wk = c->w + oc * KH * KW;
     const float b = c->bias ? c->bias[oc] : 0.0f;
-    float *Y = c->y + (n * d->oc + oc) * d->oh * OW;
+    const int64_t yplane = (n * d->oc + oc) * d->oh * OW;  /* element offset of the output plane */
+    /* float32 output: accumulate in place; bfloat16: in a row of the scratch, then round */
+    float *Y = c->ybf16 ? NULL : (float *)c->y + yplane;
+    float *rowbuf = buf + hp * sw * wq + d->oh * wq;
     if (sw == 1 && d->sh == 1 && OW < 64) {
         /* small planes: compute on the padded grid (row pitch wq; columns >= OW are discarded), so
            each tap is a single pass of length OH * wq instead of OH short rows */
@@ -82,6 +95,11 @@ OP_INLINE void op_dw_nchw_plane(const op_dw_ctx *c, int64_t n, int64_t oc, float
             }
         }
         for (int64_t oh = 0; oh < d->oh; oh++) {
+            if (c->ybf16) {
+                op_dw_act_store(acc + oh * wq, OW, c->act);
+                op_dw_put_bf16(c, yplane + oh * OW, acc + oh * wq, OW);
+                continue;
+            }
             float *yr = Y + oh * OW;
             for (int64_t i = 0; i < OW; i++) yr[i] = acc[oh * wq + i];
             op_dw_act_store(yr, OW, c->act);
@@ -89,7 +107,7 @@ OP_INLINE void op_dw_nchw_plane(const op_dw_ctx *c, int64_t n, int64_t oc, float
         return;
     }
     for (int64_t oh = 0; oh < d->oh; oh++) {
-        float *OP_RESTRICT acc = Y + oh * OW;
+        float *OP_RESTRICT acc = c->ybf16 ? rowbuf : Y + oh * OW;
         for (int64_t i = 0; i < OW; i++) acc[i] = b;
         for (int64_t ki = 0; ki < KH; ki++) {
             const int64_t r = oh * d->sh + ki * d->dh;
@@ -111,6 +129,7 @@ OP_INLINE void op_dw_nchw_plane(const op_dw_ctx *c, int64_t n, int64_t oc, float
             }
         }
         op_dw_act_store(acc, OW, c->act);
+        if (c->ybf16) op_dw_put_bf16(c, yplane + oh * OW, acc, OW);
     }
 }
 
@@ -143,12 +162,30 @@ OP_INLINE __m512 op_dw_vld(const void *x, int64_t off, __mmask16 m, const int BF
     return _mm512_maskz_loadu_ps(m, (const float *)x + off);
 }
 
+/* 16 output lanes (mask m) at element offset off: activation in-register (every activation, so the
+   float32 and bfloat16 outputs are the same numbers), then float32 or bfloat16 (round to nearest
+   even, NaN -> quiet NaN: op_cvt16_int of cvt_bf16.c). */
+OP_INLINE void op_dw_vst(void *Y, int64_t off, __mmask16 m, __m512 v, int act, const int YB)
+{
+    if (act == OP_ACT_RELU) {
+        v = _mm512_max_ps(_mm512_setzero_ps(), v);  /* NaN and -0 pass (second operand) */
+    } else if (act != OP_ACT_NONE) {
+        const op_v16f x = (op_v16f)v;
+        /* as op_act_row: NaN passes through, +Inf stays +Inf, -Inf gives -0 */
+        v = (__m512)op_v16_sel(x == op_v16_splat(-INFINITY), op_v16_splat(-0.0f), op_v16_act(x, act));
+    }
+    if (YB)
+        _mm512_mask_cvtepi32_storeu_epi16((uint16_t *)Y + off, m, op_cvt16_int(_mm512_castps_si512(v)));
+    else
+        _mm512_mask_storeu_ps((float *)Y + off, m, v);
+}
+
 /* Output rows oh0..oh0+R-1 of one plane, every 16-column block ob (load masks cm[3 ob + 0..2] with
    the left/right padding lanes off, store masks sm[ob]). */
 OP_INLINE void op_dw3_rows(const op_conv_desc *d, const void *x, int64_t plane, const __m512 *wv,
-                           __m512 bv, float *Y, int64_t oh0, const __mmask16 *cm,
+                           __m512 bv, void *Y, int64_t yoff, int64_t oh0, const __mmask16 *cm,
                            const __mmask16 *sm, int64_t nb, int act, const int R, const int S,
-                           const int BF16)
+                           const int BF16, const int YB)
 {
     const int64_t H = d->h, W = d->w, OW = d->ow;
     enum { MAXROWS = 3 * 4 + 3 };
@@ -201,14 +238,14 @@ OP_INLINE void op_dw3_rows(const op_conv_desc *d, const void *x, int64_t plane, 
             }
         }
         for (int i = 0; i < R; i++) {
-            __m512 v = _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]), acc[i][2]);
-            if (act == OP_ACT_RELU) v = _mm512_max_ps(_mm512_setzero_ps(), v);
-            _mm512_mask_storeu_ps(Y + (oh0 + i) * OW + ow0, sm[ob], v);  /* other activations: after the plane */
+            const __m512 v = _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]), acc[i][2]);
+            op_dw_vst(Y, yoff + (oh0 + i) * OW + ow0, sm[ob], v, act, YB);
         }
     }
 }
 
-OP_INLINE void op_dw3_plane(const op_dw_ctx *c, int64_t n, int64_t oc, const int S, const int BF16)
+OP_INLINE void op_dw3_plane(const op_dw_ctx *c, int64_t n, int64_t oc, const int S, const int BF16,
+                            const int YB)
 {
     const op_conv_desc *d = c->d;
     const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
@@ -217,7 +254,7 @@ OP_INLINE void op_dw3_plane(const op_dw_ctx *c, int64_t n, int64_t oc, const int
     __m512 wv[9];
     for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
     const __m512 bv = _mm512_set1_ps(c->bias ? c->bias[oc] : 0.0f);
-    float *Y = c->y + (n * d->oc + oc) * d->oh * d->ow;
+    const int64_t yplane = (n * d->oc + oc) * d->oh * d->ow;
     enum { RB = 4, MAXNB = 64 };
     const int64_t OH = d->oh, OW = d->ow, W = d->w, nb = op_cdiv64(OW, 16);
     __mmask16 cm[3 * MAXNB], sm[MAXNB];
@@ -234,26 +271,24 @@ OP_INLINE void op_dw3_plane(const op_dw_ctx *c, int64_t n, int64_t oc, const int
                 cm[3 * ob + 2] = op_dw_lanes(p + 32, W) & 1u;
             }
         }
-        float *Ys = Y + ob0 * 16;
-        const int64_t pl0 = ob0 * 16 * S;
+        const int64_t ys = yplane + ob0 * 16, pl0 = ob0 * 16 * S;
         int64_t oh0 = 0;
         for (; oh0 + RB <= OH; oh0 += RB)
-            op_dw3_rows(d, c->x, plane + pl0, wv, bv, Ys, oh0, cm, sm, nbs, c->act, RB, S, BF16);
+            op_dw3_rows(d, c->x, plane + pl0, wv, bv, c->y, ys, oh0, cm, sm, nbs, c->act, RB, S, BF16, YB);
         switch (OH - oh0) {  /* the last 1-3 rows in one pass */
-        case 3: op_dw3_rows(d, c->x, plane + pl0, wv, bv, Ys, oh0, cm, sm, nbs, c->act, 3, S, BF16); break;
-        case 2: op_dw3_rows(d, c->x, plane + pl0, wv, bv, Ys, oh0, cm, sm, nbs, c->act, 2, S, BF16); break;
-        case 1: op_dw3_rows(d, c->x, plane + pl0, wv, bv, Ys, oh0, cm, sm, nbs, c->act, 1, S, BF16); break;
+        case 3: op_dw3_rows(d, c->x, plane + pl0, wv, bv, c->y, ys, oh0, cm, sm, nbs, c->act, 3, S, BF16, YB); break;
+        case 2: op_dw3_rows(d, c->x, plane + pl0, wv, bv, c->y, ys, oh0, cm, sm, nbs, c->act, 2, S, BF16, YB); break;
+        case 1: op_dw3_rows(d, c->x, plane + pl0, wv, bv, c->y, ys, oh0, cm, sm, nbs, c->act, 1, S, BF16, YB); break;
         default: break;
         }
     }
-    if (c->act != OP_ACT_NONE && c->act != OP_ACT_RELU) op_dw_act_store(Y, OH * OW, c->act);
 }
 
 /* Small planes (3x3, stride 1, padding 1 on every side, W <= 8, H * W <= 256), e.g. 7x7: the
    plane is one flat vector axis (output i = oh * W + ow reads input i + (ki - 1) W + kj - 1), so
    every lane works even when W < 16; per-tap masks (computed once per task, the same for every
    plane) zero the lanes whose tap falls in the padding. */
-OP_INLINE void op_dw3_flat(const op_dw_ctx *c, int64_t p0, int64_t p1, const int BF16)
+OP_INLINE void op_dw3_flat(const op_dw_ctx *c, int64_t p0, int64_t p1, const int BF16, const int YB)
 {
     const op_conv_desc *d = c->d;
     const int64_t W = d->w, HW = d->h * d->w, nb = op_cdiv64(HW, 16), OC = d->oc, C = d->c;
@@ -284,7 +319,7 @@ OP_INLINE void op_dw3_flat(const op_dw_ctx *c, int64_t p0, int64_t p1, const int
         __m512 wv[9];
         for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
         const __m512 bv = _mm512_set1_ps(c->bias ? c->bias[oc] : 0.0f);
-        float *Y = c->y + (n * OC + oc) * HW;
+        const int64_t yplane = (n * OC + oc) * HW;
         for (int64_t b = 0; b < nb; b++) {
             const int64_t i = plane + b * 16;
             const __mmask16 *m = lm + b * 9;
@@ -298,33 +333,47 @@ OP_INLINE void op_dw3_flat(const op_dw_ctx *c, int64_t p0, int64_t p1, const int
             a0 = _mm512_fmadd_ps(wv[6], op_dw_vld(c->x, i + off[6], m[6], BF16), a0);
             a1 = _mm512_fmadd_ps(wv[7], op_dw_vld(c->x, i + off[7], m[7], BF16), a1);
             a2 = _mm512_fmadd_ps(wv[8], op_dw_vld(c->x, i + off[8], m[8], BF16), a2);
-            __m512 v = _mm512_add_ps(_mm512_add_ps(a0, a1), a2);
-            if (c->act == OP_ACT_RELU) v = _mm512_max_ps(_mm512_setzero_ps(), v);
-            _mm512_mask_storeu_ps(Y + b * 16, sm[b], v);
+            const __m512 v = _mm512_add_ps(_mm512_add_ps(a0, a1), a2);
+            op_dw_vst(c->y, yplane + b * 16, sm[b], v, c->act, YB);
         }
-        if (c->act != OP_ACT_NONE && c->act != OP_ACT_RELU) op_dw_act_store(Y, HW, c->act);
         if (++oc == OC) { oc = 0; n++; }
     }
 }
 
-static OP_NOINLINE void op_dw3_flat_f32(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_flat(c, p0, p1, 0); }
-static OP_NOINLINE void op_dw3_flat_bf16(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_flat(c, p0, p1, 1); }
-
 /* planes p0..p1-1 (p = n * OC + oc) */
-#define OP_DW3_PLANES(NAME, S, BF16)                                                              \
+#define OP_DW3_PLANES(NAME, S, BF16, YB)                                                          \
     static OP_NOINLINE void NAME(const op_dw_ctx *c, int64_t p0, int64_t p1)                     \
     {                                                                                             \
         const int64_t OC = c->d->oc;                                                              \
         int64_t n = p0 / OC, oc = p0 % OC;                                                        \
         for (int64_t p = p0; p < p1; p++) {                                                       \
-            op_dw3_plane(c, n, oc, S, BF16);                                                      \
+            op_dw3_plane(c, n, oc, S, BF16, YB);                                                  \
             if (++oc == OC) { oc = 0; n++; }                                                      \
         }                                                                                         \
     }
-OP_DW3_PLANES(op_dw3_plane_s1_f32, 1, 0)
-OP_DW3_PLANES(op_dw3_plane_s2_f32, 2, 0)
-OP_DW3_PLANES(op_dw3_plane_s1_bf16, 1, 1)
-OP_DW3_PLANES(op_dw3_plane_s2_bf16, 2, 1)
+#define OP_DW3_FLAT(NAME, BF16, YB)                                                               \
+    static OP_NOINLINE void NAME(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_flat(c, p0, p1, BF16, YB); }
+/* name suffix: input dtype, then _yb for bfloat16 output */
+OP_DW3_PLANES(op_dw3_plane_s1_f32, 1, 0, 0)
+OP_DW3_PLANES(op_dw3_plane_s2_f32, 2, 0, 0)
+OP_DW3_PLANES(op_dw3_plane_s1_bf16, 1, 1, 0)
+OP_DW3_PLANES(op_dw3_plane_s2_bf16, 2, 1, 0)
+OP_DW3_PLANES(op_dw3_plane_s1_f32_yb, 1, 0, 1)
+OP_DW3_PLANES(op_dw3_plane_s2_f32_yb, 2, 0, 1)
+OP_DW3_PLANES(op_dw3_plane_s1_bf16_yb, 1, 1, 1)
+OP_DW3_PLANES(op_dw3_plane_s2_bf16_yb, 2, 1, 1)
+OP_DW3_FLAT(op_dw3_flat_f32, 0, 0)
+OP_DW3_FLAT(op_dw3_flat_bf16, 1, 0)
+OP_DW3_FLAT(op_dw3_flat_f32_yb, 0, 1)
+OP_DW3_FLAT(op_dw3_flat_bf16_yb, 1, 1)
+
+typedef void (*op_dw3_fn)(const op_dw_ctx *, int64_t, int64_t);
+/* [flat or stride 1 or stride 2][input bf16][output bf16] */
+static const op_dw3_fn op_dw3_kernels[3][2][2] = {
+    {{op_dw3_flat_f32, op_dw3_flat_f32_yb}, {op_dw3_flat_bf16, op_dw3_flat_bf16_yb}},
+    {{op_dw3_plane_s1_f32, op_dw3_plane_s1_f32_yb}, {op_dw3_plane_s1_bf16, op_dw3_plane_s1_bf16_yb}},
+    {{op_dw3_plane_s2_f32, op_dw3_plane_s2_f32_yb}, {op_dw3_plane_s2_bf16, op_dw3_plane_s2_bf16_yb}},
+};
 #endif
 
 OP_INLINE void op_dw_fma_c(float *OP_RESTRICT acc, const float *OP_RESTRICT wr,
@@ -351,7 +400,7 @@ OP_INLINE void op_dw_fma_c(float *OP_RESTRICT acc, const float *OP_RESTRICT wr,
     }
 }
 
-OP_INLINE void op_dw_nhwc_row(const op_dw_ctx *c, int64_t task, const int BF16)
+OP_INLINE void op_dw_nhwc_row(const op_dw_ctx *c, int64_t task, float *rowbuf, const int BF16)
 {
     const op_conv_desc *d = c->d;
     const int64_t n = task / d->oh, oh = task % d->oh;
@@ -359,10 +408,11 @@ OP_INLINE void op_dw_nhwc_row(const op_dw_ctx *c, int64_t task, const int BF16)
     const int64_t esz = BF16 ? 2 : 4;
     const char *X = (const char *)c->x;
     const float *bias = c->bias, *wt = c->w;
-    float *Y = c->y;
     const int act = c->act;
     for (int64_t ow = 0; ow < d->ow; ow++) {
-        float *OP_RESTRICT acc = Y + ((n * d->oh + oh) * d->ow + ow) * OC;
+        const int64_t yoff = ((n * d->oh + oh) * d->ow + ow) * OC;
+        /* float32 output: accumulate in place; bfloat16: in the thread's row, then round */
+        float *OP_RESTRICT acc = c->ybf16 ? rowbuf : (float *)c->y + yoff;
         if (bias)
             for (int64_t i = 0; i < OC; i++) acc[i] = bias[i];
         else
@@ -378,37 +428,28 @@ OP_INLINE void op_dw_nhwc_row(const op_dw_ctx *c, int64_t task, const int BF16)
             }
         }
         op_dw_act_store(acc, OC, act);
+        if (c->ybf16) op_dw_put_bf16(c, yoff, acc, OC);
     }
 }
 
 static void op_dw_task(void *ctx, int64_t task, int tid)
 {
     const op_dw_ctx *c = (const op_dw_ctx *)ctx;
+    float *buf = c->scratch ? c->scratch + (size_t)tid * (size_t)c->scratch_elems : NULL;
     if (c->d->nhwc) {
-        if (c->bf16) op_dw_nhwc_row(c, task, 1);
-        else op_dw_nhwc_row(c, task, 0);
+        if (c->bf16) op_dw_nhwc_row(c, task, buf, 1);
+        else op_dw_nhwc_row(c, task, buf, 0);
         return;
     }
     const int64_t P = c->d->n * c->d->oc;
     const int64_t p0 = task * c->chunk, p1 = op_min64(P, p0 + c->chunk);
 #if defined(OP_HAS_AVX512)
-    if (c->direct3 == 2) {
-        if (c->bf16) op_dw3_flat_bf16(c, p0, p1);
-        else op_dw3_flat_f32(c, p0, p1);
-        return;
-    }
     if (c->direct3) {
-        if (c->d->sw == 1) {
-            if (c->bf16) op_dw3_plane_s1_bf16(c, p0, p1);
-            else op_dw3_plane_s1_f32(c, p0, p1);
-        } else {
-            if (c->bf16) op_dw3_plane_s2_bf16(c, p0, p1);
-            else op_dw3_plane_s2_f32(c, p0, p1);
-        }
+        const int k = c->direct3 == 2 ? 0 : (int)c->d->sw;
+        op_dw3_kernels[k][c->bf16 != 0][c->ybf16 != 0](c, p0, p1);
         return;
     }
 #endif
-    float *buf = c->scratch + (size_t)tid * (size_t)c->scratch_elems;
     const int64_t OC = c->d->oc;
     int64_t n = p0 / OC, oc = p0 % OC;
     for (int64_t p = p0; p < p1; p++) {
@@ -419,7 +460,7 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
 }
 
 int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
-                     const float *bias, float *y, int act, int nthreads)
+                     const float *bias, void *y, int y_bf16, int act, int nthreads)
 {
     if (d->n <= 0 || d->oh <= 0 || d->ow <= 0 || d->oc <= 0) return 1;
     op_dw_ctx c;
@@ -430,6 +471,7 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const flo
     c.y = y;
     c.act = act;
     c.bf16 = x_bf16;
+    c.ybf16 = y_bf16;
     c.mult = d->oc / d->c;
     c.scratch = NULL;
     c.scratch_elems = 0;
@@ -459,7 +501,12 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const flo
         c.hp = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1;
         const int64_t wp = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
         c.wq = op_cdiv64(wp, d->sw);
-        c.scratch_elems = op_roundup64(c.hp * d->sw * c.wq + d->oh * c.wq, 16);  /* + grid acc */
+        /* + grid accumulator + bfloat16 output row */
+        c.scratch_elems = op_roundup64(c.hp * d->sw * c.wq + d->oh * c.wq + d->ow, 16);
+    } else if (d->nhwc && y_bf16) {
+        c.scratch_elems = op_roundup64(d->oc, 16);
+    }
+    if (c.scratch_elems) {
         c.scratch = (float *)op_aligned_alloc(sizeof(float) * (size_t)(c.scratch_elems * T));
         if (!c.scratch) return -1;
     }
