@@ -24,6 +24,9 @@ typedef struct {
     int64_t scratch_elems;   /* per thread */
     int direct3;             /* NCHW 3x3 undilated, stride 1 or 2: register-blocked kernel (AVX-512) */
     int64_t chunk;           /* NCHW: output planes per task (one division per task, not per plane) */
+#if defined(OP_HAS_AVX512)
+    uint16_t fm0[1024], fm2[1024]; /* flat 3x3 kernel: per 16-lane block, lanes not in column 0 / W - 1 */
+#endif
 } op_dw_ctx;
 
 OP_INLINE void op_dw_act_store(float *OP_RESTRICT y, int64_t n, int act)
@@ -284,57 +287,78 @@ OP_INLINE void op_dw3_plane(const op_dw_ctx *c, int64_t n, int64_t oc, const int
     }
 }
 
-/* Small planes (3x3, stride 1, padding 1 on every side, W <= 8, H * W <= 256), e.g. 7x7: the
-   plane is one flat vector axis (output i = oh * W + ow reads input i + (ki - 1) W + kj - 1), so
-   every lane works even when W < 16; per-tap masks (computed once per task, the same for every
-   plane) zero the lanes whose tap falls in the padding. */
-OP_INLINE void op_dw3_flat(const op_dw_ctx *c, int64_t p0, int64_t p1, const int BF16, const int YB)
+/* 3x3, stride 1, padding 1 on every side, output the size of the input, planes up to 64x64 (bfloat16
+   input: OP_DW3_FLAT_MAX elements), e.g. 7x7 ... 56x56: the plane is one flat vector axis (output i = oh * W + ow reads
+   input i + (ki - 1) W + kj - 1), so every lane works whatever W is. Each plane is first copied
+   (bfloat16: widened, once per element instead of once per tap) into a thread scratch between
+   zero runs of at least W + 1 elements, which stand in for the top and bottom padding rows: the nine
+   tap loads are unmasked. The left / right padding: the taps of kernel column 0 (and 2) go to their
+   own accumulator, whose lanes at output column 0 (W - 1) are dropped in the final sum (those lanes
+   read the neighbouring row's last / first element instead of the padding zero). The column masks
+   depend only on the block (computed once per task). */
+enum { OP_DW3_FLAT_MAX = 16384 };  /* (1024 blocks: op_dw_ctx.fm0 / fm2) */
+
+OP_INLINE int64_t op_dw3_flat_lead(int64_t W) { return op_roundup64(W + 1, 16); }
+/* floats per plane copy: lead zeros, the plane rounded up to whole vectors, W + 1 + 16 zeros */
+OP_INLINE int64_t op_dw3_flat_buf(int64_t W, int64_t HW)
+{
+    return op_dw3_flat_lead(W) + op_roundup64(HW, 16) + op_roundup64(W + 17, 16);
+}
+/* scratch floats per thread: two plane copies (the next plane is copied before the current one is
+   computed, so the tap loads never wait for the copy's stores to retire) */
+OP_INLINE int64_t op_dw3_flat_scratch(int64_t W, int64_t HW) { return 2 * op_dw3_flat_buf(W, HW); }
+
+/* plane p (= n * OC + oc) into the copy at q */
+OP_INLINE void op_dw3_flat_copy(const op_dw_ctx *c, int64_t p, float *OP_RESTRICT q, int64_t HW,
+                                int64_t nb, __mmask16 tail, const int BF16)
+{
+    const int64_t OC = c->d->oc, n = p / OC, oc = p % OC;
+    const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
+    const int64_t plane = (n * c->d->c + ci) * HW;
+    for (int64_t b = 0; b < nb; b++) {
+        const __mmask16 m = b == nb - 1 ? tail : (__mmask16)0xFFFF;
+        _mm512_store_ps(q + b * 16, op_dw_vld(c->x, plane + b * 16, m, BF16));
+    }
+}
+
+OP_INLINE void op_dw3_flat(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_RESTRICT s,
+                           const int BF16, const int YB)
 {
     const op_conv_desc *d = c->d;
-    const int64_t W = d->w, HW = d->h * d->w, nb = op_cdiv64(HW, 16), OC = d->oc, C = d->c;
-    __mmask16 lm[16 * 9], sm[16];
-    int64_t off[9];
-    for (int t = 0; t < 9; t++) off[t] = (t / 3 - 1) * W + (t % 3 - 1);
-    for (int64_t b = 0; b < nb; b++) {
-        const int64_t i0 = b * 16;
-        sm[b] = op_dw_lanes(i0, HW);
-        uint32_t c0 = 0, c2 = 0;
-        for (int l = 0; l < 16; l++) {
-            const int64_t col = (i0 + l) % W;
-            if (col != 0) c0 |= 1u << l;
-            if (col != W - 1) c2 |= 1u << l;
-        }
-        for (int t = 0; t < 9; t++) {
-            uint32_t m = op_dw_lanes(i0 + off[t], HW) & sm[b];
-            if (t % 3 == 0) m &= c0;
-            if (t % 3 == 2) m &= c2;
-            lm[b * 9 + t] = (__mmask16)m;
-        }
+    const int64_t W = d->w, HW = d->h * d->w, nb = op_cdiv64(HW, 16), OC = d->oc;
+    const int64_t lead = op_dw3_flat_lead(W), tot = op_dw3_flat_buf(W, HW);
+    const __mmask16 *c0 = c->fm0, *c2 = c->fm2;
+    const __mmask16 tail = op_dw_lanes(nb * 16 - 16, HW);  /* store mask of the last block */
+    for (int k = 0; k < 2; k++) {
+        float *sk = s + k * tot;
+        for (int64_t i = 0; i < lead; i++) sk[i] = 0.0f;
+        for (int64_t i = lead + HW; i < tot; i++) sk[i] = 0.0f;
     }
+    op_dw3_flat_copy(c, p0, s + lead, HW, nb, tail, BF16);
     int64_t n = p0 / OC, oc = p0 % OC;
     for (int64_t p = p0; p < p1; p++) {
-        const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
-        const int64_t plane = (n * C + ci) * HW;
+        const float *q = s + ((p - p0) & 1) * tot + lead;  /* this plane (64-byte aligned) */
+        if (p + 1 < p1) op_dw3_flat_copy(c, p + 1, s + ((p + 1 - p0) & 1) * tot + lead, HW, nb, tail, BF16);
         const float *wk = c->w + oc * 9;
         __m512 wv[9];
         for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
         const __m512 bv = _mm512_set1_ps(c->bias ? c->bias[oc] : 0.0f);
         const int64_t yplane = (n * OC + oc) * HW;
         for (int64_t b = 0; b < nb; b++) {
-            const int64_t i = plane + b * 16;
-            const __mmask16 *m = lm + b * 9;
-            __m512 a0 = bv, a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps();
-            a0 = _mm512_fmadd_ps(wv[0], op_dw_vld(c->x, i + off[0], m[0], BF16), a0);
-            a1 = _mm512_fmadd_ps(wv[1], op_dw_vld(c->x, i + off[1], m[1], BF16), a1);
-            a2 = _mm512_fmadd_ps(wv[2], op_dw_vld(c->x, i + off[2], m[2], BF16), a2);
-            a0 = _mm512_fmadd_ps(wv[3], op_dw_vld(c->x, i + off[3], m[3], BF16), a0);
-            a1 = _mm512_fmadd_ps(wv[4], op_dw_vld(c->x, i + off[4], m[4], BF16), a1);
-            a2 = _mm512_fmadd_ps(wv[5], op_dw_vld(c->x, i + off[5], m[5], BF16), a2);
-            a0 = _mm512_fmadd_ps(wv[6], op_dw_vld(c->x, i + off[6], m[6], BF16), a0);
-            a1 = _mm512_fmadd_ps(wv[7], op_dw_vld(c->x, i + off[7], m[7], BF16), a1);
-            a2 = _mm512_fmadd_ps(wv[8], op_dw_vld(c->x, i + off[8], m[8], BF16), a2);
-            const __m512 v = _mm512_add_ps(_mm512_add_ps(a0, a1), a2);
-            op_dw_vst(c->y, yplane + b * 16, sm[b], v, c->act, YB);
+            const float *r = q + b * 16;
+            __m512 a0, a1, a2;  /* kernel columns 0, 1 (+ bias), 2 */
+            a0 = _mm512_mul_ps(wv[0], _mm512_loadu_ps(r - W - 1));
+            a1 = _mm512_fmadd_ps(wv[1], _mm512_loadu_ps(r - W), bv);
+            a2 = _mm512_mul_ps(wv[2], _mm512_loadu_ps(r - W + 1));
+            a0 = _mm512_fmadd_ps(wv[3], _mm512_loadu_ps(r - 1), a0);
+            a1 = _mm512_fmadd_ps(wv[4], _mm512_load_ps(r), a1);
+            a2 = _mm512_fmadd_ps(wv[5], _mm512_loadu_ps(r + 1), a2);
+            a0 = _mm512_fmadd_ps(wv[6], _mm512_loadu_ps(r + W - 1), a0);
+            a1 = _mm512_fmadd_ps(wv[7], _mm512_loadu_ps(r + W), a1);
+            a2 = _mm512_fmadd_ps(wv[8], _mm512_loadu_ps(r + W + 1), a2);
+            __m512 v = _mm512_mask_add_ps(a1, c0[b], a1, a0);
+            v = _mm512_mask_add_ps(v, c2[b], v, a2);
+            op_dw_vst(c->y, yplane + b * 16, b == nb - 1 ? tail : (__mmask16)0xFFFF, v, c->act, YB);
         }
         if (++oc == OC) { oc = 0; n++; }
     }
@@ -352,7 +376,7 @@ OP_INLINE void op_dw3_flat(const op_dw_ctx *c, int64_t p0, int64_t p1, const int
         }                                                                                         \
     }
 #define OP_DW3_FLAT(NAME, BF16, YB)                                                               \
-    static OP_NOINLINE void NAME(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_flat(c, p0, p1, BF16, YB); }
+    static OP_NOINLINE void NAME(const op_dw_ctx *c, int64_t p0, int64_t p1, float *s) { op_dw3_flat(c, p0, p1, s, BF16, YB); }
 /* name suffix: input dtype, then _yb for bfloat16 output */
 OP_DW3_PLANES(op_dw3_plane_s1_f32, 1, 0, 0)
 OP_DW3_PLANES(op_dw3_plane_s2_f32, 2, 0, 0)
@@ -368,9 +392,13 @@ OP_DW3_FLAT(op_dw3_flat_f32_yb, 0, 1)
 OP_DW3_FLAT(op_dw3_flat_bf16_yb, 1, 1)
 
 typedef void (*op_dw3_fn)(const op_dw_ctx *, int64_t, int64_t);
-/* [flat or stride 1 or stride 2][input bf16][output bf16] */
+typedef void (*op_dw3_flat_fn)(const op_dw_ctx *, int64_t, int64_t, float *);
+/* [input bf16][output bf16] */
+static const op_dw3_flat_fn op_dw3_flat_kernels[2][2] = {
+    {op_dw3_flat_f32, op_dw3_flat_f32_yb}, {op_dw3_flat_bf16, op_dw3_flat_bf16_yb}};
+/* [stride][input bf16][output bf16] */
 static const op_dw3_fn op_dw3_kernels[3][2][2] = {
-    {{op_dw3_flat_f32, op_dw3_flat_f32_yb}, {op_dw3_flat_bf16, op_dw3_flat_bf16_yb}},
+    {{NULL, NULL}, {NULL, NULL}},
     {{op_dw3_plane_s1_f32, op_dw3_plane_s1_f32_yb}, {op_dw3_plane_s1_bf16, op_dw3_plane_s1_bf16_yb}},
     {{op_dw3_plane_s2_f32, op_dw3_plane_s2_f32_yb}, {op_dw3_plane_s2_bf16, op_dw3_plane_s2_bf16_yb}},
 };
@@ -444,9 +472,12 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
     const int64_t P = c->d->n * c->d->oc;
     const int64_t p0 = task * c->chunk, p1 = op_min64(P, p0 + c->chunk);
 #if defined(OP_HAS_AVX512)
+    if (c->direct3 == 2) {
+        op_dw3_flat_kernels[c->bf16 != 0][c->ybf16 != 0](c, p0, p1, buf);
+        return;
+    }
     if (c->direct3) {
-        const int k = c->direct3 == 2 ? 0 : (int)c->d->sw;
-        op_dw3_kernels[k][c->bf16 != 0][c->ybf16 != 0](c, p0, p1);
+        op_dw3_kernels[c->d->sw][c->bf16 != 0][c->ybf16 != 0](c, p0, p1);
         return;
     }
 #endif
@@ -480,8 +511,11 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const flo
     c.direct3 = !d->nhwc && d->kh == 3 && d->kw == 3 && d->dh == 1 && d->dw == 1 &&
                 d->sh == d->sw && (d->sw == 1 || d->sw == 2);
     if (c.direct3 && d->sw == 1 && d->pt == 1 && d->pl == 1 && d->oh == d->h && d->ow == d->w &&
-        d->w <= 8 && d->h * d->w <= 256)
-        c.direct3 = 2;  /* small plane (rows under half a vector), padding 1: the flat kernel */
+        d->h * d->w <= (x_bf16 ? OP_DW3_FLAT_MAX : OP_DW3_FLAT_MAX / 4))
+        /* padding 1, output the size of the input: the flat kernel up to 64x64 planes (measured
+           faster than the row kernel up to there), and further for bfloat16 input (the copy widens
+           each element once instead of at each of its nine taps) */
+        c.direct3 = 2;
 #endif
     const int64_t nplanes = d->n * d->oc, plane = d->oh * d->ow;
     const double flops = 2.0 * (double)nplanes * (double)plane * (double)(d->kh * d->kw);
@@ -497,6 +531,21 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const flo
     c.chunk = op_max64(1, 4096 / op_max64(1, plane));
     if (c.chunk > 1 && T > 1) c.chunk = op_max64(1, op_min64(c.chunk, nplanes / (4 * T)));
     const int64_t ntasks = d->nhwc ? units : op_cdiv64(nplanes, c.chunk);
+#if defined(OP_HAS_AVX512)
+    if (c.direct3 == 2) {
+        c.scratch_elems = op_dw3_flat_scratch(d->w, d->h * d->w);
+        int64_t col = 0;
+        for (int64_t b = 0; b < op_cdiv64(d->h * d->w, 16); b++) {
+            uint32_t m0 = 0, m2 = 0;
+            for (int l = 0; l < 16; l++, col = col + 1 == d->w ? 0 : col + 1) {
+                if (col != 0) m0 |= 1u << l;
+                if (col != d->w - 1) m2 |= 1u << l;
+            }
+            c.fm0[b] = (uint16_t)m0;
+            c.fm2[b] = (uint16_t)m2;
+        }
+    }
+#endif
     if (!d->nhwc && !c.direct3) {
         c.hp = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1;
         const int64_t wp = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
