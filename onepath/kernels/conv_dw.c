@@ -288,8 +288,9 @@ OP_INLINE void op_dw3_plane(const op_dw_ctx *c, int64_t n, int64_t oc, const int
 }
 
 /* 3x3, stride 1, padding 1 on every side, output the size of the input, planes up to 64x64 (bfloat16
-   input: OP_DW3_FLAT_MAX elements), e.g. 7x7 ... 56x56: the plane is one flat vector axis (output i = oh * W + ow reads
-   input i + (ki - 1) W + kj - 1), so every lane works whatever W is. Each plane is first copied
+   input: up to OP_DW3_FLAT_MAX elements), e.g. 7x7 ... 56x56: the plane is one flat vector axis
+   (output i = oh * W + ow reads input i + (ki - 1) W + kj - 1), so every lane works whatever W is.
+   Each plane is first copied
    (bfloat16: widened, once per element instead of once per tap) into a thread scratch between
    zero runs of at least W + 1 elements, which stand in for the top and bottom padding rows: the nine
    tap loads are unmasked. The left / right padding: the taps of kernel column 0 (and 2) go to their
