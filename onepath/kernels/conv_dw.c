@@ -22,7 +22,8 @@ typedef struct {
     float *scratch;          /* per thread: NCHW padded plane (+ grid accumulator, + a bf16 output
                                 row); NHWC with bfloat16 output: one float32 output row */
     int64_t scratch_elems;   /* per thread */
-    int direct3;             /* NCHW 3x3 undilated, stride 1 or 2: register-blocked kernel (AVX-512) */
+    int direct3;             /* NCHW 3x3 undilated, stride 1 or 2 (AVX-512): 1 register-blocked rows,
+                                2 flat (stride 1), 3 phase planes (stride 2) */
     int64_t chunk;           /* NCHW: output planes per task (one division per task, not per plane) */
 #if defined(OP_HAS_AVX512)
     uint16_t fm0[1024], fm2[1024]; /* flat 3x3 kernel: per 16-lane block, lanes not in column 0 / W - 1 */
@@ -365,6 +366,110 @@ OP_INLINE void op_dw3_flat(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP
     }
 }
 
+/* 3x3, stride 2, output rows of at most OP_DW3_S2_MAXOW columns (e.g. 14x14 -> 7x7), any padding:
+   each plane is first copied (widened) into four zero-padded phase planes S[a][b], a the padded
+   row parity, b the padded column parity, holding padded element (2i + a, 2j + b) at i P + j with
+   the pitch P = OW + 1. Output (oh, ow) then reads tap (ki, kj) at the grid index g = oh P + ow plus
+   a constant: S[ki == 1][kj == 1][g + (ki == 2) P + (kj == 2)], so the nine tap loads of a 16-lane
+   grid block are unmasked (the copy holds the padding), and a block covers more than one output
+   row. Grid column OW is not an output: a block's valid lanes (op_dw_ctx.fm0) are compressed
+   together before the store. Double-buffered as the flat kernel. */
+enum { OP_DW3_S2_MAXOW = 12 };  /* wider rows: the row kernel (measured faster; its lanes are
+                                    mostly busy there) */
+
+/* floats of one phase plane (OH + 1 rows of pitch P, + slack for the last block's taps and the
+   copy's whole-vector spill), of the four */
+OP_INLINE int64_t op_dw3_s2_phase(int64_t OH, int64_t OW)
+{
+    return op_roundup64((OH + 1) * (OW + 1) + 2 * (OW + 1) + 48, 16);
+}
+OP_INLINE int64_t op_dw3_s2_scratch(int64_t OH, int64_t OW) { return 8 * op_dw3_s2_phase(OH, OW); }
+
+/* rows r in [r0, r1) of the padded plane (r = ih + pt) into the phase planes at q: row r goes to
+   S[r & 1][0] and S[r & 1][1], row r >> 1, in whole vectors of 16 (the spill past P is overwritten
+   by the next row, or lands in the slack). The input rows exist (zeros: op_dw3_s2_zero). */
+OP_INLINE void op_dw3_s2_copy(const op_dw_ctx *c, int64_t p, float *OP_RESTRICT q, int64_t ps,
+                              int64_t r0, int64_t r1, const __mmask16 *lm, int64_t nk, const int BF16)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t OC = d->oc, n = p / OC, oc = p % OC, W = d->w, P = d->ow + 1;
+    const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
+    const int64_t row0 = (n * d->c + ci) * d->h * W - d->pt * W - d->pl;  /* padded (0, 0) */
+    const __m512i ie = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+    for (int64_t r = r0; r < r1; r++) {
+        float *e = q + 2 * (r & 1) * ps + (r >> 1) * P, *o = e + ps;  /* S[a][0], S[a][1], row r / 2 */
+        const int64_t src = row0 + r * W;
+        for (int64_t k = 0; k < nk; k++) {  /* padded columns 32 k .. 32 k + 31 */
+            const __m512 ua = op_dw_vld(c->x, src + 32 * k, lm[2 * k], BF16);
+            const __m512 ub = op_dw_vld(c->x, src + 32 * k + 16, lm[2 * k + 1], BF16);
+            _mm512_storeu_ps(e + 16 * k, _mm512_permutex2var_ps(ua, ie, ub));
+            _mm512_storeu_ps(o + 16 * k, _mm512_permutex2var_ps(ua, io, ub));
+        }
+    }
+}
+
+/* The parts of a plane copy that are the same for every plane: the padding rows, and zeros past
+   row OH - 1 (read by lanes that are not outputs: zeros, not garbage, so no NaN / subnormal
+   operands). r0..r1: the padded rows that hold input rows. */
+OP_INLINE void op_dw3_s2_zero(float *OP_RESTRICT q, int64_t ps, int64_t OH, int64_t P, int64_t nk,
+                              int64_t r0, int64_t r1)
+{
+    for (int k = 0; k < 4; k++)
+        for (int64_t i = OH * P; i < ps; i++) q[k * ps + i] = 0.0f;
+    for (int64_t r = 0; r < 2 * OH + 1; r++) {
+        if (r >= r0 && r < r1) continue;
+        float *e = q + 2 * (r & 1) * ps + (r >> 1) * P, *o = e + ps;
+        for (int64_t i = 0; i < 16 * nk; i++) e[i] = o[i] = 0.0f;
+    }
+}
+
+OP_INLINE void op_dw3_s2(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_RESTRICT s,
+                         const int BF16, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t OH = d->oh, OW = d->ow, P = OW + 1, OC = d->oc, W = d->w;
+    const int64_t nb = op_cdiv64(OH * P, 16), ps = op_dw3_s2_phase(OH, OW), tot = 4 * ps;
+    const int64_t nk = op_cdiv64(2 * P, 32);
+    const int64_t r0 = op_min64(d->pt, 2 * OH + 1), r1 = op_min64(d->pt + d->h, 2 * OH + 1);
+    __mmask16 lm[2 * ((2 * (OP_DW3_S2_MAXOW + 1) + 31) / 32)];  /* input lanes per 32-column chunk */
+    for (int64_t k = 0; k < 2 * nk; k++) lm[k] = op_dw_lanes(16 * k - d->pl, W);
+    /* padding rows first (the copies of the later planes leave them as they are) */
+    op_dw3_s2_zero(s, ps, OH, P, nk, r0, r1);
+    op_dw3_s2_zero(s + tot, ps, OH, P, nk, r0, r1);
+    op_dw3_s2_copy(c, p0, s, ps, r0, r1, lm, nk, BF16);
+    int64_t n = p0 / OC, oc = p0 % OC;
+    for (int64_t p = p0; p < p1; p++) {
+        const float *q = s + ((p - p0) & 1) * tot;
+        if (p + 1 < p1) op_dw3_s2_copy(c, p + 1, s + ((p + 1 - p0) & 1) * tot, ps, r0, r1, lm, nk, BF16);
+        const float *s00 = q, *s01 = q + ps, *s10 = q + 2 * ps, *s11 = q + 3 * ps;
+        const float *wk = c->w + oc * 9;
+        __m512 wv[9];
+        for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
+        const __m512 bv = _mm512_set1_ps(c->bias ? c->bias[oc] : 0.0f);
+        int64_t yo = (n * OC + oc) * OH * OW;
+        for (int64_t b = 0; b < nb; b++) {
+            const int64_t g = b * 16;
+            __m512 a0, a1, a2;
+            a0 = _mm512_mul_ps(wv[0], _mm512_loadu_ps(s00 + g));
+            a1 = _mm512_fmadd_ps(wv[1], _mm512_loadu_ps(s01 + g), bv);
+            a2 = _mm512_mul_ps(wv[2], _mm512_loadu_ps(s00 + g + 1));
+            a0 = _mm512_fmadd_ps(wv[3], _mm512_loadu_ps(s10 + g), a0);
+            a1 = _mm512_fmadd_ps(wv[4], _mm512_loadu_ps(s11 + g), a1);
+            a2 = _mm512_fmadd_ps(wv[5], _mm512_loadu_ps(s10 + g + 1), a2);
+            a0 = _mm512_fmadd_ps(wv[6], _mm512_loadu_ps(s00 + g + P), a0);
+            a1 = _mm512_fmadd_ps(wv[7], _mm512_loadu_ps(s01 + g + P), a1);
+            a2 = _mm512_fmadd_ps(wv[8], _mm512_loadu_ps(s00 + g + P + 1), a2);
+            const __mmask16 vm = (__mmask16)c->fm0[b];
+            const int cnt = __builtin_popcount(vm);
+            const __m512 v = _mm512_maskz_compress_ps(vm, _mm512_add_ps(_mm512_add_ps(a0, a1), a2));
+            op_dw_vst(c->y, yo, (__mmask16)((1u << cnt) - 1u), v, c->act, YB);
+            yo += cnt;
+        }
+        if (++oc == OC) { oc = 0; n++; }
+    }
+}
+
 /* planes p0..p1-1 (p = n * OC + oc) */
 #define OP_DW3_PLANES(NAME, S, BF16, YB)                                                          \
     static OP_NOINLINE void NAME(const op_dw_ctx *c, int64_t p0, int64_t p1)                     \
@@ -393,10 +498,18 @@ OP_DW3_FLAT(op_dw3_flat_f32_yb, 0, 1)
 OP_DW3_FLAT(op_dw3_flat_bf16_yb, 1, 1)
 
 typedef void (*op_dw3_fn)(const op_dw_ctx *, int64_t, int64_t);
+#define OP_DW3_S2(NAME, BF16, YB)                                                                 \
+    static OP_NOINLINE void NAME(const op_dw_ctx *c, int64_t p0, int64_t p1, float *s) { op_dw3_s2(c, p0, p1, s, BF16, YB); }
+OP_DW3_S2(op_dw3_s2_f32, 0, 0)
+OP_DW3_S2(op_dw3_s2_bf16, 1, 0)
+OP_DW3_S2(op_dw3_s2_f32_yb, 0, 1)
+OP_DW3_S2(op_dw3_s2_bf16_yb, 1, 1)
+
 typedef void (*op_dw3_flat_fn)(const op_dw_ctx *, int64_t, int64_t, float *);
-/* [input bf16][output bf16] */
-static const op_dw3_flat_fn op_dw3_flat_kernels[2][2] = {
-    {op_dw3_flat_f32, op_dw3_flat_f32_yb}, {op_dw3_flat_bf16, op_dw3_flat_bf16_yb}};
+/* [flat stride 1 or stride 2][input bf16][output bf16] */
+static const op_dw3_flat_fn op_dw3_flat_kernels[2][2][2] = {
+    {{op_dw3_flat_f32, op_dw3_flat_f32_yb}, {op_dw3_flat_bf16, op_dw3_flat_bf16_yb}},
+    {{op_dw3_s2_f32, op_dw3_s2_f32_yb}, {op_dw3_s2_bf16, op_dw3_s2_bf16_yb}}};
 /* [stride][input bf16][output bf16] */
 static const op_dw3_fn op_dw3_kernels[3][2][2] = {
     {{NULL, NULL}, {NULL, NULL}},
@@ -473,8 +586,8 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
     const int64_t P = c->d->n * c->d->oc;
     const int64_t p0 = task * c->chunk, p1 = op_min64(P, p0 + c->chunk);
 #if defined(OP_HAS_AVX512)
-    if (c->direct3 == 2) {
-        op_dw3_flat_kernels[c->bf16 != 0][c->ybf16 != 0](c, p0, p1, buf);
+    if (c->direct3 >= 2) {
+        op_dw3_flat_kernels[c->direct3 - 2][c->bf16 != 0][c->ybf16 != 0](c, p0, p1, buf);
         return;
     }
     if (c->direct3) {
@@ -517,6 +630,9 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const flo
            faster than the row kernel up to there), and further for bfloat16 input (the copy widens
            each element once instead of at each of its nine taps) */
         c.direct3 = 2;
+    if (c.direct3 == 1 && d->sw == 2 && d->ow <= OP_DW3_S2_MAXOW &&
+        d->oh * (d->ow + 1) <= 16 * (int64_t)(sizeof c.fm0 / sizeof c.fm0[0]))
+        c.direct3 = 3;
 #endif
     const int64_t nplanes = d->n * d->oc, plane = d->oh * d->ow;
     const double flops = 2.0 * (double)nplanes * (double)plane * (double)(d->kh * d->kw);
@@ -544,6 +660,15 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const flo
             }
             c.fm0[b] = (uint16_t)m0;
             c.fm2[b] = (uint16_t)m2;
+        }
+    } else if (c.direct3 == 3) {
+        c.scratch_elems = op_dw3_s2_scratch(d->oh, d->ow);
+        const int64_t P = d->ow + 1, G = d->oh * P;
+        for (int64_t b = 0; b < op_cdiv64(G, 16); b++) {
+            uint32_t m = 0;  /* grid lanes that are outputs: column < OW, index < G */
+            for (int l = 0; l < 16; l++)
+                if (b * 16 + l < G && (b * 16 + l) % P != d->ow) m |= 1u << l;
+            c.fm0[b] = (uint16_t)m;
         }
     }
 #endif
