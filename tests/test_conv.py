@@ -426,6 +426,8 @@ DW3_CASES = [  # (n, c, h, w, stride, pad, mult): planes wider than a vector, od
     (2, 5, 14, 14, 2, 1, 1),     # stride 2, short output rows: the phase-plane kernel
     (1, 3, 15, 9, 2, 0, 2),
     (1, 2, 13, 21, 2, 2, 1),
+    (1, 2, 9, 12, 2, 2, 1),
+    (2, 3, 5, 1, 2, 1, 1),
     (1, 3, 64, 64, 1, 1, 1),     # the largest float32 flat plane
 ]
 

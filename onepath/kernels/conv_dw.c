@@ -366,61 +366,49 @@ OP_INLINE void op_dw3_flat(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP
     }
 }
 
-/* 3x3, stride 2, output rows of at most OP_DW3_S2_MAXOW columns (e.g. 14x14 -> 7x7), any padding:
-   each plane is first copied (widened) into four zero-padded phase planes S[a][b], a the padded
-   row parity, b the padded column parity, holding padded element (2i + a, 2j + b) at i P + j with
-   the pitch P = OW + 1. Output (oh, ow) then reads tap (ki, kj) at the grid index g = oh P + ow plus
-   a constant: S[ki == 1][kj == 1][g + (ki == 2) P + (kj == 2)], so the nine tap loads of a 16-lane
-   grid block are unmasked (the copy holds the padding), and a block covers more than one output
-   row. Grid column OW is not an output: a block's valid lanes (op_dw_ctx.fm0) are compressed
-   together before the store. Double-buffered as the flat kernel. */
-enum { OP_DW3_S2_MAXOW = 12 };  /* wider rows: the row kernel (measured faster; its lanes are
-                                    mostly busy there) */
+/* 3x3, stride 2, output rows of at most 7 columns (e.g. 14x14 -> 7x7), input rows that fit in 16
+   padded columns, any padding: each plane is first copied (widened) into four zero-padded phase
+   planes S[a][b], a the padded row parity, b the padded column parity, holding padded element
+   (2i + a, 2j + b) at i P + j with the pitch P = 8. Output (oh, ow) then reads tap (ki, kj) at the
+   grid index g = oh P + ow plus a constant: S[ki == 1][kj == 1][g + (ki == 2) P + (kj == 2)], so
+   the nine tap loads of a 16-lane grid block (two output rows) are unmasked (the copy holds the
+   padding), where the row kernel would use 7 of 16 lanes. Grid columns >= OW are not outputs: a
+   block's valid lanes (op_dw_ctx.fm0) are compressed together before the store. The copy makes
+   two phase rows (one aligned vector) per pair of input rows. Double-buffered as the flat kernel. */
+enum { OP_DW3_S2_P = 8 };
 
-/* floats of one phase plane (OH + 1 rows of pitch P, + slack for the last block's taps and the
-   copy's whole-vector spill), of the four */
-OP_INLINE int64_t op_dw3_s2_phase(int64_t OH, int64_t OW)
+/* floats of one phase plane: rows 0 .. OH rounded up to a pair, + slack for the last block's taps */
+OP_INLINE int64_t op_dw3_s2_phase(int64_t OH)
 {
-    return op_roundup64((OH + 1) * (OW + 1) + 2 * (OW + 1) + 48, 16);
+    return op_roundup64(OH + 2, 2) * OP_DW3_S2_P + 32;
 }
-OP_INLINE int64_t op_dw3_s2_scratch(int64_t OH, int64_t OW) { return 8 * op_dw3_s2_phase(OH, OW); }
+OP_INLINE int64_t op_dw3_s2_scratch(int64_t OH) { return 8 * op_dw3_s2_phase(OH); }
 
-/* rows r in [r0, r1) of the padded plane (r = ih + pt) into the phase planes at q: row r goes to
-   S[r & 1][0] and S[r & 1][1], row r >> 1, in whole vectors of 16 (the spill past P is overwritten
-   by the next row, or lands in the slack). The input rows exist (zeros: op_dw3_s2_zero). */
+/* Plane p into the phase planes at q: rows i = 2 j, 2 j + 1 of S[a][0] and S[a][1] from the padded
+   rows 4 j + a and 4 j + a + 2 (each one masked load of 16 padded columns, lanes m; rows in the
+   padding load as zeros). */
 OP_INLINE void op_dw3_s2_copy(const op_dw_ctx *c, int64_t p, float *OP_RESTRICT q, int64_t ps,
-                              int64_t r0, int64_t r1, const __mmask16 *lm, int64_t nk, const int BF16)
+                              __mmask16 m, const int BF16)
 {
     const op_conv_desc *d = c->d;
-    const int64_t OC = d->oc, n = p / OC, oc = p % OC, W = d->w, P = d->ow + 1;
+    const int64_t OC = d->oc, n = p / OC, oc = p % OC, H = d->h, W = d->w, OH = d->oh;
     const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
-    const int64_t row0 = (n * d->c + ci) * d->h * W - d->pt * W - d->pl;  /* padded (0, 0) */
+    const int64_t org = (n * d->c + ci) * H * W - d->pt * W - d->pl;  /* padded (0, 0) */
+    /* lanes 0-7: even (odd) lanes of the first row, lanes 8-15: of the second */
     const __m512i ie = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
-    for (int64_t r = r0; r < r1; r++) {
-        float *e = q + 2 * (r & 1) * ps + (r >> 1) * P, *o = e + ps;  /* S[a][0], S[a][1], row r / 2 */
-        const int64_t src = row0 + r * W;
-        for (int64_t k = 0; k < nk; k++) {  /* padded columns 32 k .. 32 k + 31 */
-            const __m512 ua = op_dw_vld(c->x, src + 32 * k, lm[2 * k], BF16);
-            const __m512 ub = op_dw_vld(c->x, src + 32 * k + 16, lm[2 * k + 1], BF16);
-            _mm512_storeu_ps(e + 16 * k, _mm512_permutex2var_ps(ua, ie, ub));
-            _mm512_storeu_ps(o + 16 * k, _mm512_permutex2var_ps(ua, io, ub));
+    for (int a = 0; a < 2; a++) {
+        float *e = q + 2 * a * ps, *o = e + ps;
+        for (int64_t i = 0; i < OH + 1 - a; i += 2) {
+            const int64_t r = 2 * i + a;  /* padded rows r and r + 2 */
+            const int64_t ih = r - d->pt;
+            const __mmask16 ma = ih >= 0 && ih < H ? m : 0, mb = ih + 2 >= 0 && ih + 2 < H ? m : 0;
+            /* masked-off lanes are not read, so out-of-plane addresses are fine */
+            const __m512 ua = op_dw_vld(c->x, org + r * W, ma, BF16);
+            const __m512 ub = op_dw_vld(c->x, org + (r + 2) * W, mb, BF16);
+            _mm512_store_ps(e + i * OP_DW3_S2_P, _mm512_permutex2var_ps(ua, ie, ub));
+            _mm512_store_ps(o + i * OP_DW3_S2_P, _mm512_permutex2var_ps(ua, io, ub));
         }
-    }
-}
-
-/* The parts of a plane copy that are the same for every plane: the padding rows, and zeros past
-   row OH - 1 (read by lanes that are not outputs: zeros, not garbage, so no NaN / subnormal
-   operands). r0..r1: the padded rows that hold input rows. */
-OP_INLINE void op_dw3_s2_zero(float *OP_RESTRICT q, int64_t ps, int64_t OH, int64_t P, int64_t nk,
-                              int64_t r0, int64_t r1)
-{
-    for (int k = 0; k < 4; k++)
-        for (int64_t i = OH * P; i < ps; i++) q[k * ps + i] = 0.0f;
-    for (int64_t r = 0; r < 2 * OH + 1; r++) {
-        if (r >= r0 && r < r1) continue;
-        float *e = q + 2 * (r & 1) * ps + (r >> 1) * P, *o = e + ps;
-        for (int64_t i = 0; i < 16 * nk; i++) e[i] = o[i] = 0.0f;
     }
 }
 
@@ -428,20 +416,19 @@ OP_INLINE void op_dw3_s2(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_R
                          const int BF16, const int YB)
 {
     const op_conv_desc *d = c->d;
-    const int64_t OH = d->oh, OW = d->ow, P = OW + 1, OC = d->oc, W = d->w;
-    const int64_t nb = op_cdiv64(OH * P, 16), ps = op_dw3_s2_phase(OH, OW), tot = 4 * ps;
-    const int64_t nk = op_cdiv64(2 * P, 32);
-    const int64_t r0 = op_min64(d->pt, 2 * OH + 1), r1 = op_min64(d->pt + d->h, 2 * OH + 1);
-    __mmask16 lm[2 * ((2 * (OP_DW3_S2_MAXOW + 1) + 31) / 32)];  /* input lanes per 32-column chunk */
-    for (int64_t k = 0; k < 2 * nk; k++) lm[k] = op_dw_lanes(16 * k - d->pl, W);
-    /* padding rows first (the copies of the later planes leave them as they are) */
-    op_dw3_s2_zero(s, ps, OH, P, nk, r0, r1);
-    op_dw3_s2_zero(s + tot, ps, OH, P, nk, r0, r1);
-    op_dw3_s2_copy(c, p0, s, ps, r0, r1, lm, nk, BF16);
+    const int64_t OH = d->oh, OW = d->ow, P = OP_DW3_S2_P, OC = d->oc;
+    const int64_t nb = op_cdiv64(OH * P, 16), ps = op_dw3_s2_phase(OH), tot = 4 * ps;
+    const __mmask16 m = op_dw_lanes(-d->pl, d->w);  /* input lanes of the 16 padded columns */
+    /* the slack past the copied rows (read by lanes that are not outputs): zeros, not garbage, so
+       no NaN / subnormal operands */
+    for (int k = 0; k < 8; k++)  /* (ps and the start are multiples of 16) */
+        for (int64_t i = op_roundup64(OH, 2) * P; i < ps; i += 16)
+            _mm512_store_ps(s + k * ps + i, _mm512_setzero_ps());
+    op_dw3_s2_copy(c, p0, s, ps, m, BF16);
     int64_t n = p0 / OC, oc = p0 % OC;
     for (int64_t p = p0; p < p1; p++) {
         const float *q = s + ((p - p0) & 1) * tot;
-        if (p + 1 < p1) op_dw3_s2_copy(c, p + 1, s + ((p + 1 - p0) & 1) * tot, ps, r0, r1, lm, nk, BF16);
+        if (p + 1 < p1) op_dw3_s2_copy(c, p + 1, s + ((p + 1 - p0) & 1) * tot, ps, m, BF16);
         const float *s00 = q, *s01 = q + ps, *s10 = q + 2 * ps, *s11 = q + 3 * ps;
         const float *wk = c->w + oc * 9;
         __m512 wv[9];
@@ -630,9 +617,9 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const flo
            faster than the row kernel up to there), and further for bfloat16 input (the copy widens
            each element once instead of at each of its nine taps) */
         c.direct3 = 2;
-    if (c.direct3 == 1 && d->sw == 2 && d->ow <= OP_DW3_S2_MAXOW &&
-        d->oh * (d->ow + 1) <= 16 * (int64_t)(sizeof c.fm0 / sizeof c.fm0[0]))
-        c.direct3 = 3;
+    if (c.direct3 == 1 && d->sw == 2 && d->ow < OP_DW3_S2_P && d->w + d->pl <= 2 * OP_DW3_S2_P &&
+        d->oh * OP_DW3_S2_P <= 16 * (int64_t)(sizeof c.fm0 / sizeof c.fm0[0]))
+        c.direct3 = 3;  /* short output rows: the phase-plane kernel */
 #endif
     const int64_t nplanes = d->n * d->oc, plane = d->oh * d->ow;
     const double flops = 2.0 * (double)nplanes * (double)plane * (double)(d->kh * d->kw);
@@ -662,12 +649,12 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const flo
             c.fm2[b] = (uint16_t)m2;
         }
     } else if (c.direct3 == 3) {
-        c.scratch_elems = op_dw3_s2_scratch(d->oh, d->ow);
-        const int64_t P = d->ow + 1, G = d->oh * P;
+        c.scratch_elems = op_dw3_s2_scratch(d->oh);
+        const int64_t G = d->oh * OP_DW3_S2_P;
         for (int64_t b = 0; b < op_cdiv64(G, 16); b++) {
             uint32_t m = 0;  /* grid lanes that are outputs: column < OW, index < G */
             for (int l = 0; l < 16; l++)
-                if (b * 16 + l < G && (b * 16 + l) % P != d->ow) m |= 1u << l;
+                if (b * 16 + l < G && (b * 16 + l) % OP_DW3_S2_P < d->ow) m |= 1u << l;
             c.fm0[b] = (uint16_t)m;
         }
     }
