@@ -432,12 +432,35 @@ DW3_CASES = [  # (n, c, h, w, stride, pad, mult): planes wider than a vector, od
 ]
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("dtype", [np.float32, bfloat16])
 @pytest.mark.parametrize("case", DW3_CASES, ids=lambda c: "x".join(map(str, c)))
-def test_depthwise_3x3_direct(level, case, dtype):
+def test_depthwise_3x3_direct(level, case, dtype, layout):
     n, c, h, w, s, p, m = case
-    run_case(n, c, h, w, c * m, 3, 3, s, p, 1, c, dtype=dtype)
-    run_case(n, c, h, w, c * m, 3, 3, s, p, 1, c, dtype=dtype, activation="silu", bias=False, seed=2)
+    run_case(n, c, h, w, c * m, 3, 3, s, p, 1, c, dtype=dtype, layout=layout)
+    run_case(n, c, h, w, c * m, 3, 3, s, p, 1, c, dtype=dtype, activation="silu", bias=False, seed=2,
+             layout=layout)
+
+
+# NHWC channel-vector kernel (3x3, multiplier 1, stride 1 or 2 along W): channel tails, blocks of
+# 8 output pixels and their remainders, border pixels, any stride / dilation / padding along H
+# (n, c, h, w, stride, padding, dilation)
+NHWC3_CASES = [
+    (1, 33, 6, 30, 1, 0, 1),
+    (2, 17, 9, 27, 2, 1, 1),
+    (1, 20, 9, 13, (3, 2), ((0, 2), (1, 0)), (2, 1)),
+    (1, 48, 4, 3, 1, 2, 1),
+    (1, 5, 7, 40, (1, 2), ((1, 1), (2, 2)), 1),
+    (1, 64, 3, 2, 2, 1, 1),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, bfloat16])
+@pytest.mark.parametrize("case", NHWC3_CASES, ids=str)
+def test_depthwise_nhwc_3x3(level, case, dtype):
+    n, c, h, w, s, p, dl = case
+    run_case(n, c, h, w, c, 3, 3, s, p, dl, c, dtype=dtype, layout="NHWC")
+    run_case(n, c, h, w, c, 3, 3, s, p, dl, c, dtype=dtype, layout="NHWC", activation="gelu", seed=4)
 
 
 @pytest.mark.parametrize("threads", [1, 2])

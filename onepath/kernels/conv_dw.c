@@ -22,8 +22,9 @@ typedef struct {
     float *scratch;          /* per thread: NCHW padded plane (+ grid accumulator, + a bf16 output
                                 row); NHWC with bfloat16 output: one float32 output row */
     int64_t scratch_elems;   /* per thread */
-    int direct3;             /* NCHW 3x3 undilated, stride 1 or 2 (AVX-512): 1 register-blocked rows,
-                                2 flat (stride 1), 3 phase planes (stride 2) */
+    int direct3;             /* AVX-512 kernels. NCHW 3x3 undilated, stride 1 or 2: 1 register-blocked
+                                rows, 2 flat (stride 1), 3 phase planes (stride 2); NHWC 3x3
+                                multiplier 1: 4 channel vectors */
     int64_t chunk;           /* NCHW: output planes per task (one division per task, not per plane) */
 #if defined(OP_HAS_AVX512)
     uint16_t fm0[1024], fm2[1024]; /* flat 3x3 kernel: per 16-lane block, lanes not in column 0 / W - 1 */
@@ -561,11 +562,107 @@ OP_INLINE void op_dw_nhwc_row(const op_dw_ctx *c, int64_t task, float *rowbuf, c
     }
 }
 
+#if defined(OP_HAS_AVX512)
+/* ---------------------------------------------------------------- NHWC, AVX-512 (3x3, multiplier 1, stride 1 or 2 along W)
+
+   One task is one output row. Channels are the vector axis (16 per block, a masked tail block);
+   the block's KH KW weight vectors and the bias stay in registers while OP_DW_NHWC_OWB output
+   pixels accumulate in registers too: each input pixel vector is loaded (widened) once per kernel
+   row and feeds every output of the block that reads it (the compiler merges the equal loads of the
+   unrolled block). Output pixels whose window crosses the left/right padding take the one-pixel
+   loop with per-tap checks; kernel rows in the top/bottom padding are skipped. */
+enum { OP_DW_NHWC_OWB = 8 };
+
+/* Output pixels ow0 .. ow0 + NO - 1 of row oh, channels c0 .. c0 + 15 (lanes cm), stride S along
+   W (dilation 1 along W). CHECK: test every tap column against the input (border pixels), else
+   all are inside. Input column t of the block (t = j S + kj) is loaded once per kernel row and
+   feeds every (output j, tap kj) that reads it. */
+OP_INLINE void op_dw_nhwc_px(const op_dw_ctx *c, const __m512 *wv, __m512 bv, int64_t xrow0,
+                             int64_t ih0, int64_t yoff, int64_t ow0, int64_t c0, __mmask16 cm,
+                             const int NO, const int KH, const int KW, const int S, const int CHECK,
+                             const int BF16, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t C = d->c, W = d->w, H = d->h, dh = d->dh;
+    const int64_t iw0 = ow0 * S - d->pl;  /* input column of t = 0 */
+    const int NT = (NO - 1) * S + KW;  /* input columns of the block */
+    __m512 acc[OP_DW_NHWC_OWB];  /* (every loop unrolled: the accumulators live in registers) */
+#pragma GCC unroll 8
+    for (int j = 0; j < NO; j++) acc[j] = bv;
+#pragma GCC unroll 3
+    for (int ki = 0; ki < KH; ki++) {
+        const int64_t ih = ih0 + ki * dh;
+        if (ih < 0 || ih >= H) continue;
+        const int64_t xr = xrow0 + (ih * W + iw0) * C + c0;  /* element offset of column t = 0 */
+#pragma GCC unroll 24
+        for (int t = 0; t < NT; t++) {
+            if (CHECK && (iw0 + t < 0 || iw0 + t >= W)) continue;
+            const __m512 v = op_dw_vld(c->x, xr + t * C, cm, BF16);
+#pragma GCC unroll 8
+            for (int j = 0; j < NO; j++) {
+                const int kj = t - j * S;
+                if (kj >= 0 && kj < KW) acc[j] = _mm512_fmadd_ps(wv[ki * KW + kj], v, acc[j]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < NO; j++) op_dw_vst(c->y, yoff + (ow0 + j) * d->oc + c0, cm, acc[j], c->act, YB);
+}
+
+OP_INLINE void op_dw_nhwc_row16(const op_dw_ctx *c, int64_t task, const int KH, const int KW,
+                                const int S, const int BF16, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t n = task / d->oh, oh = task % d->oh, C = d->c, OW = d->ow, W = d->w;
+    const int64_t ih0 = oh * d->sh - d->pt, xrow0 = n * d->h * W * C;
+    const int64_t yoff = (n * d->oh + oh) * OW * d->oc;
+    /* output columns whose every tap column is inside: ow in [lo, hi) */
+    int64_t lo = op_cdiv64(d->pl, S), hi = (W - 1 + d->pl - (KW - 1)) / S + 1;
+    if (W - 1 + d->pl - (KW - 1) < 0) hi = 0;
+    lo = op_min64(lo, OW);
+    hi = op_max64(lo, op_min64(hi, OW));
+    for (int64_t c0 = 0; c0 < C; c0 += 16) {
+        const __mmask16 cm = op_dw_lanes(c0, C);  /* (lanes of 16 - (C - c0) off at the tail) */
+        __m512 wv[9];
+        for (int t = 0; t < KH * KW; t++) wv[t] = _mm512_maskz_loadu_ps(cm, c->w + t * C + c0);
+        const __m512 bv = c->bias ? _mm512_maskz_loadu_ps(cm, c->bias + c0) : _mm512_setzero_ps();
+        int64_t ow = 0;
+        for (; ow < lo; ow++) op_dw_nhwc_px(c, wv, bv, xrow0, ih0, yoff, ow, c0, cm, 1, KH, KW, S, 1, BF16, YB);
+        for (; ow + OP_DW_NHWC_OWB <= hi; ow += OP_DW_NHWC_OWB)
+            op_dw_nhwc_px(c, wv, bv, xrow0, ih0, yoff, ow, c0, cm, OP_DW_NHWC_OWB, KH, KW, S, 0, BF16, YB);
+        for (; ow < hi; ow++) op_dw_nhwc_px(c, wv, bv, xrow0, ih0, yoff, ow, c0, cm, 1, KH, KW, S, 0, BF16, YB);
+        for (; ow < OW; ow++) op_dw_nhwc_px(c, wv, bv, xrow0, ih0, yoff, ow, c0, cm, 1, KH, KW, S, 1, BF16, YB);
+    }
+}
+
+#define OP_DW_NHWC16(NAME, S, BF16, YB)                                                           \
+    static OP_NOINLINE void NAME(const op_dw_ctx *c, int64_t task) { op_dw_nhwc_row16(c, task, 3, 3, S, BF16, YB); }
+OP_DW_NHWC16(op_dw_nhwc3_s1_f32, 1, 0, 0)
+OP_DW_NHWC16(op_dw_nhwc3_s1_bf16, 1, 1, 0)
+OP_DW_NHWC16(op_dw_nhwc3_s1_f32_yb, 1, 0, 1)
+OP_DW_NHWC16(op_dw_nhwc3_s1_bf16_yb, 1, 1, 1)
+OP_DW_NHWC16(op_dw_nhwc3_s2_f32, 2, 0, 0)
+OP_DW_NHWC16(op_dw_nhwc3_s2_bf16, 2, 1, 0)
+OP_DW_NHWC16(op_dw_nhwc3_s2_f32_yb, 2, 0, 1)
+OP_DW_NHWC16(op_dw_nhwc3_s2_bf16_yb, 2, 1, 1)
+typedef void (*op_dw_nhwc_fn)(const op_dw_ctx *, int64_t);
+/* 3x3 kernels, [stride along W - 1][input bf16][output bf16] */
+static const op_dw_nhwc_fn op_dw_nhwc3_kernels[2][2][2] = {
+    {{op_dw_nhwc3_s1_f32, op_dw_nhwc3_s1_f32_yb}, {op_dw_nhwc3_s1_bf16, op_dw_nhwc3_s1_bf16_yb}},
+    {{op_dw_nhwc3_s2_f32, op_dw_nhwc3_s2_f32_yb}, {op_dw_nhwc3_s2_bf16, op_dw_nhwc3_s2_bf16_yb}}};
+#endif
+
 static void op_dw_task(void *ctx, int64_t task, int tid)
 {
     const op_dw_ctx *c = (const op_dw_ctx *)ctx;
     float *buf = c->scratch ? c->scratch + (size_t)tid * (size_t)c->scratch_elems : NULL;
     if (c->d->nhwc) {
+#if defined(OP_HAS_AVX512)
+        if (c->direct3 == 4) {
+            op_dw_nhwc3_kernels[c->d->sw - 1][c->bf16 != 0][c->ybf16 != 0](c, task);
+            return;
+        }
+#endif
         if (c->bf16) op_dw_nhwc_row(c, task, buf, 1);
         else op_dw_nhwc_row(c, task, buf, 0);
         return;
@@ -620,6 +717,8 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const flo
     if (c.direct3 == 1 && d->sw == 2 && d->ow < OP_DW3_S2_P && d->w + d->pl <= 2 * OP_DW3_S2_P &&
         d->oh * OP_DW3_S2_P <= 16 * (int64_t)(sizeof c.fm0 / sizeof c.fm0[0]))
         c.direct3 = 3;  /* short output rows: the phase-plane kernel */
+    if (d->nhwc && d->kh == 3 && d->kw == 3 && c.mult == 1 && d->dw == 1 && (d->sw == 1 || d->sw == 2))
+        c.direct3 = 4;  /* NHWC: channel-vector kernel */
 #endif
     const int64_t nplanes = d->n * d->oc, plane = d->oh * d->ow;
     const double flops = 2.0 * (double)nplanes * (double)plane * (double)(d->kh * d->kw);
@@ -665,7 +764,7 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const flo
         c.wq = op_cdiv64(wp, d->sw);
         /* + grid accumulator + bfloat16 output row */
         c.scratch_elems = op_roundup64(c.hp * d->sw * c.wq + d->oh * c.wq + d->ow, 16);
-    } else if (d->nhwc && y_bf16) {
+    } else if (d->nhwc && y_bf16 && c.direct3 != 4) {
         c.scratch_elems = op_roundup64(d->oc, 16);
     }
     if (c.scratch_elems) {
