@@ -688,14 +688,21 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
     }
 }
 
-int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
+int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const void *w, int w_bf16,
                      const float *bias, void *y, int y_bf16, int act, int nthreads)
 {
     if (d->n <= 0 || d->oh <= 0 || d->ow <= 0 || d->oc <= 0) return 1;
     op_dw_ctx c;
     c.d = d;
     c.x = x;
-    c.w = w;
+    float *wf = NULL;  /* bfloat16 weights widened once per call (the kernels read float32) */
+    if (w_bf16) {
+        const int64_t nw = d->oc * d->kh * d->kw;
+        wf = (float *)op_aligned_alloc(sizeof(float) * (size_t)nw);
+        if (!wf) return -1;
+        for (int64_t i = 0; i < nw; i++) wf[i] = op_bf16_to_f32_1(((const uint16_t *)w)[i]);
+    }
+    c.w = w_bf16 ? wf : (const float *)w;
     c.bias = bias;
     c.y = y;
     c.act = act;
@@ -769,9 +776,13 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const flo
     }
     if (c.scratch_elems) {
         c.scratch = (float *)op_aligned_alloc(sizeof(float) * (size_t)(c.scratch_elems * T));
-        if (!c.scratch) return -1;
+        if (!c.scratch) {
+            op_aligned_free(wf);
+            return -1;
+        }
     }
     const int used = op_parallel_for((int)T, ntasks, op_dw_task, &c);
     op_aligned_free(c.scratch);
+    op_aligned_free(wf);
     return used;
 }
