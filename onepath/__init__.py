@@ -21,7 +21,9 @@ def __getattr__(name):
     """conv2d and conv1d import their module at first use (keeps ``import onepath`` cheap)."""
     if name in ("conv2d", "conv1d"):
         from .ops import conv
-        return getattr(conv, name)
+        fn = getattr(conv, name)
+        globals()[name] = fn  # later lookups find it directly (this hook costs ~1 us a call)
+        return fn
     raise AttributeError(f"module 'onepath' has no attribute {name!r}")
 
 

@@ -423,15 +423,44 @@ DW3_CASES = [  # (n, c, h, w, stride, pad, mult): planes wider than a vector, od
     (1, 4, 1, 1, 1, 1, 2),
     (3, 9, 8, 5, 1, 1, 1),
     (1, 6, 14, 14, 1, 1, 1),
+    (2, 5, 14, 14, 2, 1, 1),     # stride 2, short output rows: the phase-plane kernel
+    (1, 3, 15, 9, 2, 0, 2),
+    (1, 2, 13, 21, 2, 2, 1),
+    (1, 2, 9, 12, 2, 2, 1),
+    (2, 3, 5, 1, 2, 1, 1),
+    (1, 3, 64, 64, 1, 1, 1),     # the largest float32 flat plane
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", [np.float32, bfloat16])
+@pytest.mark.parametrize("case", DW3_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_depthwise_3x3_direct(level, case, dtype, layout):
+    n, c, h, w, s, p, m = case
+    run_case(n, c, h, w, c * m, 3, 3, s, p, 1, c, dtype=dtype, layout=layout)
+    run_case(n, c, h, w, c * m, 3, 3, s, p, 1, c, dtype=dtype, activation="silu", bias=False, seed=2,
+             layout=layout)
+
+
+# NHWC channel-vector kernel (3x3, multiplier 1, stride 1 or 2 along W): channel tails, blocks of
+# 8 output pixels and their remainders, border pixels, any stride / dilation / padding along H
+# (n, c, h, w, stride, padding, dilation)
+NHWC3_CASES = [
+    (1, 33, 6, 30, 1, 0, 1),
+    (2, 17, 9, 27, 2, 1, 1),
+    (1, 20, 9, 13, (3, 2), ((0, 2), (1, 0)), (2, 1)),
+    (1, 48, 4, 3, 1, 2, 1),
+    (1, 5, 7, 40, (1, 2), ((1, 1), (2, 2)), 1),
+    (1, 64, 3, 2, 2, 1, 1),
 ]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, bfloat16])
-@pytest.mark.parametrize("case", DW3_CASES, ids=lambda c: "x".join(map(str, c)))
-def test_depthwise_3x3_direct(level, case, dtype):
-    n, c, h, w, s, p, m = case
-    run_case(n, c, h, w, c * m, 3, 3, s, p, 1, c, dtype=dtype)
-    run_case(n, c, h, w, c * m, 3, 3, s, p, 1, c, dtype=dtype, activation="silu", bias=False, seed=2)
+@pytest.mark.parametrize("case", NHWC3_CASES, ids=str)
+def test_depthwise_nhwc_3x3(level, case, dtype):
+    n, c, h, w, s, p, dl = case
+    run_case(n, c, h, w, c, 3, 3, s, p, dl, c, dtype=dtype, layout="NHWC")
+    run_case(n, c, h, w, c, 3, 3, s, p, dl, c, dtype=dtype, layout="NHWC", activation="gelu", seed=4)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -532,3 +561,37 @@ def test_conv2d_nchw_pretransformed_amx_emulated(case):
     ref = reference_conv2d(x, wt, b, st2, pads, dl2, g)
     tol = _bound(x.astype(np.float32), wt.astype(np.float32), b, st2, pads, dl2, g)
     assert np.all(np.abs(y - ref) <= tol)
+
+
+# (n, c, h, w, k, stride, pad, mult): the flat 7x7 kernel, the row kernels (stride 1 and 2), the
+# generic padded-plane path (5x5, dilation-free) and its small-plane grid variant
+DW_BF16_OUT_CASES = [
+    (2, 9, 7, 7, 3, 1, 1, 1),
+    (1, 3, 37, 45, 3, 1, 1, 1),
+    (1, 4, 14, 14, 3, 2, 1, 2),
+    (1, 3, 9, 70, 5, 1, 2, 1),
+    (1, 2, 11, 80, 3, 2, 0, 1),
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("act", [None, "relu", "gelu"])
+@pytest.mark.parametrize("case", DW_BF16_OUT_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_depthwise_bf16_output_is_rounded_f32_result(level, case, act, layout):
+    """The depthwise kernel rounds its bfloat16 output in the write-out: bit for bit the float32
+    result of the same computation rounded by ml_dtypes (NaN stays NaN, Inf stays Inf)."""
+    n, c, h, w, k, s, p, m = case
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((n, c, h, w)).astype(bfloat16)
+    x.reshape(-1)[5] = np.inf  # non-finite inputs spread NaN / Inf through their windows
+    x.reshape(-1)[-7] = np.nan
+    wt = rng.standard_normal((c * m, 1, k, k)).astype(bfloat16)
+    b = rng.standard_normal(c * m).astype(np.float32)
+    if layout == "NHWC":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    kw = dict(stride=s, padding=p, groups=c, layout=layout, activation=act)
+    got = onepath.conv2d(x, wt, b, **kw)
+    f32 = onepath.conv2d(x, wt, b, dtype=np.float32, **kw)
+    assert got.dtype == bfloat16 and f32.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.uint16), f32.astype(bfloat16).view(np.uint16))
+    assert np.isnan(f32).any()

@@ -34,9 +34,12 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
                    float *y, int act, const op_blocking *blk, int nthreads);
 
 /* Depthwise convolution (groups == C, OC = C * multiplier), direct vectorised kernel.
-   Weight layout: nhwc = 0: (OC, KH, KW); nhwc = 1: (KH, KW, OC). Same return convention. */
-int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
-                     const float *bias, float *y, int act, int nthreads);
+   Weight layout: nhwc = 0: (OC, KH, KW); nhwc = 1: (KH, KW, OC), float32 (w_bf16 = 0) or bfloat16
+   bits (w_bf16 = 1, widened once). y: float32 (y_bf16 = 0) or bfloat16 bits (y_bf16 = 1: the
+   float32 result rounded to nearest even in the write-out, bit for bit what op_conv_f32_to_bf16
+   makes of it). Same return convention. */
+int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const void *w, int w_bf16,
+                     const float *bias, void *y, int y_bf16, int act, int nthreads);
 
 /* float32 -> bfloat16 bits, round to nearest even (NaN stays a quiet NaN), n elements. */
 void op_conv_f32_to_bf16(const float *src, uint16_t *dst, int64_t n, int nthreads);

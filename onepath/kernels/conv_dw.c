@@ -5,21 +5,30 @@
    row is then one fused pass over the output row (acc[ow] += w0 s0[ow] + w1 s1[ow] + w2 s2[ow] for
    3-wide kernels), vectorised by the compiler with this level's instructions (SSE2 / AVX2 / AVX-512).
    NHWC: one task per output row; the channel axis is the vector axis (acc[c] += w[c] x[c]).
-   bfloat16 input is widened while it is read. Bias and activation are applied in the write-out. */
+   bfloat16 input is widened while it is read. Bias and activation are applied in the write-out,
+   which stores float32 or, with y_bf16, bfloat16 rounded to nearest even (the same rounding as
+   op_conv_f32_to_bf16 applied to the float32 result, so both outputs agree bit for bit). */
 
 typedef struct {
     const op_conv_desc *d;
     const void *x;
     const float *w, *bias;
-    float *y;
+    void *y;                 /* float32, or bfloat16 bits when ybf16 */
     int act;
-    int bf16;
+    int bf16;                /* input is bfloat16 bits */
+    int ybf16;               /* output is bfloat16 bits */
     int64_t mult;            /* channel multiplier OC / C */
     int64_t hp, wq;          /* NCHW scratch: padded rows, columns per phase */
-    float *scratch;
+    float *scratch;          /* per thread: NCHW padded plane (+ grid accumulator, + a bf16 output
+                                row); NHWC with bfloat16 output: one float32 output row */
     int64_t scratch_elems;   /* per thread */
-    int direct3;             /* NCHW 3x3 undilated, stride 1 or 2: register-blocked kernel (AVX-512) */
+    int direct3;             /* AVX-512 kernels. NCHW 3x3 undilated, stride 1 or 2: 1 register-blocked
+                                rows, 2 flat (stride 1), 3 phase planes (stride 2); NHWC 3x3
+                                multiplier 1: 4 channel vectors */
     int64_t chunk;           /* NCHW: output planes per task (one division per task, not per plane) */
+#if defined(OP_HAS_AVX512)
+    uint16_t fm0[1024], fm2[1024]; /* flat 3x3 kernel: per 16-lane block, lanes not in column 0 / W - 1 */
+#endif
 } op_dw_ctx;
 
 OP_INLINE void op_dw_act_store(float *OP_RESTRICT y, int64_t n, int act)
@@ -29,6 +38,12 @@ OP_INLINE void op_dw_act_store(float *OP_RESTRICT y, int64_t n, int act)
     } else if (act != OP_ACT_NONE) {
         for (int64_t i = 0; i < n; i++) y[i] = op_act_f32(y[i], act);
     }
+}
+
+/* A finished float32 output row (activated) to the bfloat16 output at element offset yoff. */
+OP_INLINE void op_dw_put_bf16(const op_dw_ctx *c, int64_t yoff, const float *row, int64_t len)
+{
+    op_cvt_f32_to_bf16_run(len, row, (uint16_t *)c->y + yoff);
 }
 
 OP_INLINE void op_dw_nchw_plane(const op_dw_ctx *c, int64_t n, int64_t oc, float *OP_RESTRICT buf,
@@ -67,7 +82,10 @@ OP_INLINE void op_dw_nchw_plane(const op_dw_ctx *c, int64_t n, int64_t oc, float
     const int64_t OW = d->ow, KH = d->kh, KW = d->kw;
     const float *wk = c->w + oc * KH * KW;
     const float b = c->bias ? c->bias[oc] : 0.0f;
-    float *Y = c->y + (n * d->oc + oc) * d->oh * OW;
+    const int64_t yplane = (n * d->oc + oc) * d->oh * OW;  /* element offset of the output plane */
+    /* float32 output: accumulate in place; bfloat16: in a row of the scratch, then round */
+    float *Y = c->ybf16 ? NULL : (float *)c->y + yplane;
+    float *rowbuf = buf + hp * sw * wq + d->oh * wq;
     if (sw == 1 && d->sh == 1 && OW < 64) {
         /* small planes: compute on the padded grid (row pitch wq; columns >= OW are discarded), so
            each tap is a single pass of length OH * wq instead of OH short rows */
@@ -82,6 +100,11 @@ OP_INLINE void op_dw_nchw_plane(const op_dw_ctx *c, int64_t n, int64_t oc, float
             }
         }
         for (int64_t oh = 0; oh < d->oh; oh++) {
+            if (c->ybf16) {
+                op_dw_act_store(acc + oh * wq, OW, c->act);
+                op_dw_put_bf16(c, yplane + oh * OW, acc + oh * wq, OW);
+                continue;
+            }
             float *yr = Y + oh * OW;
             for (int64_t i = 0; i < OW; i++) yr[i] = acc[oh * wq + i];
             op_dw_act_store(yr, OW, c->act);
@@ -89,7 +112,7 @@ OP_INLINE void op_dw_nchw_plane(const op_dw_ctx *c, int64_t n, int64_t oc, float
         return;
     }
     for (int64_t oh = 0; oh < d->oh; oh++) {
-        float *OP_RESTRICT acc = Y + oh * OW;
+        float *OP_RESTRICT acc = c->ybf16 ? rowbuf : Y + oh * OW;
         for (int64_t i = 0; i < OW; i++) acc[i] = b;
         for (int64_t ki = 0; ki < KH; ki++) {
             const int64_t r = oh * d->sh + ki * d->dh;
@@ -111,6 +134,7 @@ OP_INLINE void op_dw_nchw_plane(const op_dw_ctx *c, int64_t n, int64_t oc, float
             }
         }
         op_dw_act_store(acc, OW, c->act);
+        if (c->ybf16) op_dw_put_bf16(c, yplane + oh * OW, acc, OW);
     }
 }
 
@@ -143,12 +167,30 @@ OP_INLINE __m512 op_dw_vld(const void *x, int64_t off, __mmask16 m, const int BF
     return _mm512_maskz_loadu_ps(m, (const float *)x + off);
 }
 
+/* 16 output lanes (mask m) at element offset off: activation in-register (every activation, so the
+   float32 and bfloat16 outputs are the same numbers), then float32 or bfloat16 (round to nearest
+   even, NaN -> quiet NaN: op_cvt16_int of cvt_bf16.c). */
+OP_INLINE void op_dw_vst(void *Y, int64_t off, __mmask16 m, __m512 v, int act, const int YB)
+{
+    if (act == OP_ACT_RELU) {
+        v = _mm512_max_ps(_mm512_setzero_ps(), v);  /* NaN and -0 pass (second operand) */
+    } else if (act != OP_ACT_NONE) {
+        const op_v16f x = (op_v16f)v;
+        /* as op_act_row: NaN passes through, +Inf stays +Inf, -Inf gives -0 */
+        v = (__m512)op_v16_sel(x == op_v16_splat(-INFINITY), op_v16_splat(-0.0f), op_v16_act(x, act));
+    }
+    if (YB)
+        _mm512_mask_cvtepi32_storeu_epi16((uint16_t *)Y + off, m, op_cvt16_int(_mm512_castps_si512(v)));
+    else
+        _mm512_mask_storeu_ps((float *)Y + off, m, v);
+}
+
 /* Output rows oh0..oh0+R-1 of one plane, every 16-column block ob (load masks cm[3 ob + 0..2] with
    the left/right padding lanes off, store masks sm[ob]). */
 OP_INLINE void op_dw3_rows(const op_conv_desc *d, const void *x, int64_t plane, const __m512 *wv,
-                           __m512 bv, float *Y, int64_t oh0, const __mmask16 *cm,
+                           __m512 bv, void *Y, int64_t yoff, int64_t oh0, const __mmask16 *cm,
                            const __mmask16 *sm, int64_t nb, int act, const int R, const int S,
-                           const int BF16)
+                           const int BF16, const int YB)
 {
     const int64_t H = d->h, W = d->w, OW = d->ow;
     enum { MAXROWS = 3 * 4 + 3 };
@@ -201,14 +243,14 @@ OP_INLINE void op_dw3_rows(const op_conv_desc *d, const void *x, int64_t plane, 
             }
         }
         for (int i = 0; i < R; i++) {
-            __m512 v = _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]), acc[i][2]);
-            if (act == OP_ACT_RELU) v = _mm512_max_ps(_mm512_setzero_ps(), v);
-            _mm512_mask_storeu_ps(Y + (oh0 + i) * OW + ow0, sm[ob], v);  /* other activations: after the plane */
+            const __m512 v = _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]), acc[i][2]);
+            op_dw_vst(Y, yoff + (oh0 + i) * OW + ow0, sm[ob], v, act, YB);
         }
     }
 }
 
-OP_INLINE void op_dw3_plane(const op_dw_ctx *c, int64_t n, int64_t oc, const int S, const int BF16)
+OP_INLINE void op_dw3_plane(const op_dw_ctx *c, int64_t n, int64_t oc, const int S, const int BF16,
+                            const int YB)
 {
     const op_conv_desc *d = c->d;
     const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
@@ -217,7 +259,7 @@ OP_INLINE void op_dw3_plane(const op_dw_ctx *c, int64_t n, int64_t oc, const int
     __m512 wv[9];
     for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
     const __m512 bv = _mm512_set1_ps(c->bias ? c->bias[oc] : 0.0f);
-    float *Y = c->y + (n * d->oc + oc) * d->oh * d->ow;
+    const int64_t yplane = (n * d->oc + oc) * d->oh * d->ow;
     enum { RB = 4, MAXNB = 64 };
     const int64_t OH = d->oh, OW = d->ow, W = d->w, nb = op_cdiv64(OW, 16);
     __mmask16 cm[3 * MAXNB], sm[MAXNB];
@@ -234,97 +276,234 @@ OP_INLINE void op_dw3_plane(const op_dw_ctx *c, int64_t n, int64_t oc, const int
                 cm[3 * ob + 2] = op_dw_lanes(p + 32, W) & 1u;
             }
         }
-        float *Ys = Y + ob0 * 16;
-        const int64_t pl0 = ob0 * 16 * S;
+        const int64_t ys = yplane + ob0 * 16, pl0 = ob0 * 16 * S;
         int64_t oh0 = 0;
         for (; oh0 + RB <= OH; oh0 += RB)
-            op_dw3_rows(d, c->x, plane + pl0, wv, bv, Ys, oh0, cm, sm, nbs, c->act, RB, S, BF16);
+            op_dw3_rows(d, c->x, plane + pl0, wv, bv, c->y, ys, oh0, cm, sm, nbs, c->act, RB, S, BF16, YB);
         switch (OH - oh0) {  /* the last 1-3 rows in one pass */
-        case 3: op_dw3_rows(d, c->x, plane + pl0, wv, bv, Ys, oh0, cm, sm, nbs, c->act, 3, S, BF16); break;
-        case 2: op_dw3_rows(d, c->x, plane + pl0, wv, bv, Ys, oh0, cm, sm, nbs, c->act, 2, S, BF16); break;
-        case 1: op_dw3_rows(d, c->x, plane + pl0, wv, bv, Ys, oh0, cm, sm, nbs, c->act, 1, S, BF16); break;
+        case 3: op_dw3_rows(d, c->x, plane + pl0, wv, bv, c->y, ys, oh0, cm, sm, nbs, c->act, 3, S, BF16, YB); break;
+        case 2: op_dw3_rows(d, c->x, plane + pl0, wv, bv, c->y, ys, oh0, cm, sm, nbs, c->act, 2, S, BF16, YB); break;
+        case 1: op_dw3_rows(d, c->x, plane + pl0, wv, bv, c->y, ys, oh0, cm, sm, nbs, c->act, 1, S, BF16, YB); break;
         default: break;
         }
     }
-    if (c->act != OP_ACT_NONE && c->act != OP_ACT_RELU) op_dw_act_store(Y, OH * OW, c->act);
 }
 
-/* Small planes (3x3, stride 1, padding 1 on every side, W <= 8, H * W <= 256), e.g. 7x7: the
-   plane is one flat vector axis (output i = oh * W + ow reads input i + (ki - 1) W + kj - 1), so
-   every lane works even when W < 16; per-tap masks (computed once per task, the same for every
-   plane) zero the lanes whose tap falls in the padding. */
-OP_INLINE void op_dw3_flat(const op_dw_ctx *c, int64_t p0, int64_t p1, const int BF16)
+/* 3x3, stride 1, padding 1 on every side, output the size of the input, planes up to 64x64 (bfloat16
+   input: up to OP_DW3_FLAT_MAX elements), e.g. 7x7 ... 56x56: the plane is one flat vector axis
+   (output i = oh * W + ow reads input i + (ki - 1) W + kj - 1), so every lane works whatever W is.
+   Each plane is first copied
+   (bfloat16: widened, once per element instead of once per tap) into a thread scratch between
+   zero runs of at least W + 1 elements, which stand in for the top and bottom padding rows: the nine
+   tap loads are unmasked. The left / right padding: the taps of kernel column 0 (and 2) go to their
+   own accumulator, whose lanes at output column 0 (W - 1) are dropped in the final sum (those lanes
+   read the neighbouring row's last / first element instead of the padding zero). The column masks
+   depend only on the block (computed once per task). */
+enum { OP_DW3_FLAT_MAX = 16384 };  /* (1024 blocks: op_dw_ctx.fm0 / fm2) */
+
+OP_INLINE int64_t op_dw3_flat_lead(int64_t W) { return op_roundup64(W + 1, 16); }
+/* floats per plane copy: lead zeros, the plane rounded up to whole vectors, W + 1 + 16 zeros */
+OP_INLINE int64_t op_dw3_flat_buf(int64_t W, int64_t HW)
+{
+    return op_dw3_flat_lead(W) + op_roundup64(HW, 16) + op_roundup64(W + 17, 16);
+}
+/* scratch floats per thread: two plane copies (the next plane is copied before the current one is
+   computed, so the tap loads never wait for the copy's stores to retire) */
+OP_INLINE int64_t op_dw3_flat_scratch(int64_t W, int64_t HW) { return 2 * op_dw3_flat_buf(W, HW); }
+
+/* plane p (= n * OC + oc) into the copy at q */
+OP_INLINE void op_dw3_flat_copy(const op_dw_ctx *c, int64_t p, float *OP_RESTRICT q, int64_t HW,
+                                int64_t nb, __mmask16 tail, const int BF16)
+{
+    const int64_t OC = c->d->oc, n = p / OC, oc = p % OC;
+    const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
+    const int64_t plane = (n * c->d->c + ci) * HW;
+    for (int64_t b = 0; b < nb; b++) {
+        const __mmask16 m = b == nb - 1 ? tail : (__mmask16)0xFFFF;
+        _mm512_store_ps(q + b * 16, op_dw_vld(c->x, plane + b * 16, m, BF16));
+    }
+}
+
+OP_INLINE void op_dw3_flat(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_RESTRICT s,
+                           const int BF16, const int YB)
 {
     const op_conv_desc *d = c->d;
-    const int64_t W = d->w, HW = d->h * d->w, nb = op_cdiv64(HW, 16), OC = d->oc, C = d->c;
-    __mmask16 lm[16 * 9], sm[16];
-    int64_t off[9];
-    for (int t = 0; t < 9; t++) off[t] = (t / 3 - 1) * W + (t % 3 - 1);
-    for (int64_t b = 0; b < nb; b++) {
-        const int64_t i0 = b * 16;
-        sm[b] = op_dw_lanes(i0, HW);
-        uint32_t c0 = 0, c2 = 0;
-        for (int l = 0; l < 16; l++) {
-            const int64_t col = (i0 + l) % W;
-            if (col != 0) c0 |= 1u << l;
-            if (col != W - 1) c2 |= 1u << l;
-        }
-        for (int t = 0; t < 9; t++) {
-            uint32_t m = op_dw_lanes(i0 + off[t], HW) & sm[b];
-            if (t % 3 == 0) m &= c0;
-            if (t % 3 == 2) m &= c2;
-            lm[b * 9 + t] = (__mmask16)m;
-        }
+    const int64_t W = d->w, HW = d->h * d->w, nb = op_cdiv64(HW, 16), OC = d->oc;
+    const int64_t lead = op_dw3_flat_lead(W), tot = op_dw3_flat_buf(W, HW);
+    const __mmask16 *c0 = c->fm0, *c2 = c->fm2;
+    const __mmask16 tail = op_dw_lanes(nb * 16 - 16, HW);  /* store mask of the last block */
+    for (int k = 0; k < 2; k++) {
+        float *sk = s + k * tot;
+        for (int64_t i = 0; i < lead; i++) sk[i] = 0.0f;
+        for (int64_t i = lead + HW; i < tot; i++) sk[i] = 0.0f;
     }
+    op_dw3_flat_copy(c, p0, s + lead, HW, nb, tail, BF16);
     int64_t n = p0 / OC, oc = p0 % OC;
     for (int64_t p = p0; p < p1; p++) {
-        const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
-        const int64_t plane = (n * C + ci) * HW;
+        const float *q = s + ((p - p0) & 1) * tot + lead;  /* this plane (64-byte aligned) */
+        if (p + 1 < p1) op_dw3_flat_copy(c, p + 1, s + ((p + 1 - p0) & 1) * tot + lead, HW, nb, tail, BF16);
         const float *wk = c->w + oc * 9;
         __m512 wv[9];
         for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
         const __m512 bv = _mm512_set1_ps(c->bias ? c->bias[oc] : 0.0f);
-        float *Y = c->y + (n * OC + oc) * HW;
+        const int64_t yplane = (n * OC + oc) * HW;
         for (int64_t b = 0; b < nb; b++) {
-            const int64_t i = plane + b * 16;
-            const __mmask16 *m = lm + b * 9;
-            __m512 a0 = bv, a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps();
-            a0 = _mm512_fmadd_ps(wv[0], op_dw_vld(c->x, i + off[0], m[0], BF16), a0);
-            a1 = _mm512_fmadd_ps(wv[1], op_dw_vld(c->x, i + off[1], m[1], BF16), a1);
-            a2 = _mm512_fmadd_ps(wv[2], op_dw_vld(c->x, i + off[2], m[2], BF16), a2);
-            a0 = _mm512_fmadd_ps(wv[3], op_dw_vld(c->x, i + off[3], m[3], BF16), a0);
-            a1 = _mm512_fmadd_ps(wv[4], op_dw_vld(c->x, i + off[4], m[4], BF16), a1);
-            a2 = _mm512_fmadd_ps(wv[5], op_dw_vld(c->x, i + off[5], m[5], BF16), a2);
-            a0 = _mm512_fmadd_ps(wv[6], op_dw_vld(c->x, i + off[6], m[6], BF16), a0);
-            a1 = _mm512_fmadd_ps(wv[7], op_dw_vld(c->x, i + off[7], m[7], BF16), a1);
-            a2 = _mm512_fmadd_ps(wv[8], op_dw_vld(c->x, i + off[8], m[8], BF16), a2);
-            __m512 v = _mm512_add_ps(_mm512_add_ps(a0, a1), a2);
-            if (c->act == OP_ACT_RELU) v = _mm512_max_ps(_mm512_setzero_ps(), v);
-            _mm512_mask_storeu_ps(Y + b * 16, sm[b], v);
+            const float *r = q + b * 16;
+            __m512 a0, a1, a2;  /* kernel columns 0, 1 (+ bias), 2 */
+            a0 = _mm512_mul_ps(wv[0], _mm512_loadu_ps(r - W - 1));
+            a1 = _mm512_fmadd_ps(wv[1], _mm512_loadu_ps(r - W), bv);
+            a2 = _mm512_mul_ps(wv[2], _mm512_loadu_ps(r - W + 1));
+            a0 = _mm512_fmadd_ps(wv[3], _mm512_loadu_ps(r - 1), a0);
+            a1 = _mm512_fmadd_ps(wv[4], _mm512_load_ps(r), a1);
+            a2 = _mm512_fmadd_ps(wv[5], _mm512_loadu_ps(r + 1), a2);
+            a0 = _mm512_fmadd_ps(wv[6], _mm512_loadu_ps(r + W - 1), a0);
+            a1 = _mm512_fmadd_ps(wv[7], _mm512_loadu_ps(r + W), a1);
+            a2 = _mm512_fmadd_ps(wv[8], _mm512_loadu_ps(r + W + 1), a2);
+            __m512 v = _mm512_mask_add_ps(a1, c0[b], a1, a0);
+            v = _mm512_mask_add_ps(v, c2[b], v, a2);
+            op_dw_vst(c->y, yplane + b * 16, b == nb - 1 ? tail : (__mmask16)0xFFFF, v, c->act, YB);
         }
-        if (c->act != OP_ACT_NONE && c->act != OP_ACT_RELU) op_dw_act_store(Y, HW, c->act);
         if (++oc == OC) { oc = 0; n++; }
     }
 }
 
-static OP_NOINLINE void op_dw3_flat_f32(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_flat(c, p0, p1, 0); }
-static OP_NOINLINE void op_dw3_flat_bf16(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_flat(c, p0, p1, 1); }
+/* 3x3, stride 2, output rows of at most 7 columns (e.g. 14x14 -> 7x7), input rows that fit in 16
+   padded columns, any padding: each plane is first copied (widened) into four zero-padded phase
+   planes S[a][b], a the padded row parity, b the padded column parity, holding padded element
+   (2i + a, 2j + b) at i P + j with the pitch P = 8. Output (oh, ow) then reads tap (ki, kj) at the
+   grid index g = oh P + ow plus a constant: S[ki == 1][kj == 1][g + (ki == 2) P + (kj == 2)], so
+   the nine tap loads of a 16-lane grid block (two output rows) are unmasked (the copy holds the
+   padding), where the row kernel would use 7 of 16 lanes. Grid columns >= OW are not outputs: a
+   block's valid lanes (op_dw_ctx.fm0) are compressed together before the store. The copy makes
+   two phase rows (one aligned vector) per pair of input rows. Double-buffered as the flat kernel. */
+enum { OP_DW3_S2_P = 8 };
+
+/* floats of one phase plane: rows 0 .. OH rounded up to a pair, + slack for the last block's taps */
+OP_INLINE int64_t op_dw3_s2_phase(int64_t OH)
+{
+    return op_roundup64(OH + 2, 2) * OP_DW3_S2_P + 32;
+}
+OP_INLINE int64_t op_dw3_s2_scratch(int64_t OH) { return 8 * op_dw3_s2_phase(OH); }
+
+/* Plane p into the phase planes at q: rows i = 2 j, 2 j + 1 of S[a][0] and S[a][1] from the padded
+   rows 4 j + a and 4 j + a + 2 (each one masked load of 16 padded columns, lanes m; rows in the
+   padding load as zeros). */
+OP_INLINE void op_dw3_s2_copy(const op_dw_ctx *c, int64_t p, float *OP_RESTRICT q, int64_t ps,
+                              __mmask16 m, const int BF16)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t OC = d->oc, n = p / OC, oc = p % OC, H = d->h, W = d->w, OH = d->oh;
+    const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
+    const int64_t org = (n * d->c + ci) * H * W - d->pt * W - d->pl;  /* padded (0, 0) */
+    /* lanes 0-7: even (odd) lanes of the first row, lanes 8-15: of the second */
+    const __m512i ie = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+    for (int a = 0; a < 2; a++) {
+        float *e = q + 2 * a * ps, *o = e + ps;
+        for (int64_t i = 0; i < OH + 1 - a; i += 2) {
+            const int64_t r = 2 * i + a;  /* padded rows r and r + 2 */
+            const int64_t ih = r - d->pt;
+            const __mmask16 ma = ih >= 0 && ih < H ? m : 0, mb = ih + 2 >= 0 && ih + 2 < H ? m : 0;
+            /* masked-off lanes are not read, so out-of-plane addresses are fine */
+            const __m512 ua = op_dw_vld(c->x, org + r * W, ma, BF16);
+            const __m512 ub = op_dw_vld(c->x, org + (r + 2) * W, mb, BF16);
+            _mm512_store_ps(e + i * OP_DW3_S2_P, _mm512_permutex2var_ps(ua, ie, ub));
+            _mm512_store_ps(o + i * OP_DW3_S2_P, _mm512_permutex2var_ps(ua, io, ub));
+        }
+    }
+}
+
+OP_INLINE void op_dw3_s2(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_RESTRICT s,
+                         const int BF16, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t OH = d->oh, OW = d->ow, P = OP_DW3_S2_P, OC = d->oc;
+    const int64_t nb = op_cdiv64(OH * P, 16), ps = op_dw3_s2_phase(OH), tot = 4 * ps;
+    const __mmask16 m = op_dw_lanes(-d->pl, d->w);  /* input lanes of the 16 padded columns */
+    /* the slack past the copied rows (read by lanes that are not outputs): zeros, not garbage, so
+       no NaN / subnormal operands */
+    for (int k = 0; k < 8; k++)  /* (ps and the start are multiples of 16) */
+        for (int64_t i = op_roundup64(OH, 2) * P; i < ps; i += 16)
+            _mm512_store_ps(s + k * ps + i, _mm512_setzero_ps());
+    op_dw3_s2_copy(c, p0, s, ps, m, BF16);
+    int64_t n = p0 / OC, oc = p0 % OC;
+    for (int64_t p = p0; p < p1; p++) {
+        const float *q = s + ((p - p0) & 1) * tot;
+        if (p + 1 < p1) op_dw3_s2_copy(c, p + 1, s + ((p + 1 - p0) & 1) * tot, ps, m, BF16);
+        const float *s00 = q, *s01 = q + ps, *s10 = q + 2 * ps, *s11 = q + 3 * ps;
+        const float *wk = c->w + oc * 9;
+        __m512 wv[9];
+        for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
+        const __m512 bv = _mm512_set1_ps(c->bias ? c->bias[oc] : 0.0f);
+        int64_t yo = (n * OC + oc) * OH * OW;
+        for (int64_t b = 0; b < nb; b++) {
+            const int64_t g = b * 16;
+            __m512 a0, a1, a2;
+            a0 = _mm512_mul_ps(wv[0], _mm512_loadu_ps(s00 + g));
+            a1 = _mm512_fmadd_ps(wv[1], _mm512_loadu_ps(s01 + g), bv);
+            a2 = _mm512_mul_ps(wv[2], _mm512_loadu_ps(s00 + g + 1));
+            a0 = _mm512_fmadd_ps(wv[3], _mm512_loadu_ps(s10 + g), a0);
+            a1 = _mm512_fmadd_ps(wv[4], _mm512_loadu_ps(s11 + g), a1);
+            a2 = _mm512_fmadd_ps(wv[5], _mm512_loadu_ps(s10 + g + 1), a2);
+            a0 = _mm512_fmadd_ps(wv[6], _mm512_loadu_ps(s00 + g + P), a0);
+            a1 = _mm512_fmadd_ps(wv[7], _mm512_loadu_ps(s01 + g + P), a1);
+            a2 = _mm512_fmadd_ps(wv[8], _mm512_loadu_ps(s00 + g + P + 1), a2);
+            const __mmask16 vm = (__mmask16)c->fm0[b];
+            const int cnt = __builtin_popcount(vm);
+            const __m512 v = _mm512_maskz_compress_ps(vm, _mm512_add_ps(_mm512_add_ps(a0, a1), a2));
+            op_dw_vst(c->y, yo, (__mmask16)((1u << cnt) - 1u), v, c->act, YB);
+            yo += cnt;
+        }
+        if (++oc == OC) { oc = 0; n++; }
+    }
+}
 
 /* planes p0..p1-1 (p = n * OC + oc) */
-#define OP_DW3_PLANES(NAME, S, BF16)                                                              \
+#define OP_DW3_PLANES(NAME, S, BF16, YB)                                                          \
     static OP_NOINLINE void NAME(const op_dw_ctx *c, int64_t p0, int64_t p1)                     \
     {                                                                                             \
         const int64_t OC = c->d->oc;                                                              \
         int64_t n = p0 / OC, oc = p0 % OC;                                                        \
         for (int64_t p = p0; p < p1; p++) {                                                       \
-            op_dw3_plane(c, n, oc, S, BF16);                                                      \
+            op_dw3_plane(c, n, oc, S, BF16, YB);                                                  \
             if (++oc == OC) { oc = 0; n++; }                                                      \
         }                                                                                         \
     }
-OP_DW3_PLANES(op_dw3_plane_s1_f32, 1, 0)
-OP_DW3_PLANES(op_dw3_plane_s2_f32, 2, 0)
-OP_DW3_PLANES(op_dw3_plane_s1_bf16, 1, 1)
-OP_DW3_PLANES(op_dw3_plane_s2_bf16, 2, 1)
+#define OP_DW3_FLAT(NAME, BF16, YB)                                                               \
+    static OP_NOINLINE void NAME(const op_dw_ctx *c, int64_t p0, int64_t p1, float *s) { op_dw3_flat(c, p0, p1, s, BF16, YB); }
+/* name suffix: input dtype, then _yb for bfloat16 output */
+OP_DW3_PLANES(op_dw3_plane_s1_f32, 1, 0, 0)
+OP_DW3_PLANES(op_dw3_plane_s2_f32, 2, 0, 0)
+OP_DW3_PLANES(op_dw3_plane_s1_bf16, 1, 1, 0)
+OP_DW3_PLANES(op_dw3_plane_s2_bf16, 2, 1, 0)
+OP_DW3_PLANES(op_dw3_plane_s1_f32_yb, 1, 0, 1)
+OP_DW3_PLANES(op_dw3_plane_s2_f32_yb, 2, 0, 1)
+OP_DW3_PLANES(op_dw3_plane_s1_bf16_yb, 1, 1, 1)
+OP_DW3_PLANES(op_dw3_plane_s2_bf16_yb, 2, 1, 1)
+OP_DW3_FLAT(op_dw3_flat_f32, 0, 0)
+OP_DW3_FLAT(op_dw3_flat_bf16, 1, 0)
+OP_DW3_FLAT(op_dw3_flat_f32_yb, 0, 1)
+OP_DW3_FLAT(op_dw3_flat_bf16_yb, 1, 1)
+
+typedef void (*op_dw3_fn)(const op_dw_ctx *, int64_t, int64_t);
+#define OP_DW3_S2(NAME, BF16, YB)                                                                 \
+    static OP_NOINLINE void NAME(const op_dw_ctx *c, int64_t p0, int64_t p1, float *s) { op_dw3_s2(c, p0, p1, s, BF16, YB); }
+OP_DW3_S2(op_dw3_s2_f32, 0, 0)
+OP_DW3_S2(op_dw3_s2_bf16, 1, 0)
+OP_DW3_S2(op_dw3_s2_f32_yb, 0, 1)
+OP_DW3_S2(op_dw3_s2_bf16_yb, 1, 1)
+
+typedef void (*op_dw3_flat_fn)(const op_dw_ctx *, int64_t, int64_t, float *);
+/* [flat stride 1 or stride 2][input bf16][output bf16] */
+static const op_dw3_flat_fn op_dw3_flat_kernels[2][2][2] = {
+    {{op_dw3_flat_f32, op_dw3_flat_f32_yb}, {op_dw3_flat_bf16, op_dw3_flat_bf16_yb}},
+    {{op_dw3_s2_f32, op_dw3_s2_f32_yb}, {op_dw3_s2_bf16, op_dw3_s2_bf16_yb}}};
+/* [stride][input bf16][output bf16] */
+static const op_dw3_fn op_dw3_kernels[3][2][2] = {
+    {{NULL, NULL}, {NULL, NULL}},
+    {{op_dw3_plane_s1_f32, op_dw3_plane_s1_f32_yb}, {op_dw3_plane_s1_bf16, op_dw3_plane_s1_bf16_yb}},
+    {{op_dw3_plane_s2_f32, op_dw3_plane_s2_f32_yb}, {op_dw3_plane_s2_bf16, op_dw3_plane_s2_bf16_yb}},
+};
 #endif
 
 OP_INLINE void op_dw_fma_c(float *OP_RESTRICT acc, const float *OP_RESTRICT wr,
@@ -351,7 +530,7 @@ OP_INLINE void op_dw_fma_c(float *OP_RESTRICT acc, const float *OP_RESTRICT wr,
     }
 }
 
-OP_INLINE void op_dw_nhwc_row(const op_dw_ctx *c, int64_t task, const int BF16)
+OP_INLINE void op_dw_nhwc_row(const op_dw_ctx *c, int64_t task, float *rowbuf, const int BF16)
 {
     const op_conv_desc *d = c->d;
     const int64_t n = task / d->oh, oh = task % d->oh;
@@ -359,10 +538,11 @@ OP_INLINE void op_dw_nhwc_row(const op_dw_ctx *c, int64_t task, const int BF16)
     const int64_t esz = BF16 ? 2 : 4;
     const char *X = (const char *)c->x;
     const float *bias = c->bias, *wt = c->w;
-    float *Y = c->y;
     const int act = c->act;
     for (int64_t ow = 0; ow < d->ow; ow++) {
-        float *OP_RESTRICT acc = Y + ((n * d->oh + oh) * d->ow + ow) * OC;
+        const int64_t yoff = ((n * d->oh + oh) * d->ow + ow) * OC;
+        /* float32 output: accumulate in place; bfloat16: in the thread's row, then round */
+        float *OP_RESTRICT acc = c->ybf16 ? rowbuf : (float *)c->y + yoff;
         if (bias)
             for (int64_t i = 0; i < OC; i++) acc[i] = bias[i];
         else
@@ -378,37 +558,127 @@ OP_INLINE void op_dw_nhwc_row(const op_dw_ctx *c, int64_t task, const int BF16)
             }
         }
         op_dw_act_store(acc, OC, act);
+        if (c->ybf16) op_dw_put_bf16(c, yoff, acc, OC);
     }
 }
+
+#if defined(OP_HAS_AVX512)
+/* ---------------------------------------------------------------- NHWC, AVX-512 (3x3, multiplier 1, stride 1 or 2 along W)
+
+   One task is one output row. Channels are the vector axis (16 per block, a masked tail block);
+   the block's KH KW weight vectors and the bias stay in registers while OP_DW_NHWC_OWB output
+   pixels accumulate in registers too: each input pixel vector is loaded (widened) once per kernel
+   row and feeds every output of the block that reads it (the compiler merges the equal loads of the
+   unrolled block). Output pixels whose window crosses the left/right padding take the one-pixel
+   loop with per-tap checks; kernel rows in the top/bottom padding are skipped. */
+enum { OP_DW_NHWC_OWB = 8 };
+
+/* Output pixels ow0 .. ow0 + NO - 1 of row oh, channels c0 .. c0 + 15 (lanes cm), stride S along
+   W (dilation 1 along W). CHECK: test every tap column against the input (border pixels), else
+   all are inside. Input column t of the block (t = j S + kj) is loaded once per kernel row and
+   feeds every (output j, tap kj) that reads it. */
+OP_INLINE void op_dw_nhwc_px(const op_dw_ctx *c, const __m512 *wv, __m512 bv, int64_t xrow0,
+                             int64_t ih0, int64_t yoff, int64_t ow0, int64_t c0, __mmask16 cm,
+                             const int NO, const int KH, const int KW, const int S, const int CHECK,
+                             const int BF16, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t C = d->c, W = d->w, H = d->h, dh = d->dh;
+    const int64_t iw0 = ow0 * S - d->pl;  /* input column of t = 0 */
+    const int NT = (NO - 1) * S + KW;  /* input columns of the block */
+    __m512 acc[OP_DW_NHWC_OWB];  /* (every loop unrolled: the accumulators live in registers) */
+#pragma GCC unroll 8
+    for (int j = 0; j < NO; j++) acc[j] = bv;
+#pragma GCC unroll 3
+    for (int ki = 0; ki < KH; ki++) {
+        const int64_t ih = ih0 + ki * dh;
+        if (ih < 0 || ih >= H) continue;
+        const int64_t xr = xrow0 + (ih * W + iw0) * C + c0;  /* element offset of column t = 0 */
+#pragma GCC unroll 24
+        for (int t = 0; t < NT; t++) {
+            if (CHECK && (iw0 + t < 0 || iw0 + t >= W)) continue;
+            const __m512 v = op_dw_vld(c->x, xr + t * C, cm, BF16);
+#pragma GCC unroll 8
+            for (int j = 0; j < NO; j++) {
+                const int kj = t - j * S;
+                if (kj >= 0 && kj < KW) acc[j] = _mm512_fmadd_ps(wv[ki * KW + kj], v, acc[j]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < NO; j++) op_dw_vst(c->y, yoff + (ow0 + j) * d->oc + c0, cm, acc[j], c->act, YB);
+}
+
+OP_INLINE void op_dw_nhwc_row16(const op_dw_ctx *c, int64_t task, const int KH, const int KW,
+                                const int S, const int BF16, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t n = task / d->oh, oh = task % d->oh, C = d->c, OW = d->ow, W = d->w;
+    const int64_t ih0 = oh * d->sh - d->pt, xrow0 = n * d->h * W * C;
+    const int64_t yoff = (n * d->oh + oh) * OW * d->oc;
+    /* output columns whose every tap column is inside: ow in [lo, hi) */
+    int64_t lo = op_cdiv64(d->pl, S), hi = (W - 1 + d->pl - (KW - 1)) / S + 1;
+    if (W - 1 + d->pl - (KW - 1) < 0) hi = 0;
+    lo = op_min64(lo, OW);
+    hi = op_max64(lo, op_min64(hi, OW));
+    for (int64_t c0 = 0; c0 < C; c0 += 16) {
+        const __mmask16 cm = op_dw_lanes(c0, C);  /* (lanes of 16 - (C - c0) off at the tail) */
+        __m512 wv[9];
+        for (int t = 0; t < KH * KW; t++) wv[t] = _mm512_maskz_loadu_ps(cm, c->w + t * C + c0);
+        const __m512 bv = c->bias ? _mm512_maskz_loadu_ps(cm, c->bias + c0) : _mm512_setzero_ps();
+        int64_t ow = 0;
+        for (; ow < lo; ow++) op_dw_nhwc_px(c, wv, bv, xrow0, ih0, yoff, ow, c0, cm, 1, KH, KW, S, 1, BF16, YB);
+        for (; ow + OP_DW_NHWC_OWB <= hi; ow += OP_DW_NHWC_OWB)
+            op_dw_nhwc_px(c, wv, bv, xrow0, ih0, yoff, ow, c0, cm, OP_DW_NHWC_OWB, KH, KW, S, 0, BF16, YB);
+        for (; ow < hi; ow++) op_dw_nhwc_px(c, wv, bv, xrow0, ih0, yoff, ow, c0, cm, 1, KH, KW, S, 0, BF16, YB);
+        for (; ow < OW; ow++) op_dw_nhwc_px(c, wv, bv, xrow0, ih0, yoff, ow, c0, cm, 1, KH, KW, S, 1, BF16, YB);
+    }
+}
+
+#define OP_DW_NHWC16(NAME, S, BF16, YB)                                                           \
+    static OP_NOINLINE void NAME(const op_dw_ctx *c, int64_t task) { op_dw_nhwc_row16(c, task, 3, 3, S, BF16, YB); }
+OP_DW_NHWC16(op_dw_nhwc3_s1_f32, 1, 0, 0)
+OP_DW_NHWC16(op_dw_nhwc3_s1_bf16, 1, 1, 0)
+OP_DW_NHWC16(op_dw_nhwc3_s1_f32_yb, 1, 0, 1)
+OP_DW_NHWC16(op_dw_nhwc3_s1_bf16_yb, 1, 1, 1)
+OP_DW_NHWC16(op_dw_nhwc3_s2_f32, 2, 0, 0)
+OP_DW_NHWC16(op_dw_nhwc3_s2_bf16, 2, 1, 0)
+OP_DW_NHWC16(op_dw_nhwc3_s2_f32_yb, 2, 0, 1)
+OP_DW_NHWC16(op_dw_nhwc3_s2_bf16_yb, 2, 1, 1)
+typedef void (*op_dw_nhwc_fn)(const op_dw_ctx *, int64_t);
+/* 3x3 kernels, [stride along W - 1][input bf16][output bf16] */
+static const op_dw_nhwc_fn op_dw_nhwc3_kernels[2][2][2] = {
+    {{op_dw_nhwc3_s1_f32, op_dw_nhwc3_s1_f32_yb}, {op_dw_nhwc3_s1_bf16, op_dw_nhwc3_s1_bf16_yb}},
+    {{op_dw_nhwc3_s2_f32, op_dw_nhwc3_s2_f32_yb}, {op_dw_nhwc3_s2_bf16, op_dw_nhwc3_s2_bf16_yb}}};
+#endif
 
 static void op_dw_task(void *ctx, int64_t task, int tid)
 {
     const op_dw_ctx *c = (const op_dw_ctx *)ctx;
+    float *buf = c->scratch ? c->scratch + (size_t)tid * (size_t)c->scratch_elems : NULL;
     if (c->d->nhwc) {
-        if (c->bf16) op_dw_nhwc_row(c, task, 1);
-        else op_dw_nhwc_row(c, task, 0);
+#if defined(OP_HAS_AVX512)
+        if (c->direct3 == 4) {
+            op_dw_nhwc3_kernels[c->d->sw - 1][c->bf16 != 0][c->ybf16 != 0](c, task);
+            return;
+        }
+#endif
+        if (c->bf16) op_dw_nhwc_row(c, task, buf, 1);
+        else op_dw_nhwc_row(c, task, buf, 0);
         return;
     }
     const int64_t P = c->d->n * c->d->oc;
     const int64_t p0 = task * c->chunk, p1 = op_min64(P, p0 + c->chunk);
 #if defined(OP_HAS_AVX512)
-    if (c->direct3 == 2) {
-        if (c->bf16) op_dw3_flat_bf16(c, p0, p1);
-        else op_dw3_flat_f32(c, p0, p1);
+    if (c->direct3 >= 2) {
+        op_dw3_flat_kernels[c->direct3 - 2][c->bf16 != 0][c->ybf16 != 0](c, p0, p1, buf);
         return;
     }
     if (c->direct3) {
-        if (c->d->sw == 1) {
-            if (c->bf16) op_dw3_plane_s1_bf16(c, p0, p1);
-            else op_dw3_plane_s1_f32(c, p0, p1);
-        } else {
-            if (c->bf16) op_dw3_plane_s2_bf16(c, p0, p1);
-            else op_dw3_plane_s2_f32(c, p0, p1);
-        }
+        op_dw3_kernels[c->d->sw][c->bf16 != 0][c->ybf16 != 0](c, p0, p1);
         return;
     }
 #endif
-    float *buf = c->scratch + (size_t)tid * (size_t)c->scratch_elems;
     const int64_t OC = c->d->oc;
     int64_t n = p0 / OC, oc = p0 % OC;
     for (int64_t p = p0; p < p1; p++) {
@@ -418,18 +688,26 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
     }
 }
 
-int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
-                     const float *bias, float *y, int act, int nthreads)
+int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const void *w, int w_bf16,
+                     const float *bias, void *y, int y_bf16, int act, int nthreads)
 {
     if (d->n <= 0 || d->oh <= 0 || d->ow <= 0 || d->oc <= 0) return 1;
     op_dw_ctx c;
     c.d = d;
     c.x = x;
-    c.w = w;
+    float *wf = NULL;  /* bfloat16 weights widened once per call (the kernels read float32) */
+    if (w_bf16) {
+        const int64_t nw = d->oc * d->kh * d->kw;
+        wf = (float *)op_aligned_alloc(sizeof(float) * (size_t)nw);
+        if (!wf) return -1;
+        for (int64_t i = 0; i < nw; i++) wf[i] = op_bf16_to_f32_1(((const uint16_t *)w)[i]);
+    }
+    c.w = w_bf16 ? wf : (const float *)w;
     c.bias = bias;
     c.y = y;
     c.act = act;
     c.bf16 = x_bf16;
+    c.ybf16 = y_bf16;
     c.mult = d->oc / d->c;
     c.scratch = NULL;
     c.scratch_elems = 0;
@@ -438,8 +716,16 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const flo
     c.direct3 = !d->nhwc && d->kh == 3 && d->kw == 3 && d->dh == 1 && d->dw == 1 &&
                 d->sh == d->sw && (d->sw == 1 || d->sw == 2);
     if (c.direct3 && d->sw == 1 && d->pt == 1 && d->pl == 1 && d->oh == d->h && d->ow == d->w &&
-        d->w <= 8 && d->h * d->w <= 256)
-        c.direct3 = 2;  /* small plane (rows under half a vector), padding 1: the flat kernel */
+        d->h * d->w <= (x_bf16 ? OP_DW3_FLAT_MAX : OP_DW3_FLAT_MAX / 4))
+        /* padding 1, output the size of the input: the flat kernel up to 64x64 planes (measured
+           faster than the row kernel up to there), and further for bfloat16 input (the copy widens
+           each element once instead of at each of its nine taps) */
+        c.direct3 = 2;
+    if (c.direct3 == 1 && d->sw == 2 && d->ow < OP_DW3_S2_P && d->w + d->pl <= 2 * OP_DW3_S2_P &&
+        d->oh * OP_DW3_S2_P <= 16 * (int64_t)(sizeof c.fm0 / sizeof c.fm0[0]))
+        c.direct3 = 3;  /* short output rows: the phase-plane kernel */
+    if (d->nhwc && d->kh == 3 && d->kw == 3 && c.mult == 1 && d->dw == 1 && (d->sw == 1 || d->sw == 2))
+        c.direct3 = 4;  /* NHWC: channel-vector kernel */
 #endif
     const int64_t nplanes = d->n * d->oc, plane = d->oh * d->ow;
     const double flops = 2.0 * (double)nplanes * (double)plane * (double)(d->kh * d->kw);
@@ -455,15 +741,48 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const flo
     c.chunk = op_max64(1, 4096 / op_max64(1, plane));
     if (c.chunk > 1 && T > 1) c.chunk = op_max64(1, op_min64(c.chunk, nplanes / (4 * T)));
     const int64_t ntasks = d->nhwc ? units : op_cdiv64(nplanes, c.chunk);
+#if defined(OP_HAS_AVX512)
+    if (c.direct3 == 2) {
+        c.scratch_elems = op_dw3_flat_scratch(d->w, d->h * d->w);
+        int64_t col = 0;
+        for (int64_t b = 0; b < op_cdiv64(d->h * d->w, 16); b++) {
+            uint32_t m0 = 0, m2 = 0;
+            for (int l = 0; l < 16; l++, col = col + 1 == d->w ? 0 : col + 1) {
+                if (col != 0) m0 |= 1u << l;
+                if (col != d->w - 1) m2 |= 1u << l;
+            }
+            c.fm0[b] = (uint16_t)m0;
+            c.fm2[b] = (uint16_t)m2;
+        }
+    } else if (c.direct3 == 3) {
+        c.scratch_elems = op_dw3_s2_scratch(d->oh);
+        const int64_t G = d->oh * OP_DW3_S2_P;
+        for (int64_t b = 0; b < op_cdiv64(G, 16); b++) {
+            uint32_t m = 0;  /* grid lanes that are outputs: column < OW, index < G */
+            for (int l = 0; l < 16; l++)
+                if (b * 16 + l < G && (b * 16 + l) % OP_DW3_S2_P < d->ow) m |= 1u << l;
+            c.fm0[b] = (uint16_t)m;
+        }
+    }
+#endif
     if (!d->nhwc && !c.direct3) {
         c.hp = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1;
         const int64_t wp = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
         c.wq = op_cdiv64(wp, d->sw);
-        c.scratch_elems = op_roundup64(c.hp * d->sw * c.wq + d->oh * c.wq, 16);  /* + grid acc */
+        /* + grid accumulator + bfloat16 output row */
+        c.scratch_elems = op_roundup64(c.hp * d->sw * c.wq + d->oh * c.wq + d->ow, 16);
+    } else if (d->nhwc && y_bf16 && c.direct3 != 4) {
+        c.scratch_elems = op_roundup64(d->oc, 16);
+    }
+    if (c.scratch_elems) {
         c.scratch = (float *)op_aligned_alloc(sizeof(float) * (size_t)(c.scratch_elems * T));
-        if (!c.scratch) return -1;
+        if (!c.scratch) {
+            op_aligned_free(wf);
+            return -1;
+        }
     }
     const int used = op_parallel_for((int)T, ntasks, op_dw_task, &c);
     op_aligned_free(c.scratch);
+    op_aligned_free(wf);
     return used;
 }

@@ -425,7 +425,7 @@ class _Plan:
     options, ISA level): built once by the checked path, reused by ``_conv``'s fast path."""
     __slots__ = ("x4shape", "xmode", "wmode", "native", "algo", "nhwc", "code", "out_dt", "yshape",
                  "ysize", "row", "dtype_name", "lib", "ffi", "desc", "blk", "fn", "wtype", "nd",
-                 "unbatched", "activation", "x_bf16", "dts", "text")
+                 "unbatched", "activation", "x_bf16", "dts", "text", "dw_wbits", "dw_ybf16")
 
 
 def _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc, code, out_dt,
@@ -481,13 +481,59 @@ def _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc
         pl.fn = lib.op_conv2d_dw_f32
     else:
         pl.fn = lib.op_conv2d_f32
+    # depthwise: bfloat16 weights go in as bits (widened by the kernel), and the kernel rounds a
+    # bfloat16 output itself in its write-out; the others write float32, rounded afterwards by
+    # op_conv_f32_to_bf16
+    pl.dw_wbits = algo == "depthwise" and w.dtype == _BF16
+    pl.dw_ybf16 = algo == "depthwise" and out_dt == _BF16
     pl.dts = ("bf16" if x_bf16 else "f32") + ":f32:" + ("bf16" if out_dt == _BF16 else "f32")
     pl.text = describe(d) + (",nhwc" if nhwc else "")
     return pl
 
 
+def _run_dw(pl, x, w, b):
+    """``_run_plan`` for depthwise plans (the per-call work kept to a minimum: small layers run in
+    tens of microseconds)."""
+    xm = pl.xmode
+    if xm == 0:
+        xk = np.ascontiguousarray(x, _F32)
+    elif xm == 1:
+        xk = np.ascontiguousarray(x).view(np.uint16)
+    else:
+        xk = np.ascontiguousarray(x, _F32).astype(_BF16).view(np.uint16)
+    # weight (OC, 1, KH, KW) -> NCHW (OC, KH, KW); NHWC (KH, KW, OC)
+    if pl.dw_wbits:
+        wk = w.view(np.uint16)[:, 0]
+    else:
+        wk = np.asarray(w, _F32)[:, 0]
+        if pl.wmode == 2:
+            wk = wk.astype(_BF16).astype(_F32)
+    if pl.nhwc:
+        wk = wk.transpose(1, 2, 0)
+    wk = np.ascontiguousarray(wk)
+    ffi = pl.ffi
+    ybf16 = pl.dw_ybf16
+    y = np.empty(pl.yshape, np.uint16 if ybf16 else _F32)
+    verbose = _verbose.enabled()
+    t0 = time.perf_counter() if verbose else 0.0
+    used = pl.fn(pl.desc, ffi.from_buffer(xk), pl.x_bf16, ffi.from_buffer(wk), pl.dw_wbits,
+                 ffi.NULL if b is None else ffi.from_buffer("float[]", np.ascontiguousarray(b, _F32)),
+                 ffi.from_buffer(y), ybf16, pl.code, _threads.get_num_threads())
+    _stats.record("conv2d", pl.dtype_name, pl.row.level)
+    if used < 0:
+        raise MemoryError(f"{pl.row.name}: could not allocate scratch for conv {describe(pl.desc)}")
+    if ybf16:
+        y = y.view(_BF16)
+    if verbose:
+        _verbose.emit("conv2d", pl.dts, pl.row.level, f"{pl.row.name}({pl.algo})", pl.text, used,
+                      time.perf_counter() - t0)
+    return y
+
+
 def _run_plan(pl, x, w, b):
     """One kernel call of a plan on 4-D x / w (shapes and dtypes as when the plan was made)."""
+    if pl.algo == "depthwise":
+        return _run_dw(pl, x, w, b)
     xm = pl.xmode
     if xm == 0:
         xk = np.ascontiguousarray(x, _F32)
@@ -504,9 +550,6 @@ def _run_plan(pl, x, w, b):
         w32 = np.asarray(w, _F32)
         if wm == 2:
             w32 = w32.astype(_BF16).astype(_F32)
-        if pl.algo == "depthwise":
-            # (OC, 1, KH, KW) -> NCHW (OC, KH, KW); NHWC (KH, KW, OC)
-            w32 = w32[:, 0].transpose(1, 2, 0) if pl.nhwc else w32[:, 0]
         wk = np.ascontiguousarray(w32)
     ffi = pl.ffi
     y = np.empty(pl.yshape, _F32)
@@ -519,8 +562,6 @@ def _run_plan(pl, x, w, b):
     yp = ffi.from_buffer("float[]", y)
     if pl.native:
         used = pl.fn(pl.desc, ffi.from_buffer("uint16_t[]", xk), wp, bp, yp, pl.code, pl.blk, nthreads)
-    elif pl.algo == "depthwise":
-        used = pl.fn(pl.desc, xp, pl.x_bf16, wp, bp, yp, pl.code, nthreads)
     else:
         used = pl.fn(pl.desc, xp, pl.x_bf16, wp, bp, yp, pl.code, pl.blk, nthreads)
     _stats.record("conv2d", pl.dtype_name, pl.row.level)
