@@ -460,24 +460,26 @@ def test_host_levels_and_permission(host):
     print("\n" + host.summary())
 
 
-def test_host_import_cost():
+def test_host_probe_stays_light():
+    """The probe path imports no kernel module and no py-cpuinfo (which spawns work): what import
+    and first use cost is checked by what they load, not by a clock (shared hosts are noisy)."""
     if not IS_X86:
         pytest.skip("not an x86 host")
     code = (
-        "import time\n"
-        "import numpy\n"
-        "t = time.perf_counter()\n"
+        "import sys\n"
         "import onepath.dispatch.cpu as c\n"
         "c.probe()\n"
-        "print(time.perf_counter() - t)\n"
+        "import onepath\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith(('onepath', 'cpuinfo', 'torch')))))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    best = float("inf")
-    for _ in range(3):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                             cwd=str(ROOT))
-        if out.returncode != 0 and "_op_probe" in out.stderr:
-            pytest.skip("probe extension not built")
-        assert out.returncode == 0, out.stderr
-        best = min(best, float(out.stdout.strip().splitlines()[-1]))
-    assert best < 0.050, f"import onepath.dispatch.cpu + probe() took {best * 1e3:.1f} ms"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=str(ROOT))
+    if out.returncode != 0 and "_op_probe" in out.stderr:
+        pytest.skip("probe extension not built")
+    assert out.returncode == 0, out.stderr
+    mods = out.stdout.split()
+    assert "onepath.kernels._op_probe" in mods
+    heavy = [m for m in mods if m.startswith(("cpuinfo", "torch", "onepath.kernels._op_", "onepath.bench"))
+             and not m.startswith("onepath.kernels._op_probe")]
+    assert not heavy, f"the probe / import pulled in {heavy}"
