@@ -490,17 +490,31 @@ XP_CASES = [
 ]
 
 
+# NHWC only: the padded-copy A pack (runs of C/g per tap, or of KW*C per kernel row when dw == 1 and
+# groups == 1) cut into 32-depth blocks, copy or no copy of the input
+NHWC_CASES = [
+    (1, 3, 9, 9, 5, 7, 7, 2, 3, 1, 1),                          # conv1-like: runs of 21 across blocks
+    (1, 35, 7, 8, 9, 3, 3, 1, 1, 1, 1),                         # odd C > 32: runs straddle blocks
+    (2, 64, 6, 5, 33, 3, 3, 2, 1, 1, 1),                        # C a multiple of 32: one load a block
+    (1, 12, 9, 10, 6, 3, 3, 1, 0, (1, 2), 3),                   # grouped, dilated width, no copy
+    (1, 6, 8, 9, 4, 2, 3, (1, 2), 0, 1, 1),                     # unpadded, strided: no copy
+    (2, 7, 6, 7, 5, 1, 1, 2, 0, 1, 1),                          # 1x1 strided, odd C
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("dtype", [np.float32, bfloat16])
-@pytest.mark.parametrize("case", XP_CASES, ids=lambda c: "x".join(map(str, c[:7])))
-def test_conv2d_nchw_pretransformed(level, case, dtype):
-    run_case(*case, dtype=dtype)
+@pytest.mark.parametrize("case", XP_CASES + NHWC_CASES, ids=lambda c: "x".join(map(str, c[:7])))
+def test_conv2d_pretransformed(level, case, dtype, layout):
+    run_case(*case, dtype=dtype, layout=layout)
     if case[0] == 1 and case[10] == 1:
-        run_case(*case, dtype=dtype, bias=False, activation="relu", seed=2)
+        run_case(*case, dtype=dtype, layout=layout, bias=False, activation="relu", seed=2)
 
 
-@pytest.mark.parametrize("case", XP_CASES, ids=lambda c: "x".join(map(str, c[:7])))
-def test_conv2d_nchw_pretransformed_amx_emulated(case):
-    """The same problems through the amx_emu build (portable pack of the pre-transformed input)."""
+@pytest.mark.parametrize("nhwc", [0, 1])
+@pytest.mark.parametrize("case", XP_CASES + NHWC_CASES, ids=lambda c: "x".join(map(str, c[:7])))
+def test_conv2d_pretransformed_amx_emulated(case, nhwc):
+    """The same problems through the amx_emu build (portable packs of the pre-transformed input)."""
     from onepath.kernels import load
     n, c, h, w, oc, kh, kw, s, p, dl, g = case
     st2 = (s, s) if isinstance(s, int) else tuple(s)
@@ -520,10 +534,10 @@ def test_conv2d_nchw_pretransformed_amx_emulated(case):
     d.sh, d.sw = st2
     d.pt, d.pl = pads[0][0], pads[1][0]
     d.dh, d.dw = dl2
-    d.groups, d.nhwc = g, 0
-    xin = np.ascontiguousarray(x).view(np.uint16)
+    d.groups, d.nhwc = g, nhwc
+    xin = np.ascontiguousarray(x.transpose(0, 2, 3, 1) if nhwc else x).view(np.uint16)
     wk = np.ascontiguousarray(wt).view(np.uint16)
-    y = np.empty((n, oc, oh, ow), np.float32)
+    y = np.empty((n, oh, ow, oc) if nhwc else (n, oc, oh, ow), np.float32)
     used = lib.op_conv2d_bf16(d, ffi.cast("const uint16_t *", xin.ctypes.data),
                               ffi.cast("const uint16_t *", wk.ctypes.data),
                               ffi.cast("const float *", b.ctypes.data), ffi.cast("float *", y.ctypes.data),
@@ -531,4 +545,5 @@ def test_conv2d_nchw_pretransformed_amx_emulated(case):
     assert used >= 1
     ref = reference_conv2d(x, wt, b, st2, pads, dl2, g)
     tol = _bound(x.astype(np.float32), wt.astype(np.float32), b, st2, pads, dl2, g)
-    assert np.all(np.abs(y - ref) <= tol)
+    got = y.transpose(0, 3, 1, 2) if nhwc else y
+    assert np.all(np.abs(got - ref) <= tol)

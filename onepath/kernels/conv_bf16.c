@@ -24,7 +24,6 @@ typedef struct {
     const uint16_t *x;
     int64_t cg, ocg;
     int64_t g0;
-    int mr;           /* A micro-panel rows of the ops in use (NHWC A pack) */
 } op_convb_geo;
 
 OP_INLINE void op_convb_entry(const op_convb_geo *q, int64_t bi, int64_t *n, int64_t *g)
@@ -122,70 +121,6 @@ static void op_conv_pack_b_nchw_k32(const op_gemm_args *g, int64_t bi, int64_t p
     }
 }
 
-/* NHWC implicit A, depth order (kh, kw, c): MR-row micro-panels of 32-depth blocks,
-   a[(kb*MR + i)*32 + t] = A[i0 + ir + i][p0 + kb*32 + t]. */
-static void op_conv_pack_a_nhwc_k32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc,
-                                    int64_t p0, int64_t kc, int64_t kcp, void *dst)
-{
-    const op_convb_geo *q = (const op_convb_geo *)g->user;
-    const op_conv_desc *d = q->d;
-    const int MR = q->mr;
-    int64_t n, gi;
-    op_convb_entry(q, bi, &n, &gi);
-    const int64_t cg = q->cg, C = d->c, H = d->h, W = d->w, OW = d->ow;
-    uint16_t *D = (uint16_t *)dst;
-    for (int64_t ir = 0; ir < mc; ir += MR, D += MR * kcp) {
-        const int mr = (int)op_min64(MR, mc - ir);
-        for (int i = 0; i < MR; i++) {
-            if (i >= mr) {
-                for (int64_t kb = 0; kb * 32 < kcp; kb++) memset(D + (kb * MR + i) * 32, 0, 64);
-                continue;
-            }
-            const int64_t pix = i0 + ir + i, oh = pix / OW, ow = pix % OW;
-            const int64_t ihb = oh * d->sh - d->pt, iwb = ow * d->sw - d->pl;
-            int64_t tap = p0 / cg, c = p0 % cg;
-            for (int64_t kb = 0; kb * 32 < kcp; kb++) {
-                uint16_t *row = D + (kb * MR + i) * 32;
-                const int klen = (int)op_max64(0, op_min64(32, kc - kb * 32));
-                int t = 0;
-                while (t < klen) {
-                    const int run = (int)op_min64(cg - c, klen - t);
-                    const int64_t ki = tap / d->kw, kj = tap % d->kw;
-                    const int64_t ih = ihb + ki * d->dh, iw = iwb + kj * d->dw;
-                    if (ih >= 0 && ih < H && iw >= 0 && iw < W)
-                        memcpy(row + t, q->x + ((n * H + ih) * W + iw) * C + gi * cg + c, (size_t)run * 2);
-                    else
-                        memset(row + t, 0, (size_t)run * 2);
-                    t += run;
-                    c += run;
-                    if (c == cg) {
-                        c = 0;
-                        tap++;
-                    }
-                }
-                if (t < 32) memset(row + t, 0, (size_t)(32 - t) * 2);
-            }
-        }
-    }
-}
-
-typedef struct {
-    const uint16_t *w;
-    uint16_t *wr;
-    int64_t cg, khw;
-} op_convb_wr_ctx;
-
-/* (OC, C/g, KH, KW) -> (OC, KH, KW, C/g), one output channel per task */
-static void op_convb_wr_task(void *ctx, int64_t oc, int tid)
-{
-    (void)tid;
-    const op_convb_wr_ctx *x = (const op_convb_wr_ctx *)ctx;
-    const int64_t K = x->cg * x->khw;
-    const uint16_t *s = x->w + oc * K;
-    uint16_t *o = x->wr + oc * K;
-    for (int64_t c = 0; c < x->cg; c++)
-        for (int64_t t = 0; t < x->khw; t++) o[t * x->cg + c] = s[c * x->khw + t];
-}
 /* ---------------------------------------------------------------- NCHW over a pre-transformed input
 
    The input is rewritten once per call into Xp[e][cp][a][b][Hs][Ws] of channel pairs (one uint32:
@@ -388,6 +323,81 @@ static void op_convx_wr_task(void *ctx, int64_t oc, int tid)
     }
 }
 
+/* ---------------------------------------------------------------- the GEMM calls
+
+   One bfloat16 convolution GEMM through op_bf16_run: one driver call per group when the groups
+   carry a bias (the epilogue's bias pointer is per call), else one call over all (image, group)
+   entries. *g0 (in the pack geometry behind `user`) is set to the group of the call, or -1.
+     NCHW: C[oc][pixel] = W[oc][k] * B[k][pixel], A = the weight (k_w = row length, k = k_w), B = x
+           (read in place by op_pack_b_k32 only for a 1x1 stride-1 unpadded convolution);
+     NHWC: C[pixel][oc] = A[pixel][k] * W^T, B = the weight transposed (rsb = 1, csb = k_w), A = x
+           (read in place by the kernels' own A pack only for the 1x1 stride-1 unpadded case).
+   Packs that gather through `user` ignore the in-place operand. */
+static int op_convb_gemm(const op_conv_desc *d, const op_gemm_ops *ops, int amx, const void *user,
+                         int64_t *g0, const uint16_t *x, const uint16_t *w, int64_t k_w,
+                         const float *bias, int act, float *y, const op_blocking *blk, int nthreads)
+{
+    const int64_t G = d->groups, cg = d->c / G, ocg = d->oc / G;
+    const int64_t ohw = d->oh * d->ow, hw = d->h * d->w;
+    const int per_group = G > 1 && bias != NULL;
+    const int64_t calls = per_group ? G : 1;
+    const int64_t batch = per_group ? d->n : d->n * G;
+    int64_t *offs = (int64_t *)malloc(sizeof(int64_t) * (size_t)(3 * batch));
+    if (!offs) return -1;
+    int64_t *xo = offs, *wo = offs + batch, *yo = offs + 2 * batch;
+    int used = 1;
+    for (int64_t call = 0; call < calls; call++) {
+        *g0 = per_group ? call : -1;
+        for (int64_t bi = 0; bi < batch; bi++) {
+            const int64_t n = per_group ? bi : bi / G, gi = per_group ? call : bi % G;
+            xo[bi] = d->nhwc ? n * hw * d->c + gi * cg : (n * d->c + gi * cg) * hw;
+            wo[bi] = gi * ocg * k_w;
+            yo[bi] = d->nhwc ? n * ohw * d->oc + gi * ocg : (n * d->oc + gi * ocg) * ohw;
+        }
+        op_epilogue epi;
+        epi.bias = bias ? bias + (per_group ? call * ocg : 0) : NULL;
+        epi.bias_stride = 1;
+        epi.bias_axis = d->nhwc ? 1 : 0;
+        epi.act = act;
+        op_gemm_args g;
+        memset(&g, 0, sizeof g);
+        g.batch = batch;
+        g.k = k_w;
+        g.epi = (bias || act != OP_ACT_NONE) ? &epi : NULL;
+        g.user = user;
+        int r;
+        if (d->nhwc) {
+            g.m = ohw; g.n = ocg;
+            g.a = x; g.a_off = xo; g.rsa = d->c; g.csa = 1;
+            g.b = w; g.b_off = wo; g.rsb = 1; g.csb = k_w;
+            r = op_bf16_run(ops, &g, amx, y, yo, d->oc, 1, 0, blk, nthreads);
+        } else {
+            g.m = ocg; g.n = ohw;
+            g.a = w; g.a_off = wo; g.rsa = k_w; g.csa = 1;
+            g.b = x; g.b_off = xo; g.rsb = hw; g.csb = 1;
+            r = op_bf16_run(ops, &g, amx, y, yo, ohw, 1, 0, blk, nthreads);
+        }
+        if (r < 0) {
+            used = r;
+            break;
+        }
+        if (r > used) used = r;
+    }
+    free(offs);
+    return used;
+}
+
+/* The weight reordered to (OC, KH, KW, cgp) (op_convx_wr_task), or NULL on allocation failure. */
+static uint16_t *op_convb_reorder_w(const op_conv_desc *d, const uint16_t *w, int64_t cgp, int nthreads)
+{
+    const int64_t cg = d->c / d->groups, khw = d->kh * d->kw, Kp = khw * cgp;
+    uint16_t *wr = (uint16_t *)op_aligned_alloc(sizeof(uint16_t) * (size_t)(d->oc * Kp));
+    if (!wr) return NULL;
+    op_convx_wr_ctx wc = {w, wr, cg, cgp, khw, d->oc};
+    op_parallel_for(d->oc * Kp >= (1 << 18) ? nthreads : 1, d->oc, op_convx_wr_task, &wc);
+    return wr;
+}
+
 /* NCHW bf16 over the pre-transformed input (above). Returns 0 when the transform does not apply. */
 static int op_conv2d_bf16_xp(const op_conv_desc *d, const uint16_t *x, const uint16_t *w,
                              const float *bias, float *y, int act, const op_blocking *blk, int nthreads)
@@ -408,69 +418,199 @@ static int op_conv2d_bf16_xp(const op_conv_desc *d, const uint16_t *x, const uin
     ops.b_prepacked = 0;
     ops.pack_b = op_conv_pack_b_nchw_xp;
     uint32_t *xp = (uint32_t *)op_aligned_alloc(sizeof(uint32_t) * (size_t)(entries * cph * plane_c));
-    uint16_t *wr = (uint16_t *)op_aligned_alloc(sizeof(uint16_t) * (size_t)(d->oc * Kp));
+    uint16_t *wr = op_convb_reorder_w(d, w, cgp, nthreads);
     int64_t *tapoff = (int64_t *)malloc(sizeof(int64_t) * (size_t)khw);
-    const int per_group = G > 1 && bias != NULL;
-    const int64_t calls = per_group ? G : 1;
-    const int64_t batch = per_group ? d->n : entries;
-    int64_t *offs = (int64_t *)malloc(sizeof(int64_t) * (size_t)(3 * batch));
-    int used = 1;
-    if (!xp || !wr || !tapoff || !offs) {
-        used = -1;
-        goto done;
-    }
-    {
+    int used = -1;
+    if (xp && wr && tapoff) {
         op_convx_fill_ctx fc = {d, x, xp, cg, cph, hs, ws};
-        const int64_t tasks = entries * cph;
-        op_parallel_for(entries * cph * plane_c >= (1 << 16) ? nthreads : 1, tasks, op_convx_fill_task, &fc);
-        op_convx_wr_ctx wc = {w, wr, cg, cgp, khw, d->oc};
-        op_parallel_for(d->oc * Kp >= (1 << 18) ? nthreads : 1, d->oc, op_convx_wr_task, &wc);
+        op_parallel_for(entries * cph * plane_c >= (1 << 16) ? nthreads : 1, entries * cph,
+                        op_convx_fill_task, &fc);
+        op_convx_phases(d, &hs, &ws, tapoff);
+        op_convx_geo q;
+        q.d = d;
+        q.xp = xp;
+        q.cph = cph;
+        q.hs = hs;
+        q.ws = ws;
+        q.plane_c = plane_c;
+        q.tapoff = tapoff;
+        op_blocking bx;
+        used = op_convb_gemm(d, &ops, amx, &q, &q.g0, x, wr, Kp, bias, act, y,
+                             op_convx_blk(blk, &ops, &bx), nthreads);
     }
-    op_convx_phases(d, &hs, &ws, tapoff);
-    op_convx_geo q;
-    q.d = d;
-    q.xp = xp;
-    q.cph = cph;
-    q.hs = hs;
-    q.ws = ws;
-    q.plane_c = plane_c;
-    q.tapoff = tapoff;
-    int64_t *wo = offs + batch, *yo = offs + 2 * batch;
-    op_blocking bx;
-    for (int64_t call = 0; call < calls; call++) {
-        q.g0 = per_group ? call : -1;
-        for (int64_t bi = 0; bi < batch; bi++) {
-            const int64_t n = per_group ? bi : bi / G, gi = per_group ? call : bi % G;
-            offs[bi] = 0;
-            wo[bi] = gi * ocg * Kp;
-            yo[bi] = (n * d->oc + gi * ocg) * ohw;
-        }
-        op_epilogue epi;
-        epi.bias = bias ? bias + (per_group ? call * ocg : 0) : NULL;
-        epi.bias_stride = 1;
-        epi.bias_axis = 0;
-        epi.act = act;
-        op_gemm_args g;
-        memset(&g, 0, sizeof g);
-        g.batch = batch;
-        g.k = Kp;
-        g.epi = (bias || act != OP_ACT_NONE) ? &epi : NULL;
-        g.user = &q;
-        g.m = ocg; g.n = ohw;
-        g.a = wr; g.a_off = wo; g.rsa = Kp; g.csa = 1;
-        g.b = xp; g.b_off = offs; g.rsb = 0; g.csb = 1;    /* never read: pack_b uses q */
-        const int r = op_bf16_run(&ops, &g, amx, y, yo, ohw, 1, 0, op_convx_blk(blk, &ops, &bx), nthreads);
-        if (r < 0) {
-            used = r;
-            break;
-        }
-        if (r > used) used = r;
-    }
-done:
-    free(offs);
     free(tapoff);
     op_aligned_free(wr);
     op_aligned_free(xp);
+    return used;
+}
+
+/* ---------------------------------------------------------------- NHWC over a padded input
+
+   C[pixel][oc] = A[pixel][(kh,kw,c)] * Wr^T with the weight reordered to (OC, KH, KW, C/g). The input
+   is read through a zero-padded NHWC copy Xq[n][hq][wq][C] covering every tap of every output pixel
+   (made once per call; x itself when the convolution needs no padding), so the depths of a pixel
+   are, with no border tests, a fixed sequence of contiguous "runs" at fixed offsets from the pixel's
+   first tap: one run of C/g channels per tap, or, when dw == 1 and groups == 1, one run of KW*C
+   elements per kernel row (a kernel row of taps is a contiguous piece of a padded input row: conv1's
+   C = 3, KW = 7 gives runs of 21 instead of 7 runs of 3). The runs are cut once per call into the
+   32-depth blocks of the k32 layout: each block is a list of segments (lanes [t0, t0+len) read from
+   the pixel's address + off), the same for every pixel, so a packed A row is one masked 64-byte load
+   per segment (a single full load when C/g is a multiple of 32). */
+typedef struct {
+    int32_t t0, len;      /* lanes of the 32-depth block */
+    uint32_t mask;        /* the lanes as a bit mask */
+    int64_t off;          /* source offset from the pixel's first tap, in elements */
+} op_convq_seg;
+
+typedef struct {
+    const op_conv_desc *d;
+    const uint16_t *xq;
+    int64_t rs, is;               /* row and image strides of xq in elements (pixel stride: C) */
+    int64_t g0;
+    int mr;                       /* A micro-panel rows of the ops in use */
+    int64_t nblk;                 /* 32-depth blocks of K */
+    const int64_t *bseg;          /* block kb: segments bseg[kb] .. bseg[kb + 1] - 1 */
+    const op_convq_seg *seg;
+} op_convq_geo;
+
+typedef struct {
+    const op_conv_desc *d;
+    const uint16_t *x;
+    uint16_t *xq;
+    int64_t hq, wq;
+} op_convq_fill_ctx;
+
+/* one task = one padded row (n, r) of Xq */
+static void op_convq_fill_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_convq_fill_ctx *f = (const op_convq_fill_ctx *)ctx;
+    const op_conv_desc *d = f->d;
+    const int64_t C = d->c, n = task / f->hq, ih = task % f->hq - d->pt;
+    uint16_t *o = f->xq + task * f->wq * C;
+    if (ih < 0 || ih >= d->h) {
+        memset(o, 0, (size_t)(f->wq * C) * 2);
+        return;
+    }
+    const int64_t s0 = op_min64(d->pl, f->wq), s1 = op_min64(d->pl + d->w, f->wq);
+    memset(o, 0, (size_t)(s0 * C) * 2);
+    memcpy(o + s0 * C, f->x + ((n * d->h + ih) * d->w) * C, (size_t)((s1 - s0) * C) * 2);
+    memset(o + s1 * C, 0, (size_t)((f->wq - s1) * C) * 2);
+}
+
+/* Cuts the runs of K into the segments of each 32-depth block; returns the block count. */
+static int64_t op_convq_plan(const op_conv_desc *d, int64_t rs, int64_t *bseg, op_convq_seg *seg)
+{
+    const int64_t cg = d->c / d->groups;
+    const int joint = d->dw == 1 && d->groups == 1;
+    const int64_t L = joint ? d->kw * cg : cg, nruns = joint ? d->kh : d->kh * d->kw;
+    const int64_t nblk = op_cdiv64(L * nruns, 32);
+    int64_t ns = 0, r = 0, c = 0;
+    for (int64_t kb = 0; kb < nblk; kb++) {
+        bseg[kb] = ns;
+        for (int t = 0; t < 32 && r < nruns;) {
+            const int len = (int)op_min64(L - c, 32 - t);
+            const int64_t ki = joint ? r : r / d->kw, kj = joint ? 0 : r % d->kw;
+            seg[ns].t0 = t;
+            seg[ns].len = len;
+            seg[ns].mask = (uint32_t)((((uint64_t)1 << len) - 1) << t);
+            seg[ns].off = ki * d->dh * rs + kj * d->dw * d->c + c;
+            ns++;
+            t += len;
+            c += len;
+            if (c == L) {
+                c = 0;
+                r++;
+            }
+        }
+    }
+    bseg[nblk] = ns;
+    return nblk;
+}
+
+/* A of the NHWC GEMM: MR-row micro-panels of 32-depth blocks, a[(kb*MR + i)*32 + t] =
+   A[i0 + ir + i][p0 + kb*32 + t] (p0 is a multiple of 32: the driver's kc is rounded to k_align). */
+static void op_conv_pack_a_nhwc_q(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc,
+                                  int64_t p0, int64_t kc, int64_t kcp, void *dst)
+{
+    (void)kc;
+    const op_convq_geo *q = (const op_convq_geo *)g->user;
+    const op_conv_desc *d = q->d;
+    const int MR = q->mr;
+    const int64_t G = d->groups, n = q->g0 >= 0 ? bi : bi / G, gi = q->g0 >= 0 ? q->g0 : bi % G;
+    const uint16_t *xe = q->xq + n * q->is + gi * (d->c / G);
+    const int64_t OW = d->ow, C = d->c, kb0 = p0 / 32, nkb = kcp / 32;
+    uint16_t *D = (uint16_t *)dst;
+    for (int64_t ir = 0; ir < mc; ir += MR, D += MR * kcp) {
+        const int mr = (int)op_min64(MR, mc - ir);
+        for (int i = 0; i < MR; i++) {
+            const int64_t pix = i0 + ir + i, oh = pix / OW, ow = pix % OW;
+            const uint16_t *px = xe + oh * d->sh * q->rs + ow * d->sw * C;
+            for (int64_t kb = 0; kb < nkb; kb++) {
+                uint16_t *row = D + (kb * MR + i) * 32;
+                const int64_t b = kb0 + kb;
+                if (i >= mr || b >= q->nblk) {
+                    memset(row, 0, 64);
+                    continue;
+                }
+                const op_convq_seg *s = q->seg + q->bseg[b], *e = q->seg + q->bseg[b + 1];
+#if defined(OP_HAS_AVX512)
+                __m512i v = _mm512_setzero_si512();
+                for (; s < e; s++)
+                    v = _mm512_mask_loadu_epi16(v, (__mmask32)s->mask, (const void *)(px + s->off - s->t0));
+                _mm512_storeu_si512((void *)row, v);
+#else
+                memset(row, 0, 64);
+                for (; s < e; s++) memcpy(row + s->t0, px + s->off, (size_t)s->len * 2);
+#endif
+            }
+        }
+    }
+}
+
+/* NHWC bf16 over the padded input (above), every NHWC convolution but the 1x1 stride-1 unpadded one. */
+static int op_conv2d_bf16_nhwc(const op_conv_desc *d, const uint16_t *x, const uint16_t *w,
+                               const float *bias, float *y, int act, const op_blocking *blk, int nthreads)
+{
+    const int64_t G = d->groups, cg = d->c / G, khw = d->kh * d->kw, K = khw * cg, C = d->c;
+    const int64_t hq = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1;
+    const int64_t wq = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
+    const int copy = d->pt > 0 || d->pl > 0 || hq > d->h || wq > d->w;
+    int amx = 0;
+    op_gemm_ops ops = *op_bf16_pick(d->oh * d->ow, &amx);
+    ops.direct_b = 0;
+    ops.b_prepacked = 0;
+    ops.pack_a = op_conv_pack_a_nhwc_q;
+    const int64_t nblk = op_cdiv64(K, 32), nruns = khw;
+    uint16_t *xq = copy ? (uint16_t *)op_aligned_alloc(sizeof(uint16_t) * (size_t)(d->n * hq * wq * C)) : NULL;
+    uint16_t *wr = khw > 1 ? op_convb_reorder_w(d, w, cg, nthreads) : NULL;
+    int64_t *bseg = (int64_t *)malloc(sizeof(int64_t) * (size_t)(nblk + 1));
+    op_convq_seg *seg = (op_convq_seg *)malloc(sizeof(op_convq_seg) * (size_t)(nblk + nruns));
+    int used = -1;
+    if ((xq || !copy) && (wr || khw == 1) && bseg && seg) {
+        op_convq_geo q;
+        q.d = d;
+        if (copy) {
+            op_convq_fill_ctx fc = {d, x, xq, hq, wq};
+            op_parallel_for(d->n * hq * wq * C >= (1 << 16) ? nthreads : 1, d->n * hq, op_convq_fill_task, &fc);
+            q.xq = xq;
+            q.rs = wq * C;
+            q.is = hq * wq * C;
+        } else {
+            q.xq = x;
+            q.rs = d->w * C;
+            q.is = d->h * d->w * C;
+        }
+        q.mr = ops.mr;
+        q.nblk = op_convq_plan(d, q.rs, bseg, seg);
+        q.bseg = bseg;
+        q.seg = seg;
+        used = op_convb_gemm(d, &ops, amx, &q, &q.g0, x, wr ? wr : w, K, bias, act, y, blk, nthreads);
+    }
+    free(seg);
+    free(bseg);
+    op_aligned_free(wr);
+    op_aligned_free(xq);
     return used;
 }
 
@@ -479,12 +619,11 @@ done:
 int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, const float *bias,
                    float *y, int act, const op_blocking *blk, int nthreads)
 {
-    const int64_t G = d->groups, cg = d->c / G, ocg = d->oc / G;
-    const int64_t ohw = d->oh * d->ow, hw = d->h * d->w, K = cg * d->kh * d->kw;
+    const int64_t G = d->groups, ocg = d->oc / G;
+    const int64_t ohw = d->oh * d->ow, K = d->c / G * d->kh * d->kw;
     if (d->n <= 0 || ohw <= 0 || d->oc <= 0) return 1;
 #if !defined(OP_BF16_NATIVE)
     (void)ocg;
-    (void)hw;
     float *wf = (float *)op_aligned_alloc(sizeof(float) * (size_t)(d->oc * K));
     if (!wf) return -1;
     for (int64_t i = 0; i < d->oc * K; i++) wf[i] = op_bf16_to_f32_1(w[i]);
@@ -494,84 +633,23 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
 #else
     const int inplace = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 &&
                         d->pl == 0 && d->oh == d->h && d->ow == d->w;
+    if (!inplace) {
+        if (d->nhwc) return op_conv2d_bf16_nhwc(d, x, w, bias, y, act, blk, nthreads);
+        const int r = op_conv2d_bf16_xp(d, x, w, bias, y, act, blk, nthreads);
+        if (r != 0) return r;
+    }
+    /* a 1x1 stride-1 unpadded convolution (a plain GEMM on x), or NCHW in the weight's own depth
+       order (c, kh, kw) with the input gathered by op_conv_pack_b_nchw_k32 */
     int amx = 0;
     op_gemm_ops ops = *op_bf16_pick(d->nhwc ? ohw : ocg, &amx);
     ops.direct_b = 0;
     ops.b_prepacked = 0;
-    uint16_t *wr = NULL;
-    const uint16_t *wb = w;
-    if (!inplace) {
-        if (d->nhwc) {
-            ops.pack_a = op_conv_pack_a_nhwc_k32;
-            if (d->kh * d->kw > 1) {
-                wr = (uint16_t *)op_aligned_alloc(sizeof(uint16_t) * (size_t)(d->oc * K));
-                if (!wr) return -1;
-                op_convb_wr_ctx wc = {w, wr, cg, d->kh * d->kw};
-                op_parallel_for(d->oc * K >= (1 << 18) ? nthreads : 1, d->oc, op_convb_wr_task, &wc);
-                wb = wr;
-            }
-        } else {
-            const int r = op_conv2d_bf16_xp(d, x, w, bias, y, act, blk, nthreads);
-            if (r != 0) return r;
-            ops.pack_b = op_conv_pack_b_nchw_k32;
-        }
-    }
-    const int per_group = G > 1 && bias != NULL;
-    const int64_t calls = per_group ? G : 1;
-    const int64_t batch = per_group ? d->n : d->n * G;
-    int64_t *offs = (int64_t *)malloc(sizeof(int64_t) * (size_t)(3 * batch));
-    if (!offs) {
-        op_aligned_free(wr);
-        return -1;
-    }
-    int64_t *xo = offs, *wo = offs + batch, *yo = offs + 2 * batch;
+    if (!inplace) ops.pack_b = op_conv_pack_b_nchw_k32;
     op_convb_geo q;
     q.d = d;
     q.x = x;
-    q.cg = cg;
+    q.cg = d->c / G;
     q.ocg = ocg;
-    q.mr = ops.mr;
-    int used = 1;
-    for (int64_t call = 0; call < calls; call++) {
-        q.g0 = per_group ? call : -1;
-        for (int64_t bi = 0; bi < batch; bi++) {
-            int64_t n, gi;
-            op_convb_entry(&q, bi, &n, &gi);
-            xo[bi] = d->nhwc ? n * hw * d->c + gi * cg : (n * d->c + gi * cg) * hw;
-            wo[bi] = gi * ocg * K;
-            yo[bi] = d->nhwc ? n * ohw * d->oc + gi * ocg : (n * d->oc + gi * ocg) * ohw;
-        }
-        op_epilogue epi;
-        epi.bias = bias ? bias + (per_group ? call * ocg : 0) : NULL;
-        epi.bias_stride = 1;
-        epi.bias_axis = d->nhwc ? 1 : 0;
-        epi.act = act;
-        op_gemm_args g;
-        memset(&g, 0, sizeof g);
-        g.batch = batch;
-        g.k = K;
-        g.epi = (bias || act != OP_ACT_NONE) ? &epi : NULL;
-        g.user = &q;
-        int r;
-        if (d->nhwc) {
-            g.m = ohw; g.n = ocg;
-            g.a = x; g.a_off = xo; g.rsa = d->c; g.csa = 1;   /* in place only when 1x1 */
-            g.b = wb; g.b_off = wo; g.rsb = 1; g.csb = K;      /* (OC, [KH, KW,] C/g) */
-            r = op_bf16_run(&ops, &g, amx, y, yo, d->oc, 1, 0, blk, nthreads);
-        } else {
-            g.m = ocg; g.n = ohw;
-            g.a = w; g.a_off = wo; g.rsa = K; g.csa = 1;
-            g.b = x; g.b_off = xo; g.rsb = hw; g.csb = 1;      /* in place only when 1x1 */
-            r = op_bf16_run(&ops, &g, amx, y, yo, ohw, 1, 0, blk, nthreads);
-        }
-        if (r < 0) {
-            used = r;
-            break;
-        }
-        if (r > used) used = r;
-    }
-    free(offs);
-    op_aligned_free(wr);
-    return used;
+    return op_convb_gemm(d, &ops, amx, &q, &q.g0, x, w, K, bias, act, y, blk, nthreads);
 #endif
 }
