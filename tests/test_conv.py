@@ -402,7 +402,7 @@ def test_conv2d_bf16_amx_emulated(case, nhwc):
     used = lib.op_conv2d_bf16(d, ffi.cast("const uint16_t *", xin.ctypes.data),
                               ffi.cast("const uint16_t *", wk.ctypes.data),
                               ffi.cast("const float *", b.ctypes.data), ffi.cast("float *", y.ctypes.data),
-                              0, ffi.NULL, 2)
+                              0, 0, ffi.NULL, 2)
     assert used >= 1
     got = y.transpose(0, 3, 1, 2) if nhwc else y
     st2, pads, dl2 = (s, s), ((p, p), (p, p)), (dl, dl)
@@ -541,9 +541,64 @@ def test_conv2d_pretransformed_amx_emulated(case, nhwc):
     used = lib.op_conv2d_bf16(d, ffi.cast("const uint16_t *", xin.ctypes.data),
                               ffi.cast("const uint16_t *", wk.ctypes.data),
                               ffi.cast("const float *", b.ctypes.data), ffi.cast("float *", y.ctypes.data),
-                              0, ffi.NULL, 2)
+                              0, 0, ffi.NULL, 2)
     assert used >= 1
     ref = reference_conv2d(x, wt, b, st2, pads, dl2, g)
     tol = _bound(x.astype(np.float32), wt.astype(np.float32), b, st2, pads, dl2, g)
     got = y.transpose(0, 3, 1, 2) if nhwc else y
     assert np.all(np.abs(got - ref) <= tol)
+
+
+def _kernel_bf16(lib, ffi, case, nhwc, y_bf16, seed=13):
+    """lib.op_conv2d_bf16 on a case (bias, no activation): (float32 or bfloat16-bits output, x, w, b)."""
+    n, c, h, w, oc, kh, kw, s, p, dl, g = case
+    st2 = (s, s) if isinstance(s, int) else tuple(s)
+    dl2 = (dl, dl) if isinstance(dl, int) else tuple(dl)
+    pads = _pads(p, (kh, kw), dl2, st2)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c, h, w)).astype(bfloat16)
+    wt = rng.standard_normal((oc, c // g, kh, kw)).astype(bfloat16)
+    b = rng.standard_normal(oc).astype(np.float32)
+    oh = (h + pads[0][0] + pads[0][1] - dl2[0] * (kh - 1) - 1) // st2[0] + 1
+    ow = (w + pads[1][0] + pads[1][1] - dl2[1] * (kw - 1) - 1) // st2[1] + 1
+    d = ffi.new("op_conv_desc *")
+    d.n, d.c, d.h, d.w, d.oc, d.oh, d.ow, d.kh, d.kw = n, c, h, w, oc, oh, ow, kh, kw
+    d.sh, d.sw = st2
+    d.pt, d.pl = pads[0][0], pads[1][0]
+    d.dh, d.dw = dl2
+    d.groups, d.nhwc = g, nhwc
+    xin = np.ascontiguousarray(x.transpose(0, 2, 3, 1) if nhwc else x).view(np.uint16)
+    wk = np.ascontiguousarray(wt).view(np.uint16)
+    y = np.empty((n, oh, ow, oc) if nhwc else (n, oc, oh, ow), np.uint16 if y_bf16 else np.float32)
+    used = lib.op_conv2d_bf16(d, ffi.cast("const uint16_t *", xin.ctypes.data),
+                              ffi.cast("const uint16_t *", wk.ctypes.data),
+                              ffi.cast("const float *", b.ctypes.data), ffi.cast("void *", y.ctypes.data),
+                              y_bf16, 0, ffi.NULL, 2)
+    assert used >= 1
+    return y
+
+
+ROUND_CASES = [XP_CASES[0], XP_CASES[3], XP_CASES[7], NHWC_CASES[2], NHWC_CASES[5], BF16_NATIVE_CASES[2]]
+
+
+def _check_rounded_once(level, case, nhwc):
+    from onepath.kernels import load
+    mod = load(level)
+    onepath._stats.record("conv2d", "bfloat16", level)
+    y32 = _kernel_bf16(mod.lib, mod.ffi, case, nhwc, 0)
+    y16 = _kernel_bf16(mod.lib, mod.ffi, case, nhwc, 1)
+    assert np.array_equal(y16, y32.astype(bfloat16).view(np.uint16))
+
+
+@pytest.mark.parametrize("nhwc", [0, 1])
+@pytest.mark.parametrize("case", ROUND_CASES, ids=lambda c: "x".join(map(str, c[:7])))
+def test_conv2d_bf16_output_rounded_once(level, case, nhwc):
+    """A bfloat16 output (y_bf16 = 1: rounded tile by tile in the GEMM driver when the depth is one KC
+    block, else from a float32 scratch) is the float32 result rounded once, bit for bit."""
+    _check_rounded_once(level, case, nhwc)
+
+
+@pytest.mark.parametrize("nhwc", [0, 1])
+@pytest.mark.parametrize("case", ROUND_CASES, ids=lambda c: "x".join(map(str, c[:7])))
+def test_conv2d_bf16_output_rounded_once_amx_emulated(case, nhwc):
+    _check_rounded_once("amx_emu", case, nhwc)

@@ -335,7 +335,8 @@ static void op_convx_wr_task(void *ctx, int64_t oc, int tid)
    Packs that gather through `user` ignore the in-place operand. */
 static int op_convb_gemm(const op_conv_desc *d, const op_gemm_ops *ops, int amx, const void *user,
                          int64_t *g0, const uint16_t *x, const uint16_t *w, int64_t k_w,
-                         const float *bias, int act, float *y, const op_blocking *blk, int nthreads)
+                         const float *bias, int act, void *y, int y_bf16, const op_blocking *blk,
+                         int nthreads)
 {
     const int64_t G = d->groups, cg = d->c / G, ocg = d->oc / G;
     const int64_t ohw = d->oh * d->ow, hw = d->h * d->w;
@@ -370,12 +371,12 @@ static int op_convb_gemm(const op_conv_desc *d, const op_gemm_ops *ops, int amx,
             g.m = ohw; g.n = ocg;
             g.a = x; g.a_off = xo; g.rsa = d->c; g.csa = 1;
             g.b = w; g.b_off = wo; g.rsb = 1; g.csb = k_w;
-            r = op_bf16_run(ops, &g, amx, y, yo, d->oc, 1, 0, blk, nthreads);
+            r = op_bf16_run(ops, &g, amx, y, yo, d->oc, 1, y_bf16, blk, nthreads);
         } else {
             g.m = ocg; g.n = ohw;
             g.a = w; g.a_off = wo; g.rsa = k_w; g.csa = 1;
             g.b = x; g.b_off = xo; g.rsb = hw; g.csb = 1;
-            r = op_bf16_run(ops, &g, amx, y, yo, ohw, 1, 0, blk, nthreads);
+            r = op_bf16_run(ops, &g, amx, y, yo, ohw, 1, y_bf16, blk, nthreads);
         }
         if (r < 0) {
             used = r;
@@ -400,7 +401,8 @@ static uint16_t *op_convb_reorder_w(const op_conv_desc *d, const uint16_t *w, in
 
 /* NCHW bf16 over the pre-transformed input (above). Returns 0 when the transform does not apply. */
 static int op_conv2d_bf16_xp(const op_conv_desc *d, const uint16_t *x, const uint16_t *w,
-                             const float *bias, float *y, int act, const op_blocking *blk, int nthreads)
+                             const float *bias, void *y, int y_bf16, int act, const op_blocking *blk,
+                             int nthreads)
 {
     const int64_t G = d->groups, cg = d->c / G, ocg = d->oc / G, khw = d->kh * d->kw;
     const int64_t cgp = cg + (cg & 1), cph = cgp / 2, Kp = khw * cgp, ohw = d->oh * d->ow;
@@ -435,7 +437,7 @@ static int op_conv2d_bf16_xp(const op_conv_desc *d, const uint16_t *x, const uin
         q.plane_c = plane_c;
         q.tapoff = tapoff;
         op_blocking bx;
-        used = op_convb_gemm(d, &ops, amx, &q, &q.g0, x, wr, Kp, bias, act, y,
+        used = op_convb_gemm(d, &ops, amx, &q, &q.g0, x, wr, Kp, bias, act, y, y_bf16,
                              op_convx_blk(blk, &ops, &bx), nthreads);
     }
     free(tapoff);
@@ -570,7 +572,8 @@ static void op_conv_pack_a_nhwc_q(const op_gemm_args *g, int64_t bi, int64_t i0,
 
 /* NHWC bf16 over the padded input (above), every NHWC convolution but the 1x1 stride-1 unpadded one. */
 static int op_conv2d_bf16_nhwc(const op_conv_desc *d, const uint16_t *x, const uint16_t *w,
-                               const float *bias, float *y, int act, const op_blocking *blk, int nthreads)
+                               const float *bias, void *y, int y_bf16, int act, const op_blocking *blk,
+                               int nthreads)
 {
     const int64_t G = d->groups, cg = d->c / G, khw = d->kh * d->kw, K = khw * cg, C = d->c;
     const int64_t hq = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1;
@@ -605,7 +608,8 @@ static int op_conv2d_bf16_nhwc(const op_conv_desc *d, const uint16_t *x, const u
         q.nblk = op_convq_plan(d, q.rs, bseg, seg);
         q.bseg = bseg;
         q.seg = seg;
-        used = op_convb_gemm(d, &ops, amx, &q, &q.g0, x, wr ? wr : w, K, bias, act, y, blk, nthreads);
+        used = op_convb_gemm(d, &ops, amx, &q, &q.g0, x, wr ? wr : w, K, bias, act, y, y_bf16, blk,
+                             nthreads);
     }
     free(seg);
     free(bseg);
@@ -617,25 +621,31 @@ static int op_conv2d_bf16_nhwc(const op_conv_desc *d, const uint16_t *x, const u
 #endif
 
 int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, const float *bias,
-                   float *y, int act, const op_blocking *blk, int nthreads)
+                   void *y, int y_bf16, int act, const op_blocking *blk, int nthreads)
 {
     const int64_t G = d->groups, ocg = d->oc / G;
     const int64_t ohw = d->oh * d->ow, K = d->c / G * d->kh * d->kw;
     if (d->n <= 0 || ohw <= 0 || d->oc <= 0) return 1;
 #if !defined(OP_BF16_NATIVE)
     (void)ocg;
+    const int64_t ny = d->n * d->oc * ohw;
     float *wf = (float *)op_aligned_alloc(sizeof(float) * (size_t)(d->oc * K));
-    if (!wf) return -1;
-    for (int64_t i = 0; i < d->oc * K; i++) wf[i] = op_bf16_to_f32_1(w[i]);
-    const int r = op_conv2d_f32(d, x, 1, wf, bias, y, act, blk, nthreads);
+    float *yf = y_bf16 ? (float *)op_aligned_alloc(sizeof(float) * (size_t)ny) : (float *)y;
+    int r = -1;
+    if (wf && yf) {
+        for (int64_t i = 0; i < d->oc * K; i++) wf[i] = op_bf16_to_f32_1(w[i]);
+        r = op_conv2d_f32(d, x, 1, wf, bias, yf, act, blk, nthreads);
+        if (r > 0 && y_bf16) op_conv_f32_to_bf16(yf, (uint16_t *)y, ny, nthreads);
+    }
+    if (y_bf16) op_aligned_free(yf);
     op_aligned_free(wf);
     return r;
 #else
     const int inplace = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 &&
                         d->pl == 0 && d->oh == d->h && d->ow == d->w;
     if (!inplace) {
-        if (d->nhwc) return op_conv2d_bf16_nhwc(d, x, w, bias, y, act, blk, nthreads);
-        const int r = op_conv2d_bf16_xp(d, x, w, bias, y, act, blk, nthreads);
+        if (d->nhwc) return op_conv2d_bf16_nhwc(d, x, w, bias, y, y_bf16, act, blk, nthreads);
+        const int r = op_conv2d_bf16_xp(d, x, w, bias, y, y_bf16, act, blk, nthreads);
         if (r != 0) return r;
     }
     /* a 1x1 stride-1 unpadded convolution (a plain GEMM on x), or NCHW in the weight's own depth
@@ -650,6 +660,6 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
     q.x = x;
     q.cg = d->c / G;
     q.ocg = ocg;
-    return op_convb_gemm(d, &ops, amx, &q, &q.g0, x, w, K, bias, act, y, blk, nthreads);
+    return op_convb_gemm(d, &ops, amx, &q, &q.g0, x, w, K, bias, act, y, y_bf16, blk, nthreads);
 #endif
 }

@@ -447,6 +447,7 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
         epi.bias_axis = d->nhwc ? 1 : 0;
         epi.act = act;
         op_gemm_args g;
+        memset(&g, 0, sizeof g);
         g.batch = batch;
         g.k = K;
         g.epi = (bias || act != OP_ACT_NONE) ? &epi : NULL;

@@ -907,8 +907,9 @@ static void op_bf16_out_task(void *ctx, int64_t r, int tid)
     }
 }
 
-/* Runs the driver with C float32 (c_dtype 0) or through a float32 scratch C rounded once to
-   bfloat16 (c_dtype 1). g->c and its strides are set here. */
+/* Runs the driver with C float32 (c_dtype 0) or bfloat16 (c_dtype 1), rounded once from float32:
+   when the depth fits one KC block, tile by tile in the driver (g->c16), else through a float32
+   scratch C converted at the end. g->c and its strides are set here. */
 static int op_bf16_run(const op_gemm_ops *ops, op_gemm_args *g, int amx, void *c,
                        const int64_t *c_off, int64_t rsc, int64_t csc, int c_dtype,
                        const op_blocking *blk, int nthreads)
@@ -919,8 +920,10 @@ static int op_bf16_run(const op_gemm_ops *ops, op_gemm_args *g, int amx, void *c
 #else
     (void)amx;
 #endif
-    if (c_dtype == 0) {
-        g->c = (float *)c; g->c_off = c_off; g->rsc = rsc; g->csc = csc;
+    const int64_t kc = blk && blk->kc > 0 ? blk->kc : ops->blk.kc;
+    if (c_dtype == 0 || g->k <= kc) {
+        g->c = c_dtype ? NULL : (float *)c; g->c_off = c_off; g->rsc = rsc; g->csc = csc;
+        g->c16 = c_dtype ? (uint16_t *)c : NULL;
         used = op_gemm_drive(ops, g, blk, nthreads);
     } else {
         const int64_t rows = g->batch * g->m;

@@ -81,6 +81,9 @@ typedef struct op_gemm_args {
     const void *a; const int64_t *a_off; int64_t rsa, csa;
     const void *b; const int64_t *b_off; int64_t rsb, csb;
     float *c; const int64_t *c_off; int64_t rsc, csc;
+    uint16_t *c16;              /* non-NULL: C is bfloat16 here instead (offsets / strides of c; the
+                                   driver then takes the whole depth as one KC block and rounds each
+                                   tile once from a float32 scratch tile) */
     const op_epilogue *epi;     /* NULL: none */
     const void *user;           /* free for pack callbacks (e.g. convolution geometry) */
 } op_gemm_args;
@@ -574,6 +577,24 @@ static const op_gemm_ops op_gemm_f32_ops = {
 
 /* ---------------------------------------------------------------- driver */
 
+static void op_cvt_f32_to_bf16_run(int64_t n, const float *src, uint16_t *dst);   /* cvt_bf16.c */
+OP_INLINE uint16_t op_f32_to_bf16_1(float f);                                      /* cvt_bf16.c */
+
+#define OP_GEMM_TILE_MAX (32 * 32)   /* mr * nr of every micro-kernel (scratch tile of a bf16 C) */
+
+/* A finished float32 tile (row stride ldt) rounded to the bfloat16 C (g->c16 path of the driver). */
+static void op_tile_to_bf16(const float *t, int64_t ldt, int mr, int nr, uint16_t *c, int64_t rsc,
+                            int64_t csc)
+{
+    for (int i = 0; i < mr; i++) {
+        if (csc == 1) {
+            op_cvt_f32_to_bf16_run(nr, t + i * ldt, c + i * rsc);
+        } else {
+            for (int j = 0; j < nr; j++) c[i * rsc + j * csc] = op_f32_to_bf16_1(t[i * ldt + j]);
+        }
+    }
+}
+
 typedef struct {
     const op_gemm_ops *ops;
     const op_gemm_args *g;
@@ -593,7 +614,8 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
     const op_gemm_args *g = x->g;
     const int MR = o->mr, NR = o->nr;
     const int64_t k = g->k, rsc = g->rsc, csc = g->csc;
-    float *C = g->c + (g->c_off ? g->c_off[bi] : 0);
+    float *C = g->c16 ? NULL : g->c + (g->c_off ? g->c_off[bi] : 0);
+    uint16_t *C16 = g->c16 ? g->c16 + (g->c_off ? g->c_off[bi] : 0) : NULL;
     const char *Bd = (const char *)g->b + (g->b_off ? g->b_off[bi] : 0) * (int64_t)o->b_elem;
     const op_epilogue *epi = g->epi;
     if (epi && !epi->bias && epi->act == OP_ACT_NONE) epi = NULL;
@@ -637,6 +659,14 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                             te = *epi;
                             if (te.bias) te.bias += (te.bias_axis == 0 ? i : j) * te.bias_stride;
                             tep = &te;
+                        }
+                        if (g->c16) {
+                            /* one KC block (op_gemm_drive): the tile is final here */
+                            float t[OP_GEMM_TILE_MAX] OP_ALIGNED(64);
+                            o->ukr(kcp, abuf + (size_t)(ir * kcp) * o->a_elem, bp, ldb, t, NR, 1, mr, nr,
+                                   0, tep);
+                            op_tile_to_bf16(t, NR, mr, nr, C16 + i * rsc + j * csc, rsc, csc);
+                            continue;
                         }
                         o->ukr(kcp, abuf + (size_t)(ir * kcp) * o->a_elem, bp, ldb,
                                C + i * rsc + j * csc, rsc, csc, mr, nr, !first, tep);
@@ -710,8 +740,12 @@ static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op
        B is streamed once in place instead of being packed. The kc rows a call reads lie a row
        stride apart (often a power of two: same L1 set), so kc is kept small: the kc rows are
        kc concurrent streams (prefetched by the ukr), and the C tile is re-read per block. */
-    x.direct = ops->direct_b && g->csb == 1 && g->m <= MR;
+    x.direct = ops->direct_b && g->csb == 1 && g->m <= MR && !g->c16;
     if (x.direct) x.kc = op_min64(x.kc, OP_GEMM_DIRECT_KC);
+    if (g->c16) {
+        if ((int64_t)MR * NR > OP_GEMM_TILE_MAX) return -1;
+        x.kc = op_roundup64(op_max64(g->k, 1), ops->k_align);   /* a bf16 C is never re-read */
+    }
 
     /* threads: at least OP_GEMM_MIN_FLOPS_PER_THREAD each */
     const double flops = 2.0 * (double)g->batch * (double)g->m * (double)g->n * (double)op_max64(g->k, 1);
@@ -758,6 +792,7 @@ int op_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
     g.a = a; g.a_off = a_off; g.rsa = rsa; g.csa = csa;
     g.b = b; g.b_off = b_off; g.rsb = rsb; g.csb = csb;
     g.c = c; g.c_off = c_off; g.rsc = rsc; g.csc = csc;
+    g.c16 = NULL;
     g.epi = epi;
     g.user = NULL;
     if (g.k > 0 && batch > 0) {

@@ -509,16 +509,19 @@ def _run_plan(pl, x, w, b):
             w32 = w32[:, 0].transpose(1, 2, 0) if pl.nhwc else w32[:, 0]
         wk = np.ascontiguousarray(w32)
     ffi = pl.ffi
-    y = np.empty(pl.yshape, _F32)
+    # the native bfloat16 kernel rounds its float32 result to a bfloat16 output itself
+    y_bf16 = pl.native and pl.out_dt == _BF16
+    y = np.empty(pl.yshape, np.uint16 if y_bf16 else _F32)
     nthreads = _threads.get_num_threads()
     verbose = _verbose.enabled()
     t0 = time.perf_counter() if verbose else 0.0
     xp = ffi.from_buffer(xk)
     wp = ffi.from_buffer(pl.wtype, wk)
     bp = ffi.NULL if b is None else ffi.from_buffer("float[]", np.ascontiguousarray(b, _F32))
-    yp = ffi.from_buffer("float[]", y)
+    yp = ffi.from_buffer("uint16_t[]" if y_bf16 else "float[]", y)
     if pl.native:
-        used = pl.fn(pl.desc, ffi.from_buffer("uint16_t[]", xk), wp, bp, yp, pl.code, pl.blk, nthreads)
+        used = pl.fn(pl.desc, ffi.from_buffer("uint16_t[]", xk), wp, bp, yp, int(y_bf16), pl.code,
+                     pl.blk, nthreads)
     elif pl.algo == "depthwise":
         used = pl.fn(pl.desc, xp, pl.x_bf16, wp, bp, yp, pl.code, nthreads)
     else:
@@ -528,7 +531,9 @@ def _run_plan(pl, x, w, b):
         if used == -2:
             raise RuntimeError(f"{pl.row.name}: the AMX tile kernel faulted on conv {describe(pl.desc)}")
         raise MemoryError(f"{pl.row.name}: could not allocate scratch for conv {describe(pl.desc)}")
-    if pl.out_dt == _BF16:
+    if y_bf16:
+        y = y.view(_BF16)
+    elif pl.out_dt == _BF16:
         yb = np.empty(pl.yshape, np.uint16)
         pl.lib.op_conv_f32_to_bf16(yp, ffi.from_buffer("uint16_t[]", yb), pl.ysize, nthreads)
         y = yb.view(_BF16)
