@@ -138,38 +138,6 @@ static void op_pack_a_k32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t
     }
 }
 
-#if defined(OP_HAS_AVX512)
-/* In-register transpose of a 16 x 16 matrix of dwords (r[i] = row i): four stages of 2 x 2 block
-   swaps, block size s = 8, 4, 2, 1: rows i and i + s ((i & s) == 0) exchange their off-diagonal
-   s-lane blocks, new r[i] = permute(r[i], r[i+s]) by op_tr16_idx[stage][0], new r[i+s] by [1]:
-   lane l takes (l & s) ? lane l - s of r[i+s] : lane l of r[i] (row i), and (l & s) ? lane l of
-   r[i+s] : lane l + s of r[i] (row i + s); indices >= 16 select the second operand. */
-static const int32_t op_tr16_idx[4][2][16] OP_ALIGNED(64) = {
-    {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
-     {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
-    {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
-     {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
-    {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
-     {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
-    {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
-     {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}},
-};
-
-OP_INLINE void op_transpose16_epi32(__m512i r[16])
-{
-    for (int st = 0; st < 4; st++) {
-        const int s = 8 >> st;
-        const __m512i ilo = _mm512_load_si512((const void *)op_tr16_idx[st][0]);
-        const __m512i ihi = _mm512_load_si512((const void *)op_tr16_idx[st][1]);
-        for (int i = 0; i < 16; i++) {
-            if (i & s) continue;
-            const __m512i a = r[i], b = r[i + s];
-            r[i] = _mm512_permutex2var_epi32(a, ilo, b);
-            r[i + s] = _mm512_permutex2var_epi32(a, ihi, b);
-        }
-    }
-}
-#endif
 
 static void op_pack_b_k32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc, int64_t kcp,
                           int64_t j0, int64_t nc, void *dst)

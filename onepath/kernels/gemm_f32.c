@@ -495,6 +495,48 @@ static void op_ukr_f32(int64_t kc, const void *a, const void *b, int64_t ldb, fl
 
 /* ---------------------------------------------------------------- f32 packing */
 
+#if defined(OP_HAS_AVX512)
+/* In-register transpose of a 16 x 16 matrix of dwords (r[i] = row i): four stages of 2 x 2 block
+   swaps, block size s = 8, 4, 2, 1: rows i and i + s ((i & s) == 0) exchange their off-diagonal
+   s-lane blocks, new r[i] = permute(r[i], r[i+s]) by op_tr16_idx[stage][0], new r[i+s] by [1]:
+   lane l takes (l & s) ? lane l - s of r[i+s] : lane l of r[i] (row i), and (l & s) ? lane l of
+   r[i+s] : lane l + s of r[i] (row i + s); indices >= 16 select the second operand. */
+static const int32_t op_tr16_idx[4][2][16] OP_ALIGNED(64) = {
+    {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+     {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
+    {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+     {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
+    {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+     {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
+    {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
+     {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}},
+};
+
+OP_INLINE void op_transpose16_epi32(__m512i r[16])
+{
+    for (int st = 0; st < 4; st++) {
+        const int s = 8 >> st;
+        const __m512i ilo = _mm512_load_si512((const void *)op_tr16_idx[st][0]);
+        const __m512i ihi = _mm512_load_si512((const void *)op_tr16_idx[st][1]);
+        for (int i = 0; i < 16; i++) {
+            if (i & s) continue;
+            const __m512i a = r[i], b = r[i + s];
+            r[i] = _mm512_permutex2var_epi32(a, ilo, b);
+            r[i + s] = _mm512_permutex2var_epi32(a, ihi, b);
+        }
+    }
+}
+#endif
+
+#if defined(OP_HAS_AVX512)
+/* Rows r[0..15] (16 floats each: depth chunk of 16 of one matrix row / column) transposed and stored
+   as depth rows: d[t * ld + lane] for t < nt, lanes in `lanes` (the rows that exist). */
+OP_INLINE void op_tr16_store_f32(__m512i r[16], float *d, int64_t ld, int nt, __mmask16 lanes)
+{
+    op_transpose16_epi32(r);
+    for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(d + t * ld, lanes, _mm512_castsi512_ps(r[t]));
+}
+#endif
 /* A block rows i0.., depth p0.. -> micro-panels of OP_F32_MR rows, k-major (d[p*MR + i]). */
 static void op_pack_a_f32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc, int64_t p0,
                           int64_t kc, int64_t kcp, void *dst)
@@ -506,6 +548,20 @@ static void op_pack_a_f32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t
     for (int64_t ir = 0; ir < mc; ir += MR, d += MR * kcp) {
         const int mr = (int)op_min64(MR, mc - ir);
         const float *src = A + (i0 + ir) * rsa + p0 * csa;
+#if defined(OP_HAS_AVX512)
+        if (csa == 1) {
+            /* rows contiguous in depth: 16 x 16 transposes (rows >= mr zero) */
+            __m512i r[16];
+            for (int64_t pc = 0; pc < kc; pc += 16) {
+                const int nt = (int)op_min64(16, kc - pc);
+                const __mmask16 km = (__mmask16)((1u << nt) - 1u);
+                for (int i = 0; i < 16; i++)
+                    r[i] = i < mr ? _mm512_castps_si512(_mm512_maskz_loadu_ps(km, src + i * rsa + pc))
+                                  : _mm512_setzero_si512();
+                op_tr16_store_f32(r, d + pc * MR, MR, nt, (__mmask16)((1u << MR) - 1u));
+            }
+        } else
+#endif
         if (csa == 1 && mr == MR) {
             const float *r[MR];
             for (int i = 0; i < MR; i++) r[i] = src + i * rsa;
@@ -549,6 +605,20 @@ static void op_pack_b_f32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t
             }
         } else if (rsb == 1 && csb != 0) {
             /* B transposed (e.g. a Linear weight W[n,k] used as W^T): each column is contiguous. */
+#if defined(OP_HAS_AVX512)
+            __m512i r[16];
+            for (int h = 0; h < NR / 16; h++)
+                for (int64_t pc = 0; pc < kc; pc += 16) {
+                    const int nt = (int)op_min64(16, kc - pc);
+                    const __mmask16 km = (__mmask16)((1u << nt) - 1u);
+                    for (int jj = 0; jj < 16; jj++) {
+                        const int j = 16 * h + jj;
+                        r[jj] = j < nr ? _mm512_castps_si512(_mm512_maskz_loadu_ps(km, src + j * csb + pc))
+                                       : _mm512_setzero_si512();
+                    }
+                    op_tr16_store_f32(r, d + pc * NR + 16 * h, NR, nt, (__mmask16)0xFFFF);
+                }
+#else
             for (int j = 0; j < nr; j++) {
                 const float *s = src + j * csb;
                 for (int64_t p = 0; p < kc; p++) d[p * NR + j] = s[p];
@@ -556,6 +626,7 @@ static void op_pack_b_f32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t
             if (nr < NR)
                 for (int64_t p = 0; p < kc; p++)
                     for (int j = nr; j < NR; j++) d[p * NR + j] = 0.0f;
+#endif
         } else {
             for (int64_t p = 0; p < kc; p++) {
                 float *dp = d + p * NR;
