@@ -448,87 +448,8 @@ static int op_conv2d_bf16_xp(const op_conv_desc *d, const uint16_t *x, const uin
 
 /* ---------------------------------------------------------------- NHWC over a padded input
 
-   C[pixel][oc] = A[pixel][(kh,kw,c)] * Wr^T with the weight reordered to (OC, KH, KW, C/g). The input
-   is read through a zero-padded NHWC copy Xq[n][hq][wq][C] covering every tap of every output pixel
-   (made once per call; x itself when the convolution needs no padding), so the depths of a pixel
-   are, with no border tests, a fixed sequence of contiguous "runs" at fixed offsets from the pixel's
-   first tap: one run of C/g channels per tap, or, when dw == 1 and groups == 1, one run of KW*C
-   elements per kernel row (a kernel row of taps is a contiguous piece of a padded input row: conv1's
-   C = 3, KW = 7 gives runs of 21 instead of 7 runs of 3). The runs are cut once per call into the
-   32-depth blocks of the k32 layout: each block is a list of segments (lanes [t0, t0+len) read from
-   the pixel's address + off), the same for every pixel, so a packed A row is one masked 64-byte load
-   per segment (a single full load when C/g is a multiple of 32). */
-typedef struct {
-    int32_t t0, len;      /* lanes of the 32-depth block */
-    uint32_t mask;        /* the lanes as a bit mask */
-    int64_t off;          /* source offset from the pixel's first tap, in elements */
-} op_convq_seg;
-
-typedef struct {
-    const op_conv_desc *d;
-    const uint16_t *xq;
-    int64_t rs, is;               /* row and image strides of xq in elements (pixel stride: C) */
-    int64_t g0;
-    int mr;                       /* A micro-panel rows of the ops in use */
-    int64_t nblk;                 /* 32-depth blocks of K */
-    const int64_t *bseg;          /* block kb: segments bseg[kb] .. bseg[kb + 1] - 1 */
-    const op_convq_seg *seg;
-} op_convq_geo;
-
-typedef struct {
-    const op_conv_desc *d;
-    const uint16_t *x;
-    uint16_t *xq;
-    int64_t hq, wq;
-} op_convq_fill_ctx;
-
-/* one task = one padded row (n, r) of Xq */
-static void op_convq_fill_task(void *ctx, int64_t task, int tid)
-{
-    (void)tid;
-    const op_convq_fill_ctx *f = (const op_convq_fill_ctx *)ctx;
-    const op_conv_desc *d = f->d;
-    const int64_t C = d->c, n = task / f->hq, ih = task % f->hq - d->pt;
-    uint16_t *o = f->xq + task * f->wq * C;
-    if (ih < 0 || ih >= d->h) {
-        memset(o, 0, (size_t)(f->wq * C) * 2);
-        return;
-    }
-    const int64_t s0 = op_min64(d->pl, f->wq), s1 = op_min64(d->pl + d->w, f->wq);
-    memset(o, 0, (size_t)(s0 * C) * 2);
-    memcpy(o + s0 * C, f->x + ((n * d->h + ih) * d->w) * C, (size_t)((s1 - s0) * C) * 2);
-    memset(o + s1 * C, 0, (size_t)((f->wq - s1) * C) * 2);
-}
-
-/* Cuts the runs of K into the segments of each 32-depth block; returns the block count. */
-static int64_t op_convq_plan(const op_conv_desc *d, int64_t rs, int64_t *bseg, op_convq_seg *seg)
-{
-    const int64_t cg = d->c / d->groups;
-    const int joint = d->dw == 1 && d->groups == 1;
-    const int64_t L = joint ? d->kw * cg : cg, nruns = joint ? d->kh : d->kh * d->kw;
-    const int64_t nblk = op_cdiv64(L * nruns, 32);
-    int64_t ns = 0, r = 0, c = 0;
-    for (int64_t kb = 0; kb < nblk; kb++) {
-        bseg[kb] = ns;
-        for (int t = 0; t < 32 && r < nruns;) {
-            const int len = (int)op_min64(L - c, 32 - t);
-            const int64_t ki = joint ? r : r / d->kw, kj = joint ? 0 : r % d->kw;
-            seg[ns].t0 = t;
-            seg[ns].len = len;
-            seg[ns].mask = (uint32_t)((((uint64_t)1 << len) - 1) << t);
-            seg[ns].off = ki * d->dh * rs + kj * d->dw * d->c + c;
-            ns++;
-            t += len;
-            c += len;
-            if (c == L) {
-                c = 0;
-                r++;
-            }
-        }
-    }
-    bseg[nblk] = ns;
-    return nblk;
-}
+   The padded NHWC copy and the block plan of its runs are conv_f32.c's (op_convq_prepare), with
+   blocks of 32 depths (the k32 layout); the input stays bfloat16. */
 
 /* A of the NHWC GEMM: MR-row micro-panels of 32-depth blocks, a[(kb*MR + i)*32 + t] =
    A[i0 + ir + i][p0 + kb*32 + t] (p0 is a multiple of 32: the driver's kc is rounded to k_align). */
@@ -537,17 +458,13 @@ static void op_conv_pack_a_nhwc_q(const op_gemm_args *g, int64_t bi, int64_t i0,
 {
     (void)kc;
     const op_convq_geo *q = (const op_convq_geo *)g->user;
-    const op_conv_desc *d = q->d;
     const int MR = q->mr;
-    const int64_t G = d->groups, n = q->g0 >= 0 ? bi : bi / G, gi = q->g0 >= 0 ? q->g0 : bi % G;
-    const uint16_t *xe = q->xq + n * q->is + gi * (d->c / G);
-    const int64_t OW = d->ow, C = d->c, kb0 = p0 / 32, nkb = kcp / 32;
+    const int64_t kb0 = p0 / 32, nkb = kcp / 32;
     uint16_t *D = (uint16_t *)dst;
     for (int64_t ir = 0; ir < mc; ir += MR, D += MR * kcp) {
         const int mr = (int)op_min64(MR, mc - ir);
         for (int i = 0; i < MR; i++) {
-            const int64_t pix = i0 + ir + i, oh = pix / OW, ow = pix % OW;
-            const uint16_t *px = xe + oh * d->sh * q->rs + ow * d->sw * C;
+            const uint16_t *px = (const uint16_t *)q->xq + (i < mr ? op_convq_pixel(q, bi, i0 + ir + i) : 0);
             for (int64_t kb = 0; kb < nkb; kb++) {
                 uint16_t *row = D + (kb * MR + i) * 32;
                 const int64_t b = kb0 + kb;
@@ -570,51 +487,115 @@ static void op_conv_pack_a_nhwc_q(const op_gemm_args *g, int64_t bi, int64_t i0,
     }
 }
 
-/* NHWC bf16 over the padded input (above), every NHWC convolution but the 1x1 stride-1 unpadded one. */
+/* B of the bf16 NHWC GEMM from the weight (OC, C/g, KH, KW) in place, k32 micro-panels (g->b at the
+   entry's group, row length csb = K; depths p0 .. p0+kc whole channel blocks of 32, see conv_f32.c).
+   Per 32-column panel and channel block, the block's depth rows (32 columns each) are made in the
+   pack's scratch (ops.b_scratch) first: the contiguous pieces W[oc][c0 ..][all taps] of 16 pairs of output channels are
+   interleaved into dwords (W[oc][k], W[oc+1][k]) and transposed 16 x 16 (op_transpose16_epi32),
+   row k = ci*khw + t landing at depth t*cbl + ci; pairs of rows are then interleaved into K-pairs
+   (as op_pack_b_k32 does for a row-major B). */
+static void op_conv_pack_b_nhwc_k32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc,
+                                    int64_t kcp, int64_t j0, int64_t nc, void *dst)
+{
+    const op_convq_geo *q = (const op_convq_geo *)g->user;
+    const int64_t cg = q->d->c / q->d->groups, khw = q->d->kh * q->d->kw, K = g->csb, bk = q->bk;
+    const uint16_t *W = (const uint16_t *)g->b + (g->b_off ? g->b_off[bi] : 0);
+    uint16_t *D = (uint16_t *)dst;
+    /* the rows of one channel block: scratch after the packed block (ops.b_scratch) */
+    uint16_t *rows = D + op_roundup64(nc, 32) * kcp;
+#if defined(OP_HAS_AVX512)
+    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                            39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+#endif
+    for (int64_t jr = 0; jr < nc; jr += 32, D += 32 * kcp) {
+        const int nr = (int)op_min64(32, nc - jr);
+        const uint16_t *wp = W + (j0 + jr) * K;
+        for (int64_t gp = p0; gp < p0 + kc;) {
+            const int64_t c0 = gp / (bk * khw) * bk, cbl = op_min64(bk, cg - c0), glen = cbl * khw;
+            const uint16_t *src = wp + c0 * khw;
+            /* 1. rows[(t*cbl + ci)*32 + j] = W[oc j][c0 + ci][t] */
+#if defined(OP_HAS_AVX512)
+            int64_t ci = 0, t = 0;   /* element k = ci * khw + t of the block */
+            for (int64_t k0 = 0; k0 < glen; k0 += 16) {
+                const int nt = (int)op_min64(16, glen - k0);
+                const __mmask16 km = (__mmask16)((1u << nt) - 1u);
+                __m512i r[16];
+                for (int i = 0; i < 16; i++) {
+                    const __m512i e0 = 2 * i < nr ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(km, src + (2 * i) * K + k0))
+                                                  : _mm512_setzero_si512();
+                    const __m512i e1 = 2 * i + 1 < nr ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(km, src + (2 * i + 1) * K + k0))
+                                                      : _mm512_setzero_si512();
+                    r[i] = _mm512_or_si512(e0, _mm512_slli_epi32(e1, 16));
+                }
+                op_transpose16_epi32(r);
+                for (int kk = 0; kk < nt; kk++) {
+                    _mm512_store_si512((void *)(rows + (t * cbl + ci) * 32), r[kk]);
+                    if (++t == khw) {
+                        t = 0;
+                        ci++;
+                    }
+                }
+            }
+#else
+            for (int64_t k = 0; k < glen; k++)
+                for (int j = 0; j < 32; j++)
+                    rows[((k % khw) * cbl + k / khw) * 32 + j] = j < nr ? src[j * K + k] : 0;
+#endif
+            memset(rows + glen * 32, 0, 64);   /* the partner of an odd last row */
+            /* 2. K-pairs of rows into the k32 blocks (gp - p0 is a multiple of 32) */
+            for (int64_t pp = 0; pp < glen; pp += 2) {
+                const int64_t p = gp - p0 + pp;
+                uint16_t *blk = D + (p / 32) * 1024 + ((p % 32) / 2) * 32;
+                const uint16_t *r0 = rows + pp * 32;
+#if defined(OP_HAS_AVX512)
+                const __m512i x0 = _mm512_load_si512((const void *)r0);
+                const __m512i x1 = _mm512_load_si512((const void *)(r0 + 32));
+                _mm512_storeu_si512((void *)blk, _mm512_permutex2var_epi16(x0, lo_idx, x1));
+                _mm512_storeu_si512((void *)(blk + 512), _mm512_permutex2var_epi16(x0, hi_idx, x1));
+#else
+                for (int j = 0; j < 32; j++) {
+                    blk[(j >> 4) * 512 + (j & 15) * 2] = r0[j];
+                    blk[(j >> 4) * 512 + (j & 15) * 2 + 1] = r0[32 + j];
+                }
+#endif
+            }
+            gp += glen;
+        }
+        /* K-pairs past the depth (the last block's tail) */
+        for (int64_t p = op_roundup64(kc, 2); p < kcp; p += 2) {
+            uint16_t *blk = D + (p / 32) * 1024 + ((p % 32) / 2) * 32;
+            memset(blk, 0, 64);
+            memset(blk + 512, 0, 64);
+        }
+    }
+}
+
+/* NHWC bf16 over the padded input (conv_f32.c), every NHWC convolution but the 1x1 stride-1 unpadded
+   one: A packed by op_conv_pack_a_nhwc_q, the weight in place by op_conv_pack_b_nhwc_k32 (1x1: W^T as
+   it lies, op_pack_b_k32). */
 static int op_conv2d_bf16_nhwc(const op_conv_desc *d, const uint16_t *x, const uint16_t *w,
                                const float *bias, void *y, int y_bf16, int act, const op_blocking *blk,
                                int nthreads)
 {
-    const int64_t G = d->groups, cg = d->c / G, khw = d->kh * d->kw, K = khw * cg, C = d->c;
-    const int64_t hq = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1;
-    const int64_t wq = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
-    const int copy = d->pt > 0 || d->pl > 0 || hq > d->h || wq > d->w;
+    const int64_t K = d->kh * d->kw * (d->c / d->groups);
     int amx = 0;
     op_gemm_ops ops = *op_bf16_pick(d->oh * d->ow, &amx);
     ops.direct_b = 0;
     ops.b_prepacked = 0;
     ops.pack_a = op_conv_pack_a_nhwc_q;
-    const int64_t nblk = op_cdiv64(K, 32), nruns = khw;
-    uint16_t *xq = copy ? (uint16_t *)op_aligned_alloc(sizeof(uint16_t) * (size_t)(d->n * hq * wq * C)) : NULL;
-    uint16_t *wr = khw > 1 ? op_convb_reorder_w(d, w, cg, nthreads) : NULL;
-    int64_t *bseg = (int64_t *)malloc(sizeof(int64_t) * (size_t)(nblk + 1));
-    op_convq_seg *seg = (op_convq_seg *)malloc(sizeof(op_convq_seg) * (size_t)(nblk + nruns));
-    int used = -1;
-    if ((xq || !copy) && (wr || khw == 1) && bseg && seg) {
-        op_convq_geo q;
-        q.d = d;
-        if (copy) {
-            op_convq_fill_ctx fc = {d, x, xq, hq, wq};
-            op_parallel_for(d->n * hq * wq * C >= (1 << 16) ? nthreads : 1, d->n * hq, op_convq_fill_task, &fc);
-            q.xq = xq;
-            q.rs = wq * C;
-            q.is = hq * wq * C;
-        } else {
-            q.xq = x;
-            q.rs = d->w * C;
-            q.is = d->h * d->w * C;
-        }
-        q.mr = ops.mr;
-        q.nblk = op_convq_plan(d, q.rs, bseg, seg);
-        q.bseg = bseg;
-        q.seg = seg;
-        used = op_convb_gemm(d, &ops, amx, &q, &q.g0, x, wr ? wr : w, K, bias, act, y, y_bf16, blk,
-                             nthreads);
+    if (d->kh * d->kw > 1) {
+        ops.pack_b = op_conv_pack_b_nhwc_k32;
+        ops.b_scratch = sizeof(uint16_t) * 32 * (size_t)(op_min64(32, d->c / d->groups) * d->kh * d->kw + 1);
     }
-    free(seg);
-    free(bseg);
-    op_aligned_free(wr);
-    op_aligned_free(xq);
+    op_blocking bq = blk ? *blk : ops.blk;
+    bq.kc = op_convq_kc(d, 32, bq.kc > 0 ? bq.kc : ops.blk.kc);
+    op_convq_geo q;
+    op_convq_buf qb = {NULL, NULL, NULL};
+    int used = -1;
+    if (op_convq_prepare(d, x, 1, 0, 32, ops.mr, nthreads, &q, &qb) == 0)
+        used = op_convb_gemm(d, &ops, amx, &q, &q.g0, x, w, K, bias, act, y, y_bf16, &bq, nthreads);
+    op_convq_free(&qb);
     return used;
 }
 

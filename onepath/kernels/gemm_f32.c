@@ -108,6 +108,8 @@ typedef struct op_gemm_ops {
     op_blocking blk;
     int b_prepacked;   /* 1: g->b already holds ceil(n/nr) packed micro-panels of depth g->rsb (k rounded
                           up to k_align), panel s at element s*nr*rsb; pack_b is not called (prepack) */
+    size_t b_scratch;  /* bytes of scratch pack_b may use right after its block (at dst + the block's
+                          ceil(nc/nr)*nr*kcp elements, 64-byte aligned), per thread */
 } op_gemm_ops;
 
 /* ---------------------------------------------------------------- f32 micro-kernels */
@@ -838,7 +840,8 @@ static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op
     const int64_t kcp = op_roundup64(op_max64(op_min64(x.kc, g->k), 1), ops->k_align);
     const size_t a_bytes = (size_t)op_roundup64(op_min64(x.mc, mpart) * kcp * (int64_t)ops->a_elem, OP_ALIGN);
     const int64_t bcols = ops->b_prepacked ? 0 : x.direct ? NR : op_min64(x.nc, npart);
-    const size_t b_bytes = (size_t)op_roundup64(bcols * kcp * (int64_t)ops->b_elem, OP_ALIGN);
+    const size_t b_bytes = (size_t)op_roundup64(bcols * kcp * (int64_t)ops->b_elem, OP_ALIGN) +
+                           (size_t)op_roundup64((int64_t)ops->b_scratch, OP_ALIGN);
     x.a_bytes = a_bytes;
     x.thr_bytes = a_bytes + b_bytes;
     x.buf = (char *)op_aligned_alloc(x.thr_bytes * (size_t)T);
