@@ -460,27 +460,30 @@ static void op_conv_pack_a_nhwc_q(const op_gemm_args *g, int64_t bi, int64_t i0,
     const op_convq_geo *q = (const op_convq_geo *)g->user;
     const int MR = q->mr;
     const int64_t kb0 = p0 / 32, nkb = kcp / 32;
+    const uint16_t *X = (const uint16_t *)q->xq;
+    const uint16_t *px[32];   /* the micro-panel's pixels (MR <= 32: AMX 32, VDPBF16PS 14) */
     uint16_t *D = (uint16_t *)dst;
     for (int64_t ir = 0; ir < mc; ir += MR, D += MR * kcp) {
         const int mr = (int)op_min64(MR, mc - ir);
-        for (int i = 0; i < MR; i++) {
-            const uint16_t *px = (const uint16_t *)q->xq + (i < mr ? op_convq_pixel(q, bi, i0 + ir + i) : 0);
-            for (int64_t kb = 0; kb < nkb; kb++) {
-                uint16_t *row = D + (kb * MR + i) * 32;
-                const int64_t b = kb0 + kb;
-                if (i >= mr || b >= q->nblk) {
+        for (int i = 0; i < mr; i++) px[i] = X + op_convq_pixel(q, bi, i0 + ir + i);
+        for (int64_t kb = 0; kb < nkb; kb++) {   /* rows written in order */
+            const int64_t b = kb0 + kb;
+            uint16_t *row = D + kb * MR * 32;
+            const int live = b < q->nblk ? mr : 0;
+            const op_convq_seg *s0 = q->seg + q->bseg[b < q->nblk ? b : 0], *e = q->seg + q->bseg[b < q->nblk ? b + 1 : 0];
+            for (int i = 0; i < MR; i++, row += 32) {
+                if (i >= live) {
                     memset(row, 0, 64);
                     continue;
                 }
-                const op_convq_seg *s = q->seg + q->bseg[b], *e = q->seg + q->bseg[b + 1];
 #if defined(OP_HAS_AVX512)
                 __m512i v = _mm512_setzero_si512();
-                for (; s < e; s++)
-                    v = _mm512_mask_loadu_epi16(v, (__mmask32)s->mask, (const void *)(px + s->off - s->t0));
+                for (const op_convq_seg *s = s0; s < e; s++)
+                    v = _mm512_mask_loadu_epi16(v, (__mmask32)s->mask, (const void *)(px[i] + s->off - s->t0));
                 _mm512_storeu_si512((void *)row, v);
 #else
                 memset(row, 0, 64);
-                for (; s < e; s++) memcpy(row + s->t0, px + s->off, (size_t)s->len * 2);
+                for (const op_convq_seg *s = s0; s < e; s++) memcpy(row + s->t0, px[i] + s->off, (size_t)s->len * 2);
 #endif
             }
         }

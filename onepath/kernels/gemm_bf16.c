@@ -120,6 +120,17 @@ static void op_pack_a_k32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t
             uint16_t *blk = d + kb * MR * 32;
             const int64_t kk0 = kb * 32;
             const int klen = (int)op_max64(0, op_min64(32, kc - kk0));
+#if defined(OP_HAS_AVX512)
+            if (csa == 1) {   /* one masked 64-byte copy per row */
+                const __mmask32 km = (__mmask32)(((uint64_t)1 << klen) - 1);
+                for (int i = 0; i < MR; i++) {
+                    const __m512i v = i < mr ? _mm512_maskz_loadu_epi16(km, A + (i0 + ir + i) * rsa + p0 + kk0)
+                                             : _mm512_setzero_si512();
+                    _mm512_storeu_si512((void *)(blk + i * 32), v);
+                }
+                continue;
+            }
+#endif
             for (int i = 0; i < MR; i++) {
                 uint16_t *row = blk + i * 32;
                 int kk = 0;
