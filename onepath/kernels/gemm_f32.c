@@ -532,11 +532,14 @@ OP_INLINE void op_transpose16_epi32(__m512i r[16])
 
 #if defined(OP_HAS_AVX512)
 /* Rows r[0..15] (16 floats each: depth chunk of 16 of one matrix row / column) transposed and stored
-   as depth rows: d[t * ld + lane] for t < nt, lanes in `lanes` (the rows that exist). */
+   as depth rows: d[t * ld + lane] for t < nt, lanes in `lanes` (the rows that exist, lanes < ld).
+   Rows are stored whole in increasing t: the lanes past ld of row t land in row t + 1, which is
+   stored next; only the last row is masked. */
 OP_INLINE void op_tr16_store_f32(__m512i r[16], float *d, int64_t ld, int nt, __mmask16 lanes)
 {
     op_transpose16_epi32(r);
-    for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(d + t * ld, lanes, _mm512_castsi512_ps(r[t]));
+    for (int t = 0; t < nt - 1; t++) _mm512_storeu_ps(d + t * ld, _mm512_castsi512_ps(r[t]));
+    if (nt > 0) _mm512_mask_storeu_ps(d + (nt - 1) * ld, lanes, _mm512_castsi512_ps(r[nt - 1]));
 }
 #endif
 /* A block rows i0.., depth p0.. -> micro-panels of OP_F32_MR rows, k-major (d[p*MR + i]). */
