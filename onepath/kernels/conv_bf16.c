@@ -524,6 +524,7 @@ static void op_conv_pack_b_nhwc_k32(const op_gemm_args *g, int64_t bi, int64_t p
                 const int nt = (int)op_min64(16, glen - k0);
                 const __mmask16 km = (__mmask16)((1u << nt) - 1u);
                 __m512i r[16];
+#pragma GCC unroll 16
                 for (int i = 0; i < 16; i++) {
                     const __m512i e0 = 2 * i < nr ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(km, src + (2 * i) * K + k0))
                                                   : _mm512_setzero_si512();

@@ -320,14 +320,15 @@ static void op_conv_pack_a_nhwc_qf32(const op_gemm_args *g, int64_t bi, int64_t 
     float *D = (float *)dst;
     for (int64_t ir = 0; ir < mc; ir += MR, D += MR * kcp) {
         const int mr = (int)op_min64(MR, mc - ir);
-        const float *px[MR];
-        for (int i = 0; i < MR; i++) px[i] = X + (i < mr ? op_convq_pixel(q, bi, i0 + ir + i) : 0);
+        const float *px[16];   /* MR <= 16 at every level */
+        for (int i = 0; i < 16; i++) px[i] = X + (i < mr ? op_convq_pixel(q, bi, i0 + ir + i) : 0);
         for (int64_t pc = 0; pc < kc; pc += 16) {
             const int64_t b = (p0 + pc) / 16;
             const int nt = (int)op_min64(16, kc - pc);
             const op_convq_seg *s0 = q->seg + q->bseg[b], *e = q->seg + q->bseg[b + 1];
 #if defined(OP_HAS_AVX512)
             __m512i r[16];
+#pragma GCC unroll 16
             for (int i = 0; i < 16; i++) {
                 __m512 v = _mm512_setzero_ps();
                 if (i < mr)
@@ -377,6 +378,7 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
                     const int nt = (int)op_min64(16, glen - k0);
                     const __mmask16 km = (__mmask16)((1u << nt) - 1u);
                     __m512i r[16];
+#pragma GCC unroll 16
                     for (int jj = 0; jj < 16; jj++) {
                         const int j = 16 * h + jj;
                         r[jj] = j < nr ? _mm512_castps_si512(_mm512_maskz_loadu_ps(km, src + j * K + k0))

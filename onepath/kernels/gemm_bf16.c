@@ -189,6 +189,7 @@ static void op_pack_b_k32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t
                 const __mmask32 km = (__mmask32)((((uint64_t)1 << klen) - 1));
                 for (int h = 0; h < 2; h++) {
                     __m512i r[16];
+#pragma GCC unroll 16
                     for (int jj = 0; jj < 16; jj++) {
                         const int j = 16 * h + jj;
                         r[jj] = j < nr ? _mm512_maskz_loadu_epi16(km, (const void *)(src + j * csb + kk0))

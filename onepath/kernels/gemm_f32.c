@@ -516,10 +516,13 @@ static const int32_t op_tr16_idx[4][2][16] OP_ALIGNED(64) = {
 
 OP_INLINE void op_transpose16_epi32(__m512i r[16])
 {
+    /* fully unrolled, so that r[] lives in registers */
+#pragma GCC unroll 4
     for (int st = 0; st < 4; st++) {
         const int s = 8 >> st;
         const __m512i ilo = _mm512_load_si512((const void *)op_tr16_idx[st][0]);
         const __m512i ihi = _mm512_load_si512((const void *)op_tr16_idx[st][1]);
+#pragma GCC unroll 16
         for (int i = 0; i < 16; i++) {
             if (i & s) continue;
             const __m512i a = r[i], b = r[i + s];
@@ -538,6 +541,7 @@ OP_INLINE void op_transpose16_epi32(__m512i r[16])
 OP_INLINE void op_tr16_store_f32(__m512i r[16], float *d, int64_t ld, int nt, __mmask16 lanes)
 {
     op_transpose16_epi32(r);
+#pragma GCC unroll 16
     for (int t = 0; t < nt - 1; t++) _mm512_storeu_ps(d + t * ld, _mm512_castsi512_ps(r[t]));
     if (nt > 0) _mm512_mask_storeu_ps(d + (nt - 1) * ld, lanes, _mm512_castsi512_ps(r[nt - 1]));
 }
@@ -560,6 +564,7 @@ static void op_pack_a_f32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t
             for (int64_t pc = 0; pc < kc; pc += 16) {
                 const int nt = (int)op_min64(16, kc - pc);
                 const __mmask16 km = (__mmask16)((1u << nt) - 1u);
+#pragma GCC unroll 16
                 for (int i = 0; i < 16; i++)
                     r[i] = i < mr ? _mm512_castps_si512(_mm512_maskz_loadu_ps(km, src + i * rsa + pc))
                                   : _mm512_setzero_si512();
@@ -616,6 +621,7 @@ static void op_pack_b_f32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t
                 for (int64_t pc = 0; pc < kc; pc += 16) {
                     const int nt = (int)op_min64(16, kc - pc);
                     const __mmask16 km = (__mmask16)((1u << nt) - 1u);
+#pragma GCC unroll 16
                     for (int jj = 0; jj < 16; jj++) {
                         const int j = 16 * h + jj;
                         r[jj] = j < nr ? _mm512_castps_si512(_mm512_maskz_loadu_ps(km, src + j * csb + pc))
