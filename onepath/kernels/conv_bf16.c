@@ -1,5 +1,5 @@
 /* conv_bf16.c: bfloat16 convolution on the level's BF16 GEMM kernels (VDPBF16PS at avx512_core_bf16,
-   AMX tiles at avx512_core_amx and in the amx_emu build), float32 accumulation and output.
+   AMX tiles at avx512_core_amx and in the amx_emu build), float32 accumulation, float32 or bfloat16 output.
 
    Same GEMM formulation as conv_f32.c, with the operands packed straight into the "k32" layout of
    gemm_bf16.c (blocks of 32 depths; B as interleaved K-pairs):
@@ -12,10 +12,13 @@
            weight in place and each K-pair of a 32-pixel micro-panel is two gathered bfloat16 rows
            interleaved (op_conv_pack_b_nchw_k32). A 1x1 stride-1 unpadded convolution packs the input
            itself with op_pack_b_k32.
-     NHWC: C[pixel][oc] = A[pixel][(kh,kw,c)] * Wr[(kh,kw,c)][oc]. The depth order puts channels
-           innermost, so 32 depths of a pixel are runs of contiguous channels (op_conv_pack_a_nhwc_k32
-           copies them); the weight is reordered once per call to (OC, KH, KW, C/g) and packed as a
-           transposed B by op_pack_b_k32. A 1x1 stride-1 unpadded convolution is a plain GEMM.
+     NHWC: C[pixel][oc] = A[pixel][depth] * B[depth][oc] over conv_f32.c's padded NHWC copy of the
+           input ("NHWC over a padded input": depth order (channel block of 32, kh, kw, c), a block
+           plan of contiguous runs, so a k32 A row of a pixel is one or a few masked 64-byte loads,
+           op_conv_pack_a_nhwc_q) and the weight packed in place in that order
+           (op_conv_pack_b_nhwc_k32). A 1x1 stride-1 unpadded convolution is a plain GEMM.
+   A bfloat16 output is rounded once from the float32 tiles in the GEMM driver when the depth fits
+   one KC block (op_bf16_run), else from a float32 scratch output.
    Levels without BF16 instructions widen the weight and run op_conv2d_f32 (bfloat16 input). */
 
 #if defined(OP_BF16_NATIVE)

@@ -2,12 +2,14 @@
 
    Per batch entry (image n, group g) the convolution is one GEMM:
      NCHW: C[oc][pixel]  = W[oc][(c,kh,kw)] * B[(c,kh,kw)][pixel]      (M = OC/g, N = OH*OW)
-     NHWC: C[pixel][oc]  = A[pixel][(kh,kw,c)] * Wt[(kh,kw,c)][oc]     (M = OH*OW, N = OC/g)
+     NHWC: C[pixel][oc]  = A[pixel][depth] * B[depth][oc]              (M = OH*OW, N = OC/g)
    where B (NCHW) or A (NHWC) is the im2col matrix, never materialised: the pack callbacks gather
    the patch rows of each KC x NC (or MC x KC) block straight from the input tensor into the
-   micro-panel layout (implicit GEMM), widening bfloat16 input on the way. The weight operand is
-   packed by the f32 GEMM's own routine (op_pack_a_f32 / op_pack_b_f32) with per-group offsets, and
-   a 1x1 stride-1 unpadded float32 convolution reads the input in place through op_gemm_f32_ops.
+   micro-panel layout (implicit GEMM), widening bfloat16 input on the way. NCHW packs the weight
+   with the f32 GEMM's own routine (op_pack_a_f32) with per-group offsets; NHWC reads a padded copy
+   of the input in a channel-block depth order and packs the weight in place in that order (see
+   "NHWC over a padded input" below, shared with conv_bf16.c). A 1x1 stride-1 unpadded float32
+   convolution reads the input in place through op_gemm_f32_ops.
    The micro-kernel (op_ukr_f32) applies bias and activation while writing the output.
    A float32 NCHW input that is not read in place is first copied into a padded, stride-phase-split
    layout (op_convx_prepare_f32, below), so that the B pack copies contiguous runs without border

@@ -18,6 +18,8 @@
                                 (row p of the tile at b + p * ldb elements, ldb = rsb); f32 only
          int64_t b_panel_ld;    ldb passed to ukr for a packed B micro-panel (f32: nr)
          op_blocking blk;       default cache blocking (mc multiple of mr, nc multiple of nr)
+         int b_prepacked;       B already packed (pack_b not called)
+         size_t b_scratch;      bytes of per-thread scratch after the packed B block for pack_b
      } op_gemm_ops;
 
    Packed layouts the driver assumes (it only does pointer arithmetic with them):
@@ -36,7 +38,9 @@
          epi != NULL only on the last KC block: bias already offset to the tile's first row/column,
          then activation; the ukr applies it while writing C (op_tile_store does it in portable C).
    The problem is an op_gemm_args (operands as const void * + element strides + per-batch offsets,
-   C float, epilogue, and a free `user` pointer for the callbacks). The f32 instance is
+   C float, epilogue, and a free `user` pointer for the callbacks). With args.c16 set, C is bfloat16
+   instead: the driver takes the whole depth as one KC block, lets the ukr write each tile to a
+   float32 scratch tile (epilogue included) and rounds it once into c16 (op_tile_to_bf16). The f32 instance is
    op_gemm_f32_ops; its pieces (op_pack_a_f32, op_pack_b_f32, op_ukr_f32, OP_F32_MR/NR) may be reused.
    Threads: op_gemm_drive picks the thread count (>= OP_GEMM_MIN_FLOPS_PER_THREAD flops each), gives
    each thread a disjoint block of C (batch entries, or N in multiples of nr, or M in multiples of mr)
