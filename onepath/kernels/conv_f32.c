@@ -15,10 +15,6 @@
    layout (op_convx_prepare_f32, below), so that the B pack copies contiguous runs without border
    tests, and the NC block is capped (OP_CONVX_NC) so the packed gather stays in L2. */
 
-/* Zero source for padded taps (rows of the packed operand that fall outside the input). */
-#define OP_CONV_ZLEN 2048
-static const float op_conv_zeros[OP_CONV_ZLEN] OP_ALIGNED(64);
-
 typedef struct {
     const op_conv_desc *d;
     const void *x;
