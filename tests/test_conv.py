@@ -499,6 +499,8 @@ NHWC_CASES = [
     (1, 12, 9, 10, 6, 3, 3, 1, 0, (1, 2), 3),                   # grouped, dilated width, no copy
     (1, 6, 8, 9, 4, 2, 3, (1, 2), 0, 1, 1),                     # unpadded, strided: no copy
     (2, 7, 6, 7, 5, 1, 1, 2, 0, 1, 1),                          # 1x1 strided, odd C
+    (1, 64, 5, 9, 40, 1, 1, 1, 0, 1, 1),                        # 1x1 in place: A read in place by the
+    (1, 2048, 6, 6, 40, 1, 1, 1, 0, 1, 1),                      # AMX kernel (full panels; K > KC)
 ]
 
 
@@ -578,7 +580,8 @@ def _kernel_bf16(lib, ffi, case, nhwc, y_bf16, seed=13):
     return y
 
 
-ROUND_CASES = [XP_CASES[0], XP_CASES[3], XP_CASES[7], NHWC_CASES[2], NHWC_CASES[5], BF16_NATIVE_CASES[2]]
+ROUND_CASES = [XP_CASES[0], XP_CASES[3], XP_CASES[7], NHWC_CASES[2], NHWC_CASES[5], NHWC_CASES[6],
+               NHWC_CASES[7], BF16_NATIVE_CASES[2]]
 
 
 def _check_rounded_once(level, case, nhwc):

@@ -591,6 +591,7 @@ static int op_conv2d_bf16_nhwc(const op_conv_desc *d, const uint16_t *x, const u
     ops.direct_b = 0;
     ops.b_prepacked = 0;
     ops.pack_a = op_conv_pack_a_nhwc_q;
+    ops.ukr_a = NULL;   /* A is gathered, never read in place */
     if (d->kh * d->kw > 1) {
         ops.pack_b = op_conv_pack_b_nhwc_k32;
         ops.b_scratch = sizeof(uint16_t) * 32 * (size_t)(op_min64(32, d->c / d->groups) * d->kh * d->kw + 1);

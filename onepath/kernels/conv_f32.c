@@ -600,7 +600,7 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
     if (!inplace) {
         ops.direct_b = 0;
         if (d->nhwc)
-            ops.pack_a = op_conv_pack_a_nhwc_qf32;
+            ops.pack_a = op_conv_pack_a_nhwc_qf32;   /* (op_gemm_f32_ops has no ukr_a) */
         else
             ops.pack_b = x_bf16 ? op_conv_pack_b_nchw_bf16 : op_conv_pack_b_nchw_f32;
     }

@@ -20,6 +20,7 @@
          op_blocking blk;       default cache blocking (mc multiple of mr, nc multiple of nr)
          int b_prepacked;       B already packed (pack_b not called)
          size_t b_scratch;      bytes of per-thread scratch after the packed B block for pack_b
+         op_ukr_a_fn ukr_a;     optional micro-kernel reading a row-major A in place (full panels)
      } op_gemm_ops;
 
    Packed layouts the driver assumes (it only does pointer arithmetic with them):
@@ -99,6 +100,10 @@ typedef void (*op_pack_b_fn)(const op_gemm_args *g, int64_t bi, int64_t p0, int6
 typedef void (*op_ukr_fn)(int64_t kcp, const void *a, const void *b, int64_t ldb, float *c,
                           int64_t rsc, int64_t csc, int mr, int nr, int accumulate,
                           const op_epilogue *epi);
+/* A micro-kernel reading A in place: a = &A[i][p0] of a row-major A (csa == 1), rows lda apart. */
+typedef void (*op_ukr_a_fn)(int64_t kcp, const void *a, int64_t lda, const void *b, float *c,
+                            int64_t rsc, int64_t csc, int mr, int nr, int accumulate,
+                            const op_epilogue *epi);
 
 typedef struct op_gemm_ops {
     int mr, nr;
@@ -114,6 +119,8 @@ typedef struct op_gemm_ops {
                           up to k_align), panel s at element s*nr*rsb; pack_b is not called (prepack) */
     size_t b_scratch;  /* bytes of scratch pack_b may use right after its block (at dst + the block's
                           ceil(nc/nr)*nr*kcp elements, 64-byte aligned), per thread */
+    op_ukr_a_fn ukr_a; /* non-NULL: used instead of pack_a + ukr for the full mr-row panels when A is
+                          row-major (csa == 1) and the KC block needs no depth padding (kcp == kc) */
 } op_gemm_ops;
 
 /* ---------------------------------------------------------------- f32 micro-kernels */
@@ -703,6 +710,7 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
     float *C = g->c16 ? NULL : g->c + (g->c_off ? g->c_off[bi] : 0);
     uint16_t *C16 = g->c16 ? g->c16 + (g->c_off ? g->c_off[bi] : 0) : NULL;
     const char *Bd = (const char *)g->b + (g->b_off ? g->b_off[bi] : 0) * (int64_t)o->b_elem;
+    const char *Ad = (const char *)g->a + (g->a_off ? g->a_off[bi] : 0) * (int64_t)o->a_elem;
     const op_epilogue *epi = g->epi;
     if (epi && !epi->bias && epi->act == OP_ACT_NONE) epi = NULL;
 
@@ -721,7 +729,14 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                 o->pack_b(g, bi, pc, kc, kcp, jc + nfull, nc - nfull, bbuf);
             for (int64_t ic = m0; ic < m1; ic += x->mc) {
                 const int64_t mc = op_min64(x->mc, m1 - ic);
-                o->pack_a(g, bi, ic, mc, pc, kc, kcp, abuf);
+                /* A in place for the full panels (ukr_a), the packed tail panel after them. Rows
+                   not 64-byte aligned cost split loads on every pass over the block's B panels:
+                   then only when at most two B panels pass (packing costs about a read and a write;
+                   measured on AMX, ResNet-50 NHWC 1x1 layers: N = 64 gains, N >= 128 loses) */
+                const int a_aligned = ((uintptr_t)Ad % 64 == 0) && ((g->rsa * (int64_t)o->a_elem) % 64 == 0);
+                const int64_t afull = (o->ukr_a && g->csa == 1 && kcp == kc && (a_aligned || nc <= 2 * NR))
+                                          ? mc / MR * MR : 0;
+                if (afull < mc) o->pack_a(g, bi, ic + afull, mc - afull, pc, kc, kcp, abuf);
                 for (int64_t jr = 0; jr < nc; jr += NR) {
                     const int nr = (int)op_min64(NR, nc - jr);
                     const void *bp;
@@ -746,16 +761,17 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                             if (te.bias) te.bias += (te.bias_axis == 0 ? i : j) * te.bias_stride;
                             tep = &te;
                         }
-                        if (g->c16) {
-                            /* one KC block (op_gemm_drive): the tile is final here */
-                            float t[OP_GEMM_TILE_MAX] OP_ALIGNED(64);
-                            o->ukr(kcp, abuf + (size_t)(ir * kcp) * o->a_elem, bp, ldb, t, NR, 1, mr, nr,
-                                   0, tep);
-                            op_tile_to_bf16(t, NR, mr, nr, C16 + i * rsc + j * csc, rsc, csc);
-                            continue;
-                        }
-                        o->ukr(kcp, abuf + (size_t)(ir * kcp) * o->a_elem, bp, ldb,
-                               C + i * rsc + j * csc, rsc, csc, mr, nr, !first, tep);
+                        /* the tile goes to C, or (bf16 C: one KC block) to a scratch tile */
+                        float t[OP_GEMM_TILE_MAX] OP_ALIGNED(64);
+                        float *ct = g->c16 ? t : C + i * rsc + j * csc;
+                        const int64_t crs = g->c16 ? NR : rsc, ccs = g->c16 ? 1 : csc;
+                        if (ir < afull)
+                            o->ukr_a(kcp, Ad + (i * g->rsa + pc) * (int64_t)o->a_elem, g->rsa, bp, ct, crs,
+                                     ccs, mr, nr, !first, tep);
+                        else
+                            o->ukr(kcp, abuf + (size_t)((ir - afull) * kcp) * o->a_elem, bp, ldb, ct, crs,
+                                   ccs, mr, nr, !first, tep);
+                        if (g->c16) op_tile_to_bf16(t, NR, mr, nr, C16 + i * rsc + j * csc, rsc, csc);
                     }
                 }
             }
