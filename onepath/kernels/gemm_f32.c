@@ -713,6 +713,12 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
     const char *Ad = (const char *)g->a + (g->a_off ? g->a_off[bi] : 0) * (int64_t)o->a_elem;
     const op_epilogue *epi = g->epi;
     if (epi && !epi->bias && epi->act == OP_ACT_NONE) epi = NULL;
+    /* A read in place (ukr_a) for the full mr-row panels of a block, its tail panel packed. Rows not
+       64-byte aligned cost split loads on every pass over the block's B panels: then only when at
+       most two B panels pass (packing costs about a read and a write of A; measured on AMX with
+       ResNet-50 NHWC 1x1 layers: N = 64 gains, N >= 128 loses) */
+    const int a_aligned = ((uintptr_t)Ad % 64 == 0) && ((g->rsa * (int64_t)o->a_elem) % 64 == 0);
+    const int a_inplace = o->ukr_a && g->csa == 1;
 
     for (int64_t jc = n0; jc < n1; jc += x->nc) {
         const int64_t nc = op_min64(x->nc, n1 - jc);
@@ -729,13 +735,7 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                 o->pack_b(g, bi, pc, kc, kcp, jc + nfull, nc - nfull, bbuf);
             for (int64_t ic = m0; ic < m1; ic += x->mc) {
                 const int64_t mc = op_min64(x->mc, m1 - ic);
-                /* A in place for the full panels (ukr_a), the packed tail panel after them. Rows
-                   not 64-byte aligned cost split loads on every pass over the block's B panels:
-                   then only when at most two B panels pass (packing costs about a read and a write;
-                   measured on AMX, ResNet-50 NHWC 1x1 layers: N = 64 gains, N >= 128 loses) */
-                const int a_aligned = ((uintptr_t)Ad % 64 == 0) && ((g->rsa * (int64_t)o->a_elem) % 64 == 0);
-                const int64_t afull = (o->ukr_a && g->csa == 1 && kcp == kc && (a_aligned || nc <= 2 * NR))
-                                          ? mc / MR * MR : 0;
+                const int64_t afull = a_inplace && kcp == kc && (a_aligned || nc <= 2 * NR) ? mc / MR * MR : 0;
                 if (afull < mc) o->pack_a(g, bi, ic + afull, mc - afull, pc, kc, kcp, abuf);
                 for (int64_t jr = 0; jr < nc; jr += NR) {
                     const int nr = (int)op_min64(NR, nc - jr);
