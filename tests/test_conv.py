@@ -402,7 +402,7 @@ def test_conv2d_bf16_amx_emulated(case, nhwc):
     used = lib.op_conv2d_bf16(d, ffi.cast("const uint16_t *", xin.ctypes.data),
                               ffi.cast("const uint16_t *", wk.ctypes.data),
                               ffi.cast("const float *", b.ctypes.data), ffi.cast("float *", y.ctypes.data),
-                              0, ffi.NULL, 2)
+                              0, 0, ffi.NULL, 2)
     assert used >= 1
     got = y.transpose(0, 3, 1, 2) if nhwc else y
     st2, pads, dl2 = (s, s), ((p, p), (p, p)), (dl, dl)
@@ -519,17 +519,33 @@ XP_CASES = [
 ]
 
 
+# NHWC only: the padded-copy A pack (runs of C/g per tap, or of KW*C per kernel row when dw == 1 and
+# groups == 1) cut into 32-depth blocks, copy or no copy of the input
+NHWC_CASES = [
+    (1, 3, 9, 9, 5, 7, 7, 2, 3, 1, 1),                          # conv1-like: runs of 21 across blocks
+    (1, 35, 7, 8, 9, 3, 3, 1, 1, 1, 1),                         # odd C > 32: runs straddle blocks
+    (2, 64, 6, 5, 33, 3, 3, 2, 1, 1, 1),                        # C a multiple of 32: one load a block
+    (1, 12, 9, 10, 6, 3, 3, 1, 0, (1, 2), 3),                   # grouped, dilated width, no copy
+    (1, 6, 8, 9, 4, 2, 3, (1, 2), 0, 1, 1),                     # unpadded, strided: no copy
+    (2, 7, 6, 7, 5, 1, 1, 2, 0, 1, 1),                          # 1x1 strided, odd C
+    (1, 64, 5, 9, 40, 1, 1, 1, 0, 1, 1),                        # 1x1 in place: A read in place by the
+    (1, 2048, 6, 6, 40, 1, 1, 1, 0, 1, 1),                      # AMX kernel (full panels; K > KC)
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("dtype", [np.float32, bfloat16])
-@pytest.mark.parametrize("case", XP_CASES, ids=lambda c: "x".join(map(str, c[:7])))
-def test_conv2d_nchw_pretransformed(level, case, dtype):
-    run_case(*case, dtype=dtype)
+@pytest.mark.parametrize("case", XP_CASES + NHWC_CASES, ids=lambda c: "x".join(map(str, c[:7])))
+def test_conv2d_pretransformed(level, case, dtype, layout):
+    run_case(*case, dtype=dtype, layout=layout)
     if case[0] == 1 and case[10] == 1:
-        run_case(*case, dtype=dtype, bias=False, activation="relu", seed=2)
+        run_case(*case, dtype=dtype, layout=layout, bias=False, activation="relu", seed=2)
 
 
-@pytest.mark.parametrize("case", XP_CASES, ids=lambda c: "x".join(map(str, c[:7])))
-def test_conv2d_nchw_pretransformed_amx_emulated(case):
-    """The same problems through the amx_emu build (portable pack of the pre-transformed input)."""
+@pytest.mark.parametrize("nhwc", [0, 1])
+@pytest.mark.parametrize("case", XP_CASES + NHWC_CASES, ids=lambda c: "x".join(map(str, c[:7])))
+def test_conv2d_pretransformed_amx_emulated(case, nhwc):
+    """The same problems through the amx_emu build (portable packs of the pre-transformed input)."""
     from onepath.kernels import load
     n, c, h, w, oc, kh, kw, s, p, dl, g = case
     st2 = (s, s) if isinstance(s, int) else tuple(s)
@@ -549,18 +565,75 @@ def test_conv2d_nchw_pretransformed_amx_emulated(case):
     d.sh, d.sw = st2
     d.pt, d.pl = pads[0][0], pads[1][0]
     d.dh, d.dw = dl2
-    d.groups, d.nhwc = g, 0
-    xin = np.ascontiguousarray(x).view(np.uint16)
+    d.groups, d.nhwc = g, nhwc
+    xin = np.ascontiguousarray(x.transpose(0, 2, 3, 1) if nhwc else x).view(np.uint16)
     wk = np.ascontiguousarray(wt).view(np.uint16)
-    y = np.empty((n, oc, oh, ow), np.float32)
+    y = np.empty((n, oh, ow, oc) if nhwc else (n, oc, oh, ow), np.float32)
     used = lib.op_conv2d_bf16(d, ffi.cast("const uint16_t *", xin.ctypes.data),
                               ffi.cast("const uint16_t *", wk.ctypes.data),
                               ffi.cast("const float *", b.ctypes.data), ffi.cast("float *", y.ctypes.data),
-                              0, ffi.NULL, 2)
+                              0, 0, ffi.NULL, 2)
     assert used >= 1
     ref = reference_conv2d(x, wt, b, st2, pads, dl2, g)
     tol = _bound(x.astype(np.float32), wt.astype(np.float32), b, st2, pads, dl2, g)
-    assert np.all(np.abs(y - ref) <= tol)
+    got = y.transpose(0, 3, 1, 2) if nhwc else y
+    assert np.all(np.abs(got - ref) <= tol)
+
+
+def _kernel_bf16(lib, ffi, case, nhwc, y_bf16, seed=13):
+    """lib.op_conv2d_bf16 on a case (bias, no activation): (float32 or bfloat16-bits output, x, w, b)."""
+    n, c, h, w, oc, kh, kw, s, p, dl, g = case
+    st2 = (s, s) if isinstance(s, int) else tuple(s)
+    dl2 = (dl, dl) if isinstance(dl, int) else tuple(dl)
+    pads = _pads(p, (kh, kw), dl2, st2)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c, h, w)).astype(bfloat16)
+    wt = rng.standard_normal((oc, c // g, kh, kw)).astype(bfloat16)
+    b = rng.standard_normal(oc).astype(np.float32)
+    oh = (h + pads[0][0] + pads[0][1] - dl2[0] * (kh - 1) - 1) // st2[0] + 1
+    ow = (w + pads[1][0] + pads[1][1] - dl2[1] * (kw - 1) - 1) // st2[1] + 1
+    d = ffi.new("op_conv_desc *")
+    d.n, d.c, d.h, d.w, d.oc, d.oh, d.ow, d.kh, d.kw = n, c, h, w, oc, oh, ow, kh, kw
+    d.sh, d.sw = st2
+    d.pt, d.pl = pads[0][0], pads[1][0]
+    d.dh, d.dw = dl2
+    d.groups, d.nhwc = g, nhwc
+    xin = np.ascontiguousarray(x.transpose(0, 2, 3, 1) if nhwc else x).view(np.uint16)
+    wk = np.ascontiguousarray(wt).view(np.uint16)
+    y = np.empty((n, oh, ow, oc) if nhwc else (n, oc, oh, ow), np.uint16 if y_bf16 else np.float32)
+    used = lib.op_conv2d_bf16(d, ffi.cast("const uint16_t *", xin.ctypes.data),
+                              ffi.cast("const uint16_t *", wk.ctypes.data),
+                              ffi.cast("const float *", b.ctypes.data), ffi.cast("void *", y.ctypes.data),
+                              y_bf16, 0, ffi.NULL, 2)
+    assert used >= 1
+    return y
+
+
+ROUND_CASES = [XP_CASES[0], XP_CASES[3], XP_CASES[7], NHWC_CASES[2], NHWC_CASES[5], NHWC_CASES[6],
+               NHWC_CASES[7], BF16_NATIVE_CASES[2]]
+
+
+def _check_rounded_once(level, case, nhwc):
+    from onepath.kernels import load
+    mod = load(level)
+    onepath._stats.record("conv2d", "bfloat16", level)
+    y32 = _kernel_bf16(mod.lib, mod.ffi, case, nhwc, 0)
+    y16 = _kernel_bf16(mod.lib, mod.ffi, case, nhwc, 1)
+    assert np.array_equal(y16, y32.astype(bfloat16).view(np.uint16))
+
+
+@pytest.mark.parametrize("nhwc", [0, 1])
+@pytest.mark.parametrize("case", ROUND_CASES, ids=lambda c: "x".join(map(str, c[:7])))
+def test_conv2d_bf16_output_rounded_once(level, case, nhwc):
+    """A bfloat16 output (y_bf16 = 1: rounded tile by tile in the GEMM driver when the depth is one KC
+    block, else from a float32 scratch) is the float32 result rounded once, bit for bit."""
+    _check_rounded_once(level, case, nhwc)
+
+
+@pytest.mark.parametrize("nhwc", [0, 1])
+@pytest.mark.parametrize("case", ROUND_CASES, ids=lambda c: "x".join(map(str, c[:7])))
+def test_conv2d_bf16_output_rounded_once_amx_emulated(case, nhwc):
+    _check_rounded_once("amx_emu", case, nhwc)
 
 
 # (n, c, h, w, k, stride, pad, mult): the flat 7x7 kernel, the row kernels (stride 1 and 2), the

@@ -27,11 +27,12 @@ typedef struct {
 int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
                   const float *bias, float *y, int act, const op_blocking *blk, int nthreads);
 
-/* Convolution with bfloat16 input and weight (bits), float32 accumulation and output, on the level's
-   BF16 GEMM kernels (VDPBF16PS / AMX; levels without them widen to float32). Weight layout as
-   op_conv2d_f32. Same return convention (a negative value: allocation failure or an AMX fault). */
+/* Convolution with bfloat16 input and weight (bits), float32 accumulation, on the level's BF16 GEMM
+   kernels (VDPBF16PS / AMX; levels without them widen to float32). Weight layout as op_conv2d_f32.
+   y: float32 (y_bf16 = 0) or bfloat16 bits rounded once from the float32 result (y_bf16 = 1).
+   Same return convention (a negative value: allocation failure or an AMX fault). */
 int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, const float *bias,
-                   float *y, int act, const op_blocking *blk, int nthreads);
+                   void *y, int y_bf16, int act, const op_blocking *blk, int nthreads);
 
 /* Depthwise convolution (groups == C, OC = C * multiplier), direct vectorised kernel.
    Weight layout: nhwc = 0: (OC, KH, KW); nhwc = 1: (KH, KW, OC), float32 (w_bf16 = 0) or bfloat16

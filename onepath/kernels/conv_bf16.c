@@ -1,5 +1,5 @@
 /* conv_bf16.c: bfloat16 convolution on the level's BF16 GEMM kernels (VDPBF16PS at avx512_core_bf16,
-   AMX tiles at avx512_core_amx and in the amx_emu build), float32 accumulation and output.
+   AMX tiles at avx512_core_amx and in the amx_emu build), float32 accumulation, float32 or bfloat16 output.
 
    Same GEMM formulation as conv_f32.c, with the operands packed straight into the "k32" layout of
    gemm_bf16.c (blocks of 32 depths; B as interleaved K-pairs):
@@ -12,10 +12,13 @@
            weight in place and each K-pair of a 32-pixel micro-panel is two gathered bfloat16 rows
            interleaved (op_conv_pack_b_nchw_k32). A 1x1 stride-1 unpadded convolution packs the input
            itself with op_pack_b_k32.
-     NHWC: C[pixel][oc] = A[pixel][(kh,kw,c)] * Wr[(kh,kw,c)][oc]. The depth order puts channels
-           innermost, so 32 depths of a pixel are runs of contiguous channels (op_conv_pack_a_nhwc_k32
-           copies them); the weight is reordered once per call to (OC, KH, KW, C/g) and packed as a
-           transposed B by op_pack_b_k32. A 1x1 stride-1 unpadded convolution is a plain GEMM.
+     NHWC: C[pixel][oc] = A[pixel][depth] * B[depth][oc] over conv_f32.c's padded NHWC copy of the
+           input ("NHWC over a padded input": depth order (channel block of 32, kh, kw, c), a block
+           plan of contiguous runs, so a k32 A row of a pixel is one or a few masked 64-byte loads,
+           op_conv_pack_a_nhwc_q) and the weight packed in place in that order
+           (op_conv_pack_b_nhwc_k32). A 1x1 stride-1 unpadded convolution is a plain GEMM.
+   A bfloat16 output is rounded once from the float32 tiles in the GEMM driver when the depth fits
+   one KC block (op_bf16_run), else from a float32 scratch output.
    Levels without BF16 instructions widen the weight and run op_conv2d_f32 (bfloat16 input). */
 
 #if defined(OP_BF16_NATIVE)
@@ -24,7 +27,6 @@ typedef struct {
     const uint16_t *x;
     int64_t cg, ocg;
     int64_t g0;
-    int mr;           /* A micro-panel rows of the ops in use (NHWC A pack) */
 } op_convb_geo;
 
 OP_INLINE void op_convb_entry(const op_convb_geo *q, int64_t bi, int64_t *n, int64_t *g)
@@ -122,70 +124,6 @@ static void op_conv_pack_b_nchw_k32(const op_gemm_args *g, int64_t bi, int64_t p
     }
 }
 
-/* NHWC implicit A, depth order (kh, kw, c): MR-row micro-panels of 32-depth blocks,
-   a[(kb*MR + i)*32 + t] = A[i0 + ir + i][p0 + kb*32 + t]. */
-static void op_conv_pack_a_nhwc_k32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc,
-                                    int64_t p0, int64_t kc, int64_t kcp, void *dst)
-{
-    const op_convb_geo *q = (const op_convb_geo *)g->user;
-    const op_conv_desc *d = q->d;
-    const int MR = q->mr;
-    int64_t n, gi;
-    op_convb_entry(q, bi, &n, &gi);
-    const int64_t cg = q->cg, C = d->c, H = d->h, W = d->w, OW = d->ow;
-    uint16_t *D = (uint16_t *)dst;
-    for (int64_t ir = 0; ir < mc; ir += MR, D += MR * kcp) {
-        const int mr = (int)op_min64(MR, mc - ir);
-        for (int i = 0; i < MR; i++) {
-            if (i >= mr) {
-                for (int64_t kb = 0; kb * 32 < kcp; kb++) memset(D + (kb * MR + i) * 32, 0, 64);
-                continue;
-            }
-            const int64_t pix = i0 + ir + i, oh = pix / OW, ow = pix % OW;
-            const int64_t ihb = oh * d->sh - d->pt, iwb = ow * d->sw - d->pl;
-            int64_t tap = p0 / cg, c = p0 % cg;
-            for (int64_t kb = 0; kb * 32 < kcp; kb++) {
-                uint16_t *row = D + (kb * MR + i) * 32;
-                const int klen = (int)op_max64(0, op_min64(32, kc - kb * 32));
-                int t = 0;
-                while (t < klen) {
-                    const int run = (int)op_min64(cg - c, klen - t);
-                    const int64_t ki = tap / d->kw, kj = tap % d->kw;
-                    const int64_t ih = ihb + ki * d->dh, iw = iwb + kj * d->dw;
-                    if (ih >= 0 && ih < H && iw >= 0 && iw < W)
-                        memcpy(row + t, q->x + ((n * H + ih) * W + iw) * C + gi * cg + c, (size_t)run * 2);
-                    else
-                        memset(row + t, 0, (size_t)run * 2);
-                    t += run;
-                    c += run;
-                    if (c == cg) {
-                        c = 0;
-                        tap++;
-                    }
-                }
-                if (t < 32) memset(row + t, 0, (size_t)(32 - t) * 2);
-            }
-        }
-    }
-}
-
-typedef struct {
-    const uint16_t *w;
-    uint16_t *wr;
-    int64_t cg, khw;
-} op_convb_wr_ctx;
-
-/* (OC, C/g, KH, KW) -> (OC, KH, KW, C/g), one output channel per task */
-static void op_convb_wr_task(void *ctx, int64_t oc, int tid)
-{
-    (void)tid;
-    const op_convb_wr_ctx *x = (const op_convb_wr_ctx *)ctx;
-    const int64_t K = x->cg * x->khw;
-    const uint16_t *s = x->w + oc * K;
-    uint16_t *o = x->wr + oc * K;
-    for (int64_t c = 0; c < x->cg; c++)
-        for (int64_t t = 0; t < x->khw; t++) o[t * x->cg + c] = s[c * x->khw + t];
-}
 /* ---------------------------------------------------------------- NCHW over a pre-transformed input
 
    The input is rewritten once per call into Xp[e][cp][a][b][Hs][Ws] of channel pairs (one uint32:
@@ -388,9 +326,86 @@ static void op_convx_wr_task(void *ctx, int64_t oc, int tid)
     }
 }
 
+/* ---------------------------------------------------------------- the GEMM calls
+
+   One bfloat16 convolution GEMM through op_bf16_run: one driver call per group when the groups
+   carry a bias (the epilogue's bias pointer is per call), else one call over all (image, group)
+   entries. *g0 (in the pack geometry behind `user`) is set to the group of the call, or -1.
+     NCHW: C[oc][pixel] = W[oc][k] * B[k][pixel], A = the weight (k_w = row length, k = k_w), B = x
+           (read in place by op_pack_b_k32 only for a 1x1 stride-1 unpadded convolution);
+     NHWC: C[pixel][oc] = A[pixel][k] * W^T, B = the weight transposed (rsb = 1, csb = k_w), A = x
+           (read in place by the kernels' own A pack only for the 1x1 stride-1 unpadded case).
+   Packs that gather through `user` ignore the in-place operand. */
+static int op_convb_gemm(const op_conv_desc *d, const op_gemm_ops *ops, int amx, const void *user,
+                         int64_t *g0, const uint16_t *x, const uint16_t *w, int64_t k_w,
+                         const float *bias, int act, void *y, int y_bf16, const op_blocking *blk,
+                         int nthreads)
+{
+    const int64_t G = d->groups, cg = d->c / G, ocg = d->oc / G;
+    const int64_t ohw = d->oh * d->ow, hw = d->h * d->w;
+    const int per_group = G > 1 && bias != NULL;
+    const int64_t calls = per_group ? G : 1;
+    const int64_t batch = per_group ? d->n : d->n * G;
+    int64_t *offs = (int64_t *)malloc(sizeof(int64_t) * (size_t)(3 * batch));
+    if (!offs) return -1;
+    int64_t *xo = offs, *wo = offs + batch, *yo = offs + 2 * batch;
+    int used = 1;
+    for (int64_t call = 0; call < calls; call++) {
+        *g0 = per_group ? call : -1;
+        for (int64_t bi = 0; bi < batch; bi++) {
+            const int64_t n = per_group ? bi : bi / G, gi = per_group ? call : bi % G;
+            xo[bi] = d->nhwc ? n * hw * d->c + gi * cg : (n * d->c + gi * cg) * hw;
+            wo[bi] = gi * ocg * k_w;
+            yo[bi] = d->nhwc ? n * ohw * d->oc + gi * ocg : (n * d->oc + gi * ocg) * ohw;
+        }
+        op_epilogue epi;
+        epi.bias = bias ? bias + (per_group ? call * ocg : 0) : NULL;
+        epi.bias_stride = 1;
+        epi.bias_axis = d->nhwc ? 1 : 0;
+        epi.act = act;
+        op_gemm_args g;
+        memset(&g, 0, sizeof g);
+        g.batch = batch;
+        g.k = k_w;
+        g.epi = (bias || act != OP_ACT_NONE) ? &epi : NULL;
+        g.user = user;
+        int r;
+        if (d->nhwc) {
+            g.m = ohw; g.n = ocg;
+            g.a = x; g.a_off = xo; g.rsa = d->c; g.csa = 1;
+            g.b = w; g.b_off = wo; g.rsb = 1; g.csb = k_w;
+            r = op_bf16_run(ops, &g, amx, y, yo, d->oc, 1, y_bf16, blk, nthreads);
+        } else {
+            g.m = ocg; g.n = ohw;
+            g.a = w; g.a_off = wo; g.rsa = k_w; g.csa = 1;
+            g.b = x; g.b_off = xo; g.rsb = hw; g.csb = 1;
+            r = op_bf16_run(ops, &g, amx, y, yo, ohw, 1, y_bf16, blk, nthreads);
+        }
+        if (r < 0) {
+            used = r;
+            break;
+        }
+        if (r > used) used = r;
+    }
+    free(offs);
+    return used;
+}
+
+/* The weight reordered to (OC, KH, KW, cgp) (op_convx_wr_task), or NULL on allocation failure. */
+static uint16_t *op_convb_reorder_w(const op_conv_desc *d, const uint16_t *w, int64_t cgp, int nthreads)
+{
+    const int64_t cg = d->c / d->groups, khw = d->kh * d->kw, Kp = khw * cgp;
+    uint16_t *wr = (uint16_t *)op_aligned_alloc(sizeof(uint16_t) * (size_t)(d->oc * Kp));
+    if (!wr) return NULL;
+    op_convx_wr_ctx wc = {w, wr, cg, cgp, khw, d->oc};
+    op_parallel_for(d->oc * Kp >= (1 << 18) ? nthreads : 1, d->oc, op_convx_wr_task, &wc);
+    return wr;
+}
+
 /* NCHW bf16 over the pre-transformed input (above). Returns 0 when the transform does not apply. */
 static int op_conv2d_bf16_xp(const op_conv_desc *d, const uint16_t *x, const uint16_t *w,
-                             const float *bias, float *y, int act, const op_blocking *blk, int nthreads)
+                             const float *bias, void *y, int y_bf16, int act, const op_blocking *blk,
+                             int nthreads)
 {
     const int64_t G = d->groups, cg = d->c / G, ocg = d->oc / G, khw = d->kh * d->kw;
     const int64_t cgp = cg + (cg & 1), cph = cgp / 2, Kp = khw * cgp, ohw = d->oh * d->ow;
@@ -408,170 +423,232 @@ static int op_conv2d_bf16_xp(const op_conv_desc *d, const uint16_t *x, const uin
     ops.b_prepacked = 0;
     ops.pack_b = op_conv_pack_b_nchw_xp;
     uint32_t *xp = (uint32_t *)op_aligned_alloc(sizeof(uint32_t) * (size_t)(entries * cph * plane_c));
-    uint16_t *wr = (uint16_t *)op_aligned_alloc(sizeof(uint16_t) * (size_t)(d->oc * Kp));
+    uint16_t *wr = op_convb_reorder_w(d, w, cgp, nthreads);
     int64_t *tapoff = (int64_t *)malloc(sizeof(int64_t) * (size_t)khw);
-    const int per_group = G > 1 && bias != NULL;
-    const int64_t calls = per_group ? G : 1;
-    const int64_t batch = per_group ? d->n : entries;
-    int64_t *offs = (int64_t *)malloc(sizeof(int64_t) * (size_t)(3 * batch));
-    int used = 1;
-    if (!xp || !wr || !tapoff || !offs) {
-        used = -1;
-        goto done;
-    }
-    {
+    int used = -1;
+    if (xp && wr && tapoff) {
         op_convx_fill_ctx fc = {d, x, xp, cg, cph, hs, ws};
-        const int64_t tasks = entries * cph;
-        op_parallel_for(entries * cph * plane_c >= (1 << 16) ? nthreads : 1, tasks, op_convx_fill_task, &fc);
-        op_convx_wr_ctx wc = {w, wr, cg, cgp, khw, d->oc};
-        op_parallel_for(d->oc * Kp >= (1 << 18) ? nthreads : 1, d->oc, op_convx_wr_task, &wc);
+        op_parallel_for(entries * cph * plane_c >= (1 << 16) ? nthreads : 1, entries * cph,
+                        op_convx_fill_task, &fc);
+        op_convx_phases(d, &hs, &ws, tapoff);
+        op_convx_geo q;
+        q.d = d;
+        q.xp = xp;
+        q.cph = cph;
+        q.hs = hs;
+        q.ws = ws;
+        q.plane_c = plane_c;
+        q.tapoff = tapoff;
+        op_blocking bx;
+        used = op_convb_gemm(d, &ops, amx, &q, &q.g0, x, wr, Kp, bias, act, y, y_bf16,
+                             op_convx_blk(blk, &ops, &bx), nthreads);
     }
-    op_convx_phases(d, &hs, &ws, tapoff);
-    op_convx_geo q;
-    q.d = d;
-    q.xp = xp;
-    q.cph = cph;
-    q.hs = hs;
-    q.ws = ws;
-    q.plane_c = plane_c;
-    q.tapoff = tapoff;
-    int64_t *wo = offs + batch, *yo = offs + 2 * batch;
-    op_blocking bx;
-    for (int64_t call = 0; call < calls; call++) {
-        q.g0 = per_group ? call : -1;
-        for (int64_t bi = 0; bi < batch; bi++) {
-            const int64_t n = per_group ? bi : bi / G, gi = per_group ? call : bi % G;
-            offs[bi] = 0;
-            wo[bi] = gi * ocg * Kp;
-            yo[bi] = (n * d->oc + gi * ocg) * ohw;
-        }
-        op_epilogue epi;
-        epi.bias = bias ? bias + (per_group ? call * ocg : 0) : NULL;
-        epi.bias_stride = 1;
-        epi.bias_axis = 0;
-        epi.act = act;
-        op_gemm_args g;
-        memset(&g, 0, sizeof g);
-        g.batch = batch;
-        g.k = Kp;
-        g.epi = (bias || act != OP_ACT_NONE) ? &epi : NULL;
-        g.user = &q;
-        g.m = ocg; g.n = ohw;
-        g.a = wr; g.a_off = wo; g.rsa = Kp; g.csa = 1;
-        g.b = xp; g.b_off = offs; g.rsb = 0; g.csb = 1;    /* never read: pack_b uses q */
-        const int r = op_bf16_run(&ops, &g, amx, y, yo, ohw, 1, 0, op_convx_blk(blk, &ops, &bx), nthreads);
-        if (r < 0) {
-            used = r;
-            break;
-        }
-        if (r > used) used = r;
-    }
-done:
-    free(offs);
     free(tapoff);
     op_aligned_free(wr);
     op_aligned_free(xp);
     return used;
 }
 
+/* ---------------------------------------------------------------- NHWC over a padded input
+
+   The padded NHWC copy and the block plan of its runs are conv_f32.c's (op_convq_prepare), with
+   blocks of 32 depths (the k32 layout); the input stays bfloat16. */
+
+/* A of the NHWC GEMM: MR-row micro-panels of 32-depth blocks, a[(kb*MR + i)*32 + t] =
+   A[i0 + ir + i][p0 + kb*32 + t] (p0 is a multiple of 32: the driver's kc is rounded to k_align). */
+static void op_conv_pack_a_nhwc_q(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc,
+                                  int64_t p0, int64_t kc, int64_t kcp, void *dst)
+{
+    (void)kc;
+    const op_convq_geo *q = (const op_convq_geo *)g->user;
+    const int MR = q->mr;
+    const int64_t kb0 = p0 / 32, nkb = kcp / 32;
+    const uint16_t *X = (const uint16_t *)q->xq;
+    const uint16_t *px[32];   /* the micro-panel's pixels (MR <= 32: AMX 32, VDPBF16PS 14) */
+    uint16_t *D = (uint16_t *)dst;
+    for (int64_t ir = 0; ir < mc; ir += MR, D += MR * kcp) {
+        const int mr = (int)op_min64(MR, mc - ir);
+        for (int i = 0; i < mr; i++) px[i] = X + op_convq_pixel(q, bi, i0 + ir + i);
+        for (int64_t kb = 0; kb < nkb; kb++) {   /* rows written in order */
+            const int64_t b = kb0 + kb;
+            uint16_t *row = D + kb * MR * 32;
+            const int live = b < q->nblk ? mr : 0;
+            const op_convq_seg *s0 = q->seg + q->bseg[b < q->nblk ? b : 0], *e = q->seg + q->bseg[b < q->nblk ? b + 1 : 0];
+            for (int i = 0; i < MR; i++, row += 32) {
+                if (i >= live) {
+                    memset(row, 0, 64);
+                    continue;
+                }
+#if defined(OP_HAS_AVX512)
+                __m512i v = _mm512_setzero_si512();
+                for (const op_convq_seg *s = s0; s < e; s++)
+                    v = _mm512_mask_loadu_epi16(v, (__mmask32)s->mask, (const void *)(px[i] + s->off - s->t0));
+                _mm512_storeu_si512((void *)row, v);
+#else
+                memset(row, 0, 64);
+                for (const op_convq_seg *s = s0; s < e; s++) memcpy(row + s->t0, px[i] + s->off, (size_t)s->len * 2);
+#endif
+            }
+        }
+    }
+}
+
+/* B of the bf16 NHWC GEMM from the weight (OC, C/g, KH, KW) in place, k32 micro-panels (g->b at the
+   entry's group, row length csb = K; depths p0 .. p0+kc whole channel blocks of 32, see conv_f32.c).
+   Per 32-column panel and channel block, the block's depth rows (32 columns each) are made in the
+   pack's scratch (ops.b_scratch) first: the contiguous pieces W[oc][c0 ..][all taps] of 16 pairs of output channels are
+   interleaved into dwords (W[oc][k], W[oc+1][k]) and transposed 16 x 16 (op_transpose16_epi32),
+   row k = ci*khw + t landing at depth t*cbl + ci; pairs of rows are then interleaved into K-pairs
+   (as op_pack_b_k32 does for a row-major B). */
+static void op_conv_pack_b_nhwc_k32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc,
+                                    int64_t kcp, int64_t j0, int64_t nc, void *dst)
+{
+    const op_convq_geo *q = (const op_convq_geo *)g->user;
+    const int64_t cg = q->d->c / q->d->groups, khw = q->d->kh * q->d->kw, K = g->csb, bk = q->bk;
+    const uint16_t *W = (const uint16_t *)g->b + (g->b_off ? g->b_off[bi] : 0);
+    uint16_t *D = (uint16_t *)dst;
+    /* the rows of one channel block: scratch after the packed block (ops.b_scratch) */
+    uint16_t *rows = D + op_roundup64(nc, 32) * kcp;
+#if defined(OP_HAS_AVX512)
+    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                            39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+#endif
+    for (int64_t jr = 0; jr < nc; jr += 32, D += 32 * kcp) {
+        const int nr = (int)op_min64(32, nc - jr);
+        const uint16_t *wp = W + (j0 + jr) * K;
+        for (int64_t gp = p0; gp < p0 + kc;) {
+            const int64_t c0 = gp / (bk * khw) * bk, cbl = op_min64(bk, cg - c0), glen = cbl * khw;
+            const uint16_t *src = wp + c0 * khw;
+            /* 1. rows[(t*cbl + ci)*32 + j] = W[oc j][c0 + ci][t] */
+#if defined(OP_HAS_AVX512)
+            int64_t ci = 0, t = 0;   /* element k = ci * khw + t of the block */
+            for (int64_t k0 = 0; k0 < glen; k0 += 16) {
+                const int nt = (int)op_min64(16, glen - k0);
+                const __mmask16 km = (__mmask16)((1u << nt) - 1u);
+                __m512i r[16];
+#pragma GCC unroll 16
+                for (int i = 0; i < 16; i++) {
+                    const __m512i e0 = 2 * i < nr ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(km, src + (2 * i) * K + k0))
+                                                  : _mm512_setzero_si512();
+                    const __m512i e1 = 2 * i + 1 < nr ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(km, src + (2 * i + 1) * K + k0))
+                                                      : _mm512_setzero_si512();
+                    r[i] = _mm512_or_si512(e0, _mm512_slli_epi32(e1, 16));
+                }
+                op_transpose16_epi32(r);
+                for (int kk = 0; kk < nt; kk++) {
+                    _mm512_store_si512((void *)(rows + (t * cbl + ci) * 32), r[kk]);
+                    if (++t == khw) {
+                        t = 0;
+                        ci++;
+                    }
+                }
+            }
+#else
+            for (int64_t k = 0; k < glen; k++)
+                for (int j = 0; j < 32; j++)
+                    rows[((k % khw) * cbl + k / khw) * 32 + j] = j < nr ? src[j * K + k] : 0;
+#endif
+            memset(rows + glen * 32, 0, 64);   /* the partner of an odd last row */
+            /* 2. K-pairs of rows into the k32 blocks (gp - p0 is a multiple of 32) */
+            for (int64_t pp = 0; pp < glen; pp += 2) {
+                const int64_t p = gp - p0 + pp;
+                uint16_t *blk = D + (p / 32) * 1024 + ((p % 32) / 2) * 32;
+                const uint16_t *r0 = rows + pp * 32;
+#if defined(OP_HAS_AVX512)
+                const __m512i x0 = _mm512_load_si512((const void *)r0);
+                const __m512i x1 = _mm512_load_si512((const void *)(r0 + 32));
+                _mm512_storeu_si512((void *)blk, _mm512_permutex2var_epi16(x0, lo_idx, x1));
+                _mm512_storeu_si512((void *)(blk + 512), _mm512_permutex2var_epi16(x0, hi_idx, x1));
+#else
+                for (int j = 0; j < 32; j++) {
+                    blk[(j >> 4) * 512 + (j & 15) * 2] = r0[j];
+                    blk[(j >> 4) * 512 + (j & 15) * 2 + 1] = r0[32 + j];
+                }
+#endif
+            }
+            gp += glen;
+        }
+        /* K-pairs past the depth (the last block's tail) */
+        for (int64_t p = op_roundup64(kc, 2); p < kcp; p += 2) {
+            uint16_t *blk = D + (p / 32) * 1024 + ((p % 32) / 2) * 32;
+            memset(blk, 0, 64);
+            memset(blk + 512, 0, 64);
+        }
+    }
+}
+
+/* NHWC bf16 over the padded input (conv_f32.c), every NHWC convolution but the 1x1 stride-1 unpadded
+   one: A packed by op_conv_pack_a_nhwc_q, the weight in place by op_conv_pack_b_nhwc_k32 (1x1: W^T as
+   it lies, op_pack_b_k32). */
+static int op_conv2d_bf16_nhwc(const op_conv_desc *d, const uint16_t *x, const uint16_t *w,
+                               const float *bias, void *y, int y_bf16, int act, const op_blocking *blk,
+                               int nthreads)
+{
+    const int64_t K = d->kh * d->kw * (d->c / d->groups);
+    int amx = 0;
+    op_gemm_ops ops = *op_bf16_pick(d->oh * d->ow, &amx);
+    ops.direct_b = 0;
+    ops.b_prepacked = 0;
+    ops.pack_a = op_conv_pack_a_nhwc_q;
+    ops.ukr_a = NULL;   /* A is gathered, never read in place */
+    if (d->kh * d->kw > 1) {
+        ops.pack_b = op_conv_pack_b_nhwc_k32;
+        ops.b_scratch = sizeof(uint16_t) * 32 * (size_t)(op_min64(32, d->c / d->groups) * d->kh * d->kw + 1);
+    }
+    op_blocking bq = blk ? *blk : ops.blk;
+    bq.kc = op_convq_kc(d, 32, bq.kc > 0 ? bq.kc : ops.blk.kc);
+    op_convq_geo q;
+    op_convq_buf qb = {NULL, NULL, NULL};
+    int used = -1;
+    if (op_convq_prepare(d, x, 1, 0, 32, ops.mr, nthreads, &q, &qb) == 0)
+        used = op_convb_gemm(d, &ops, amx, &q, &q.g0, x, w, K, bias, act, y, y_bf16, &bq, nthreads);
+    op_convq_free(&qb);
+    return used;
+}
+
 #endif
 
 int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, const float *bias,
-                   float *y, int act, const op_blocking *blk, int nthreads)
+                   void *y, int y_bf16, int act, const op_blocking *blk, int nthreads)
 {
-    const int64_t G = d->groups, cg = d->c / G, ocg = d->oc / G;
-    const int64_t ohw = d->oh * d->ow, hw = d->h * d->w, K = cg * d->kh * d->kw;
+    const int64_t G = d->groups, ocg = d->oc / G;
+    const int64_t ohw = d->oh * d->ow, K = d->c / G * d->kh * d->kw;
     if (d->n <= 0 || ohw <= 0 || d->oc <= 0) return 1;
 #if !defined(OP_BF16_NATIVE)
     (void)ocg;
-    (void)hw;
+    const int64_t ny = d->n * d->oc * ohw;
     float *wf = (float *)op_aligned_alloc(sizeof(float) * (size_t)(d->oc * K));
-    if (!wf) return -1;
-    for (int64_t i = 0; i < d->oc * K; i++) wf[i] = op_bf16_to_f32_1(w[i]);
-    const int r = op_conv2d_f32(d, x, 1, wf, bias, y, act, blk, nthreads);
+    float *yf = y_bf16 ? (float *)op_aligned_alloc(sizeof(float) * (size_t)ny) : (float *)y;
+    int r = -1;
+    if (wf && yf) {
+        for (int64_t i = 0; i < d->oc * K; i++) wf[i] = op_bf16_to_f32_1(w[i]);
+        r = op_conv2d_f32(d, x, 1, wf, bias, yf, act, blk, nthreads);
+        if (r > 0 && y_bf16) op_conv_f32_to_bf16(yf, (uint16_t *)y, ny, nthreads);
+    }
+    if (y_bf16) op_aligned_free(yf);
     op_aligned_free(wf);
     return r;
 #else
     const int inplace = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 &&
                         d->pl == 0 && d->oh == d->h && d->ow == d->w;
+    if (!inplace) {
+        if (d->nhwc) return op_conv2d_bf16_nhwc(d, x, w, bias, y, y_bf16, act, blk, nthreads);
+        const int r = op_conv2d_bf16_xp(d, x, w, bias, y, y_bf16, act, blk, nthreads);
+        if (r != 0) return r;
+    }
+    /* a 1x1 stride-1 unpadded convolution (a plain GEMM on x), or NCHW in the weight's own depth
+       order (c, kh, kw) with the input gathered by op_conv_pack_b_nchw_k32 */
     int amx = 0;
     op_gemm_ops ops = *op_bf16_pick(d->nhwc ? ohw : ocg, &amx);
     ops.direct_b = 0;
     ops.b_prepacked = 0;
-    uint16_t *wr = NULL;
-    const uint16_t *wb = w;
-    if (!inplace) {
-        if (d->nhwc) {
-            ops.pack_a = op_conv_pack_a_nhwc_k32;
-            if (d->kh * d->kw > 1) {
-                wr = (uint16_t *)op_aligned_alloc(sizeof(uint16_t) * (size_t)(d->oc * K));
-                if (!wr) return -1;
-                op_convb_wr_ctx wc = {w, wr, cg, d->kh * d->kw};
-                op_parallel_for(d->oc * K >= (1 << 18) ? nthreads : 1, d->oc, op_convb_wr_task, &wc);
-                wb = wr;
-            }
-        } else {
-            const int r = op_conv2d_bf16_xp(d, x, w, bias, y, act, blk, nthreads);
-            if (r != 0) return r;
-            ops.pack_b = op_conv_pack_b_nchw_k32;
-        }
-    }
-    const int per_group = G > 1 && bias != NULL;
-    const int64_t calls = per_group ? G : 1;
-    const int64_t batch = per_group ? d->n : d->n * G;
-    int64_t *offs = (int64_t *)malloc(sizeof(int64_t) * (size_t)(3 * batch));
-    if (!offs) {
-        op_aligned_free(wr);
-        return -1;
-    }
-    int64_t *xo = offs, *wo = offs + batch, *yo = offs + 2 * batch;
+    if (!inplace) ops.pack_b = op_conv_pack_b_nchw_k32;
     op_convb_geo q;
     q.d = d;
     q.x = x;
-    q.cg = cg;
+    q.cg = d->c / G;
     q.ocg = ocg;
-    q.mr = ops.mr;
-    int used = 1;
-    for (int64_t call = 0; call < calls; call++) {
-        q.g0 = per_group ? call : -1;
-        for (int64_t bi = 0; bi < batch; bi++) {
-            int64_t n, gi;
-            op_convb_entry(&q, bi, &n, &gi);
-            xo[bi] = d->nhwc ? n * hw * d->c + gi * cg : (n * d->c + gi * cg) * hw;
-            wo[bi] = gi * ocg * K;
-            yo[bi] = d->nhwc ? n * ohw * d->oc + gi * ocg : (n * d->oc + gi * ocg) * ohw;
-        }
-        op_epilogue epi;
-        epi.bias = bias ? bias + (per_group ? call * ocg : 0) : NULL;
-        epi.bias_stride = 1;
-        epi.bias_axis = d->nhwc ? 1 : 0;
-        epi.act = act;
-        op_gemm_args g;
-        memset(&g, 0, sizeof g);
-        g.batch = batch;
-        g.k = K;
-        g.epi = (bias || act != OP_ACT_NONE) ? &epi : NULL;
-        g.user = &q;
-        int r;
-        if (d->nhwc) {
-            g.m = ohw; g.n = ocg;
-            g.a = x; g.a_off = xo; g.rsa = d->c; g.csa = 1;   /* in place only when 1x1 */
-            g.b = wb; g.b_off = wo; g.rsb = 1; g.csb = K;      /* (OC, [KH, KW,] C/g) */
-            r = op_bf16_run(&ops, &g, amx, y, yo, d->oc, 1, 0, blk, nthreads);
-        } else {
-            g.m = ocg; g.n = ohw;
-            g.a = w; g.a_off = wo; g.rsa = K; g.csa = 1;
-            g.b = x; g.b_off = xo; g.rsb = hw; g.csb = 1;      /* in place only when 1x1 */
-            r = op_bf16_run(&ops, &g, amx, y, yo, ohw, 1, 0, blk, nthreads);
-        }
-        if (r < 0) {
-            used = r;
-            break;
-        }
-        if (r > used) used = r;
-    }
-    free(offs);
-    op_aligned_free(wr);
-    return used;
+    return op_convb_gemm(d, &ops, amx, &q, &q.g0, x, w, K, bias, act, y, y_bf16, blk, nthreads);
 #endif
 }

@@ -2,20 +2,18 @@
 
    Per batch entry (image n, group g) the convolution is one GEMM:
      NCHW: C[oc][pixel]  = W[oc][(c,kh,kw)] * B[(c,kh,kw)][pixel]      (M = OC/g, N = OH*OW)
-     NHWC: C[pixel][oc]  = A[pixel][(kh,kw,c)] * Wt[(kh,kw,c)][oc]     (M = OH*OW, N = OC/g)
+     NHWC: C[pixel][oc]  = A[pixel][depth] * B[depth][oc]              (M = OH*OW, N = OC/g)
    where B (NCHW) or A (NHWC) is the im2col matrix, never materialised: the pack callbacks gather
    the patch rows of each KC x NC (or MC x KC) block straight from the input tensor into the
-   micro-panel layout (implicit GEMM), widening bfloat16 input on the way. The weight operand is
-   packed by the f32 GEMM's own routine (op_pack_a_f32 / op_pack_b_f32) with per-group offsets, and
-   a 1x1 stride-1 unpadded float32 convolution reads the input in place through op_gemm_f32_ops.
+   micro-panel layout (implicit GEMM), widening bfloat16 input on the way. NCHW packs the weight
+   with the f32 GEMM's own routine (op_pack_a_f32) with per-group offsets; NHWC reads a padded copy
+   of the input in a channel-block depth order and packs the weight in place in that order (see
+   "NHWC over a padded input" below, shared with conv_bf16.c). A 1x1 stride-1 unpadded float32
+   convolution reads the input in place through op_gemm_f32_ops.
    The micro-kernel (op_ukr_f32) applies bias and activation while writing the output.
    A float32 NCHW input that is not read in place is first copied into a padded, stride-phase-split
    layout (op_convx_prepare_f32, below), so that the B pack copies contiguous runs without border
    tests, and the NC block is capped (OP_CONVX_NC) so the packed gather stays in L2. */
-
-/* Zero source for padded taps (rows of the packed operand that fall outside the input). */
-#define OP_CONV_ZLEN 2048
-static const float op_conv_zeros[OP_CONV_ZLEN] OP_ALIGNED(64);
 
 typedef struct {
     const op_conv_desc *d;
@@ -124,76 +122,286 @@ static void op_conv_pack_b_nchw_bf16(const op_gemm_args *g, int64_t bi, int64_t 
     op_conv_pack_b_nchw_impl(g, bi, p0, kc, kcp, j0, nc, dst, 1);
 }
 
-/* NHWC implicit A: pixels i0..i0+mc, depth p0..p0+kc -> MR-row micro-panels (k-major, d[p*MR + i]).
-   The depth order is (c, kh, kw), the weight's own order, so the weight (OC, C/g, KH, KW) is the B
-   operand in place (a transposed matrix: rsb = 1, csb = K). For each tap (kh, kw) the MR pixels'
-   channel runs are read from MR row pointers at once (a padded pixel reads a zero row). */
-OP_INLINE void op_conv_pack_a_nhwc_impl(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc,
-                                        int64_t p0, int64_t kc, int64_t kcp, void *dst,
-                                        const int BF16)
+/* ---------------------------------------------------------------- NHWC over a padded input
+
+   Shared by the float32 (below) and bfloat16 (conv_bf16.c) NHWC convolutions, depth order (kh, kw, c):
+   C[pixel][oc] = A[pixel][(kh,kw,c)] * B[(kh,kw,c)][oc]. The input is read through a zero-padded
+   NHWC copy Xq[n][hq][wq][C] covering every tap of every output pixel (made once per call; x itself
+   when the convolution needs no padding and no widening), so the depths of a pixel are, with no
+   border tests, a fixed sequence of contiguous "runs" at fixed offsets from the pixel's first tap.
+   The depth order is (channel block, kh, kw, channel in the block) with blocks of bk channels (bk =
+   the A pack's unit: 32 for the bf16 k32 layout, 16 for a float32 transpose; (kh, kw, c) when
+   C/g <= bk): one run per (channel block, tap), or, when C/g <= bk, dw == 1 and groups == 1, one
+   run of KW*C elements per kernel row (a kernel row of taps is a contiguous piece of a padded input
+   row: conv1's C = 3, KW = 7 gives runs of 21 instead of 7 runs of 3). The runs are cut once per
+   call into blocks of bk depths: each block is a list of segments (lanes [t0, t0+len) read from
+   the pixel's address + off), the same for every pixel, so a block of one pixel is one masked
+   vector load per segment (a single full load when C/g is a multiple of bk). On the weight side a
+   channel block of one output channel, W[oc][cb*bk ..][all taps], is one contiguous piece of the
+   weight (OC, C/g, KH, KW): the B packs (op_conv_pack_b_nhwc_f32, conv_bf16.c's
+   op_conv_pack_b_nhwc_k32) read it in place with 16 x 16 transposes, KC being whole channel blocks
+   (op_convq_kc). */
+typedef struct {
+    int32_t t0, len;      /* lanes of the block */
+    uint32_t mask;        /* the lanes as a bit mask */
+    int64_t off;          /* source offset from the pixel's first tap, in elements */
+} op_convq_seg;
+
+typedef struct {
+    const op_conv_desc *d;
+    const void *xq;               /* padded copy, or x itself */
+    int64_t rs, is;               /* row and image strides of xq in elements (pixel stride: C) */
+    int64_t g0;                   /* >= 0: every batch entry is image bi of group g0; < 0: (n, g) */
+    int mr;                       /* A micro-panel rows of the ops in use */
+    int bk;                       /* depths per block */
+    int64_t nblk;                 /* blocks of K */
+    const int64_t *bseg;          /* block b: segments bseg[b] .. bseg[b + 1] - 1 */
+    const op_convq_seg *seg;
+} op_convq_geo;
+
+typedef struct {
+    void *xq;                     /* owned copy (NULL: x read in place) */
+    int64_t *bseg;
+    op_convq_seg *seg;
+} op_convq_buf;
+
+typedef struct {
+    const op_conv_desc *d;
+    const void *x;
+    int x_bf16, widen;            /* x bfloat16 bits; widen: the copy is float32 */
+    void *xq;
+    int64_t hq, wq;
+} op_convq_fill_ctx;
+
+/* Element offset in xq of the first tap of output pixel pix of batch entry bi. */
+OP_INLINE int64_t op_convq_pixel(const op_convq_geo *q, int64_t bi, int64_t pix)
+{
+    const op_conv_desc *d = q->d;
+    const int64_t G = d->groups, n = q->g0 >= 0 ? bi : bi / G, gi = q->g0 >= 0 ? q->g0 : bi % G;
+    return n * q->is + gi * (d->c / G) + (pix / d->ow) * d->sh * q->rs + (pix % d->ow) * d->sw * d->c;
+}
+
+/* one task = one padded row (n, r) of Xq */
+static void op_convq_fill_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_convq_fill_ctx *f = (const op_convq_fill_ctx *)ctx;
+    const op_conv_desc *d = f->d;
+    const int64_t C = d->c, n = task / f->hq, ih = task % f->hq - d->pt, rowlen = f->wq * C;
+    const size_t esz = f->widen ? 4 : f->x_bf16 ? 2 : 4;
+    char *o = (char *)f->xq + (size_t)(task * rowlen) * esz;
+    if (ih < 0 || ih >= d->h) {
+        memset(o, 0, (size_t)rowlen * esz);
+        return;
+    }
+    const int64_t s0 = op_min64(d->pl, f->wq), s1 = op_min64(d->pl + d->w, f->wq);
+    const int64_t src = ((n * d->h + ih) * d->w) * C, len = (s1 - s0) * C;
+    memset(o, 0, (size_t)(s0 * C) * esz);
+    if (f->widen) {
+        float *of = (float *)(void *)o + s0 * C;
+        for (int64_t i = 0; i < len; i++) of[i] = op_conv_ld(f->x, src + i, 1);
+    } else {
+        memcpy(o + (size_t)(s0 * C) * esz, (const char *)f->x + (size_t)src * esz, (size_t)len * esz);
+    }
+    memset(o + (size_t)(s1 * C) * esz, 0, (size_t)((f->wq - s1) * C) * esz);
+}
+
+/* The runs of the depth order: joint kernel rows (C/g <= bk, dw == 1, groups == 1: run r = kernel row
+   r, KW*C/g elements) or one run per (channel block cb, tap t) of the block's channels. */
+OP_INLINE int op_convq_joint(const op_conv_desc *d, int bk)
+{
+    return d->c / d->groups <= bk && d->dw == 1 && d->groups == 1;
+}
+
+static int64_t op_convq_nruns(const op_conv_desc *d, int bk)
+{
+    const int64_t cg = d->c / d->groups;
+    return op_convq_joint(d, bk) ? d->kh : op_cdiv64(cg, bk) * d->kh * d->kw;
+}
+
+/* Cuts the runs of K into the segments of each bk-depth block; returns the block count. */
+static int64_t op_convq_plan(const op_conv_desc *d, int64_t rs, int bk, int64_t *bseg, op_convq_seg *seg)
+{
+    const int64_t cg = d->c / d->groups, khw = d->kh * d->kw;
+    const int joint = op_convq_joint(d, bk);
+    const int64_t nruns = op_convq_nruns(d, bk), nblk = op_cdiv64(cg * khw, bk);
+    int64_t ns = 0, r = 0, c = 0, L = 0, base = 0;
+    for (int64_t kb = 0; kb < nblk; kb++) {
+        bseg[kb] = ns;
+        for (int t = 0; t < bk && r < nruns;) {
+            if (c == 0) {   /* run r: length L from base */
+                if (joint) {
+                    L = d->kw * cg;
+                    base = r * d->dh * rs;
+                } else {
+                    const int64_t cb = r / khw, tap = r % khw;
+                    L = op_min64(bk, cg - cb * bk);
+                    base = (tap / d->kw) * d->dh * rs + (tap % d->kw) * d->dw * d->c + cb * bk;
+                }
+            }
+            const int len = (int)op_min64(L - c, bk - t);
+            seg[ns].t0 = t;
+            seg[ns].len = len;
+            seg[ns].mask = (uint32_t)((((uint64_t)1 << len) - 1) << t);
+            seg[ns].off = base + c;
+            ns++;
+            t += len;
+            c += len;
+            if (c == L) {
+                c = 0;
+                r++;
+            }
+        }
+    }
+    bseg[nblk] = ns;
+    return nblk;
+}
+
+/* KC of an NHWC GEMM: whole channel blocks (bk channels x all taps), as the weight packs need. */
+static int64_t op_convq_kc(const op_conv_desc *d, int bk, int64_t kc)
+{
+    const int64_t cg = d->c / d->groups;
+    return op_roundup64(op_max64(kc, 1), op_min64(bk, cg) * d->kh * d->kw);
+}
+
+/* The padded input (x_bf16: bfloat16 bits; widen: copied as float32) and the block plan. Returns 0,
+   or -1 on allocation failure; op_convq_free releases *b either way. */
+static int op_convq_prepare(const op_conv_desc *d, const void *x, int x_bf16, int widen, int bk, int mr,
+                            int nthreads, op_convq_geo *q, op_convq_buf *b)
+{
+    const int64_t C = d->c, khw = d->kh * d->kw, K = khw * (C / d->groups), nblk = op_cdiv64(K, bk);
+    const int64_t hq = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1;
+    const int64_t wq = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
+    const int copy = widen || d->pt > 0 || d->pl > 0 || hq > d->h || wq > d->w;
+    const size_t esz = widen ? 4 : x_bf16 ? 2 : 4;
+    b->xq = copy ? op_aligned_alloc(esz * (size_t)(d->n * hq * wq * C)) : NULL;
+    b->bseg = (int64_t *)malloc(sizeof(int64_t) * (size_t)(nblk + 1));
+    b->seg = (op_convq_seg *)malloc(sizeof(op_convq_seg) * (size_t)(nblk + op_convq_nruns(d, bk)));
+    if ((copy && !b->xq) || !b->bseg || !b->seg) return -1;
+    q->d = d;
+    q->g0 = -1;
+    if (copy) {
+        op_convq_fill_ctx fc = {d, x, x_bf16, widen, b->xq, hq, wq};
+        op_parallel_for(d->n * hq * wq * C >= (1 << 16) ? nthreads : 1, d->n * hq, op_convq_fill_task, &fc);
+        q->xq = b->xq;
+        q->rs = wq * C;
+        q->is = hq * wq * C;
+    } else {
+        q->xq = x;
+        q->rs = d->w * C;
+        q->is = d->h * d->w * C;
+    }
+    q->mr = mr;
+    q->bk = bk;
+    q->nblk = op_convq_plan(d, q->rs, bk, b->bseg, b->seg);
+    q->bseg = b->bseg;
+    q->seg = b->seg;
+    return 0;
+}
+
+static void op_convq_free(op_convq_buf *b)
+{
+    op_aligned_free(b->xq);
+    free(b->bseg);
+    free(b->seg);
+}
+
+/* A of the float32 NHWC GEMM: MR-row micro-panels, a[p*MR + i] = A[i0 + ir + i][p0 + p] (p0 is a
+   multiple of 16: op_conv2d_f32 rounds kc). Per 16-depth block, the MR pixels' rows are gathered by
+   their segments and transposed (AVX-512, MR <= 16), or copied element by element. */
+static void op_conv_pack_a_nhwc_qf32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc,
+                                     int64_t p0, int64_t kc, int64_t kcp, void *dst)
 {
     enum { MR = OP_F32_MR };
-    const op_conv_geo *q = (const op_conv_geo *)g->user;
-    const op_conv_desc *d = q->d;
-    int64_t n, gi;
-    op_conv_entry(q, bi, &n, &gi);
-    const int64_t cg = q->cg, C = d->c, H = d->h, W = d->w, OW = d->ow;
-    const int64_t khw = d->kh * d->kw;
-    const int64_t zlen = BF16 ? 2 * OP_CONV_ZLEN : OP_CONV_ZLEN;
-    const char *X = (const char *)q->x;
-    const int64_t esz = BF16 ? 2 : 4;
+    const op_convq_geo *q = (const op_convq_geo *)g->user;
+    const float *X = (const float *)q->xq;
     float *D = (float *)dst;
     for (int64_t ir = 0; ir < mc; ir += MR, D += MR * kcp) {
         const int mr = (int)op_min64(MR, mc - ir);
-        int64_t ihb[MR], iwb[MR];
-        for (int i = 0; i < MR; i++) {
-            if (i < mr) {
-                const int64_t pix = i0 + ir + i, oh = pix / OW, ow = pix % OW;
-                ihb[i] = oh * d->sh - d->pt;
-                iwb[i] = ow * d->sw - d->pl;
-            } else {
-                ihb[i] = -((int64_t)1 << 40);  /* never valid */
-                iwb[i] = 0;
+        const float *px[16];   /* MR <= 16 at every level */
+        for (int i = 0; i < 16; i++) px[i] = X + (i < mr ? op_convq_pixel(q, bi, i0 + ir + i) : 0);
+        for (int64_t pc = 0; pc < kc; pc += 16) {
+            const int64_t b = (p0 + pc) / 16;
+            const int nt = (int)op_min64(16, kc - pc);
+            const op_convq_seg *s0 = q->seg + q->bseg[b], *e = q->seg + q->bseg[b + 1];
+#if defined(OP_HAS_AVX512)
+            __m512i r[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) {
+                __m512 v = _mm512_setzero_ps();
+                if (i < mr)
+                    for (const op_convq_seg *s = s0; s < e; s++)
+                        v = _mm512_mask_loadu_ps(v, (__mmask16)s->mask, px[i] + s->off - s->t0);
+                r[i] = _mm512_castps_si512(v);
             }
-        }
-        for (int64_t kk = 0; kk < khw; kk++) {
-            /* channels c with p0 <= c*khw + kk < p0 + kc */
-            const int64_t ca = p0 > kk ? op_cdiv64(p0 - kk, khw) : 0;
-            const int64_t cb = op_min64(cg, p0 + kc > kk ? op_cdiv64(p0 + kc - kk, khw) : 0);
-            if (ca >= cb) continue;
-            const int64_t ki = kk / d->kw, kj = kk % d->kw;
-            int64_t base[MR];
-            int valid[MR];
+            op_tr16_store_f32(r, D + pc * MR, MR, nt, (__mmask16)((1u << MR) - 1u));
+#else
             for (int i = 0; i < MR; i++) {
-                const int64_t ih = ihb[i] + ki * d->dh, iw = iwb[i] + kj * d->dw;
-                valid[i] = ih >= 0 && ih < H && iw >= 0 && iw < W;
-                base[i] = valid[i] ? ((n * H + ih) * W + iw) * C + gi * cg : 0;
+                float row[16] = {0};
+                if (i < mr)
+                    for (const op_convq_seg *s = s0; s < e; s++)
+                        memcpy(row + s->t0, px[i] + s->off, sizeof(float) * (size_t)s->len);
+                for (int t = 0; t < nt; t++) D[(pc + t) * MR + i] = row[t];
             }
-            for (int64_t c0 = ca; c0 < cb; c0 += zlen) {
-                const int64_t run = op_min64(zlen, cb - c0);
-                const void *r[MR];
-                for (int i = 0; i < MR; i++)
-                    r[i] = valid[i] ? (const void *)(X + (base[i] + c0) * esz) : (const void *)op_conv_zeros;
-                float *dp = D + (c0 * khw + kk - p0) * MR;
-                for (int64_t t = 0; t < run; t++)
-                    for (int i = 0; i < MR; i++) dp[t * khw * MR + i] = op_conv_ld(r[i], t, BF16);
-            }
+#endif
         }
         for (int64_t p = kc; p < kcp; p++)
             for (int i = 0; i < MR; i++) D[p * MR + i] = 0.0f;
     }
 }
 
-static void op_conv_pack_a_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc,
-                                    int64_t p0, int64_t kc, int64_t kcp, void *dst)
+/* B of the float32 NHWC GEMM from the weight (OC, C/g, KH, KW) in place (g->b at the entry's group,
+   row length csb = K): depths p0 .. p0+kc (whole channel blocks) of NR-column micro-panels,
+   d[p*NR + j]. A channel block of one column is the contiguous piece W[oc][c0 .. c0+cbl][all taps];
+   its element k = ci*khw + t goes to depth t*cbl + ci of the block. */
+static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc,
+                                    int64_t kcp, int64_t j0, int64_t nc, void *dst)
 {
-    op_conv_pack_a_nhwc_impl(g, bi, i0, mc, p0, kc, kcp, dst, 0);
-}
-
-static void op_conv_pack_a_nhwc_bf16(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc,
-                                     int64_t p0, int64_t kc, int64_t kcp, void *dst)
-{
-    op_conv_pack_a_nhwc_impl(g, bi, i0, mc, p0, kc, kcp, dst, 1);
+    enum { NR = OP_F32_NR };
+    const op_convq_geo *q = (const op_convq_geo *)g->user;
+    const int64_t cg = q->d->c / q->d->groups, khw = q->d->kh * q->d->kw, K = g->csb, bk = q->bk;
+    const float *W = (const float *)g->b + (g->b_off ? g->b_off[bi] : 0);
+    float *d = (float *)dst;
+    for (int64_t jr = 0; jr < nc; jr += NR, d += NR * kcp) {
+        const int nr = (int)op_min64(NR, nc - jr);
+        const float *wp = W + (j0 + jr) * K;
+        for (int64_t gp = p0; gp < p0 + kc;) {
+            const int64_t c0 = gp / (bk * khw) * bk, cbl = op_min64(bk, cg - c0), glen = cbl * khw;
+            const float *src = wp + c0 * khw;
+            float *dg = d + (gp - p0) * NR;
+#if defined(OP_HAS_AVX512)
+            for (int h = 0; h < NR / 16; h++) {
+                int64_t ci = 0, t = 0;   /* element k = ci * khw + t of the block */
+                for (int64_t k0 = 0; k0 < glen; k0 += 16) {
+                    const int nt = (int)op_min64(16, glen - k0);
+                    const __mmask16 km = (__mmask16)((1u << nt) - 1u);
+                    __m512i r[16];
+#pragma GCC unroll 16
+                    for (int jj = 0; jj < 16; jj++) {
+                        const int j = 16 * h + jj;
+                        r[jj] = j < nr ? _mm512_castps_si512(_mm512_maskz_loadu_ps(km, src + j * K + k0))
+                                       : _mm512_setzero_si512();
+                    }
+                    op_transpose16_epi32(r);
+                    for (int kk = 0; kk < nt; kk++) {
+                        _mm512_storeu_si512((void *)(dg + (t * cbl + ci) * NR + 16 * h), r[kk]);
+                        if (++t == khw) {
+                            t = 0;
+                            ci++;
+                        }
+                    }
+                }
+            }
+#else
+            for (int j = 0; j < NR; j++)
+                for (int64_t k = 0; k < glen; k++)
+                    dg[((k % khw) * cbl + k / khw) * NR + j] = j < nr ? src[j * K + k] : 0.0f;
+#endif
+            gp += glen;
+        }
+        for (int64_t p = kc; p < kcp; p++)
+            for (int j = 0; j < NR; j++) d[p * NR + j] = 0.0f;
+    }
 }
 
 /* ---------------------------------------------------------------- NCHW over a pre-transformed input
@@ -392,7 +600,7 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
     if (!inplace) {
         ops.direct_b = 0;
         if (d->nhwc)
-            ops.pack_a = x_bf16 ? op_conv_pack_a_nhwc_bf16 : op_conv_pack_a_nhwc_f32;
+            ops.pack_a = op_conv_pack_a_nhwc_qf32;   /* (op_gemm_f32_ops has no ukr_a) */
         else
             ops.pack_b = x_bf16 ? op_conv_pack_b_nchw_bf16 : op_conv_pack_b_nchw_f32;
     }
@@ -419,6 +627,23 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
         }
     }
 
+    /* NHWC gathers from a padded (float32) copy of the input in the channel-block depth order (see
+       "NHWC over a padded input"), the weight packed in place in the same order (1x1: W^T as it lies) */
+    op_convq_geo qq;
+    op_convq_buf qb = {NULL, NULL, NULL};
+    op_blocking b16;
+    if (!inplace && d->nhwc) {
+        if (op_convq_prepare(d, x, x_bf16, x_bf16, 16, OP_F32_MR, nthreads, &qq, &qb) != 0) {
+            op_convq_free(&qb);
+            free(offs);
+            return -1;
+        }
+        if (d->kh * d->kw > 1) ops.pack_b = op_conv_pack_b_nhwc_f32;
+        b16 = blk ? *blk : ops.blk;
+        b16.kc = op_convq_kc(d, 16, b16.kc > 0 ? b16.kc : ops.blk.kc);
+        blk = &b16;
+    }
+
     op_conv_geo q;
     q.d = d;
     q.x = x;
@@ -428,6 +653,7 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
     for (int64_t call = 0; call < calls; call++) {
         q.g0 = per_group ? call : -1;
         qx.g0 = q.g0;
+        qq.g0 = q.g0;
         for (int64_t bi = 0; bi < batch; bi++) {
             int64_t n, gi;
             op_conv_entry(&q, bi, &n, &gi);
@@ -451,7 +677,7 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
         g.batch = batch;
         g.k = K;
         g.epi = (bias || act != OP_ACT_NONE) ? &epi : NULL;
-        g.user = xp ? (const void *)&qx : (const void *)&q;
+        g.user = xp ? (const void *)&qx : (!inplace && d->nhwc) ? (const void *)&qq : (const void *)&q;
         g.c = y;
         g.c_off = yo;
         if (d->nhwc) {
@@ -474,6 +700,7 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
         if (r > used) used = r;
     }
     op_aligned_free(xp);
+    op_convq_free(&qb);
     free(offs);
     return used;
 }

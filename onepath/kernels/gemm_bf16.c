@@ -120,6 +120,17 @@ static void op_pack_a_k32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t
             uint16_t *blk = d + kb * MR * 32;
             const int64_t kk0 = kb * 32;
             const int klen = (int)op_max64(0, op_min64(32, kc - kk0));
+#if defined(OP_HAS_AVX512)
+            if (csa == 1) {   /* one masked 64-byte copy per row */
+                const __mmask32 km = (__mmask32)(((uint64_t)1 << klen) - 1);
+                for (int i = 0; i < MR; i++) {
+                    const __m512i v = i < mr ? _mm512_maskz_loadu_epi16(km, A + (i0 + ir + i) * rsa + p0 + kk0)
+                                             : _mm512_setzero_si512();
+                    _mm512_storeu_si512((void *)(blk + i * 32), v);
+                }
+                continue;
+            }
+#endif
             for (int i = 0; i < MR; i++) {
                 uint16_t *row = blk + i * 32;
                 int kk = 0;
@@ -137,6 +148,7 @@ static void op_pack_a_k32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t
         }
     }
 }
+
 
 static void op_pack_b_k32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc, int64_t kcp,
                           int64_t j0, int64_t nc, void *dst)
@@ -169,6 +181,26 @@ static void op_pack_b_k32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t
                 continue;
 #endif
             }
+#if defined(OP_HAS_AVX512)
+            if (rsb == 1) {
+                /* B = W^T (a Linear / NHWC conv weight W[n][k]): each column is contiguous in k, its
+                   32 depths are 16 K-pair dwords; a 16-column half of the block is the transpose of
+                   the 16 x 16 dword matrix (columns x K-pairs) */
+                const __mmask32 km = (__mmask32)((((uint64_t)1 << klen) - 1));
+                for (int h = 0; h < 2; h++) {
+                    __m512i r[16];
+#pragma GCC unroll 16
+                    for (int jj = 0; jj < 16; jj++) {
+                        const int j = 16 * h + jj;
+                        r[jj] = j < nr ? _mm512_maskz_loadu_epi16(km, (const void *)(src + j * csb + kk0))
+                                       : _mm512_setzero_si512();
+                    }
+                    op_transpose16_epi32(r);
+                    for (int pr = 0; pr < 16; pr++) _mm512_storeu_si512((void *)(blk + h * 512 + pr * 32), r[pr]);
+                }
+                continue;
+            }
+#endif
             if (klen == 32 && rsb == 1 && nr == OP_K32_NR) {
                 /* B = W^T (a Linear weight W[n][k]): each column is contiguous in k */
                 for (int j = 0; j < OP_K32_NR; j++) {

@@ -79,29 +79,37 @@ static void op_pack_a_amx(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t
     op_pack_a_k32(g, bi, i0, mc, p0, kc, kcp, (uint16_t *)dst, OP_AMX_MR);
 }
 
+/* Where the micro-kernel reads its A tiles: packed (a micro-panel of op_pack_a_amx: block kb at
+   a + kb*32*32, rows 64 bytes apart) or in place (row-major A, rows lda elements apart: block kb at
+   a + kb*32, a 16 x 32 tile is 16 rows of 64 bytes lda*2 bytes apart). */
+typedef struct {
+    int64_t ld;     /* bytes between tile rows */
+    int64_t kstep;  /* elements from one 32-depth block to the next */
+    int64_t half;   /* elements from row 0 to row 16 */
+} op_amx_aview;
+
 /* The full-tile K loop: tiles 0-3 (the 32 x 32 C block as 2 x 2 tiles of 16 x 16) += A (tiles 4,
    5: two 16-row halves) times B (tiles 6, 7: two 16-column halves), over nkb blocks of 32 depth. */
-OP_INLINE void op_amx_kloop_2x2(const uint16_t *A, const uint16_t *B, int64_t nkb)
+OP_INLINE void op_amx_kloop_2x2(const uint16_t *A, op_amx_aview av, const uint16_t *B, int64_t nkb)
 {
     for (int64_t kb = 0; kb < nkb; kb++) {
-        const uint16_t *ab = A + kb * (OP_AMX_MR * 32), *bb = B + kb * 1024;
-        _tile_loadd(4, ab, 64);
+        const uint16_t *ab = A + kb * av.kstep, *bb = B + kb * 1024;
+        _tile_loadd(4, ab, av.ld);
         _tile_loadd(6, bb, 64);
         _tile_loadd(7, bb + 512, 64);
         _tile_dpbf16ps(0, 4, 6);
-        _tile_loadd(5, ab + 16 * 32, 64);
+        _tile_loadd(5, ab + av.half, av.ld);
         _tile_dpbf16ps(1, 4, 7);
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
     }
 }
 
-static void op_ukr_amx(int64_t kcp, const void *a, const void *b, int64_t ldb, float *c,
-                       int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
+OP_INLINE void op_ukr_amx_body(int64_t kcp, const uint16_t *A, op_amx_aview av, const void *b, float *c,
+                               int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
 {
-    (void)ldb;
     op_amx_ensure_cfg();
-    const uint16_t *A = (const uint16_t *)a, *B = (const uint16_t *)b;
+    const uint16_t *B = (const uint16_t *)b;
     const int two_m = mr > 16, two_n = nr > 16;
     const int64_t nkb = kcp / 32;
     if (mr == 32 && nr == 32 && csc == 1) {
@@ -114,7 +122,7 @@ static void op_ukr_amx(int64_t kcp, const void *a, const void *b, int64_t ldb, f
         } else {
             _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
         }
-        op_amx_kloop_2x2(A, B, nkb);
+        op_amx_kloop_2x2(A, av, B, nkb);
         _tile_stored(0, c, ldc); _tile_stored(1, c + 16, ldc);
         _tile_stored(2, c + 16 * rsc, ldc); _tile_stored(3, c + 16 * rsc + 16, ldc);
         if (epi) op_bf16_tile_out(c, rsc, 32, 32, c, rsc, 1, 0, epi);
@@ -123,7 +131,7 @@ static void op_ukr_amx(int64_t kcp, const void *a, const void *b, int64_t ldb, f
     float t[32 * 32] OP_ALIGNED(64);
     if (two_m && two_n) {
         _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-        op_amx_kloop_2x2(A, B, nkb);
+        op_amx_kloop_2x2(A, av, B, nkb);
         _tile_stored(0, t, 128);
         _tile_stored(1, t + 16, 128);
         _tile_stored(2, t + 16 * 32, 128);
@@ -134,8 +142,8 @@ static void op_ukr_amx(int64_t kcp, const void *a, const void *b, int64_t ldb, f
         if (two_n) _tile_zero(1);
         if (two_m) _tile_zero(2);
         for (int64_t kb = 0; kb < nkb; kb++) {
-            const uint16_t *ab = A + kb * (OP_AMX_MR * 32), *bb = B + kb * 1024;
-            _tile_loadd(4, ab, 64);
+            const uint16_t *ab = A + kb * av.kstep, *bb = B + kb * 1024;
+            _tile_loadd(4, ab, av.ld);
             _tile_loadd(6, bb, 64);
             _tile_dpbf16ps(0, 4, 6);
             if (two_n) {
@@ -143,7 +151,7 @@ static void op_ukr_amx(int64_t kcp, const void *a, const void *b, int64_t ldb, f
                 _tile_dpbf16ps(1, 4, 7);
             }
             if (two_m) {
-                _tile_loadd(5, ab + 16 * 32, 64);
+                _tile_loadd(5, ab + av.half, av.ld);
                 _tile_dpbf16ps(2, 5, 6);
             }
         }
@@ -154,10 +162,27 @@ static void op_ukr_amx(int64_t kcp, const void *a, const void *b, int64_t ldb, f
     op_bf16_tile_out(t, 32, mr, nr, c, rsc, csc, acc, epi);
 }
 
+static void op_ukr_amx(int64_t kcp, const void *a, const void *b, int64_t ldb, float *c,
+                       int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
+{
+    (void)ldb;
+    const op_amx_aview av = {64, OP_AMX_MR * 32, 16 * 32};
+    op_ukr_amx_body(kcp, (const uint16_t *)a, av, b, c, rsc, csc, mr, nr, acc, epi);
+}
+
+/* A read in place (op_gemm_ops.ukr_a): a = &A[i][p0], full 32-row panels, kcp == kc. */
+static void op_ukr_amx_a(int64_t kcp, const void *a, int64_t lda, const void *b, float *c,
+                         int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
+{
+    const op_amx_aview av = {lda * 2, 32, 16 * lda};
+    op_ukr_amx_body(kcp, (const uint16_t *)a, av, b, c, rsc, csc, mr, nr, acc, epi);
+}
+
 static const op_gemm_ops op_bf16_amx_ops = {
     OP_AMX_MR, OP_K32_NR, 32, 2, 2,
     op_pack_a_amx, op_pack_b_k32, op_ukr_amx,
     0, 2 * OP_K32_NR,
     {256, 1024, 2048},
-    0,
+    0, 0,
+    op_ukr_amx_a,
 };

@@ -18,6 +18,9 @@
                                 (row p of the tile at b + p * ldb elements, ldb = rsb); f32 only
          int64_t b_panel_ld;    ldb passed to ukr for a packed B micro-panel (f32: nr)
          op_blocking blk;       default cache blocking (mc multiple of mr, nc multiple of nr)
+         int b_prepacked;       B already packed (pack_b not called)
+         size_t b_scratch;      bytes of per-thread scratch after the packed B block for pack_b
+         op_ukr_a_fn ukr_a;     optional micro-kernel reading a row-major A in place (full panels)
      } op_gemm_ops;
 
    Packed layouts the driver assumes (it only does pointer arithmetic with them):
@@ -36,7 +39,10 @@
          epi != NULL only on the last KC block: bias already offset to the tile's first row/column,
          then activation; the ukr applies it while writing C (op_tile_store does it in portable C).
    The problem is an op_gemm_args (operands as const void * + element strides + per-batch offsets,
-   C float, epilogue, and a free `user` pointer for the callbacks). The f32 instance is
+   C float, epilogue, and a free `user` pointer for the callbacks). With args.c16 set, C is bfloat16:
+   the ukr writes each finished tile (epilogue included) as float, to a per-thread scratch tile when
+   one KC block holds all of K, else to a float C the driver provides, and op_tile_to_bf16 rounds it
+   once into c16. The f32 instance is
    op_gemm_f32_ops; its pieces (op_pack_a_f32, op_pack_b_f32, op_ukr_f32, OP_F32_MR/NR) may be reused.
    Threads: op_gemm_drive picks the thread count (>= OP_GEMM_MIN_FLOPS_PER_THREAD flops each), gives
    each thread a disjoint block of C (batch entries, or N in multiples of nr, or M in multiples of mr)
@@ -111,6 +117,10 @@ typedef void (*op_pack_b_fn)(const op_gemm_args *g, int64_t bi, int64_t p0, int6
 typedef void (*op_ukr_fn)(int64_t kcp, const void *a, const void *b, int64_t ldb, float *c,
                           int64_t rsc, int64_t csc, int mr, int nr, int accumulate,
                           const op_epilogue *epi);
+/* A micro-kernel reading A in place: a = &A[i][p0] of a row-major A (csa == 1), rows lda apart. */
+typedef void (*op_ukr_a_fn)(int64_t kcp, const void *a, int64_t lda, const void *b, float *c,
+                            int64_t rsc, int64_t csc, int mr, int nr, int accumulate,
+                            const op_epilogue *epi);
 
 typedef struct op_gemm_ops {
     int mr, nr;
@@ -124,6 +134,10 @@ typedef struct op_gemm_ops {
     op_blocking blk;
     int b_prepacked;   /* 1: g->b already holds ceil(n/nr) packed micro-panels of depth g->rsb (k rounded
                           up to k_align), panel s at element s*nr*rsb; pack_b is not called (prepack) */
+    size_t b_scratch;  /* bytes of scratch pack_b may use right after its block (at dst + the block's
+                          ceil(nc/nr)*nr*kcp elements, 64-byte aligned), per thread */
+    op_ukr_a_fn ukr_a; /* non-NULL: used instead of pack_a + ukr for the full mr-row panels when A is
+                          row-major (csa == 1) and the KC block needs no depth padding (kcp == kc) */
 } op_gemm_ops;
 
 /* ---------------------------------------------------------------- f32 micro-kernels */
@@ -511,6 +525,55 @@ static void op_ukr_f32(int64_t kc, const void *a, const void *b, int64_t ldb, fl
 
 /* ---------------------------------------------------------------- f32 packing */
 
+#if defined(OP_HAS_AVX512)
+/* In-register transpose of a 16 x 16 matrix of dwords (r[i] = row i): four stages of 2 x 2 block
+   swaps, block size s = 8, 4, 2, 1: rows i and i + s ((i & s) == 0) exchange their off-diagonal
+   s-lane blocks, new r[i] = permute(r[i], r[i+s]) by op_tr16_idx[stage][0], new r[i+s] by [1]:
+   lane l takes (l & s) ? lane l - s of r[i+s] : lane l of r[i] (row i), and (l & s) ? lane l of
+   r[i+s] : lane l + s of r[i] (row i + s); indices >= 16 select the second operand. */
+static const int32_t op_tr16_idx[4][2][16] OP_ALIGNED(64) = {
+    {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+     {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
+    {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+     {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
+    {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+     {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
+    {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
+     {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}},
+};
+
+OP_INLINE void op_transpose16_epi32(__m512i r[16])
+{
+    /* fully unrolled, so that r[] lives in registers */
+#pragma GCC unroll 4
+    for (int st = 0; st < 4; st++) {
+        const int s = 8 >> st;
+        const __m512i ilo = _mm512_load_si512((const void *)op_tr16_idx[st][0]);
+        const __m512i ihi = _mm512_load_si512((const void *)op_tr16_idx[st][1]);
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            if (i & s) continue;
+            const __m512i a = r[i], b = r[i + s];
+            r[i] = _mm512_permutex2var_epi32(a, ilo, b);
+            r[i + s] = _mm512_permutex2var_epi32(a, ihi, b);
+        }
+    }
+}
+#endif
+
+#if defined(OP_HAS_AVX512)
+/* Rows r[0..15] (16 floats each: depth chunk of 16 of one matrix row / column) transposed and stored
+   as depth rows: d[t * ld + lane] for t < nt, lanes in `lanes` (the rows that exist, lanes < ld).
+   Rows are stored whole in increasing t: the lanes past ld of row t land in row t + 1, which is
+   stored next; only the last row is masked. */
+OP_INLINE void op_tr16_store_f32(__m512i r[16], float *d, int64_t ld, int nt, __mmask16 lanes)
+{
+    op_transpose16_epi32(r);
+#pragma GCC unroll 16
+    for (int t = 0; t < nt - 1; t++) _mm512_storeu_ps(d + t * ld, _mm512_castsi512_ps(r[t]));
+    if (nt > 0) _mm512_mask_storeu_ps(d + (nt - 1) * ld, lanes, _mm512_castsi512_ps(r[nt - 1]));
+}
+#endif
 /* A block rows i0.., depth p0.. -> micro-panels of OP_F32_MR rows, k-major (d[p*MR + i]). */
 static void op_pack_a_f32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc, int64_t p0,
                           int64_t kc, int64_t kcp, void *dst)
@@ -522,6 +585,21 @@ static void op_pack_a_f32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t
     for (int64_t ir = 0; ir < mc; ir += MR, d += MR * kcp) {
         const int mr = (int)op_min64(MR, mc - ir);
         const float *src = A + (i0 + ir) * rsa + p0 * csa;
+#if defined(OP_HAS_AVX512)
+        if (csa == 1) {
+            /* rows contiguous in depth: 16 x 16 transposes (rows >= mr zero) */
+            __m512i r[16];
+            for (int64_t pc = 0; pc < kc; pc += 16) {
+                const int nt = (int)op_min64(16, kc - pc);
+                const __mmask16 km = (__mmask16)((1u << nt) - 1u);
+#pragma GCC unroll 16
+                for (int i = 0; i < 16; i++)
+                    r[i] = i < mr ? _mm512_castps_si512(_mm512_maskz_loadu_ps(km, src + i * rsa + pc))
+                                  : _mm512_setzero_si512();
+                op_tr16_store_f32(r, d + pc * MR, MR, nt, (__mmask16)((1u << MR) - 1u));
+            }
+        } else
+#endif
         if (csa == 1 && mr == MR) {
             const float *r[MR];
             for (int i = 0; i < MR; i++) r[i] = src + i * rsa;
@@ -565,6 +643,21 @@ static void op_pack_b_f32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t
             }
         } else if (rsb == 1 && csb != 0) {
             /* B transposed (e.g. a Linear weight W[n,k] used as W^T): each column is contiguous. */
+#if defined(OP_HAS_AVX512)
+            __m512i r[16];
+            for (int h = 0; h < NR / 16; h++)
+                for (int64_t pc = 0; pc < kc; pc += 16) {
+                    const int nt = (int)op_min64(16, kc - pc);
+                    const __mmask16 km = (__mmask16)((1u << nt) - 1u);
+#pragma GCC unroll 16
+                    for (int jj = 0; jj < 16; jj++) {
+                        const int j = 16 * h + jj;
+                        r[jj] = j < nr ? _mm512_castps_si512(_mm512_maskz_loadu_ps(km, src + j * csb + pc))
+                                       : _mm512_setzero_si512();
+                    }
+                    op_tr16_store_f32(r, d + pc * NR + 16 * h, NR, nt, (__mmask16)0xFFFF);
+                }
+#else
             for (int j = 0; j < nr; j++) {
                 const float *s = src + j * csb;
                 for (int64_t p = 0; p < kc; p++) d[p * NR + j] = s[p];
@@ -572,6 +665,7 @@ static void op_pack_b_f32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t
             if (nr < NR)
                 for (int64_t p = 0; p < kc; p++)
                     for (int j = nr; j < NR; j++) d[p * NR + j] = 0.0f;
+#endif
         } else {
             for (int64_t p = 0; p < kc; p++) {
                 float *dp = d + p * NR;
@@ -619,8 +713,15 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
     const int via_tile = C16 && k <= x->kc;
     float tile[32 * 32] OP_ALIGNED(64);
     const char *Bd = (const char *)g->b + (g->b_off ? g->b_off[bi] : 0) * (int64_t)o->b_elem;
+    const char *Ad = (const char *)g->a + (g->a_off ? g->a_off[bi] : 0) * (int64_t)o->a_elem;
     const op_epilogue *epi = g->epi;
     if (epi && !epi->bias && epi->act == OP_ACT_NONE) epi = NULL;
+    /* A read in place (ukr_a) for the full mr-row panels of a block, its tail panel packed. Rows not
+       64-byte aligned cost split loads on every pass over the block's B panels: then only when at
+       most two B panels pass (packing costs about a read and a write of A; measured on AMX with
+       ResNet-50 NHWC 1x1 layers: N = 64 gains, N >= 128 loses) */
+    const int a_aligned = ((uintptr_t)Ad % 64 == 0) && ((g->rsa * (int64_t)o->a_elem) % 64 == 0);
+    const int a_inplace = o->ukr_a && g->csa == 1;
 
     for (int64_t jc = n0; jc < n1; jc += x->nc) {
         const int64_t nc = op_min64(x->nc, n1 - jc);
@@ -637,7 +738,8 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                 o->pack_b(g, bi, pc, kc, kcp, jc + nfull, nc - nfull, bbuf);
             for (int64_t ic = m0; ic < m1; ic += x->mc) {
                 const int64_t mc = op_min64(x->mc, m1 - ic);
-                o->pack_a(g, bi, ic, mc, pc, kc, kcp, abuf);
+                const int64_t afull = a_inplace && kcp == kc && (a_aligned || nc <= 2 * NR) ? mc / MR * MR : 0;
+                if (afull < mc) o->pack_a(g, bi, ic + afull, mc - afull, pc, kc, kcp, abuf);
                 for (int64_t jr = 0; jr < nc; jr += NR) {
                     const int nr = (int)op_min64(NR, nc - jr);
                     const void *bp;
@@ -664,8 +766,12 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                         }
                         float *ct = via_tile ? tile : C + i * rsc + j * csc;
                         const int64_t crs = via_tile ? NR : rsc, ccs = via_tile ? 1 : csc;
-                        o->ukr(kcp, abuf + (size_t)(ir * kcp) * o->a_elem, bp, ldb, ct, crs, ccs,
-                               mr, nr, !first, tep);
+                        if (ir < afull)
+                            o->ukr_a(kcp, Ad + (i * g->rsa + pc) * (int64_t)o->a_elem, g->rsa, bp, ct, crs,
+                                     ccs, mr, nr, !first, tep);
+                        else
+                            o->ukr(kcp, abuf + (size_t)((ir - afull) * kcp) * o->a_elem, bp, ldb, ct, crs,
+                                   ccs, mr, nr, !first, tep);
                         if (C16 && last)
                             op_tile_to_bf16(ct, crs, ccs, mr, nr, C16 + i * g->rsc16 + j * g->csc16,
                                             g->rsc16, g->csc16);
@@ -762,7 +868,8 @@ static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op
     const int64_t kcp = op_roundup64(op_max64(op_min64(x.kc, g->k), 1), ops->k_align);
     const size_t a_bytes = (size_t)op_roundup64(op_min64(x.mc, mpart) * kcp * (int64_t)ops->a_elem, OP_ALIGN);
     const int64_t bcols = ops->b_prepacked ? 0 : x.direct ? NR : op_min64(x.nc, npart);
-    const size_t b_bytes = (size_t)op_roundup64(bcols * kcp * (int64_t)ops->b_elem, OP_ALIGN);
+    const size_t b_bytes = (size_t)op_roundup64(bcols * kcp * (int64_t)ops->b_elem, OP_ALIGN) +
+                           (size_t)op_roundup64((int64_t)ops->b_scratch, OP_ALIGN);
     x.a_bytes = a_bytes;
     x.thr_bytes = a_bytes + b_bytes;
     /* bfloat16 C with K over several KC blocks and no float C given: the partial sums need one */
@@ -807,6 +914,7 @@ int op_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
     g.a = a; g.a_off = a_off; g.rsa = rsa; g.csa = csa;
     g.b = b; g.b_off = b_off; g.rsb = rsb; g.csb = csb;
     g.c = c; g.c_off = c_off; g.rsc = rsc; g.csc = csc;
+    g.c16 = NULL;
     g.epi = epi;
     if (g.k > 0 && batch > 0) {
         const int used = op_gemv_f32(&g, nthreads < 1 ? 1 : nthreads);  /* gemv_f32.c */

@@ -482,8 +482,8 @@ def _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc
     else:
         pl.fn = lib.op_conv2d_f32
     # depthwise: bfloat16 weights go in as bits (widened by the kernel), and the kernel rounds a
-    # bfloat16 output itself in its write-out; the others write float32, rounded afterwards by
-    # op_conv_f32_to_bf16
+    # bfloat16 output itself in its write-out (as the native bfloat16 kernel does); the float32
+    # kernel at levels without BF16 instructions writes float32, rounded by op_conv_f32_to_bf16
     pl.dw_wbits = algo == "depthwise" and w.dtype == _BF16
     pl.dw_ybf16 = algo == "depthwise" and out_dt == _BF16
     pl.dts = ("bf16" if x_bf16 else "f32") + ":f32:" + ("bf16" if out_dt == _BF16 else "f32")
@@ -552,16 +552,19 @@ def _run_plan(pl, x, w, b):
             w32 = w32.astype(_BF16).astype(_F32)
         wk = np.ascontiguousarray(w32)
     ffi = pl.ffi
-    y = np.empty(pl.yshape, _F32)
+    # the native bfloat16 kernel rounds its float32 result to a bfloat16 output itself
+    y_bf16 = pl.native and pl.out_dt == _BF16
+    y = np.empty(pl.yshape, np.uint16 if y_bf16 else _F32)
     nthreads = _threads.get_num_threads()
     verbose = _verbose.enabled()
     t0 = time.perf_counter() if verbose else 0.0
     xp = ffi.from_buffer(xk)
     wp = ffi.from_buffer(pl.wtype, wk)
     bp = ffi.NULL if b is None else ffi.from_buffer("float[]", np.ascontiguousarray(b, _F32))
-    yp = ffi.from_buffer("float[]", y)
+    yp = ffi.from_buffer("uint16_t[]" if y_bf16 else "float[]", y)
     if pl.native:
-        used = pl.fn(pl.desc, ffi.from_buffer("uint16_t[]", xk), wp, bp, yp, pl.code, pl.blk, nthreads)
+        used = pl.fn(pl.desc, ffi.from_buffer("uint16_t[]", xk), wp, bp, yp, int(y_bf16), pl.code,
+                     pl.blk, nthreads)
     else:
         used = pl.fn(pl.desc, xp, pl.x_bf16, wp, bp, yp, pl.code, pl.blk, nthreads)
     _stats.record("conv2d", pl.dtype_name, pl.row.level)
@@ -569,7 +572,9 @@ def _run_plan(pl, x, w, b):
         if used == -2:
             raise RuntimeError(f"{pl.row.name}: the AMX tile kernel faulted on conv {describe(pl.desc)}")
         raise MemoryError(f"{pl.row.name}: could not allocate scratch for conv {describe(pl.desc)}")
-    if pl.out_dt == _BF16:
+    if y_bf16:
+        y = y.view(_BF16)
+    elif pl.out_dt == _BF16:
         yb = np.empty(pl.yshape, np.uint16)
         pl.lib.op_conv_f32_to_bf16(yp, ffi.from_buffer("uint16_t[]", yb), pl.ysize, nthreads)
         y = yb.view(_BF16)
