@@ -1,13 +1,21 @@
 /* conv_dw.c: depthwise convolution (groups == C, OC = C * multiplier), a direct kernel.
 
-   NCHW: one task per output plane. The input plane is copied once into a zero-padded scratch
-   split into `sw` column phases, so every tap of every output row is a unit-stride run; each kernel
-   row is then one fused pass over the output row (acc[ow] += w0 s0[ow] + w1 s1[ow] + w2 s2[ow] for
-   3-wide kernels), vectorised by the compiler with this level's instructions (SSE2 / AVX2 / AVX-512).
-   NHWC: one task per output row; the channel axis is the vector axis (acc[c] += w[c] x[c]).
-   bfloat16 input is widened while it is read. Bias and activation are applied in the write-out,
-   which stores float32 or, with y_bf16, bfloat16 rounded to nearest even (the same rounding as
-   op_conv_f32_to_bf16 applied to the float32 result, so both outputs agree bit for bit). */
+   NCHW: tasks are runs of output planes. Generic path (every level): the input plane is copied
+   once into a zero-padded scratch split into `sw` column phases, so every tap of every output row
+   is a unit-stride run; each kernel row is then one fused pass over the output row (acc[ow] +=
+   w0 s0[ow] + w1 s1[ow] + w2 s2[ow] for 3-wide kernels), vectorised by the compiler with this
+   level's instructions (SSE2 / AVX2 / AVX-512). AVX-512 builds have 3x3 undilated kernels
+   (op_dw_ctx.direct3 picks one per problem):
+     - whole rows in registers (stride 1, float32, rows of 9..64 columns: op_dw3_rowv),
+     - flat plane (stride 1, planes up to 64x64 or larger bfloat16 ones: op_dw3_flat),
+     - phase planes (stride 2, output rows of <= 7 columns: op_dw3_s2),
+     - register-blocked rows straight from the input (the rest of stride 1 / 2: op_dw3_plane).
+   NHWC: one task per output row; the channel axis is the vector axis (acc[c] += w[c] x[c]); AVX-512
+   builds run 3x3 multiplier-1 problems on op_dw_nhwc_row16 (weights and 8 output pixels in
+   registers). bfloat16 input is widened while it is read (bfloat16 weights once per call). Bias and
+   activation are applied in the write-out, which stores float32 or, with y_bf16, bfloat16 rounded
+   to nearest even (the same rounding as op_conv_f32_to_bf16 applied to the float32 result, so both
+   outputs agree bit for bit). */
 
 typedef struct {
     const op_conv_desc *d;
