@@ -433,6 +433,8 @@ DW3_CASES = [  # (n, c, h, w, stride, pad, mult): planes wider than a vector, od
     (2, 2, 7, 30, 1, 1, 1),      # row-block remainders
     (1, 2, 5, 47, 1, 1, 2),
     (1, 2, 3, 64, 1, 1, 1),
+    (1, 2, 6, 100, 1, 1, 1),
+    (1, 2, 5, 112, 1, 1, 1),
 ]
 
 

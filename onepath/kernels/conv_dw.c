@@ -1,3 +1,12 @@
+
+
+
+
+
+
+
+
+
 /* conv_dw.c: depthwise convolution (groups == C, OC = C * multiplier), a direct kernel.
 
    NCHW: tasks are runs of output planes. Generic path (every level): the input plane is copied
@@ -6,7 +15,7 @@
    w0 s0[ow] + w1 s1[ow] + w2 s2[ow] for 3-wide kernels), vectorised by the compiler with this
    level's instructions (SSE2 / AVX2 / AVX-512). AVX-512 builds have 3x3 undilated kernels
    (op_dw_ctx.direct3 picks one per problem):
-     - whole rows in registers (stride 1, float32, rows of 9..64 columns: op_dw3_rowv),
+     - whole rows in registers (stride 1, rows of 9..112 columns: op_dw3_rowv),
      - flat plane (stride 1, planes up to 64x64 or larger bfloat16 ones: op_dw3_flat),
      - phase planes (stride 2, output rows of <= 7 columns: op_dw3_s2),
      - register-blocked rows straight from the input (the rest of stride 1 / 2: op_dw3_plane).
@@ -481,36 +490,32 @@ OP_INLINE void op_dw3_s2(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_R
     }
 }
 
-/* 3x3, stride 1, padding 1 left and right (OW = W), rows of at most 64 columns, any top padding:
+/* 3x3, stride 1, padding 1 left and right (OW = W), rows of at most 112 columns, any top padding:
    whole input rows in registers. A row is NV vectors (masked loads: lanes past W are zero); its
    left and right tap vectors come from the loaded ones by a lane shift (VALIGND) that brings in the
    neighbouring vector's edge lane, or a zero for the padding column, so each input row costs NV
    loads and 2 NV shifts however many output rows use it (no split-line tap loads, no padded copy).
-   R output rows per block; each output vector keeps one accumulator per kernel row (short FMA
-   chains). Rows in the top/bottom padding load as zeros. */
+   R output rows per block, R NV <= 8 accumulators. Rows in the top/bottom padding load as zeros. */
 OP_INLINE void op_dw3_rowv_blk(const op_dw_ctx *c, int64_t plane, const __m512 *wv, __m512 bv,
                                int64_t yplane, int64_t oh0, const __mmask16 *lm, const int R,
                                const int NV, const int BF16, const int YB)
 {
     const op_conv_desc *d = c->d;
     const int64_t H = d->h, W = d->w;
-    __m512 acc[4][4][3];
+    __m512 acc[4][8];  /* one accumulator per output vector (more rows beat shorter chains) */
     for (int i = 0; i < R; i++)
-        for (int j = 0; j < NV; j++) {
-            acc[i][j][0] = bv;
-            acc[i][j][1] = acc[i][j][2] = _mm512_setzero_ps();
-        }
+        for (int j = 0; j < NV; j++) acc[i][j] = bv;
     const __m512i z = _mm512_setzero_si512();
 #pragma GCC unroll 6
     for (int r = 0; r < R + 2; r++) {
         const int64_t ih = oh0 - d->pt + r;
         const int ok = ih >= 0 && ih < H;
-        __m512i v[4];
-#pragma GCC unroll 4
+        __m512i v[8];
+#pragma GCC unroll 8
         for (int j = 0; j < NV; j++)
             v[j] = _mm512_castps_si512(op_dw_vld(c->x, plane + (ok ? ih : 0) * W + 16 * j,
                                                  ok ? lm[j] : (__mmask16)0, BF16));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int j = 0; j < NV; j++) {
             /* columns 16 j - 1 .. and 16 j + 1 .. */
             const __m512 lft = _mm512_castsi512_ps(_mm512_alignr_epi32(v[j], j > 0 ? v[j - 1] : z, 15));
@@ -520,16 +525,15 @@ OP_INLINE void op_dw3_rowv_blk(const op_dw_ctx *c, int64_t plane, const __m512 *
             for (int i = 0; i < R; i++) {
                 const int ki = r - i;
                 if (ki < 0 || ki > 2) continue;
-                acc[i][j][ki] = _mm512_fmadd_ps(wv[ki * 3], lft, acc[i][j][ki]);
-                acc[i][j][ki] = _mm512_fmadd_ps(wv[ki * 3 + 1], ctr, acc[i][j][ki]);
-                acc[i][j][ki] = _mm512_fmadd_ps(wv[ki * 3 + 2], rgt, acc[i][j][ki]);
+                acc[i][j] = _mm512_fmadd_ps(wv[ki * 3], lft, acc[i][j]);
+                acc[i][j] = _mm512_fmadd_ps(wv[ki * 3 + 1], ctr, acc[i][j]);
+                acc[i][j] = _mm512_fmadd_ps(wv[ki * 3 + 2], rgt, acc[i][j]);
             }
         }
     }
     for (int i = 0; i < R; i++)
         for (int j = 0; j < NV; j++) {
-            const __m512 o = _mm512_add_ps(_mm512_add_ps(acc[i][j][0], acc[i][j][1]), acc[i][j][2]);
-            op_dw_vst(c->y, yplane + (oh0 + i) * W + 16 * j, lm[j], o, c->act, YB);
+            op_dw_vst(c->y, yplane + (oh0 + i) * W + 16 * j, lm[j], acc[i][j], c->act, YB);
         }
 }
 
@@ -538,8 +542,8 @@ OP_INLINE void op_dw3_rowv(const op_dw_ctx *c, int64_t p0, int64_t p1, const int
 {
     const op_conv_desc *d = c->d;
     const int64_t OC = d->oc, OH = d->oh, W = d->w, HW = d->h * W;
-    const int R = NV == 1 ? 4 : NV == 2 ? 2 : 1;  /* R NV 3 accumulators <= 12 */
-    __mmask16 lm[4];
+    const int R = NV <= 2 ? 4 : NV <= 4 ? 2 : 1;  /* R NV <= 8 accumulators */
+    __mmask16 lm[8];
     for (int j = 0; j < NV; j++) lm[j] = op_dw_lanes(16 * j, W);
     int64_t n = p0 / OC, oc = p0 % OC;
     for (int64_t p = p0; p < p1; p++) {
@@ -567,11 +571,15 @@ OP_DW3_ROWV(1)
 OP_DW3_ROWV(2)
 OP_DW3_ROWV(3)
 OP_DW3_ROWV(4)
+OP_DW3_ROWV(5)
+OP_DW3_ROWV(6)
+OP_DW3_ROWV(7)
 #define OP_DW3_ROWV_ROW(NV) \
     {{op_dw3_rowv##NV##_f32, op_dw3_rowv##NV##_f32_yb}, {op_dw3_rowv##NV##_bf16, op_dw3_rowv##NV##_bf16_yb}}
 /* [vectors per row - 1][input bf16][output bf16] */
-static void (*const op_dw3_rowv_kernels[4][2][2])(const op_dw_ctx *, int64_t, int64_t) = {
-    OP_DW3_ROWV_ROW(1), OP_DW3_ROWV_ROW(2), OP_DW3_ROWV_ROW(3), OP_DW3_ROWV_ROW(4)};
+static void (*const op_dw3_rowv_kernels[7][2][2])(const op_dw_ctx *, int64_t, int64_t) = {
+    OP_DW3_ROWV_ROW(1), OP_DW3_ROWV_ROW(2), OP_DW3_ROWV_ROW(3), OP_DW3_ROWV_ROW(4),
+    OP_DW3_ROWV_ROW(5), OP_DW3_ROWV_ROW(6), OP_DW3_ROWV_ROW(7)};
 
 /* planes p0..p1-1 (p = n * OC + oc) */
 #define OP_DW3_PLANES(NAME, S, BF16, YB)                                                          \
@@ -843,9 +851,11 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
     if (c.direct3 == 1 && d->sw == 2 && d->ow < OP_DW3_S2_P && d->w + d->pl <= 2 * OP_DW3_S2_P &&
         d->oh * OP_DW3_S2_P <= 16 * (int64_t)(sizeof c.fm0 / sizeof c.fm0[0]))
         c.direct3 = 3;  /* short output rows: the phase-plane kernel */
-    /* float32 rows of 9 to 64 columns, padding 1 left and right: whole rows in registers (measured
-       faster than the flat kernel there; for bfloat16 input the flat kernel's widened copy wins) */
-    if (c.direct3 && !x_bf16 && d->sw == 1 && d->pl == 1 && d->ow == d->w && d->w >= 9 && d->w <= 64)
+    /* rows of 9 to 112 columns, padding 1 left and right: whole rows in registers (measured faster
+       than the flat kernel there, except for bfloat16 input up to 64 columns, where the flat
+       kernel's widened copy wins) */
+    if (c.direct3 && d->sw == 1 && d->pl == 1 && d->ow == d->w && d->w >= 9 && d->w <= 112 &&
+        (!x_bf16 || d->w > 64))
         c.direct3 = 5;
     if (d->nhwc && d->kh == 3 && d->kw == 3 && c.mult == 1 && d->dw == 1 && (d->sw == 1 || d->sw == 2))
         c.direct3 = 4;  /* NHWC: channel-vector kernel */
