@@ -688,30 +688,31 @@ OP_INLINE void op_dw_nhwc_row(const op_dw_ctx *c, int64_t task, float *rowbuf, c
 #if defined(OP_HAS_AVX512)
 /* ---------------------------------------------------------------- NHWC, AVX-512 (3x3, multiplier 1, stride 1 or 2 along W)
 
-   One task is one output row. Channels are the vector axis (16 per block, a masked tail block);
-   the block's KH KW weight vectors and the bias stay in registers while OP_DW_NHWC_OWB output
-   pixels accumulate in registers too: each input pixel vector is loaded (widened) once per kernel
+   One task is one output row. Channels are the vector axis (blocks of 32 channels, two adjacent
+   cache lines per pixel, then 16 and a masked tail); the block's KH KW weight vectors and the bias
+   stay in registers while 4 (8 with 16 channels) output pixels accumulate in registers too: each input pixel vector is loaded (widened) once per kernel
    row and feeds every output of the block that reads it (the compiler merges the equal loads of the
    unrolled block). Output pixels whose window crosses the left/right padding take the one-pixel
    loop with per-tap checks; kernel rows in the top/bottom padding are skipped. */
-enum { OP_DW_NHWC_OWB = 8 };
+enum { OP_DW_NHWC_OWB = 8, OP_DW_NHWC_OWB2 = 4 };  /* output pixels per block: 1 / 2 channel vectors */
 
 /* Output pixels ow0 .. ow0 + NO - 1 of row oh, channels c0 .. c0 + 15 (lanes cm), stride S along
    W (dilation 1 along W). CHECK: test every tap column against the input (border pixels), else
    all are inside. Input column t of the block (t = j S + kj) is loaded once per kernel row and
    feeds every (output j, tap kj) that reads it. */
-OP_INLINE void op_dw_nhwc_px(const op_dw_ctx *c, const __m512 *wv, __m512 bv, int64_t xrow0,
-                             int64_t ih0, int64_t yoff, int64_t ow0, int64_t c0, __mmask16 cm,
-                             const int NO, const int KH, const int KW, const int S, const int CHECK,
-                             const int BF16, const int YB)
+OP_INLINE void op_dw_nhwc_px(const op_dw_ctx *c, const __m512 *wv, const __m512 *bv, int64_t xrow0,
+                             int64_t ih0, int64_t yoff, int64_t ow0, int64_t c0, const __mmask16 *cm,
+                             const int NO, const int NCV, const int KH, const int KW, const int S,
+                             const int CHECK, const int BF16, const int YB)
 {
     const op_conv_desc *d = c->d;
     const int64_t C = d->c, W = d->w, H = d->h, dh = d->dh;
     const int64_t iw0 = ow0 * S - d->pl;  /* input column of t = 0 */
     const int NT = (NO - 1) * S + KW;  /* input columns of the block */
-    __m512 acc[OP_DW_NHWC_OWB];  /* (every loop unrolled: the accumulators live in registers) */
+    __m512 acc[OP_DW_NHWC_OWB][2];  /* (every loop unrolled: the accumulators live in registers) */
 #pragma GCC unroll 8
-    for (int j = 0; j < NO; j++) acc[j] = bv;
+    for (int j = 0; j < NO; j++)
+        for (int q = 0; q < NCV; q++) acc[j][q] = bv[q];
 #pragma GCC unroll 3
     for (int ki = 0; ki < KH; ki++) {
         const int64_t ih = ih0 + ki * dh;
@@ -720,16 +721,44 @@ OP_INLINE void op_dw_nhwc_px(const op_dw_ctx *c, const __m512 *wv, __m512 bv, in
 #pragma GCC unroll 24
         for (int t = 0; t < NT; t++) {
             if (CHECK && (iw0 + t < 0 || iw0 + t >= W)) continue;
-            const __m512 v = op_dw_vld(c->x, xr + t * C, cm, BF16);
+#pragma GCC unroll 2
+            for (int q = 0; q < NCV; q++) {
+                const __m512 v = op_dw_vld(c->x, xr + t * C + 16 * q, cm[q], BF16);
 #pragma GCC unroll 8
-            for (int j = 0; j < NO; j++) {
-                const int kj = t - j * S;
-                if (kj >= 0 && kj < KW) acc[j] = _mm512_fmadd_ps(wv[ki * KW + kj], v, acc[j]);
+                for (int j = 0; j < NO; j++) {
+                    const int kj = t - j * S;
+                    if (kj >= 0 && kj < KW)
+                        acc[j][q] = _mm512_fmadd_ps(wv[q * 9 + ki * KW + kj], v, acc[j][q]);
+                }
             }
         }
     }
 #pragma GCC unroll 8
-    for (int j = 0; j < NO; j++) op_dw_vst(c->y, yoff + (ow0 + j) * d->oc + c0, cm, acc[j], c->act, YB);
+    for (int j = 0; j < NO; j++)
+        for (int q = 0; q < NCV; q++)
+            op_dw_vst(c->y, yoff + (ow0 + j) * d->oc + c0 + 16 * q, cm[q], acc[j][q], c->act, YB);
+}
+
+/* one output row for channels c0 .. c0 + 16 NCV - 1 (NO output pixels per register block) */
+OP_INLINE void op_dw_nhwc_cb(const op_dw_ctx *c, int64_t xrow0, int64_t ih0, int64_t yoff, int64_t lo,
+                             int64_t hi, int64_t c0, const int NO, const int NCV, const int KH,
+                             const int KW, const int S, const int BF16, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t C = d->c, OW = d->ow;
+    __mmask16 cm[2];
+    __m512 wv[18], bv[2];
+    for (int q = 0; q < NCV; q++) {
+        cm[q] = op_dw_lanes(c0 + 16 * q, C);  /* (lanes past C off at the tail) */
+        for (int t = 0; t < KH * KW; t++) wv[q * 9 + t] = _mm512_maskz_loadu_ps(cm[q], c->w + t * C + c0 + 16 * q);
+        bv[q] = c->bias ? _mm512_maskz_loadu_ps(cm[q], c->bias + c0 + 16 * q) : _mm512_setzero_ps();
+    }
+    int64_t ow = 0;
+    for (; ow < lo; ow++) op_dw_nhwc_px(c, wv, bv, xrow0, ih0, yoff, ow, c0, cm, 1, NCV, KH, KW, S, 1, BF16, YB);
+    for (; ow + NO <= hi; ow += NO)
+        op_dw_nhwc_px(c, wv, bv, xrow0, ih0, yoff, ow, c0, cm, NO, NCV, KH, KW, S, 0, BF16, YB);
+    for (; ow < hi; ow++) op_dw_nhwc_px(c, wv, bv, xrow0, ih0, yoff, ow, c0, cm, 1, NCV, KH, KW, S, 0, BF16, YB);
+    for (; ow < OW; ow++) op_dw_nhwc_px(c, wv, bv, xrow0, ih0, yoff, ow, c0, cm, 1, NCV, KH, KW, S, 1, BF16, YB);
 }
 
 OP_INLINE void op_dw_nhwc_row16(const op_dw_ctx *c, int64_t task, const int KH, const int KW,
@@ -744,18 +773,11 @@ OP_INLINE void op_dw_nhwc_row16(const op_dw_ctx *c, int64_t task, const int KH, 
     if (W - 1 + d->pl - (KW - 1) < 0) hi = 0;
     lo = op_min64(lo, OW);
     hi = op_max64(lo, op_min64(hi, OW));
-    for (int64_t c0 = 0; c0 < C; c0 += 16) {
-        const __mmask16 cm = op_dw_lanes(c0, C);  /* (lanes of 16 - (C - c0) off at the tail) */
-        __m512 wv[9];
-        for (int t = 0; t < KH * KW; t++) wv[t] = _mm512_maskz_loadu_ps(cm, c->w + t * C + c0);
-        const __m512 bv = c->bias ? _mm512_maskz_loadu_ps(cm, c->bias + c0) : _mm512_setzero_ps();
-        int64_t ow = 0;
-        for (; ow < lo; ow++) op_dw_nhwc_px(c, wv, bv, xrow0, ih0, yoff, ow, c0, cm, 1, KH, KW, S, 1, BF16, YB);
-        for (; ow + OP_DW_NHWC_OWB <= hi; ow += OP_DW_NHWC_OWB)
-            op_dw_nhwc_px(c, wv, bv, xrow0, ih0, yoff, ow, c0, cm, OP_DW_NHWC_OWB, KH, KW, S, 0, BF16, YB);
-        for (; ow < hi; ow++) op_dw_nhwc_px(c, wv, bv, xrow0, ih0, yoff, ow, c0, cm, 1, KH, KW, S, 0, BF16, YB);
-        for (; ow < OW; ow++) op_dw_nhwc_px(c, wv, bv, xrow0, ih0, yoff, ow, c0, cm, 1, KH, KW, S, 1, BF16, YB);
-    }
+    int64_t c0 = 0;
+    for (; c0 + 32 <= C; c0 += 32)  /* two channel vectors (two adjacent cache lines per pixel) */
+        op_dw_nhwc_cb(c, xrow0, ih0, yoff, lo, hi, c0, OP_DW_NHWC_OWB2, 2, KH, KW, S, BF16, YB);
+    for (; c0 < C; c0 += 16)
+        op_dw_nhwc_cb(c, xrow0, ih0, yoff, lo, hi, c0, OP_DW_NHWC_OWB, 1, KH, KW, S, BF16, YB);
 }
 
 #define OP_DW_NHWC16(NAME, S, BF16, YB)                                                           \
