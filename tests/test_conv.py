@@ -429,6 +429,12 @@ DW3_CASES = [  # (n, c, h, w, stride, pad, mult): planes wider than a vector, od
     (1, 2, 9, 12, 2, 2, 1),
     (2, 3, 5, 1, 2, 1, 1),
     (1, 3, 64, 64, 1, 1, 1),     # the largest float32 flat plane
+    (1, 3, 11, 9, 1, 1, 1),      # float32 whole rows in registers: 1 to 4 vectors per row,
+    (2, 2, 7, 30, 1, 1, 1),      # row-block remainders
+    (1, 2, 5, 47, 1, 1, 2),
+    (1, 2, 3, 64, 1, 1, 1),
+    (1, 2, 6, 100, 1, 1, 1),
+    (1, 2, 5, 112, 1, 1, 1),
 ]
 
 
@@ -668,3 +674,13 @@ def test_depthwise_bf16_output_is_rounded_f32_result(level, case, act, layout):
     assert got.dtype == bfloat16 and f32.dtype == np.float32
     np.testing.assert_array_equal(got.view(np.uint16), f32.astype(bfloat16).view(np.uint16))
     assert np.isnan(f32).any()
+
+
+@pytest.mark.parametrize("pads", [((0, 2), (1, 1)), ((2, 0), (1, 1)), ((3, 1), (1, 1))], ids=str)
+@pytest.mark.parametrize("w", [10, 33])
+def test_depthwise_3x3_rows_top_bottom_padding(level, pads, w):
+    """Stride-1 3x3 kernels with padding 1 along W and any padding along H (rows in the padding
+    load as zeros)."""
+    for dtype in (np.float32, bfloat16):
+        run_case(1, 3, 8, w, 3, 3, 3, 1, pads, 1, 3, dtype=dtype)
+        run_case(1, 3, 8, w, 6, 3, 3, 1, pads, 1, 3, dtype=dtype, activation="relu", seed=5)
