@@ -1,12 +1,3 @@
-
-
-
-
-
-
-
-
-
 /* conv_dw.c: depthwise convolution (groups == C, OC = C * multiplier), a direct kernel.
 
    NCHW: tasks are runs of output planes. Generic path (every level): the input plane is copied
@@ -16,11 +7,12 @@
    level's instructions (SSE2 / AVX2 / AVX-512). AVX-512 builds have 3x3 undilated kernels
    (op_dw_ctx.direct3 picks one per problem):
      - whole rows in registers (stride 1, rows of 9..112 columns: op_dw3_rowv),
-     - flat plane (stride 1, planes up to 64x64 or larger bfloat16 ones: op_dw3_flat),
+     - flat plane (stride 1, the other planes up to 64x64 (bfloat16: 128x128), e.g. 7x7 and
+       bfloat16 14x14 ... 56x56: op_dw3_flat),
      - phase planes (stride 2, output rows of <= 7 columns: op_dw3_s2),
      - register-blocked rows straight from the input (the rest of stride 1 / 2: op_dw3_plane).
    NHWC: one task per output row; the channel axis is the vector axis (acc[c] += w[c] x[c]); AVX-512
-   builds run 3x3 multiplier-1 problems on op_dw_nhwc_row16 (weights and 8 output pixels in
+   builds run 3x3 multiplier-1 problems on op_dw_nhwc_row16 (weights and 4-8 output pixels in
    registers). bfloat16 input is widened while it is read (bfloat16 weights once per call). Bias and
    activation are applied in the write-out, which stores float32 or, with y_bf16, bfloat16 rounded
    to nearest even (the same rounding as op_conv_f32_to_bf16 applied to the float32 result, so both
@@ -621,9 +613,8 @@ typedef void (*op_dw3_flat_fn)(const op_dw_ctx *, int64_t, int64_t, float *);
 static const op_dw3_flat_fn op_dw3_flat_kernels[2][2][2] = {
     {{op_dw3_flat_f32, op_dw3_flat_f32_yb}, {op_dw3_flat_bf16, op_dw3_flat_bf16_yb}},
     {{op_dw3_s2_f32, op_dw3_s2_f32_yb}, {op_dw3_s2_bf16, op_dw3_s2_bf16_yb}}};
-/* [stride][input bf16][output bf16] */
-static const op_dw3_fn op_dw3_kernels[3][2][2] = {
-    {{NULL, NULL}, {NULL, NULL}},
+/* [stride - 1][input bf16][output bf16] */
+static const op_dw3_fn op_dw3_kernels[2][2][2] = {
     {{op_dw3_plane_s1_f32, op_dw3_plane_s1_f32_yb}, {op_dw3_plane_s1_bf16, op_dw3_plane_s1_bf16_yb}},
     {{op_dw3_plane_s2_f32, op_dw3_plane_s2_f32_yb}, {op_dw3_plane_s2_bf16, op_dw3_plane_s2_bf16_yb}},
 };
@@ -824,7 +815,7 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
         return;
     }
     if (c->direct3) {
-        op_dw3_kernels[c->d->sw][c->bf16 != 0][c->ybf16 != 0](c, p0, p1);
+        op_dw3_kernels[c->d->sw - 1][c->bf16 != 0][c->ybf16 != 0](c, p0, p1);
         return;
     }
 #endif
