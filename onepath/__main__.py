@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="threads for onepath and numpy's BLAS (default: onepath.get_num_threads())")
     bench.add_argument("--isa", metavar="LEVEL", default=None,
                        help="cap the ISA level for the run (one of onepath.available_isas())")
-    bench.add_argument("--quick", action="store_true", help="fewer shapes, shorter timing (< 1 min)")
+    bench.add_argument("--quick", action="store_true", help="fewer shapes, shorter timing (one to two minutes)")
     bench.add_argument("--json", metavar="FILE", default=None,
                        help="also write the results and machine fingerprint as JSON")
     bench.add_argument("--model", choices=["minilm"], default=None,

@@ -257,10 +257,22 @@ def test_empty_shapes():
     ({"stride": (1, 2, 3)}, (1, 3, 5, 5), (2, 3, 3, 3), "list of 2 values"),
     ({"layout": "CHWN"}, (1, 3, 5, 5), (2, 3, 3, 3), "unknown layout"),
     ({"activation": "tanh"}, (1, 3, 5, 5), (2, 3, 3, 3), "unknown activation"),
+    ({}, (1, 4, 5, 5), (8, 4, 0, 3), r"kernel size should be greater than zero, but got kernel_height: 0 kernel_width: 3"),
+    ({}, (0, 4, 5, 5), (8, 4, 3, 0), r"kernel_height: 3 kernel_width: 0"),
+    ({}, (1, 4, 5, 5), (0, 4, 3, 3), r"expected weight to be at least 1 at dimension 0, but got weight of size \[0, 4, 3, 3\]"),
 ])
 def test_errors(kwargs, x_shape, w_shape, match):
     with pytest.raises(ValueError, match=match):
         onepath.conv2d(np.ones(x_shape, np.float32), np.ones(w_shape, np.float32), **kwargs)
+
+
+def test_errors_conv1d_kernel_and_layout():
+    with pytest.raises(ValueError, match=r"kernel_width: 0 \(weight of size \[8, 4, 0\]\)"):
+        onepath.conv1d(np.ones((1, 4, 5), np.float32), np.ones((8, 4, 0), np.float32))
+    with pytest.raises(ValueError, match="conv1d: unknown layout 'NHWC'"):
+        onepath.conv1d(np.ones((1, 4, 5), np.float32), np.ones((8, 4, 3), np.float32), layout="NHWC")
+    y = onepath.conv1d(np.ones((1, 5, 4), np.float32), np.ones((8, 4, 3), np.float32), layout="nwc")
+    assert y.shape == (1, 3, 8) and np.all(y == 12)
 
 
 def test_errors_bias_rank_dtype():

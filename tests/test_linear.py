@@ -77,9 +77,21 @@ def test_linear_nonfinite_activation(level):
         y = onepath.linear(x, w, activation=act)[:, 0]
         ref = ACTS[act](np.array([np.inf, -np.inf, np.nan, 0.0])) if act == "relu" else None
         assert y[0] == np.inf and np.isnan(y[2]) and y[3] == 0
-        assert y[1] == 0
+        # -Inf: relu gives 0; the others give NaN (-Inf times a factor whose limit is 0), as torch
+        assert (y[1] == 0) if act == "relu" else np.isnan(y[1])
         if ref is not None:
             assert np.array_equal(np.isnan(y), np.isnan(ref))
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "silu"])
+def test_linear_activation_far_below_zero(level, act):
+    """Finite inputs far below zero give -0 (the factor underflows), at every level and in every
+    lane of the vectorised write-out (16 columns) as in the scalar edge columns (3)."""
+    for xv in (-3e38, -1e31, -1e20, -200.0, -90.0):
+        x = np.full((2, 1), xv, np.float32)
+        for n in (16, 3):
+            y = onepath.linear(x, np.ones((n, 1), np.float32), activation=act)
+            assert np.all(y == 0) and np.all(np.signbit(y)), (xv, n, y[0, :4])
 
 
 def test_prepack_reuse_and_matmul():
@@ -96,6 +108,10 @@ def test_prepack_reuse_and_matmul():
     pf = onepath.prepack(np.ones((4, 6), np.float32))
     assert np.all(onepath.linear(np.ones((3, 6), np.float32), pf) == 6)
     assert "PackedWeight" in repr(pf)
+    with pytest.raises(TypeError, match="right operand only"):
+        onepath.matmul(pf, np.ones((6, 3), np.float32))
+    with pytest.raises(ValueError, match=r"^matmul: Input operand 1 .*size 6 is different from 5"):
+        onepath.matmul(np.ones((3, 5), np.float32), pf)
 
 
 def test_prepack_cap_change():

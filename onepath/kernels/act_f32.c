@@ -1,7 +1,8 @@
 /* act_f32.c: the activations of the GEMM/conv epilogue (OP_ACT_*), scalar and 16 lanes at a time.
    The vector forms use GCC vector extensions, so each level's build lowers them to its own
-   registers (one zmm, two ymm, four xmm). NaN and +Inf propagate through the vector
-   arithmetic; -Inf is mapped to -0 as the limit says.
+   registers (one zmm, two ymm, four xmm). Non-finite inputs follow the formulas in IEEE
+   arithmetic, as torch does: NaN stays NaN, +Inf gives +Inf, and -Inf gives NaN (-Inf times a
+   factor whose limit is 0); a finite x far below zero gives -0 (the factor underflows to 0).
    exp: 2^n * p(r) with n = round(x log2 e) and r = x - n ln2 in two parts (Cody-Waite reduction),
    p the degree-6 Taylor polynomial (relative error about 1.2e-7 on |r| <= ln2/2).
    erf (for exact GELU): Abramowitz & Stegun, Handbook of Mathematical Functions, formula 7.1.26
@@ -14,15 +15,12 @@ static inline float op_act_f32(float x, int act)
     case OP_ACT_RELU:
         return x < 0.0f ? 0.0f : x;  /* NaN stays NaN */
     case OP_ACT_GELU:
-        if (isinf(x)) return x > 0.0f ? x : -0.0f;
         return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
     case OP_ACT_GELU_TANH: {
-        if (isinf(x)) return x > 0.0f ? x : -0.0f;
         float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
         return 0.5f * x * (1.0f + tanhf(u));
     }
     case OP_ACT_SILU:
-        if (isinf(x)) return x > 0.0f ? x : -0.0f;
         return x / (1.0f + expf(-x));
     default:
         return x;
@@ -46,6 +44,7 @@ OP_INLINE op_v16f op_v16_sel(op_v16i m, op_v16f a, op_v16f b)
 
 OP_INLINE op_v16f op_v16_exp(op_v16f x)
 {
+    const op_v16i over = x > op_v16_splat(88.72283f);  /* ln(FLT_MAX): the result is +Inf */
     x = op_v16_sel(x > op_v16_splat(88.0f), op_v16_splat(88.0f), x);
     /* below -86 the result would be subnormal (slow on many CPUs); exp(-86) = 4.4e-38 stands in */
     x = op_v16_sel(x < op_v16_splat(-86.0f), op_v16_splat(-86.0f), x);
@@ -60,7 +59,7 @@ OP_INLINE op_v16f op_v16_exp(op_v16f x)
     p = p * r + 1.0f;
     p = p * r + 1.0f;
     const op_v16i n = __builtin_convertvector(nf, op_v16i);
-    return p * (op_v16f)((n + 127) << 23);
+    return op_v16_sel(over, op_v16_splat(INFINITY), p * (op_v16f)((n + 127) << 23));
 }
 
 OP_INLINE op_v16f op_v16_act(op_v16f x, int act)
@@ -69,15 +68,17 @@ OP_INLINE op_v16f op_v16_act(op_v16f x, int act)
     case OP_ACT_GELU: {
         const op_v16f z = x * 0.70710678118654752f;
         op_v16f a = (op_v16f)((op_v16i)z & 0x7fffffff);
-        a = op_v16_sel(a > op_v16_splat(9.0f), op_v16_splat(9.0f), a);  /* erfc(9) ~ 4e-37: keeps
-                                                    every intermediate normal (subnormals are slow) */
+        /* past |z| = 9, erfc(|z|) < 4e-37 is taken as 0 (so x * it is -0, or NaN for -Inf, and
+           not x * 4e-37); the clamp keeps every intermediate normal (subnormals are slow) */
+        const op_v16i tail = a > op_v16_splat(9.0f);
+        a = op_v16_sel(tail, op_v16_splat(9.0f), a);
         const op_v16f t = 1.0f / (1.0f + 0.3275911f * a);
         op_v16f p = op_v16_splat(1.061405429f);
         p = p * t - 1.453152027f;
         p = p * t + 1.421413741f;
         p = p * t - 0.284496736f;
         p = p * t + 0.254829592f;
-        const op_v16f erfc_a = p * t * op_v16_exp(-(a * a));
+        const op_v16f erfc_a = op_v16_sel(tail, op_v16_splat(0.0f), p * t * op_v16_exp(-(a * a)));
         return 0.5f * x * op_v16_sel(z < 0.0f, erfc_a, 2.0f - erfc_a);
     }
     case OP_ACT_GELU_TANH: {
@@ -99,8 +100,7 @@ static OP_NOINLINE void op_act_row(float *c, int64_t cs, int n, int act)
         for (; j + 16 <= n; j += 16) {
             op_v16f x, y;
             memcpy(&x, c + j, sizeof x);
-            /* NaN passes through every step and +Inf comes out as +Inf; -Inf must give -0 */
-            y = op_v16_sel(x == op_v16_splat(-INFINITY), op_v16_splat(-0.0f), op_v16_act(x, act));
+            y = op_v16_act(x, act);
             memcpy(c + j, &y, sizeof y);
         }
     }

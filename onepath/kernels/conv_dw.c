@@ -200,8 +200,7 @@ OP_INLINE void op_dw_vst(void *Y, int64_t off, __mmask16 m, __m512 v, int act, c
         v = _mm512_max_ps(_mm512_setzero_ps(), v);  /* NaN and -0 pass (second operand) */
     } else if (act != OP_ACT_NONE) {
         const op_v16f x = (op_v16f)v;
-        /* as op_act_row: NaN passes through, +Inf stays +Inf, -Inf gives -0 */
-        v = (__m512)op_v16_sel(x == op_v16_splat(-INFINITY), op_v16_splat(-0.0f), op_v16_act(x, act));
+        v = (__m512)op_v16_act(x, act);  /* as op_act_row (act_f32.c) */
     }
     if (YB)  /* (the register VPMOVDW and a masked word store: fewer uops than the store form) */
         _mm256_mask_storeu_epi16((uint16_t *)Y + off, m, _mm512_cvtepi32_epi16(op_dw_bf16_bits(v)));

@@ -242,12 +242,14 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, layout="NCL",
            activation=None, dtype=None):
     """1-D convolution with torch.nn.functional.conv1d semantics: input (N, C, L) or (C, L)
-    (``layout="NLC"``: (N, L, C)), weight (OC, C/groups, K); padding an int, (p,), "valid",
-    "same" or ((left, right),). Other arguments as ``conv2d``."""
+    (``layout="NLC"`` or ``"NWC"``: (N, L, C); ``"NCL"`` / ``"NCW"`` the default, any letter case),
+    weight (OC, C/groups, K); padding an int, (p,), "valid", "same" or ((left, right),). Other
+    arguments and the errors raised as ``conv2d``."""
     return _conv(input, weight, bias, stride, padding, dilation, groups, layout, activation, dtype, 1)
 
 
-_LAYOUTS = {1: {"NCL": False, "NCW": False, "NCHW": False, "NLC": True, "NWC": True, "NHWC": True},
+# layout names (matched case-insensitively) -> channels last
+_LAYOUTS = {1: {"NCL": False, "NCW": False, "NLC": True, "NWC": True},
             2: {"NCHW": False, "NHWC": True}}
 
 
@@ -334,6 +336,10 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, layout, activa
     n, c, h, wd = x_nchw_shape
     oc, cg, kh, kw = w.shape
 
+    if kh < 1 or kw < 1:
+        sizes = f"kernel_height: {kh} kernel_width: {kw}" if nd == 2 else f"kernel_width: {kw}"
+        raise ValueError(f"kernel size should be greater than zero, but got {sizes} (weight of size "
+                         f"{_shape(weight_shape(w, nd))})")
     groups = _int(groups, "groups")
     if groups < 1:
         raise ValueError(f"non-positive groups is not supported (groups={groups})")
@@ -346,7 +352,10 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, layout, activa
     pads = _padding(padding, nd, w.shape[2:] if nd == 2 else (kw,), dl, st)
     if nd == 1:
         st, dl, pads = (1,) + st, (1,) + dl, ((0, 0),) + pads
-    if oc < 1 or oc % groups:
+    if oc < 1:
+        raise ValueError(f"expected weight to be at least 1 at dimension 0, but got weight of size "
+                         f"{_shape(weight_shape(w, nd))} instead")
+    if oc % groups:
         raise ValueError(f"Given groups={groups}, expected weight to be divisible by {groups} at "
                          f"dimension 0, but got weight of size {_shape(weight_shape(w, nd))} instead")
     if cg * groups != c:

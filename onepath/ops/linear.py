@@ -127,14 +127,17 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     """``activation(x @ weight.T + bias)`` with the bias and activation fused in the kernel's write-out.
 
     Args:
-        x: array (..., in_features), float32 or bfloat16; leading batch dimensions are kept.
+        x: array (..., in_features), float32 or bfloat16 (the kernels); leading batch dimensions are
+            kept. Other dtypes (float64, integers, ...) are computed by numpy as
+            ``x @ weight.T + bias`` and the activation formula, in numpy's result dtype.
         weight: (out_features, in_features) array as torch.nn.Linear stores it, or a PackedWeight
             from ``onepath.prepack``.
         bias: None or (out_features,) (float32 or bfloat16; applied in float32).
         activation: None, "relu", "gelu" (exact, erf), "gelu_tanh" or "silu". The vectorised write-out
         evaluates erf/exp with polynomials (kernels/act_f32.c; absolute error below 5e-7).
         dtype: result dtype, None for the promotion rules (bfloat16 x bfloat16 -> bfloat16 rounded
-            once after the epilogue; a float32 operand -> float32), or float32 / bfloat16.
+            once after the epilogue; a float32 operand -> float32), or float32 / bfloat16 (with
+            float32 / bfloat16 operands; another dtype is a TypeError).
     Returns:
         ndarray (..., out_features).
     Raises:
@@ -208,6 +211,10 @@ def matmul_packed(a, p: PackedWeight, out=None, dtype=None):
     a_arr = np.asarray(a)
     if a_arr.ndim == 0:
         raise ValueError("matmul: Input operand 0 does not have enough dimensions")
+    if a_arr.shape[-1] != p.shape[1]:  # numpy's wording: the packed operand stands for weight.T
+        raise ValueError(f"matmul: Input operand 1 (a PackedWeight, weight.T of shape "
+                         f"{p.shape[1], p.shape[0]}) has a mismatch in its core dimension 0 (size "
+                         f"{p.shape[1]} is different from {a_arr.shape[-1]})")
     y = linear(a_arr, p, dtype=dtype)
     if out is not None:
         if out.shape != y.shape:

@@ -43,7 +43,8 @@ def matmul(a, b, /, out=None, *, dtype=None):
     Returns:
         ndarray of shape broadcast(batch) + (M, N) (with the 1-D axes removed), or ``out``.
     Raises:
-        ValueError / TypeError: exactly where numpy.matmul raises (shape mismatch, scalars, ...).
+        ValueError / TypeError: exactly where numpy.matmul raises (shape mismatch, scalars, ...);
+            TypeError for a PackedWeight as the left operand.
     Every other dtype combination (and anything the kernels do not accelerate) returns
     ``numpy.matmul(a, b, out=out, dtype=dtype)`` exactly. Threads: ``onepath.set_num_threads``.
     """
@@ -56,6 +57,9 @@ def matmul(a, b, /, out=None, *, dtype=None):
         return numpy_matmul(a, b, out, dtype)
     if isinstance(b, PackedWeight):  # a prepacked weight: a @ weight.T (ops/linear.py)
         return matmul_packed(a, b, out, dtype)
+    if isinstance(a, PackedWeight):
+        raise TypeError("matmul: a PackedWeight is accepted as the right operand only "
+                        "(matmul(x, packed) = x @ weight.T); unpack it with packed.weight()")
     a_arr, b_arr = np.asarray(a), np.asarray(b)
     if (a_arr.dtype is _F32 and b_arr.dtype is _F32 and dtype is None and out is None
             and 0 < a_arr.ndim <= 32 and 0 < b_arr.ndim <= 32):
