@@ -500,16 +500,19 @@ def _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc
     return pl
 
 
+def _input_operand(pl, x):
+    """The input as the kernel reads it: float32, or bfloat16 bits (as given, or rounded once)."""
+    if pl.xmode == 0:
+        return np.ascontiguousarray(x, _F32)
+    if pl.xmode == 1:
+        return np.ascontiguousarray(x).view(np.uint16)
+    return np.ascontiguousarray(x, _F32).astype(_BF16).view(np.uint16)
+
+
 def _run_dw(pl, x, w, b):
     """``_run_plan`` for depthwise plans (the per-call work kept to a minimum: small layers run in
     tens of microseconds)."""
-    xm = pl.xmode
-    if xm == 0:
-        xk = np.ascontiguousarray(x, _F32)
-    elif xm == 1:
-        xk = np.ascontiguousarray(x).view(np.uint16)
-    else:
-        xk = np.ascontiguousarray(x, _F32).astype(_BF16).view(np.uint16)
+    xk = _input_operand(pl, x)
     # weight (OC, 1, KH, KW) -> NCHW (OC, KH, KW); NHWC (KH, KW, OC)
     if pl.dw_wbits:
         wk = w.view(np.uint16)[:, 0]
@@ -543,13 +546,7 @@ def _run_plan(pl, x, w, b):
     """One kernel call of a plan on 4-D x / w (shapes and dtypes as when the plan was made)."""
     if pl.algo == "depthwise":
         return _run_dw(pl, x, w, b)
-    xm = pl.xmode
-    if xm == 0:
-        xk = np.ascontiguousarray(x, _F32)
-    elif xm == 1:
-        xk = np.ascontiguousarray(x).view(np.uint16)
-    else:
-        xk = np.ascontiguousarray(x, _F32).astype(_BF16).view(np.uint16)
+    xk = _input_operand(pl, x)
     wm = pl.wmode
     if wm == 0:
         wk = np.ascontiguousarray(w).view(np.uint16)
