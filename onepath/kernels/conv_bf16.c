@@ -17,8 +17,8 @@
            plan of contiguous runs, so a k32 A row of a pixel is one or a few masked 64-byte loads,
            op_conv_pack_a_nhwc_q) and the weight packed in place in that order
            (op_conv_pack_b_nhwc_k32). A 1x1 stride-1 unpadded convolution is a plain GEMM.
-   A bfloat16 output is rounded once from the float32 tiles in the GEMM driver when the depth fits
-   one KC block (op_bf16_run), else from a float32 scratch output.
+   A bfloat16 output is rounded once per finished tile by the GEMM driver (op_gemm_args.c16): from
+   the thread's float tile when the depth fits one KC block, else from the driver's float scratch.
    Levels without BF16 instructions widen the weight and run op_conv2d_f32 (bfloat16 input). */
 
 #if defined(OP_BF16_NATIVE)
