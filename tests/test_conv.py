@@ -696,3 +696,25 @@ def test_depthwise_3x3_rows_top_bottom_padding(level, pads, w):
     for dtype in (np.float32, bfloat16):
         run_case(1, 3, 8, w, 3, 3, 3, 1, pads, 1, 3, dtype=dtype)
         run_case(1, 3, 8, w, 6, 3, 3, 1, pads, 1, 3, dtype=dtype, activation="relu", seed=5)
+
+
+def test_depthwise_entry_rejects_bf16_output_from_f32_input(level):
+    """op_conv2d_dw_f32 has kernels for f32->f32, bf16->f32 and bf16->bf16 only (the promotion
+    rules never pair float32 input with a bfloat16 output): the other pairing is refused (-3)."""
+    from onepath.kernels import load
+    mod = load(level)
+    ffi, lib = mod.ffi, mod.lib
+    d = ffi.new("op_conv_desc *")
+    d.n, d.c, d.h, d.w, d.oc, d.oh, d.ow, d.kh, d.kw = 1, 4, 6, 6, 4, 6, 6, 3, 3
+    d.sh = d.sw = d.dh = d.dw = 1
+    d.pt = d.pl = 1
+    d.groups, d.nhwc = 4, 0
+    x = np.ones((1, 4, 6, 6), np.float32)
+    w = np.ones((4, 3, 3), np.float32)
+    y = np.zeros((1, 4, 6, 6), np.uint16)
+    args = (d, ffi.from_buffer(x), 0, ffi.from_buffer(w), 0, ffi.NULL, ffi.from_buffer(y))
+    assert lib.op_conv2d_dw_f32(*args, 1, 0, 1) == -3
+    assert not y.any()
+    xb = x.astype(bfloat16).view(np.uint16)
+    assert lib.op_conv2d_dw_f32(d, ffi.from_buffer(xb), 1, *args[3:], 1, 0, 1) >= 1
+    assert np.all(y.view(bfloat16).astype(np.float32)[0, :, 2:4, 2:4] == 9)

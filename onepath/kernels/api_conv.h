@@ -38,7 +38,8 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
    Weight layout: nhwc = 0: (OC, KH, KW); nhwc = 1: (KH, KW, OC), float32 (w_bf16 = 0) or bfloat16
    bits (w_bf16 = 1, widened once). y: float32 (y_bf16 = 0) or bfloat16 bits (y_bf16 = 1: the
    float32 result rounded to nearest even in the write-out, bit for bit what op_conv_f32_to_bf16
-   makes of it). Same return convention. */
+   makes of it; only with x_bf16 = 1, as the promotion rules give, else -3). Same return
+   convention. */
 int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const void *w, int w_bf16,
                      const float *bias, void *y, int y_bf16, int act, int nthreads);
 

@@ -556,7 +556,6 @@ OP_INLINE void op_dw3_rowv(const op_dw_ctx *c, int64_t p0, int64_t p1, const int
 #define OP_DW3_ROWV(NV)                                                                            \
     static OP_NOINLINE void op_dw3_rowv##NV##_f32(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_rowv(c, p0, p1, NV, 0, 0); } \
     static OP_NOINLINE void op_dw3_rowv##NV##_bf16(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_rowv(c, p0, p1, NV, 1, 0); } \
-    static OP_NOINLINE void op_dw3_rowv##NV##_f32_yb(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_rowv(c, p0, p1, NV, 0, 1); } \
     static OP_NOINLINE void op_dw3_rowv##NV##_bf16_yb(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_rowv(c, p0, p1, NV, 1, 1); }
 OP_DW3_ROWV(1)
 OP_DW3_ROWV(2)
@@ -566,9 +565,9 @@ OP_DW3_ROWV(5)
 OP_DW3_ROWV(6)
 OP_DW3_ROWV(7)
 #define OP_DW3_ROWV_ROW(NV) \
-    {{op_dw3_rowv##NV##_f32, op_dw3_rowv##NV##_f32_yb}, {op_dw3_rowv##NV##_bf16, op_dw3_rowv##NV##_bf16_yb}}
-/* [vectors per row - 1][input bf16][output bf16] */
-static void (*const op_dw3_rowv_kernels[7][2][2])(const op_dw_ctx *, int64_t, int64_t) = {
+    {op_dw3_rowv##NV##_f32, op_dw3_rowv##NV##_bf16, op_dw3_rowv##NV##_bf16_yb}
+/* [vectors per row - 1][io: op_dw_io] */
+static void (*const op_dw3_rowv_kernels[7][3])(const op_dw_ctx *, int64_t, int64_t) = {
     OP_DW3_ROWV_ROW(1), OP_DW3_ROWV_ROW(2), OP_DW3_ROWV_ROW(3), OP_DW3_ROWV_ROW(4),
     OP_DW3_ROWV_ROW(5), OP_DW3_ROWV_ROW(6), OP_DW3_ROWV_ROW(7)};
 
@@ -585,18 +584,15 @@ static void (*const op_dw3_rowv_kernels[7][2][2])(const op_dw_ctx *, int64_t, in
     }
 #define OP_DW3_FLAT(NAME, BF16, YB)                                                               \
     static OP_NOINLINE void NAME(const op_dw_ctx *c, int64_t p0, int64_t p1, float *s) { op_dw3_flat(c, p0, p1, s, BF16, YB); }
-/* name suffix: input dtype, then _yb for bfloat16 output */
+/* name suffix: input dtype, then _yb for bfloat16 output (from bfloat16 input only: op_dw_io) */
 OP_DW3_PLANES(op_dw3_plane_s1_f32, 1, 0, 0)
 OP_DW3_PLANES(op_dw3_plane_s2_f32, 2, 0, 0)
 OP_DW3_PLANES(op_dw3_plane_s1_bf16, 1, 1, 0)
 OP_DW3_PLANES(op_dw3_plane_s2_bf16, 2, 1, 0)
-OP_DW3_PLANES(op_dw3_plane_s1_f32_yb, 1, 0, 1)
-OP_DW3_PLANES(op_dw3_plane_s2_f32_yb, 2, 0, 1)
 OP_DW3_PLANES(op_dw3_plane_s1_bf16_yb, 1, 1, 1)
 OP_DW3_PLANES(op_dw3_plane_s2_bf16_yb, 2, 1, 1)
 OP_DW3_FLAT(op_dw3_flat_f32, 0, 0)
 OP_DW3_FLAT(op_dw3_flat_bf16, 1, 0)
-OP_DW3_FLAT(op_dw3_flat_f32_yb, 0, 1)
 OP_DW3_FLAT(op_dw3_flat_bf16_yb, 1, 1)
 
 typedef void (*op_dw3_fn)(const op_dw_ctx *, int64_t, int64_t);
@@ -604,18 +600,17 @@ typedef void (*op_dw3_fn)(const op_dw_ctx *, int64_t, int64_t);
     static OP_NOINLINE void NAME(const op_dw_ctx *c, int64_t p0, int64_t p1, float *s) { op_dw3_s2(c, p0, p1, s, BF16, YB); }
 OP_DW3_S2(op_dw3_s2_f32, 0, 0)
 OP_DW3_S2(op_dw3_s2_bf16, 1, 0)
-OP_DW3_S2(op_dw3_s2_f32_yb, 0, 1)
 OP_DW3_S2(op_dw3_s2_bf16_yb, 1, 1)
 
 typedef void (*op_dw3_flat_fn)(const op_dw_ctx *, int64_t, int64_t, float *);
-/* [flat stride 1 or stride 2][input bf16][output bf16] */
-static const op_dw3_flat_fn op_dw3_flat_kernels[2][2][2] = {
-    {{op_dw3_flat_f32, op_dw3_flat_f32_yb}, {op_dw3_flat_bf16, op_dw3_flat_bf16_yb}},
-    {{op_dw3_s2_f32, op_dw3_s2_f32_yb}, {op_dw3_s2_bf16, op_dw3_s2_bf16_yb}}};
-/* [stride - 1][input bf16][output bf16] */
-static const op_dw3_fn op_dw3_kernels[2][2][2] = {
-    {{op_dw3_plane_s1_f32, op_dw3_plane_s1_f32_yb}, {op_dw3_plane_s1_bf16, op_dw3_plane_s1_bf16_yb}},
-    {{op_dw3_plane_s2_f32, op_dw3_plane_s2_f32_yb}, {op_dw3_plane_s2_bf16, op_dw3_plane_s2_bf16_yb}},
+/* [flat stride 1 or stride 2][io] */
+static const op_dw3_flat_fn op_dw3_flat_kernels[2][3] = {
+    {op_dw3_flat_f32, op_dw3_flat_bf16, op_dw3_flat_bf16_yb},
+    {op_dw3_s2_f32, op_dw3_s2_bf16, op_dw3_s2_bf16_yb}};
+/* [stride - 1][io] */
+static const op_dw3_fn op_dw3_kernels[2][3] = {
+    {op_dw3_plane_s1_f32, op_dw3_plane_s1_bf16, op_dw3_plane_s1_bf16_yb},
+    {op_dw3_plane_s2_f32, op_dw3_plane_s2_bf16, op_dw3_plane_s2_bf16_yb},
 };
 #endif
 
@@ -774,18 +769,21 @@ OP_INLINE void op_dw_nhwc_row16(const op_dw_ctx *c, int64_t task, const int KH, 
     static OP_NOINLINE void NAME(const op_dw_ctx *c, int64_t task) { op_dw_nhwc_row16(c, task, 3, 3, S, BF16, YB); }
 OP_DW_NHWC16(op_dw_nhwc3_s1_f32, 1, 0, 0)
 OP_DW_NHWC16(op_dw_nhwc3_s1_bf16, 1, 1, 0)
-OP_DW_NHWC16(op_dw_nhwc3_s1_f32_yb, 1, 0, 1)
 OP_DW_NHWC16(op_dw_nhwc3_s1_bf16_yb, 1, 1, 1)
 OP_DW_NHWC16(op_dw_nhwc3_s2_f32, 2, 0, 0)
 OP_DW_NHWC16(op_dw_nhwc3_s2_bf16, 2, 1, 0)
-OP_DW_NHWC16(op_dw_nhwc3_s2_f32_yb, 2, 0, 1)
 OP_DW_NHWC16(op_dw_nhwc3_s2_bf16_yb, 2, 1, 1)
 typedef void (*op_dw_nhwc_fn)(const op_dw_ctx *, int64_t);
-/* 3x3 kernels, [stride along W - 1][input bf16][output bf16] */
-static const op_dw_nhwc_fn op_dw_nhwc3_kernels[2][2][2] = {
-    {{op_dw_nhwc3_s1_f32, op_dw_nhwc3_s1_f32_yb}, {op_dw_nhwc3_s1_bf16, op_dw_nhwc3_s1_bf16_yb}},
-    {{op_dw_nhwc3_s2_f32, op_dw_nhwc3_s2_f32_yb}, {op_dw_nhwc3_s2_bf16, op_dw_nhwc3_s2_bf16_yb}}};
+/* 3x3 kernels, [stride along W - 1][io] */
+static const op_dw_nhwc_fn op_dw_nhwc3_kernels[2][3] = {
+    {op_dw_nhwc3_s1_f32, op_dw_nhwc3_s1_bf16, op_dw_nhwc3_s1_bf16_yb},
+    {op_dw_nhwc3_s2_f32, op_dw_nhwc3_s2_bf16, op_dw_nhwc3_s2_bf16_yb}};
 #endif
+
+/* Which specialisation of the AVX-512 kernels: 0 float32 in and out, 1 bfloat16 in and float32
+   out, 2 bfloat16 in and out (a bfloat16 output always comes from bfloat16 input: the promotion
+   rules, and op_conv2d_dw_f32 rejects the other pairing). */
+OP_INLINE int op_dw_io(const op_dw_ctx *c) { return c->bf16 ? (c->ybf16 ? 2 : 1) : 0; }
 
 static void op_dw_task(void *ctx, int64_t task, int tid)
 {
@@ -794,7 +792,7 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
     if (c->d->nhwc) {
 #if defined(OP_HAS_AVX512)
         if (c->direct3 == 4) {
-            op_dw_nhwc3_kernels[c->d->sw - 1][c->bf16 != 0][c->ybf16 != 0](c, task);
+            op_dw_nhwc3_kernels[c->d->sw - 1][op_dw_io(c)](c, task);
             return;
         }
 #endif
@@ -806,15 +804,15 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
     const int64_t p0 = task * c->chunk, p1 = op_min64(P, p0 + c->chunk);
 #if defined(OP_HAS_AVX512)
     if (c->direct3 == 5) {
-        op_dw3_rowv_kernels[op_cdiv64(c->d->w, 16) - 1][c->bf16 != 0][c->ybf16 != 0](c, p0, p1);
+        op_dw3_rowv_kernels[op_cdiv64(c->d->w, 16) - 1][op_dw_io(c)](c, p0, p1);
         return;
     }
     if (c->direct3 >= 2) {
-        op_dw3_flat_kernels[c->direct3 - 2][c->bf16 != 0][c->ybf16 != 0](c, p0, p1, buf);
+        op_dw3_flat_kernels[c->direct3 - 2][op_dw_io(c)](c, p0, p1, buf);
         return;
     }
     if (c->direct3) {
-        op_dw3_kernels[c->d->sw - 1][c->bf16 != 0][c->ybf16 != 0](c, p0, p1);
+        op_dw3_kernels[c->d->sw - 1][op_dw_io(c)](c, p0, p1);
         return;
     }
 #endif
@@ -830,6 +828,7 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
 int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const void *w, int w_bf16,
                      const float *bias, void *y, int y_bf16, int act, int nthreads)
 {
+    if (y_bf16 && !x_bf16) return -3;  /* a bfloat16 output needs bfloat16 input (op_dw_io) */
     if (d->n <= 0 || d->oh <= 0 || d->ow <= 0 || d->oc <= 0) return 1;
     op_dw_ctx c;
     c.d = d;

@@ -533,6 +533,8 @@ def _run_dw(pl, x, w, b):
                  ffi.from_buffer(y), ybf16, pl.code, _threads.get_num_threads())
     _stats.record("conv2d", pl.dtype_name, pl.row.level)
     if used < 0:
+        if used == -3:  # (the plan always pairs a bfloat16 output with bfloat16 input)
+            raise RuntimeError(f"{pl.row.name}: bfloat16 output requested from float32 input")
         raise MemoryError(f"{pl.row.name}: could not allocate scratch for conv {describe(pl.desc)}")
     if ybf16:
         y = y.view(_BF16)
