@@ -6,8 +6,9 @@ Intel and AMD.
     (2, 4)
 
 Public API: ``matmul``; ``isa``, ``available_isas``, ``max_isa``; ``set_num_threads``,
-``get_num_threads``; the ``dispatch`` subpackage (probe, registry). Environment: ``ONEPATH_MAX_ISA``,
-``ONEPATH_NUM_THREADS``, ``ONEPATH_VERBOSE``. Importing is cheap: the CPU is probed and kernels are
+``get_num_threads``; ``reproducible``, ``set_reproducible``, ``is_reproducible``; the ``dispatch``
+subpackage (probe, registry). Environment: ``ONEPATH_MAX_ISA``, ``ONEPATH_NUM_THREADS``,
+``ONEPATH_VERBOSE``, ``ONEPATH_REPRODUCIBLE``. Importing is cheap: the CPU is probed and kernels are
 loaded at first use.
 """
 from ._threads import get_num_threads, set_num_threads
@@ -15,6 +16,7 @@ from .dispatch.cap import available_isas, isa, max_isa
 from .ops.matmul import matmul
 from .dtypes import bfloat16
 from .ops.linear import PackedWeight, linear, prepack
+from ._repro_mode import is_reproducible, reproducible, set_reproducible
 
 
 def __getattr__(name):
@@ -31,4 +33,5 @@ def __dir__():
     return sorted(set(globals()) | set(__all__))
 
 __version__ = "0.1.0"
-__all__ = ["matmul", "linear", "prepack", "PackedWeight", "bfloat16", "conv2d", "conv1d", "isa", "available_isas", "max_isa", "set_num_threads", "get_num_threads"]
+__all__ = ["matmul", "linear", "prepack", "PackedWeight", "bfloat16", "conv2d", "conv1d", "isa", "available_isas", "max_isa", "set_num_threads", "get_num_threads",
+           "reproducible", "set_reproducible", "is_reproducible"]

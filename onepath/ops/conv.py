@@ -26,6 +26,7 @@ from ..dispatch import cap as _cap
 from ..dispatch import registry
 from ..dispatch.levels import level_index
 from ..kernels import load
+from .._repro_mode import on as _repro_on
 from ._gemm import act_code
 
 try:  # ml_dtypes is a declared dependency; keep import errors readable
@@ -236,6 +237,9 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
             stride/dilation < 1, negative padding, "same" with stride > 1 (shapes in the message).
         TypeError: unsupported dtypes (the message names the supported ones).
     """
+    if _repro_on():  # onepath.reproducible(): ops/_repro.py
+        from ._repro import conv as _rc
+        return _rc(input, weight, bias, stride, padding, dilation, groups, layout, activation, dtype, 2)
     return _conv(input, weight, bias, stride, padding, dilation, groups, layout, activation, dtype, 2)
 
 
@@ -245,6 +249,9 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     (``layout="NLC"`` or ``"NWC"``: (N, L, C); ``"NCL"`` / ``"NCW"`` the default, any letter case),
     weight (OC, C/groups, K); padding an int, (p,), "valid", "same" or ((left, right),). Other
     arguments and the errors raised as ``conv2d``."""
+    if _repro_on():  # onepath.reproducible(): ops/_repro.py
+        from ._repro import conv as _rc
+        return _rc(input, weight, bias, stride, padding, dilation, groups, layout, activation, dtype, 1)
     return _conv(input, weight, bias, stride, padding, dilation, groups, layout, activation, dtype, 1)
 
 

@@ -10,6 +10,7 @@ import numpy as np
 from ..dispatch import registry
 from ..dtypes import BF16, F32, result_dtype, to_bfloat16, to_float32
 from ._bf16 import pack_weight, run_gemm_bf16, run_gemm_packed
+from .._repro_mode import on as _repro_on
 from ._gemm import act_code, kernel_ready, run_gemm
 
 _ACTS = (None, "relu", "gelu", "gelu_tanh", "silu")
@@ -143,6 +144,9 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     Raises:
         ValueError: shape mismatch, unknown activation. TypeError: unsupported dtype request.
     """
+    if _repro_on():  # onepath.reproducible(): ops/_repro.py
+        from ._repro import linear as _rl
+        return _rl(x, weight, bias, activation, dtype)
     act_code(activation)
     packed = weight if isinstance(weight, PackedWeight) else None
     xa = np.asarray(x)

@@ -6,6 +6,7 @@ import time
 import numpy as np
 
 from .. import _verbose
+from .._repro_mode import on as _repro_on
 from ._gemm import kernel_ready, run_gemm
 
 _F32 = np.dtype(np.float32)
@@ -48,6 +49,9 @@ def matmul(a, b, /, out=None, *, dtype=None):
     Every other dtype combination (and anything the kernels do not accelerate) returns
     ``numpy.matmul(a, b, out=out, dtype=dtype)`` exactly. Threads: ``onepath.set_num_threads``.
     """
+    if _repro_on():  # onepath.reproducible(): ops/_repro.py
+        from ._repro import matmul as _rm
+        return _rm(a, b, out, dtype)
     if isinstance(out, tuple):
         if len(out) != 1:
             return numpy_matmul(a, b, out, dtype)
