@@ -1,4 +1,5 @@
-"""Command line: ``python -m onepath info [--json]`` and ``python -m onepath bench [...]``
+"""Command line: ``python -m onepath info [--json]``, ``python -m onepath bench [...]``,
+``python -m onepath bench compare RUN.json ...`` and ``python -m onepath golden --write|--check FILE``
 (also installed as the ``onepath`` console script)."""
 from __future__ import annotations
 
@@ -63,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with `bench conv`: benchdnn conv descriptor(s) (e.g. "
                             "mb1ic64ih56oc64oh56kh3ph1) or a file of them, one per line (repeatable)")
     bench.add_argument("--mb", type=_positive_int, default=None, help="with --desc: override the batch")
+    bench.add_argument("--reproducible", action="store_true",
+                       help="run onepath in reproducible mode (onepath.reproducible()); "
+                            "`--suite reproducible` times it against the default mode")
     # Undocumented knobs for tests and quick looks.
     bench.add_argument("--shapes", type=_sizes, default=None, help=argparse.SUPPRESS)
     bench.add_argument("--repeat", type=_positive_int, default=None, help=argparse.SUPPRESS)
@@ -70,6 +74,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-peak", action="store_true", help=argparse.SUPPRESS)
     bench.add_argument("--sentences", type=_positive_int, default=None, help=argparse.SUPPRESS)
     bench.add_argument("--batch", type=_positive_int, default=64, help=argparse.SUPPRESS)
+    golden = sub.add_parser(
+        "golden", help="write or check the reproducible mode's golden results (SHA-256 per problem)",
+        description="Golden results of the reproducible mode: --write computes them here, --check "
+                    "recomputes them at every ISA level and thread count 1..cpus (onepath/golden.py).")
+    mode = golden.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", metavar="FILE", help="compute the problems and write FILE")
+    mode.add_argument("--check", metavar="FILE", help="recompute and compare with FILE")
+    golden.add_argument("--levels", default=None, metavar="L1,L2",
+                        help="with --check: only these levels (default: every level the host runs)")
+    golden.add_argument("--threads", type=_sizes, default=None, metavar="T1,T2",
+                        help="with --check: only these thread counts (default: 1..cpus)")
     return parser
 
 
@@ -112,16 +127,36 @@ def _bench(args) -> int:
                 raise BenchError(f"--desc: {exc}") from None
             conv_suite.DESCRIPTORS, conv_suite.MB = args.desc, args.mb
             args.suite = args.suite or (["conv_desc"] if args.desc else ["conv", "conv_dw"])
-        doc = cli.run(threads=threads, isa_level=args.isa, quick=args.quick, suites=args.suite,
-                      shapes=args.shapes, repeat=args.repeat, min_time=args.min_time,
-                      json_path=args.json, peak=not args.no_peak)
+        previous = onepath.is_reproducible()
+        if args.reproducible:
+            onepath.set_reproducible(True)
+        try:
+            doc = cli.run(threads=threads, isa_level=args.isa, quick=args.quick, suites=args.suite,
+                          shapes=args.shapes, repeat=args.repeat, min_time=args.min_time,
+                          json_path=args.json, peak=not args.no_peak)
+        finally:
+            onepath.set_reproducible(previous)
         return 0 if doc["ok"] else 1
     except BenchError as exc:
         return _error(str(exc))
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:2] == ["bench", "compare"]:  # its own parser (onepath/bench/compare.py)
+        from .bench import compare
+        return compare.main(argv[2:])
     args = build_parser().parse_args(argv)
+    if args.command == "golden":
+        from . import golden
+        try:
+            levels = [x.strip() for x in args.levels.split(",")] if args.levels else None
+            if levels:
+                from .dispatch.cap import _check
+                levels = [_check(lv) for lv in levels]  # unknown or unrunnable levels: ValueError
+        except ValueError as exc:
+            return _error(f"--levels: {exc}")
+        return golden.main(args.write, args.check, levels, args.threads)
     if args.command == "info":
         from . import info
         return info.main(as_json=args.json, all_features=args.all,

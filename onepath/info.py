@@ -8,7 +8,7 @@ import os
 import sys
 import textwrap
 
-ENV_VARS = ("ONEPATH_MAX_ISA", "ONEPATH_NUM_THREADS", "ONEPATH_VERBOSE",
+ENV_VARS = ("ONEPATH_MAX_ISA", "ONEPATH_NUM_THREADS", "ONEPATH_VERBOSE", "ONEPATH_REPRODUCIBLE",
             "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS")
 
 
@@ -116,6 +116,17 @@ def py_cpuinfo(cpu) -> dict:
     }
 
 
+def _repro_info() -> dict:
+    """The reproducible mode in force (onepath.reproducible()) and the kernel it would run."""
+    from . import _repro_mode
+    try:
+        from .ops._repro import kernel_name
+        kernel = kernel_name()
+    except Exception as exc:  # noqa: BLE001 - a missing build shows as such, info still prints
+        kernel = f"unavailable ({type(exc).__name__})"
+    return {"on": _repro_mode.on(), "source": _repro_mode.reason(), "kernel": kernel}
+
+
 def collect(with_py_cpuinfo: bool = True) -> dict:
     """The whole report as one JSON-ready dict."""
     import numpy as np
@@ -137,6 +148,7 @@ def collect(with_py_cpuinfo: bool = True) -> dict:
         "host_best": cpu.isa,
         "limits": cpu.limits() if hasattr(cpu, "limits") else {},
         "threads": onepath.get_num_threads(),
+        "reproducible": _repro_info(),
         "features": feature_rows(cpu),
         "kernels": kernel_rows(),
         "builds": builds(),
@@ -189,6 +201,9 @@ def render(report: dict, all_features: bool = False) -> str:
         elif r["levels"].index(level) > r["levels"].index(r["isa"]):
             lines.append(f"  {level:<18}available, but above the cap")
     lines.append(f"  threads           {r['threads']}")
+    rp = r.get("reproducible")
+    if rp:
+        lines.append(f"  reproducible mode {'on' if rp['on'] else 'off'}  ({rp['source']}; kernel {rp['kernel']})")
     lines += ["", "Kernels (op, dtype -> the kernel selected at the level in force; '+' rows: "
                   "other algorithms, picked per problem)"]
     krows = []

@@ -1,28 +1,19 @@
-"""Shared fixtures: every ISA level forced in turn, the float64 reference, and the end-of-run report
-of which registry kernels this run exercised (for CI on mixed Intel and AMD runners)."""
+"""onepath's own fixtures. The level machinery (the ``onepath_level`` fixture, ``--onepath-isa``, the
+kernel-coverage report) is the ``onepath.testing`` pytest plugin, which any suite can use; this
+suite loads it here (an installed onepath also registers it through the ``pytest11`` entry point)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-import onepath
-from onepath.dispatch import LEVELS
+pytest_plugins = ["onepath.testing", "pytester"]
 
 
-def _host_levels():
-    return onepath.available_isas()
-
-
-@pytest.fixture(params=LEVELS)
-def level(request):
-    """Each ISA level in turn, forced with a scoped cap; skipped where the host cannot run it."""
-    name = request.param
-    if name not in _host_levels():
-        pytest.skip(f"{name} cannot run on this host (levels here: {', '.join(_host_levels())})")
-    if LEVELS.index(name) > LEVELS.index(onepath.isa()):
-        pytest.skip(f"{name} is above the process cap {onepath.isa()!r} (ONEPATH_MAX_ISA)")
-    with onepath.max_isa(name):
-        yield name
+@pytest.fixture
+def level(onepath_level):
+    """Each ISA level in turn (the plugin's ``onepath_level``), forced with a scoped cap; skipped
+    where the host cannot run it."""
+    return onepath_level
 
 
 @pytest.fixture(autouse=True)
@@ -59,30 +50,3 @@ def assert_gemm_close(got, a, b, ref=None):
     assert got.shape == np.shape(ref), (got.shape, np.shape(ref))
     err = np.abs(np.asarray(got, np.float64) - ref)
     assert np.all(err <= tol), f"max err {err.max()} vs tol {np.min(tol)} at {np.unravel_index(np.argmax(err - tol), err.shape)}"
-
-
-def pytest_terminal_summary(terminalreporter):
-    """Print the (op, dtype, level) kernels this run exercised and those this host cannot run."""
-    from onepath import _stats
-    from onepath.dispatch import REGISTRY, probe
-    try:
-        cpu = probe()
-    except Exception as exc:  # pragma: no cover - the probe itself failed
-        terminalreporter.write_line(f"onepath kernel coverage: probe failed: {exc}")
-        return
-    tr = terminalreporter
-    tr.section("onepath kernel coverage")
-    tr.write_line(f"host: {cpu.vendor} {cpu.brand} | uarch {cpu.uarch} | levels: {', '.join(cpu.levels)}")
-    seen = _stats.exercised()
-    for row in REGISTRY:
-        key = (row.op, row.dtype, row.level)
-        if key in seen:
-            state = "exercised"
-        elif row.level not in cpu.levels:
-            state = "cannot run on this host"
-        else:
-            state = "NOT exercised"
-        tr.write_line(f"  {row.op:8s} {row.dtype:9s} {row.level:17s} {row.name:32s} {state}")
-    extra = sorted(k for k in seen if k not in {(r.op, r.dtype, r.level) for r in REGISTRY})
-    for key in extra:
-        tr.write_line(f"  {key[0]:8s} {key[1]:9s} {key[2]:17s} {'(outside the registry)':32s} exercised")

@@ -56,6 +56,7 @@ def fingerprint(threads: int) -> dict:
         "family": cpu.family, "model": cpu.model, "stepping": cpu.stepping,
         "num_cpus": cpu.num_cpus, "caches": dict(cpu.caches),
         "level": onepath.isa(), "level_reason": cap_reason(), "available_isas": list(onepath.available_isas()),
+        "reproducible": onepath.is_reproducible(),
         "threads": threads, "onepath_version": getattr(onepath, "__version__", None),
         "python": sys.version.split()[0], "numpy_version": np.__version__, "blas": blas_info(),
         "env": {k: os.environ.get(k) for k in BLAS_ENV + ("ONEPATH_MAX_ISA", "ONEPATH_NUM_THREADS",
@@ -75,7 +76,8 @@ def header_lines(fp: dict) -> list[str]:
     lines = [
         f"onepath {fp['onepath_version']} bench | {fp['brand'] or '?'} | {fp['vendor']} {fp['uarch']} "
         f"(family {fp['family']} model {fp['model']} stepping {fp['stepping']}), {fp['num_cpus']} cpus",
-        f"level {fp['level']} ({fp['level_reason']}) | threads {fp['threads']} (onepath and BLAS)",
+        f"level {fp['level']} ({fp['level_reason']}) | threads {fp['threads']} (onepath and BLAS)"
+        + (" | reproducible mode" if fp.get("reproducible") else ""),
         f"baseline: numpy {fp['numpy_version']}, BLAS {blas}",
     ]
     set_vars = {k: fp["env"][k] for k in BLAS_ENV if fp["env"].get(k) is not None}

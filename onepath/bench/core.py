@@ -237,6 +237,7 @@ def measure_case(case: Case, cfg: BenchConfig, peaks: dict[str, float] | None = 
             "seconds": sec, "best_seconds": t["best"], "calls_per_measurement": t["calls"],
             "gflops": case.flops / sec / 1e9 if sec > 0 else None,
             "gbs": case.bytes / sec / 1e9 if sec > 0 else None,
+            "samples": t["samples"],  # seconds per call of each round (bench compare tests them)
         }
     one = row["impls"]["onepath"]
     peak = None

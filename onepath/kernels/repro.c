@@ -10,7 +10,7 @@
      rounding), AVX2 / AVX-512 their FMA instructions: the same IEEE operation. K is never padded
      (k_align 1), so no extra fma(0, b, acc) enters a chain;
    - the driver splits threads over batch entries, M and N only (gemm_f32.c), never over K;
-   - bfloat16 operands are widened exactly before this code sees them (the Python side);
+   - bfloat16 operands are widened exactly (bits << 16) while packing, subnormals kept;
    - the epilogue (bias, activation, bfloat16 rounding) is scalar code in which every multiply-add
      is an explicit fma() and no product feeds an addition otherwise, so contraction
      (-ffp-contract) has nothing to change; its transcendental functions are our own (not libm,
@@ -286,6 +286,14 @@ static void op_rp_ukr(int64_t kc, const void *a, const void *b, int64_t ldb, flo
 
 /* ---------------------------------------------------------------- bfloat16 operands: exact widening */
 
+#if defined(OP_HAS_AVX512)
+/* 16 bfloat16 (lanes of mask k; the others 0) widened exactly to 16 float bit patterns. */
+OP_INLINE __m512i op_rp_widen16(const uint16_t *p, __mmask16 k)
+{
+    return _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p)), 16);
+}
+#endif
+
 static void op_rp_pack_a_bf16(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc, int64_t p0,
                               int64_t kc, int64_t kcp, void *dst)
 {
@@ -295,6 +303,20 @@ static void op_rp_pack_a_bf16(const op_gemm_args *g, int64_t bi, int64_t i0, int
     for (int64_t ir = 0; ir < mc; ir += MR, d += MR * kcp) {
         const int mr = (int)op_min64(MR, mc - ir);
         const uint16_t *src = A + (i0 + ir) * g->rsa + p0 * g->csa;
+#if defined(OP_HAS_AVX512)
+        if (g->csa == 1) {  /* rows contiguous in depth: widen 16 at a time, 16 x 16 transposes */
+            __m512i r[16];
+            for (int64_t pc = 0; pc < kc; pc += 16) {
+                const int nt = (int)op_min64(16, kc - pc);
+                const __mmask16 km = (__mmask16)((1u << nt) - 1u);
+#pragma GCC unroll 16
+                for (int i = 0; i < 16; i++)
+                    r[i] = i < mr ? op_rp_widen16(src + i * g->rsa + pc, km) : _mm512_setzero_si512();
+                op_tr16_store_f32(r, d + pc * MR, MR, nt, (__mmask16)((1u << MR) - 1u));
+            }
+            continue;
+        }
+#endif
         for (int64_t p = 0; p < kc; p++)
             for (int i = 0; i < MR; i++)
                 d[p * MR + i] = i < mr ? op_bf16_to_f32_1(src[i * g->rsa + p * g->csa]) : 0.0f;
@@ -310,6 +332,32 @@ static void op_rp_pack_b_bf16(const op_gemm_args *g, int64_t bi, int64_t p0, int
     for (int64_t jr = 0; jr < nc; jr += NR, d += NR * kcp) {
         const int nr = (int)op_min64(NR, nc - jr);
         const uint16_t *src = B + p0 * g->rsb + (j0 + jr) * g->csb;
+#if defined(OP_HAS_AVX512)
+        if (g->csb == 1) {  /* rows of B contiguous: widen 32 columns per depth row */
+            const __mmask16 k0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1u);
+            const __mmask16 k1 = nr >= 32 ? (__mmask16)0xFFFF : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1u);
+            for (int64_t p = 0; p < kc; p++) {
+                _mm512_storeu_si512((void *)(d + p * NR), op_rp_widen16(src + p * g->rsb, k0));
+                _mm512_storeu_si512((void *)(d + p * NR + 16), op_rp_widen16(src + p * g->rsb + 16, k1));
+            }
+            continue;
+        }
+        if (g->rsb == 1) {  /* columns contiguous (a Linear weight read as W^T): transposes */
+            __m512i r[16];
+            for (int h = 0; h < NR / 16; h++)
+                for (int64_t pc = 0; pc < kc; pc += 16) {
+                    const int nt = (int)op_min64(16, kc - pc);
+                    const __mmask16 km = (__mmask16)((1u << nt) - 1u);
+#pragma GCC unroll 16
+                    for (int jj = 0; jj < 16; jj++) {
+                        const int j = 16 * h + jj;
+                        r[jj] = j < nr ? op_rp_widen16(src + j * g->csb + pc, km) : _mm512_setzero_si512();
+                    }
+                    op_tr16_store_f32(r, d + pc * NR + 16 * h, NR, nt, (__mmask16)0xFFFF);
+                }
+            continue;
+        }
+#endif
         for (int64_t p = 0; p < kc; p++)
             for (int j = 0; j < NR; j++)
                 d[p * NR + j] = j < nr ? op_bf16_to_f32_1(src[p * g->rsb + j * g->csb]) : 0.0f;
