@@ -74,6 +74,17 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("onepath_level", levels, indirect=True, ids=list(levels))
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_setup(item):
+    """A test with the marker but without the fixture: set the fixture up now (after pytest filled
+    the test's own fixtures), so its level is forced, or the test skipped, as with the fixture."""
+    if item.get_closest_marker(_LEVELS_KEY) is None:
+        return
+    funcargs = getattr(item, "funcargs", None)
+    if funcargs is not None and "onepath_level" not in funcargs:
+        funcargs["onepath_level"] = item._request.getfixturevalue("onepath_level")
+
+
 @pytest.fixture
 def onepath_level(request):
     """The ISA level this run of the test is forced to (``with onepath.max_isa(level)``); skipped

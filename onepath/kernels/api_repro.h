@@ -3,7 +3,8 @@
 
    The contract, which makes the bits independent of the level, the thread count and the CPU vendor:
    every element C[i][j] is ONE float32 fused-multiply-add chain acc = fma(A[i][p], B[p][j], acc) for
-   p = 0, 1, ..., k-1 starting from acc = +0.0f (k == 0 gives +0.0f); operands given as bfloat16 are
+   p = 0, 1, ..., k-1 starting from acc = -0.0f, i.e. acc = A[i][0] B[0][j] rounded once, then
+   fused multiply-adds (k == 0 gives +0.0f); operands given as bfloat16 are
    widened exactly (bits << 16, subnormals kept) before the chain; threads split only M, N and the
    batch, never k; MXCSR is round-to-nearest with no flush-to-zero / denormals-are-zero while the
    chain runs. Strides and batch offsets as op_gemm_f32 (elements of each operand's own type). */

@@ -117,7 +117,8 @@ void op_repro_act(int64_t n, const float *x, float *y, int act)
 /* ---------------------------------------------------------------- micro-kernels: one FMA chain */
 
 /* op_ukr_fn (gemm_f32.c) over the float32 packing: a[p*MR + i], b at b + p*ldb. acc = 0: the chain
-   starts at +0; acc = 1: it continues from C. epi is always NULL (the epilogue is a separate pass). */
+   starts at -0.0f (x + -0 = x for every x, so its first step is the product a0 b0 rounded once,
+   signed zeros kept); acc = 1: it continues from C. epi is always NULL (the epilogue is a separate pass). */
 #if defined(OP_HAS_AVX512)
 #define OP_RP_MR 14
 #define OP_RP_NR 32
@@ -134,7 +135,7 @@ OP_INLINE void op_rp_body(const int MRV, int64_t kc, const float *OP_RESTRICT a,
 #pragma GCC unroll 14
     for (int i = 0; i < MRV; i++) {
         if (!acc) {
-            x[i][0] = x[i][1] = _mm512_setzero_ps();
+            x[i][0] = x[i][1] = _mm512_set1_ps(-0.0f);
         } else if (direct) {
             x[i][0] = _mm512_maskz_loadu_ps(k0, c + i * rsc);
             x[i][1] = _mm512_maskz_loadu_ps(k1, c + i * rsc + 16);
@@ -181,7 +182,7 @@ OP_INLINE void op_rp_body(const int MRV, int64_t kc, const float *OP_RESTRICT a,
 #pragma GCC unroll 6
     for (int i = 0; i < MRV; i++) {
         if (!acc) {
-            x[i][0] = x[i][1] = _mm256_setzero_ps();
+            x[i][0] = x[i][1] = _mm256_set1_ps(-0.0f);
         } else if (full) {
             x[i][0] = _mm256_loadu_ps(c + i * rsc);
             x[i][1] = _mm256_loadu_ps(c + i * rsc + 8);
@@ -226,7 +227,7 @@ OP_INLINE void op_rp_body(const int MRV, int64_t kc, const float *OP_RESTRICT a,
 {
     float x[OP_RP_MR][OP_RP_NR];
     for (int i = 0; i < MRV; i++)
-        for (int j = 0; j < OP_RP_NR; j++) x[i][j] = (acc && j < nr) ? c[i * rsc + j * csc] : 0.0f;
+        for (int j = 0; j < OP_RP_NR; j++) x[i][j] = (acc && j < nr) ? c[i * rsc + j * csc] : -0.0f;
     for (int64_t p = 0; p < kc; p++) {
         for (int i = 0; i < MRV; i++) {
             const float ai = a[i];
@@ -386,6 +387,12 @@ int op_repro_gemm(int64_t batch, int64_t m, int64_t n, int64_t k,
     if (b_dtype == 1) {
         ops.pack_b = op_rp_pack_b_bf16;
         ops.direct_b = 0;  /* the micro-kernel reads float rows */
+    }
+    if (g.k == 0) {  /* the empty sum: +0 */
+        for (int64_t bi = 0; bi < batch; bi++)
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) c[(c_off ? c_off[bi] : 0) + i * rsc + j * csc] = 0.0f;
+        return 1;
     }
     const unsigned saved = op_rp_mxcsr_enter();
     const int used = op_gemm_drive(&ops, &g, blk, nthreads);

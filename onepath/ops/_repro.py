@@ -2,8 +2,8 @@
 
 Guarantee: for the same float32 / bfloat16 inputs, the result bits are the same at every ISA level,
 every thread count and on Intel and AMD CPUs (x86-64, the same onepath version), because:
-- every output element is ONE float32 fused-multiply-add chain over the reduction index in a fixed
-  order, starting from +0 (kernels/repro.c; the blocking, the micro-kernel shape, the vector width
+- every output element is ONE float32 fused-multiply-add chain over the reduction index in
+  increasing order: the first product rounded once, then acc = fma(a[k], b[k], acc) (kernels/repro.c; the blocking, the micro-kernel shape, the vector width
   and the threads do not change it: threads split M, N and batches only);
 - bfloat16 operands are widened exactly (subnormals kept; no VDPBF16PS, no AMX), so a bfloat16
   result is the float32 result rounded once to nearest even;
@@ -199,8 +199,8 @@ def linear(x, weight, bias=None, activation=None, dtype=None):
         y = _act_numpy(y, activation)
         return y.astype(dtype) if dtype is not None else y
     lead = xa.shape[:-1]
-    x2 = xa.reshape(-1, k)
-    m = x2.shape[0]
+    m = int(np.prod(lead)) if lead else 1
+    x2 = xa.reshape(m, k)
     if m == 0 or n == 0:
         return np.empty(lead + (n,), rd)
     t0 = time.perf_counter()
