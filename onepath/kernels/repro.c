@@ -132,6 +132,13 @@ OP_INLINE void op_rp_body(const int MRV, int64_t kc, const float *OP_RESTRICT a,
     const __mmask16 k0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1u);
     const __mmask16 k1 = nr >= 32 ? (__mmask16)0xFFFF : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1u);
     const int direct = csc == 1;
+    /* the chain continues from C, so the next call's C tile (the next MR rows, same columns: the
+       driver's ir loop) is fetched now; this call's own C loads stall the first FMAs otherwise */
+    if (direct)
+        for (int i = 0; i < MRV; i++) {
+            _mm_prefetch((const char *)(c + (i + OP_RP_MR) * rsc), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c + (i + OP_RP_MR) * rsc + 31), _MM_HINT_T0);
+        }
 #pragma GCC unroll 14
     for (int i = 0; i < MRV; i++) {
         if (!acc) {
@@ -179,6 +186,11 @@ OP_INLINE void op_rp_body(const int MRV, int64_t kc, const float *OP_RESTRICT a,
     __m256 x[OP_RP_MR][2];
     float t[OP_RP_MR * 16] OP_ALIGNED(32);
     const int full = csc == 1 && nr == 16;
+    if (csc == 1)  /* the next call's C tile (see the AVX-512 kernel) */
+        for (int i = 0; i < MRV; i++) {
+            _mm_prefetch((const char *)(c + (i + OP_RP_MR) * rsc), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c + (i + OP_RP_MR) * rsc + 15), _MM_HINT_T0);
+        }
 #pragma GCC unroll 6
     for (int i = 0; i < MRV; i++) {
         if (!acc) {
@@ -420,6 +432,10 @@ static void op_rp_epi_task(void *ctx, int64_t task, int tid)
         const int64_t co = (e->c_off ? e->c_off[bi] : 0) + i * e->rsc;
         const float *bias = e->bias ? e->bias + (e->bias_off ? e->bias_off[bi] : 0) : NULL;
         const float rb = (bias && e->axis == 0) ? bias[i * e->bs] : 0.0f;
+        if (!bias && e->act == OP_ACT_NONE && e->csc == 1) {  /* rounding only: cvt_bf16.c's row */
+            op_cvt_f32_to_bf16_run(e->n, e->c + co, e->c16 + co);  /* bit-exact RNE at every level */
+            continue;
+        }
         for (int64_t j = 0; j < e->n; j++) {
             const int64_t at = co + j * e->csc;
             float v = e->c[at];

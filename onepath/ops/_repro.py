@@ -158,11 +158,14 @@ def matmul(a, b, out=None, dtype=None):
         return numpy_matmul(a_arr, b_arr, out, dtype)
     t0 = time.perf_counter()
     bd = _current()
-    c = np.empty(shape, F32)
-    used = gemm(a2, b2, c, bd) if c.size else 1
-    y = epilogue(c, None, 1, None, rd, bd)
     res = np.empty(result, rd) if out is None else out
-    core_view(res, a_arr.ndim, b_arr.ndim)[...] = y
+    view = core_view(res, a_arr.ndim, b_arr.ndim)
+    direct = (rd == F32 and kernel_ready(view)
+              and (out is None or not (np.may_share_memory(out, a_arr) or np.may_share_memory(out, b_arr))))
+    c = view if direct else np.empty(shape, F32)
+    used = gemm(a2, b2, c, bd) if c.size else 1
+    if not direct:
+        view[...] = epilogue(c, None, 1, None, rd, bd)
     _emit("matmul", f"{_TAG.get(a_arr.dtype)}:{_TAG.get(b_arr.dtype)}:{_TAG[rd]}", bd,
           "x".join(map(str, a2.shape)) + ":" + "x".join(map(str, b2.shape)), used, t0)
     return res
