@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import os
+import threading
 
 _FALSE = ("", "0", "false", "no", "off")
 _scoped: contextvars.ContextVar[bool | None] = contextvars.ContextVar("onepath_reproducible", default=None)
@@ -83,16 +84,19 @@ class reproducible:
         if not isinstance(enabled, bool):
             raise TypeError(f"reproducible(enabled) takes a bool, got {type(enabled).__name__}")
         self.enabled = enabled
-        self._tokens: list = []
+        self._tokens: dict[int, list] = {}  # per thread: one object may scope several threads at once
 
     def __enter__(self):
         global _ever
         _ever = True
-        self._tokens.append(_scoped.set(self.enabled))
+        self._tokens.setdefault(threading.get_ident(), []).append(_scoped.set(self.enabled))
         return self
 
     def __exit__(self, *exc):
-        _scoped.reset(self._tokens.pop())
+        tokens = self._tokens[threading.get_ident()]
+        _scoped.reset(tokens.pop())
+        if not tokens:
+            del self._tokens[threading.get_ident()]
         return False
 
     def __repr__(self):
