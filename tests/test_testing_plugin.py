@@ -39,17 +39,13 @@ def test_level_list_and_usage_error(example):
     bad.stderr.fnmatch_lines(["*--onepath-isa*unknown ISA level*sse9*"])
 
 
-def test_no_report_unless_asked(example):
-    r = example.runpytest("-p", "onepath.testing", "-k", "matmul", "-p", "no:cacheprovider")
-    assert "onepath kernel coverage" not in r.stdout.str()
-
-
-def test_benchmark_json_carries_the_fingerprint(example, tmp_path):
+def test_benchmark_json_carries_the_fingerprint_and_no_report_unless_asked(example, tmp_path):
     out = tmp_path / "bench.json"
     r = example.runpytest("-p", "onepath.testing", "-k", "benchmark", f"--benchmark-json={out}",
                           "--benchmark-max-time=0.01", "--benchmark-min-rounds=1", "--benchmark-warmup=off",
                           "-p", "no:cacheprovider")
     r.assert_outcomes(passed=1)
+    assert "onepath kernel coverage" not in r.stdout.str()
     fp = json.loads(out.read_text())["machine_info"]["onepath"]
     assert fp["vendor"] and fp["uarch"] and fp["level"] == onepath.isa()
     assert set(fp) >= {"vendor", "brand", "uarch", "family", "model", "level", "features", "caches"}
