@@ -273,12 +273,18 @@ def conv(input, weight, bias, stride, padding, dilation, groups, layout, activat
     wg = np.ascontiguousarray(_operand(w)).reshape(1, g, ocg, kg)
     colg = cols.reshape(n, g, kg, ohw)
     y32 = np.empty(yshape, F32)
-    if nhwc:  # C[n, g] (OH*OW x OCg) = cols^T W^T, in place in the NHWC output
-        used = gemm(colg.swapaxes(-1, -2), wg.swapaxes(-1, -2),
-                    y32.reshape(n, ohw, g, ocg).transpose(0, 2, 1, 3), bd)
+    # C[n, g] = W cols (OCg x OH*OW) or its transpose cols^T W^T: the same chains (a product's two
+    # factors commute), so the orientation is chosen for speed only: the long side along N (the
+    # micro-kernel's 32 / 16 / 8 columns), e.g. depthwise (OCg = 1) always as W cols
+    w_left = ocg < 32 if nhwc else (ohw >= 32 or ohw >= ocg)
+    cv = y32.reshape(n, ohw, g, ocg).transpose(0, 2, 3, 1) if nhwc else y32.reshape(n, g, ocg, ohw)
+    if w_left:
+        used = gemm(wg, colg, cv, bd)
+    else:
+        used = gemm(colg.swapaxes(-1, -2), wg.swapaxes(-1, -2), cv.swapaxes(-1, -2), bd)
+    if nhwc:
         y = epilogue(y32.reshape(1, n * ohw, oc), bias, 1, activation, out_dt, bd)
-    else:     # C[n, g] (OCg x OH*OW) = W cols
-        used = gemm(wg, colg, y32.reshape(n, g, ocg, ohw), bd)
+    else:
         y = epilogue(y32.reshape(n, oc, ohw), bias, 0, activation, out_dt, bd)
     y = y.reshape(yshape)
     _emit("conv2d", f"{_TAG[x4.dtype] if x4.dtype in _TAG else 'f32'}:{_TAG.get(w.dtype, 'f32')}:{_TAG[out_dt]}",
