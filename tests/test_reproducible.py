@@ -338,3 +338,37 @@ def test_bench_reproducible_flag_and_suite(tmp_path, capsys):
     assert names == ["32x32x32 f32", "32x32x32 bf16"]
     assert all(r["ratios"]["default"] > 0 and len(r["impls"]["onepath"]["samples"]) == 3 for r in doc["results"])
     assert "reproducible mode" in capsys.readouterr().out
+
+
+def test_flush_to_zero_in_the_caller_changes_nothing():
+    """A caller running with FTZ/DAZ set (as some libraries leave it) gets the same bits, and its
+    MXCSR back afterwards (glibc x86-64: fenv_t holds MXCSR at byte 28)."""
+    import ctypes
+    import ctypes.util
+    import platform
+    import struct
+    name = ctypes.util.find_library("m")
+    if platform.machine() != "x86_64" or name is None or platform.libc_ver()[0] != "glibc":
+        pytest.skip("needs glibc on x86-64")
+    libm = ctypes.CDLL(name)
+    env = ctypes.create_string_buffer(32)
+    assert libm.fegetenv(env) == 0
+    saved = ctypes.create_string_buffer(env.raw, 32)
+    struct.pack_into("<I", env, 28, struct.unpack_from("<I", env.raw, 28)[0] | 0x8040)  # FTZ | DAZ
+    x = golden._all_bf16()
+    a, b = golden.values((30, 200), np.float32, 1), golden.values((40, 200), np.float32, 2)
+    with onepath.reproducible():
+        want = onepath.linear(a, b, activation="gelu").tobytes()
+    tiny, f = np.array([1e-38], np.float32), np.array([0.01], np.float32)
+    try:
+        libm.fesetenv(env)
+        assert (tiny * f)[0] == 0  # FTZ is on in this thread
+        with onepath.reproducible():
+            y = onepath.matmul(x, np.ones((1, 1), BF16))
+            got = onepath.linear(a, b, activation="gelu").tobytes()
+        assert (tiny * f)[0] == 0  # and still on: the caller's MXCSR was restored
+    finally:
+        libm.fesetenv(saved)
+    assert (tiny * f)[0] != 0
+    assert y.view(np.uint16).tobytes() == x.view(np.uint16).tobytes()
+    assert got == want
