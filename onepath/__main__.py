@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
         "bench", help="benchmark onepath against numpy (and other baselines)",
         description="Measure onepath against its baselines, alternately in one process. For a fair "
                     "numpy baseline, run with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset "
-                    "(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m onepath bench).")
+                    "(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m onepath bench). "
+                    "`python -m onepath bench compare RUN.json ...` puts saved --json runs side by side.")
     bench.add_argument("--threads", type=_positive_int, default=None, metavar="N",
                        help="threads for onepath and numpy's BLAS (default: onepath.get_num_threads())")
     bench.add_argument("--isa", metavar="LEVEL", default=None,
