@@ -27,8 +27,13 @@ def repro_case(name: str, m: int, k: int, n: int, dtype, rng, group: str) -> Cas
     a = rng.standard_normal((m, k), dtype=np.float32)
     b = rng.standard_normal((k, n), dtype=np.float32)
     ar, br = (a.astype(BF16), b.astype(BF16)) if dtype == BF16 else (a, b)
+    from dataclasses import replace
+
+    from ..dispatch import select
+    from ..ops._repro import kernel_name
     return Case(
         name=name, group=group, op="matmul", dtype="float32",
+        kernel=replace(select("matmul", "float32"), name=kernel_name()),
         flops=2.0 * m * n * k, bytes=np.dtype(dtype).itemsize * (m * k + k * n + m * n),
         run=_repro(lambda: onepath.matmul(ar, br)),
         baselines={"default": lambda: onepath.matmul(a, b)},
