@@ -245,7 +245,11 @@ def conv(input, weight, bias, stride, padding, dilation, groups, layout, activat
         return dc._conv(input, weight, bias, stride, padding, dilation, groups, layout, activation, dtype, nd)
     unbatched = x.ndim == nd + 1
     xb = x[np.newaxis] if unbatched else x
-    probe = dc._conv(xb[:0], w, bias, stride, padding, dilation, groups, layout, activation, dtype, nd)
+    try:
+        probe = dc._conv(xb[:0], w, bias, stride, padding, dilation, groups, layout, activation, dtype, nd)
+    except (ValueError, TypeError) as exc:  # the message of the real input (its batch size), then this
+        dc._conv(input, weight, bias, stride, padding, dilation, groups, layout, activation, dtype, nd)
+        raise exc
     out_dt = probe.dtype
     if out_dt != F32 and out_dt != BF16:
         return dc._conv(input, weight, bias, stride, padding, dilation, groups, layout, activation, dtype, nd)
