@@ -5,4 +5,5 @@
 #include "api_gemm.h"
 #include "api_bf16.h"
 #include "api_conv.h"
+#include "api_small.h"
 #endif

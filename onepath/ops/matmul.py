@@ -6,9 +6,12 @@ import time
 import numpy as np
 
 from .. import _verbose
+from . import _small
 from ._gemm import kernel_ready, run_gemm
 
 _F32 = np.dtype(np.float32)
+_ND = np.ndarray
+_SMALL_MNK = _small.SMALL_MNK
 
 
 def _foreign(x) -> bool:
@@ -41,25 +44,41 @@ def matmul(a, b, /, out=None, *, dtype=None):
             the inputs). A float32 ``out`` with float32 inputs is written by the kernels.
         dtype: as in numpy.matmul. float32 inputs with dtype None or float32 run the kernels.
     Returns:
-        ndarray of shape broadcast(batch) + (M, N) (with the 1-D axes removed), or ``out``.
+        ndarray of shape broadcast(batch) + (M, N) (with the 1-D axes removed), or ``out``. A 0-d
+        result (vector times vector) is numpy's scalar (``np.float32``, an ``ml_dtypes.bfloat16``
+        scalar, ...) unless ``out`` was given, as numpy.matmul returns.
     Raises:
         ValueError / TypeError: exactly where numpy.matmul raises (shape mismatch, scalars, ...);
             TypeError for a PackedWeight as the left operand.
     Every other dtype combination (and anything the kernels do not accelerate) returns
     ``numpy.matmul(a, b, out=out, dtype=dtype)`` exactly. Threads: ``onepath.set_num_threads``.
+    Small float32 products (M*N*K up to ``ops._small.SMALL_MNK``, no batch) run the registry's
+    ``small`` kernel on the calling thread, reading A and B in place.
     """
+    if type(a) is _ND and type(b) is _ND and out is None and dtype is None:
+        # the common case first: two float32 ndarrays, no options
+        if a.dtype is _F32 and b.dtype is _F32:
+            if a.ndim == 2 and b.ndim == 2:
+                m, k = a.shape
+                n = b.shape[1]
+                if b.shape[0] == k and m * n * k <= _SMALL_MNK and m and n:
+                    r = _small_f32(a, b, m, n, k)
+                    if r is not None:
+                        return r
+            if a.ndim and b.ndim:
+                return _matmul_f32(a, b, None)
     if isinstance(out, tuple):
         if len(out) != 1:
             return numpy_matmul(a, b, out, dtype)
         out = out[0]
-    if (_foreign(a) or _foreign(b)
-            or (out is not None and (type(out) is not np.ndarray or not out.flags.writeable))):
-        return numpy_matmul(a, b, out, dtype)
     if isinstance(b, PackedWeight):  # a prepacked weight: a @ weight.T (ops/linear.py)
         return matmul_packed(a, b, out, dtype)
     if isinstance(a, PackedWeight):
         raise TypeError("matmul: a PackedWeight is accepted as the right operand only "
                         "(matmul(x, packed) = x @ weight.T); unpack it with packed.weight()")
+    if (_foreign(a) or _foreign(b)
+            or (out is not None and (type(out) is not np.ndarray or not out.flags.writeable))):
+        return numpy_matmul(a, b, out, dtype)
     a_arr, b_arr = np.asarray(a), np.asarray(b)
     if (a_arr.dtype is _F32 and b_arr.dtype is _F32 and dtype is None and out is None
             and 0 < a_arr.ndim <= 32 and 0 < b_arr.ndim <= 32):
@@ -71,6 +90,25 @@ def matmul(a, b, /, out=None, *, dtype=None):
             or (out is not None and out.dtype != _F32)):
         return numpy_matmul(a, b, out, dtype)
     return _matmul_f32(a_arr, b_arr, out)
+
+
+def _small_f32(a, b, m, n, k):
+    """The small kernel on 2-D float32 a (m, k) and b (k, n); None when an operand is not
+    C-contiguous and aligned (the caller takes the general path)."""
+    fa, fb_ = a.flags, b.flags
+    if not (fa.c_contiguous and fa.aligned and fb_.c_contiguous and fb_.aligned):
+        return None
+    bd = _small.bound("matmul")
+    c = np.empty((m, n), _F32)
+    fb = bd.fb
+    if _verbose._enabled is False:
+        bd.cc(m, n, k, fb(a), fb(b), fb(c))
+        return c
+    t0 = time.perf_counter()
+    bd.cc(m, n, k, fb(a), fb(b), fb(c))
+    if _verbose.enabled():
+        _small.emit("matmul", bd, f"{m}x{k}:{k}x{n}", t0)
+    return c
 
 
 def core_shapes(a: np.ndarray, b: np.ndarray):
@@ -122,17 +160,35 @@ def _matmul_f32(a, b, out):
         c[...] = 0
         if _verbose.enabled():
             _verbose.emit("matmul", "f32:f32:f32", "none", "fill_zero", _shape_text(a2, b2), 0, 0.0)
-        return res
+        return res[()] if out is None and not result else res
     if not kernel_ready(a2):
         a2 = np.array(a2, _F32)  # unaligned or odd strides: numpy's own BLAS path copies too
     if not kernel_ready(b2):
         b2 = np.array(b2, _F32)
     direct = kernel_ready(c) and not np.may_share_memory(c, a2) and not np.may_share_memory(c, b2)
     target = c if direct else np.empty(shape, _F32)
-    run_gemm("matmul", a2, b2, target)
+    if not batch and a2.shape[0] * b2.shape[1] * k <= _SMALL_MNK and target is c:
+        _small_strided("matmul", a2, b2, c)
+    else:
+        run_gemm("matmul", a2, b2, target)
     if target is not c:
         c[...] = target
-    return res
+    return res[()] if out is None and not result else res  # 0-d: numpy's scalar
+
+
+def _small_strided(op, a, b, c, epi=None):
+    """The small kernel on 2-D float32 views with any (whole-element) strides."""
+    bd = _small.bound(op)
+    ffi = bd.ffi
+    m, k = a.shape
+    n = b.shape[1]
+    sa, sb, sc = a.strides, b.strides, c.strides
+    t0 = time.perf_counter()
+    bd.fn(m, n, k, ffi.cast("float *", a.ctypes.data), sa[0] >> 2, sa[1] >> 2,
+          ffi.cast("float *", b.ctypes.data), sb[0] >> 2, sb[1] >> 2,
+          ffi.cast("float *", c.ctypes.data), sc[0] >> 2, sc[1] >> 2, ffi.NULL if epi is None else epi)
+    if _verbose.enabled():
+        _small.emit(op, bd, _shape_text(a, b), t0)
 
 
 def _shape_text(a, b) -> str:

@@ -1,0 +1,101 @@
+"""The small-problem path of ``matmul`` and ``linear`` (kernels/gemm_small.c, api_small.h).
+
+Products too small to pay for packing, the thread pool and scratch buffers run the registry's
+``algorithm="small"`` row of their (op, float32) on the calling thread, reading A and B in place.
+What this module keeps cheap, measured per call on a 4 x 4 x 4 float32 product (Zen 4, 1 thread;
+numpy's own call is about 1 us): the registry row is looked up once per (op, ISA level) and kept
+with its bound C function (``bound``); operands go to C as ``ffi.from_buffer`` views of the arrays
+(the C entry takes ``void *``, so cffi converts no element type; ``arr.ctypes.data`` costs ~1 us);
+the C-contiguous product has an entry with six arguments (``op_gemm_f32_small_cc``).
+
+``SMALL_MNK``: the largest M*N*K run by this path. Measured with ``python -m onepath bench --suite
+calls`` against the packed GEMM: the small kernel wins up to 128^3 on one thread; above that the
+packed GEMM (and its threads) does.
+"""
+from __future__ import annotations
+
+import time
+
+from .. import _stats, _verbose
+from ..dispatch import cap as _cap
+from ..dispatch import registry
+from ..dispatch.levels import level_index
+from ..kernels import load
+
+SMALL_MNK = 128 * 128 * 128
+
+
+class Bound:
+    """A small-path registry row with its module's C functions (``fn`` any strides, ``cc`` the
+    C-contiguous entry) and its cffi instance."""
+    __slots__ = ("row", "ffi", "fn", "cc", "fb", "null")
+
+    def __init__(self, row):
+        mod = load(row.level)
+        self.row = row
+        self.ffi = mod.ffi
+        self.fn = mod.lib.op_gemm_f32_small
+        self.cc = mod.lib.op_gemm_f32_small_cc
+        self.fb = mod.ffi.from_buffer
+        self.null = mod.ffi.NULL
+
+
+_bound: dict = {}
+
+
+def bound(op: str) -> Bound:
+    """The small row of ``op`` ("matmul" or "linear") at the ISA level in force, bound."""
+    level = _cap.isa()
+    b = _bound.get((op, level))
+    if b is None:
+        b = _bound[(op, level)] = Bound(row_for(op, level))
+        _stats.record(op, "float32", b.row.level, "small")  # it runs right after this lookup
+    return b
+
+
+def row_for(op: str, level: str):
+    """The first ``algorithm="small"`` registry row of (op, float32) that ``level`` may run."""
+    cap_i = level_index(level)
+    for row in registry.rows(op, "float32"):
+        if row.algorithm == "small" and level_index(row.level) <= cap_i:
+            return row
+    raise ValueError(f"no small-problem kernel for op={op!r} at level {level!r}")
+
+
+def emit(op: str, b: Bound, shapes: str, t0: float) -> None:
+    """The verbose line of a small-path call."""
+    _verbose.emit(op, "f32:f32:f32", b.row.level, b.row.name, shapes, 1, time.perf_counter() - t0)
+
+
+def _rows_ready(x) -> bool:
+    """2-D float32 with contiguous rows (the nt form reads rows along K), aligned."""
+    st = x.strides
+    return st[1] == 4 and st[0] % 4 == 0 and x.flags.aligned
+
+
+def linear(x, w, out, bias, code: int, shapes: str) -> bool:
+    """out (m, n) = x (m, k) @ w (n, k).T (+ bias (n,) float32 contiguous, activation OP_ACT
+    ``code``) with the small kernel's nt form; False (nothing done) when x or w does not have
+    contiguous rows."""
+    if not (_rows_ready(x) and _rows_ready(w)):
+        return False
+    b = bound("linear")
+    ffi = b.ffi
+    m, k = x.shape
+    n = w.shape[0]
+    epi = ffi.NULL
+    if bias is not None or code:
+        epi = ffi.new("op_epilogue *")
+        if bias is not None:
+            epi.bias = ffi.cast("const float *", bias.ctypes.data)
+            epi.bias_stride = 1
+            epi.bias_axis = 1
+        epi.act = code
+    fb = b.fb
+    t0 = time.perf_counter()
+    b.fn(m, n, k, fb(x) if x.flags.c_contiguous else ffi.cast("float *", x.ctypes.data), x.strides[0] >> 2, 1,
+         fb(w) if w.flags.c_contiguous else ffi.cast("float *", w.ctypes.data), 1, w.strides[0] >> 2,
+         fb(out), n, 1, epi)
+    if _verbose.enabled():
+        emit("linear", b, shapes, t0)
+    return True
