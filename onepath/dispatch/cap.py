@@ -94,6 +94,8 @@ def cap() -> str | None:
 # isa() outside any `with` block, kept until a max_isa() call changes the process cap (every op
 # asks for it on every call; this keeps that to a ContextVar read and a global read)
 _process_isa: str | None = None
+# functions called whenever the process cap may have changed (caches keyed by the scoped cap)
+on_change: list = []
 
 
 def isa() -> str:
@@ -158,6 +160,8 @@ class max_isa:
             _pending.append((weakref.ref(self), self.level))
             _prune()
             _process_isa = None
+            for hook in on_change:
+                hook()
 
     def __enter__(self):
         global _process_isa
@@ -167,6 +171,8 @@ class max_isa:
                     del _pending[i]
                     break
             _process_isa = None
+            for hook in on_change:
+                hook()
         self._token = _scoped.set(_min_level(self.level, _scoped.get()) or available_isas()[-1])
         return self
 

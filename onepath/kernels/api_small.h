@@ -12,7 +12,8 @@ int op_gemm_f32_small(int64_t m, int64_t n, int64_t k,
                       void *c, int64_t rsc, int64_t csc, const op_epilogue *epi);
 
 /* The same for C-contiguous A (m x k), B (k x n) and C (m x n), without an epilogue: the call with
-   the fewest arguments to convert (the per-call cost of a 4 x 4 product is mostly the call). */
+   the fewest arguments to convert (the per-call cost of a 4 x 4 product is mostly the call).
+   Returns 0 (nothing written) when a pointer is not float-aligned: the caller copies. */
 int op_gemm_f32_small_cc(int64_t m, int64_t n, int64_t k, const void *a, const void *b, void *c);
 
 /* Register tile of the nn form (rows x columns of C) and the kernel's name. */

@@ -307,6 +307,7 @@ int op_gemm_f32_small(int64_t m, int64_t n, int64_t k,
 
 int op_gemm_f32_small_cc(int64_t m, int64_t n, int64_t k, const void *a, const void *b, void *c)
 {
+    if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & (sizeof(float) - 1)) return 0;
     return op_gemm_f32_small(m, n, k, a, k, 1, b, n, 1, c, n, 1, NULL);
 }
 

@@ -40,16 +40,27 @@ class Bound:
         self.null = mod.ffi.NULL
 
 
-_bound: dict = {}
+_bound: dict = {"matmul": {}, "linear": {}}
+# The scoped cap (``cap._scoped``'s value: None outside ``with max_isa()`` blocks) -> (
+# op_gemm_f32_small_cc, from_buffer) of matmul's small row at the level in force there. Filled by
+# ``bound`` while ONEPATH_VERBOSE is off; emptied when verbose is re-read or the process cap
+# changes. matmul's fast path reads it with one ContextVar read and one dict lookup.
+fast_matmul: dict = {}
+_verbose.on_reload.append(fast_matmul.clear)
+_cap.on_change.append(fast_matmul.clear)
 
 
 def bound(op: str) -> Bound:
     """The small row of ``op`` ("matmul" or "linear") at the ISA level in force, bound."""
     level = _cap.isa()
-    b = _bound.get((op, level))
+    cache = _bound[op]
+    b = cache.get(level)
     if b is None:
-        b = _bound[(op, level)] = Bound(row_for(op, level))
+        b = Bound(row_for(op, level))
         _stats.record(op, "float32", b.row.level, "small")  # it runs right after this lookup
+        cache[level] = b
+    if op == "matmul" and _verbose.enabled() is False:
+        fast_matmul[_cap._scoped.get()] = (b.cc, b.fb)
     return b
 
 
