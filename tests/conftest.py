@@ -32,6 +32,7 @@ def small_path(request, monkeypatch):
     if request.param == "gemm":
         from onepath.ops import _small, matmul
         monkeypatch.setattr(_small, "SMALL_MNK", 0)
+        monkeypatch.setattr(_small, "SMALL_MNK_1T", 0)
         monkeypatch.setattr(matmul, "_SMALL_MNK", 0)
     yield request.param
 

@@ -382,7 +382,7 @@ def test_verbose_line(caplog, verbose_on):
         onepath.matmul(rand(8, 9), rand(9, 10))
     line = caplog.records[-1].getMessage()
     from onepath.ops import _small
-    row = (_small.row_for("matmul", onepath.isa()) if 8 * 9 * 10 <= _small.SMALL_MNK
+    row = (_small.row_for("matmul", onepath.isa()) if _small.use_small(8 * 9 * 10)
            else select("matmul", "float32"))
     assert line.startswith("onepath,exec,matmul,f32:f32:f32,") and row.name in line
     assert row.level in line and "8x9:9x10" in line and "threads=" in line and line.endswith("ms")

@@ -60,8 +60,8 @@ _MATMUL_F32 = (
     Kernel("matmul", "float32", "generic", "op_gemm_f32", "gemm_f32_generic_4x8", 4, 8),
     # kernels/gemm_small.c: problems too small to pay for packing and threads, A and B read in
     # place on the calling thread (ops/_small.py picks it per call; select() names the GEMM rows)
-    Kernel("matmul", "float32", "avx512_core", "op_gemm_f32_small", "gemm_f32_small_avx512_core_6x32",
-           6, 32, algorithm="small"),
+    Kernel("matmul", "float32", "avx512_core", "op_gemm_f32_small", "gemm_f32_small_avx512_core_8x32",
+           8, 32, algorithm="small"),
     Kernel("matmul", "float32", "avx2", "op_gemm_f32_small", "gemm_f32_small_avx2_6x16", 6, 16,
            algorithm="small"),
     Kernel("matmul", "float32", "generic", "op_gemm_f32_small", "gemm_f32_small_generic_1x1", 1, 1,

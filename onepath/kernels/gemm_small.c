@@ -4,7 +4,7 @@
    work), C = A B (+ epilogue) is computed straight from A and B in place, on the calling thread:
    - "nn" form, B rows contiguous (csb == 1) and C rows contiguous (csc == 1): register tiles of
      MR rows of C x NR columns; per k one row of the B panel is loaded and each A element is
-     broadcast (AVX-512: 6 x 32, two zmm per row, masked column tails; AVX2: 6 x 16, two ymm per
+     broadcast (AVX-512: 8 x 32, two zmm per row, masked column tails; AVX2: 6 x 16, two ymm per
      row, maskload tails; portable C: one row at a time, the inner loop left to the compiler);
    - "nt" form, A rows and B columns contiguous along K (csa == 1, rsb == 1, e.g. linear's
      x @ W.T with W (out, in) row-major): 4 x 4 (AVX-512, AVX2: 2 x 4) dot-product tiles with vector
@@ -14,9 +14,9 @@
    K == 0 writes zeros, then the epilogue. Accumulation is float32 in k order per lane. */
 
 #if defined(OP_HAS_AVX512)
-#define OP_SMALL_MR 6
+#define OP_SMALL_MR 8
 #define OP_SMALL_NR 32
-#define OP_SMALL_NAME "gemm_f32_small_" OP_LEVEL_NAME "_6x32"
+#define OP_SMALL_NAME "gemm_f32_small_" OP_LEVEL_NAME "_8x32"
 #elif defined(OP_HAS_AVX2)
 #define OP_SMALL_MR 6
 #define OP_SMALL_NR 16
@@ -94,6 +94,8 @@ static void op_small_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t
 #define OP_NN(R) (nb > 16 ? op_small_nn_tile(R, 1, k, ai, rsa, csa, bj, rsb, ci, rsc, m0, m1)    \
                           : op_small_nn_tile(R, 0, k, ai, rsa, csa, bj, rsb, ci, rsc, m0, m1))
             switch (mr) {
+            case 8: OP_NN(8); break;
+            case 7: OP_NN(7); break;
             case 6: OP_NN(6); break;
             case 5: OP_NN(5); break;
             case 4: OP_NN(4); break;

@@ -8,21 +8,29 @@ with its bound C function (``bound``); operands go to C as ``ffi.from_buffer`` v
 (the C entry takes ``void *``, so cffi converts no element type; ``arr.ctypes.data`` costs ~1 us);
 the C-contiguous product has an entry with six arguments (``op_gemm_f32_small_cc``).
 
-``SMALL_MNK``: the largest M*N*K run by this path. Measured with ``python -m onepath bench --suite
-calls`` against the packed GEMM: the small kernel wins up to 128^3 on one thread; above that the
-packed GEMM (and its threads) does.
+``SMALL_MNK``: the largest M*N*K run by this path whatever the thread count; ``SMALL_MNK_1T``: the
+largest when the kernels may use one thread only (``use_small``). Measured on Zen 4 (1 thread,
+best of 60 alternated runs, the packed GEMM of main as of 2026-11-30): the small kernel takes
+43.6 / 134 / 313 us at 128^3 / 192^3 / 256^3 where the packed GEMM takes 47.0 / 143 / 327 (numpy
+43.5 / 139 / 325); with 2 threads the packed GEMM wins from about 192^3 on (118 us against 141).
 """
 from __future__ import annotations
 
 import time
 
-from .. import _stats, _verbose
+from .. import _stats, _threads, _verbose
 from ..dispatch import cap as _cap
 from ..dispatch import registry
 from ..dispatch.levels import level_index
 from ..kernels import load
 
 SMALL_MNK = 128 * 128 * 128
+SMALL_MNK_1T = 256 * 256 * 256
+
+
+def use_small(mnk: int) -> bool:
+    """True when a product of M*N*K = ``mnk`` takes the small path."""
+    return mnk <= SMALL_MNK or (mnk <= SMALL_MNK_1T and _threads.get_num_threads() == 1)
 
 
 class Bound:

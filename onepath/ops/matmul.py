@@ -56,8 +56,9 @@ def matmul(a, b, /, out=None, *, dtype=None):
             TypeError for a PackedWeight as the left operand.
     Every other dtype combination (and anything the kernels do not accelerate) returns
     ``numpy.matmul(a, b, out=out, dtype=dtype)`` exactly. Threads: ``onepath.set_num_threads``.
-    Small float32 products (M*N*K up to ``ops._small.SMALL_MNK``, no batch) run the registry's
-    ``small`` kernel on the calling thread, reading A and B in place.
+    Small float32 products (M*N*K up to 128^3, or 256^3 with one thread; no batch: see
+    ``ops._small.use_small``) run the registry's ``small`` kernel on the calling thread, reading A
+    and B in place.
     """
     if out is None and dtype is None and type(a) is type(b) is _ND and a.dtype is b.dtype is _F32:
         # the common case first: two float32 ndarrays, no options (each check here costs ~30 ns)
@@ -66,7 +67,7 @@ def matmul(a, b, /, out=None, *, dtype=None):
         except ValueError:
             pass
         else:
-            if k2 == k and m * n * k <= _SMALL_MNK:
+            if k2 == k and (m * n * k <= _SMALL_MNK or _small.use_small(m * n * k)):
                 # small and C-contiguous (from_buffer refuses anything else): the small kernel,
                 # found by the scoped cap in force (ops/_small.py; empty while verbose is on)
                 fast = _fast.get(_scoped_get())
@@ -161,7 +162,7 @@ def _matmul_f32(a, b, out):
         b2 = np.array(b2, _F32)
     direct = kernel_ready(c) and not np.may_share_memory(c, a2) and not np.may_share_memory(c, b2)
     target = c if direct else np.empty(shape, _F32)
-    if not batch and a2.shape[0] * b2.shape[1] * k <= _SMALL_MNK and target is c:
+    if not batch and target is c and _small.use_small(a2.shape[0] * b2.shape[1] * k):
         _small_strided("matmul", a2, b2, c)
     else:
         run_gemm("matmul", a2, b2, target)
