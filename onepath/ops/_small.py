@@ -24,6 +24,12 @@ from ..dispatch import registry
 from ..dispatch.levels import level_index
 from ..kernels import load
 
+import numpy as _np
+
+_ND = _np.ndarray
+_F32 = _np.dtype(_np.float32)
+_empty = _np.empty
+
 SMALL_MNK = 128 * 128 * 128
 SMALL_MNK_1T = 256 * 256 * 256
 
@@ -118,3 +124,39 @@ def linear(x, w, out, bias, code: int, shapes: str) -> bool:
     if _verbose.enabled():
         emit("linear", b, shapes, t0)
     return True
+
+
+def linear_fast(x, w, bias, code, packed):
+    """``linear``'s first try: x (m, k) and w (n, k) float32 C-contiguous ndarrays, bias None or a
+    float32 C-contiguous (n,) ndarray, ``code`` an OP_ACT_* (None: an activation name to check),
+    a small problem, verbose off. Returns the (m, n) result, or None for the checked path."""
+    if code is None or type(w) is not _ND or w.dtype is not _F32 or _verbose._enabled is not False:
+        return None
+    try:
+        (m, k), (n, k2) = x.shape, w.shape
+    except ValueError:
+        return None
+    if k2 != k or not k or not use_small(m * n * k):
+        return None
+    if bias is not None and (bias.dtype is not _F32 or bias.shape != (n,)):
+        return None
+    if packed is not None:
+        packed.current()  # the cap rules of a PackedWeight hold on this path too
+    b = bound("linear")
+    ffi, fb = b.ffi, b.fb
+    out = _empty((m, n), _F32)
+    try:
+        xp, wp, op = fb(x), fb(w), fb(out)
+        epi = ffi.NULL
+        if bias is not None or code:
+            epi = ffi.new("op_epilogue *")
+            if bias is not None:
+                bp = fb(bias)  # alive until the call returns
+                epi.bias = ffi.cast("const float *", bp)
+                epi.bias_stride = 1
+                epi.bias_axis = 1
+            epi.act = code
+    except ValueError:  # not C-contiguous
+        return None
+    b.fn(m, n, k, xp, k, 1, wp, 1, k, op, n, 1, epi)
+    return out

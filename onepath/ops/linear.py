@@ -14,6 +14,8 @@ from ._bf16 import pack_weight, run_gemm_bf16, run_gemm_packed
 from ._gemm import act_code, activation_name, kernel_ready, run_gemm
 
 _ACTS = (None, "relu", "gelu", "gelu_tanh", "silu")
+_ACT_CODE = {a: act_code(a) for a in _ACTS}  # exact names only (the fast path); others are checked
+_ND = np.ndarray
 
 
 class PackedWeight:
@@ -41,8 +43,11 @@ class PackedWeight:
         return matmul_packed(other, self)
 
     def __init__(self, weight, *, on_cap_change: str = "repack"):
-        if on_cap_change not in ("repack", "error"):
-            raise ValueError(f"on_cap_change must be 'repack' or 'error', got {on_cap_change!r}")
+        mode = on_cap_change.lower() if isinstance(on_cap_change, str) else on_cap_change
+        if mode not in ("repack", "error"):
+            raise ValueError(f"on_cap_change must be 'repack' or 'error' (any letter case), got "
+                             f"{on_cap_change!r}")
+        on_cap_change = mode
         w = np.asarray(weight)
         if w.ndim != 2:
             raise ValueError(f"prepack expects a 2-D weight (out_features, in_features), got shape {w.shape}")
@@ -176,6 +181,12 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     the formulas ``0.5 z (1 + erf(z / sqrt 2))``, ``0.5 z (1 + tanh(sqrt(2 / pi) (z + 0.044715
     z^3)))``, ``z / (1 + exp(-z))`` on ``z = y.astype(np.float64)``, cast back to ``y.dtype``.
     """
+    if dtype is None and type(x) is _ND and x.dtype is F32 and (bias is None or type(bias) is _ND):
+        # small float32 calls: the small kernel straight away (None: take the checked path)
+        y = _small.linear_fast(x, weight._weight if type(weight) is PackedWeight else weight, bias,
+                               _ACT_CODE.get(activation), weight if type(weight) is PackedWeight else None)
+        if y is not None:
+            return y
     activation = activation_name(activation)
     packed = weight if isinstance(weight, PackedWeight) else None
     xa = np.asarray(x)
