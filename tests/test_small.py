@@ -280,3 +280,21 @@ def test_nhwc_layout_given_nchw_data_names_the_layout():
         onepath.conv2d(x, w, layout="NHWC")
     with pytest.raises(ValueError, match=r"layout='NLC'"):
         onepath.conv1d(rand(1, 3, 6), rand(4, 3, 3), layout="NLC")
+
+
+# ---- the calls bench suite -----------------------------------------------------------------------
+
+def test_calls_suite_prints_microseconds_per_call(monkeypatch):
+    import io
+
+    from onepath.bench import calls_suite, cli
+    monkeypatch.setattr(calls_suite, "_torch", lambda: None)  # torch's import alone takes seconds
+    buf = io.StringIO()
+    d = cli.run(threads=1, quick=True, suites=["calls"], shapes=[4, 16], repeat=1, min_time=0.001,
+                peak=False, progress=False, out=buf)
+    text = buf.getvalue()
+    assert "onepath us" in text and "numpy us" in text and "x numpy" in text
+    names = [r["name"] for r in d["results"]]
+    assert names[:2] == ["matmul 4x4x4", "matmul 16x16x16"] and any("prepacked" in n for n in names)
+    assert all(r["check_ok"] in (None, True) for r in d["results"])
+    assert d["results"][0]["kernel"].startswith("gemm_f32_small_")
