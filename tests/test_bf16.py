@@ -14,6 +14,8 @@ from onepath.ops._bf16 import run_gemm_bf16
 
 from conftest import gemm_tolerance
 
+pytestmark = pytest.mark.usefixtures("small_path")  # every test with and without the small path
+
 EPS_BF16 = 2.0 ** -8  # unit roundoff of bfloat16 (8 significand bits)
 
 # M, N not multiples of 16 (and of 14, 32), K odd / not a multiple of 32, M = 1, N = 1; M >= 16

@@ -298,3 +298,18 @@ def test_calls_suite_prints_microseconds_per_call(monkeypatch):
     assert names[:2] == ["matmul 4x4x4", "matmul 16x16x16"] and any("prepacked" in n for n in names)
     assert all(r["check_ok"] in (None, True) for r in d["results"])
     assert d["results"][0]["kernel"].startswith("gemm_f32_small_")
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (4, 4, 4), (7, 19, 33), (9, 64, 40), (64, 64, 64)])
+def test_small_bfloat16_matmul(level, m, k, n, caplog, verbose_on):
+    a, b = rand(m, k).astype(BF16), rand(k, n).astype(BF16)
+    with caplog.at_level(logging.INFO, logger="onepath"):
+        r32 = onepath.matmul(a, b, dtype=np.float32)
+        r16 = onepath.matmul(a, b)
+    assert r32.dtype == np.float32 and r16.dtype == BF16
+    assert_gemm_close(r32, a.astype(np.float32), b.astype(np.float32))
+    np.testing.assert_array_equal(r16.view(np.uint16), r32.astype(BF16).view(np.uint16))  # one rounding
+    row = _small.row_for("matmul", level, "bfloat16")
+    assert f"matmul,bf16:bf16:bf16,{row.level},{row.name}" in caplog.text
+    lib = load(row.level)
+    assert lib.ffi.string(lib.lib.op_gemm_bf16_small_name()).decode() == row.name

@@ -20,3 +20,10 @@ int op_gemm_f32_small_cc(int64_t m, int64_t n, int64_t k, const void *a, const v
 int op_gemm_f32_small_mr(void);
 int op_gemm_f32_small_nr(void);
 const char *op_gemm_f32_small_name(void);
+
+/* bfloat16: C-contiguous A (m x k) and B (k x n) of bfloat16 bits, float32 accumulation; C float32
+   (c_bf16 = 0) or bfloat16 bits rounded once to nearest even (c_bf16 = 1). Returns 1, or 0 (nothing
+   written) when a pointer is misaligned for its element type. */
+int op_gemm_bf16_small_cc(int64_t m, int64_t n, int64_t k, const void *a, const void *b, void *c,
+                          int c_bf16);
+const char *op_gemm_bf16_small_name(void);

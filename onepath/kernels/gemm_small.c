@@ -11,7 +11,13 @@
      accumulators along K, reduced once per tile;
    - anything else: a plain triple loop (any strides, also negative or zero).
    The epilogue (bias, then activation; op_epilogue of api_gemm.h) runs over each finished row of C.
-   K == 0 writes zeros, then the epilogue. Accumulation is float32 in k order per lane. */
+   K == 0 writes zeros, then the epilogue. Accumulation is float32 in k order per lane.
+
+   bfloat16 (op_gemm_bf16_small_cc): C-contiguous A and B of bfloat16 bits, widened exactly while
+   loading (bits << 16), float32 accumulation, C float32 or bfloat16 rounded once to nearest even
+   (op_f32_to_bf16_1 of cvt_bf16.c, ml_dtypes' rounding). AVX-512: the same 8 x 32 register tile;
+   other levels: one row of C at a time in 64-column stack chunks (the compiler vectorises the
+   inner loop with the level's flags). */
 
 #if defined(OP_HAS_AVX512)
 #define OP_SMALL_MR 8
@@ -335,6 +341,124 @@ int op_gemm_f32_small_cc(int64_t m, int64_t n, int64_t k, const void *a, const v
     if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & (sizeof(float) - 1)) return 0;
     return op_gemm_f32_small(m, n, k, a, k, 1, b, n, 1, c, n, 1, NULL);
 }
+
+/* ---- bfloat16 ---- */
+
+#define OP_SMALL_BF_CHUNK 64
+
+#if defined(OP_HAS_AVX512)
+#define OP_SMALL_BF_NAME "gemm_bf16_small_" OP_LEVEL_NAME "_8x32"
+OP_INLINE __m512 op_small_bf_load(__mmask16 m, const uint16_t *p)
+{
+    const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+OP_INLINE void op_small_bf_tile(const int MR, const int TWO, int64_t k, const uint16_t *a, int64_t rsa,
+                                const uint16_t *b, int64_t rsb, void *c, int64_t rsc, int c_bf16,
+                                __mmask16 m0, __mmask16 m1)
+{
+    __m512 acc0[OP_SMALL_MR], acc1[OP_SMALL_MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) { acc0[r] = _mm512_setzero_ps(); acc1[r] = _mm512_setzero_ps(); }
+    for (int64_t p = 0; p < k; p++) {
+        const uint16_t *bp = b + p * rsb;
+        const __m512 b0 = op_small_bf_load(m0, bp);
+        const __m512 b1 = TWO ? op_small_bf_load(m1, bp + 16) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+            const __m512 av = _mm512_set1_ps(op_bf16_to_f32_1(a[r * rsa + p]));
+            acc0[r] = _mm512_fmadd_ps(av, b0, acc0[r]);
+            if (TWO) acc1[r] = _mm512_fmadd_ps(av, b1, acc1[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+        if (!c_bf16) {
+            float *cr = (float *)c + r * rsc;
+            _mm512_mask_storeu_ps(cr, m0, acc0[r]);
+            if (TWO) _mm512_mask_storeu_ps(cr + 16, m1, acc1[r]);
+        } else {  /* rounded once, as op_f32_to_bf16_1 (cvt_bf16.c's integer path) */
+            uint16_t *cr = (uint16_t *)c + r * rsc;
+            _mm256_mask_storeu_epi16(cr, m0, _mm512_cvtepi32_epi16(op_cvt16_int(_mm512_castps_si512(acc0[r]))));
+            if (TWO)
+                _mm256_mask_storeu_epi16(cr + 16, m1,
+                                         _mm512_cvtepi32_epi16(op_cvt16_int(_mm512_castps_si512(acc1[r]))));
+        }
+    }
+}
+
+static void op_small_bf_nn(int64_t m, int64_t n, int64_t k, const uint16_t *a, const uint16_t *b,
+                           void *c, int c_bf16)
+{
+    const size_t item = c_bf16 ? 2 : 4;
+    for (int64_t j0 = 0; j0 < n; j0 += 32) {
+        const int nb = (int)op_min64(32, n - j0);
+        const __mmask16 m0 = nb >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nb) - 1);
+        const __mmask16 m1 = nb >= 32 ? (__mmask16)0xffff : nb > 16 ? (__mmask16)((1u << (nb - 16)) - 1) : 0;
+        for (int64_t i0 = 0; i0 < m; i0 += OP_SMALL_MR) {
+            const int mr = (int)op_min64(OP_SMALL_MR, m - i0);
+            const uint16_t *ai = a + i0 * k;
+            void *ci = (char *)c + (size_t)(i0 * n + j0) * item;
+#define OP_BF(R) (nb > 16 ? op_small_bf_tile(R, 1, k, ai, k, b + j0, n, ci, n, c_bf16, m0, m1)    \
+                          : op_small_bf_tile(R, 0, k, ai, k, b + j0, n, ci, n, c_bf16, m0, m1))
+            switch (mr) {
+            case 8: OP_BF(8); break;
+            case 7: OP_BF(7); break;
+            case 6: OP_BF(6); break;
+            case 5: OP_BF(5); break;
+            case 4: OP_BF(4); break;
+            case 3: OP_BF(3); break;
+            case 2: OP_BF(2); break;
+            default: OP_BF(1); break;
+            }
+#undef OP_BF
+        }
+    }
+}
+#else
+#if defined(OP_HAS_AVX2)
+#define OP_SMALL_BF_NAME "gemm_bf16_small_" OP_LEVEL_NAME "_1x64"
+#else
+#define OP_SMALL_BF_NAME "gemm_bf16_small_" OP_LEVEL_NAME "_1x64"
+#endif
+static void op_small_bf_nn(int64_t m, int64_t n, int64_t k, const uint16_t *a, const uint16_t *b,
+                           void *c, int c_bf16)
+{
+    float acc[OP_SMALL_BF_CHUNK];
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j0 = 0; j0 < n; j0 += OP_SMALL_BF_CHUNK) {
+            const int nb = (int)op_min64(OP_SMALL_BF_CHUNK, n - j0);
+            for (int j = 0; j < nb; j++) acc[j] = 0.0f;
+            for (int64_t p = 0; p < k; p++) {
+                const float aip = op_bf16_to_f32_1(a[i * k + p]);
+                const uint16_t *OP_RESTRICT bp = b + p * n + j0;
+                for (int j = 0; j < nb; j++) acc[j] += aip * op_bf16_to_f32_1(bp[j]);
+            }
+            if (c_bf16) {
+                uint16_t *cr = (uint16_t *)c + i * n + j0;
+                for (int j = 0; j < nb; j++) cr[j] = op_f32_to_bf16_1(acc[j]);
+            } else {
+                memcpy((float *)c + i * n + j0, acc, (size_t)nb * sizeof(float));
+            }
+        }
+}
+#endif
+
+int op_gemm_bf16_small_cc(int64_t m, int64_t n, int64_t k, const void *a, const void *b, void *c,
+                          int c_bf16)
+{
+    if ((((uintptr_t)a | (uintptr_t)b) & 1) || ((uintptr_t)c & (c_bf16 ? 1 : 3))) return 0;
+    if (m <= 0 || n <= 0) return 1;
+    if (k <= 0) {
+        memset(c, 0, (size_t)(m * n) * (c_bf16 ? 2 : 4));
+        return 1;
+    }
+    op_small_bf_nn(m, n, k, (const uint16_t *)a, (const uint16_t *)b, c, c_bf16);
+    return 1;
+}
+
+const char *op_gemm_bf16_small_name(void) { return OP_SMALL_BF_NAME; }
 
 int op_gemm_f32_small_mr(void) { return OP_SMALL_MR; }
 int op_gemm_f32_small_nr(void) { return OP_SMALL_NR; }

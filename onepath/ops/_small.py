@@ -85,13 +85,44 @@ def bound(op: str) -> Bound:
     return b
 
 
-def row_for(op: str, level: str):
-    """The first ``algorithm="small"`` registry row of (op, float32) that ``level`` may run."""
+def row_for(op: str, level: str, dtype: str = "float32"):
+    """The first ``algorithm="small"`` registry row of (op, dtype) that ``level`` may run."""
     cap_i = level_index(level)
-    for row in registry.rows(op, "float32"):
+    for row in registry.rows(op, dtype):
         if row.algorithm == "small" and level_index(row.level) <= cap_i:
             return row
-    raise ValueError(f"no small-problem kernel for op={op!r} at level {level!r}")
+    raise ValueError(f"no small-problem kernel for op={op!r} dtype={dtype!r} at level {level!r}")
+
+
+_bound_bf16: dict = {}
+
+
+def matmul_bf16(a, b, c_bf16: bool):
+    """The bfloat16 small kernel on 2-D C-contiguous bfloat16 a (m, k), b (k, n): the (m, n) result,
+    bfloat16 (rounded once) or float32; None when the problem is not small or an operand is not
+    C-contiguous and aligned (the caller takes the bfloat16 GEMM)."""
+    (m, k), (k2, n) = a.shape, b.shape
+    if k2 != k or not use_small(m * n * k):
+        return None
+    level = _cap.isa()
+    bd = _bound_bf16.get(level)
+    if bd is None:
+        row = row_for("matmul", level, "bfloat16")
+        mod = load(row.level)
+        bd = _bound_bf16[level] = (row, mod.lib.op_gemm_bf16_small_cc, mod.ffi.from_buffer)
+        _stats.record("matmul", "bfloat16", row.level, "small")
+    row, fn, fb = bd
+    c = _empty((m, n), a.dtype if c_bf16 else _F32)
+    t0 = time.perf_counter()
+    try:
+        if not fn(m, n, k, fb(a), fb(b), fb(c), 1 if c_bf16 else 0):
+            return None
+    except ValueError:  # not C-contiguous
+        return None
+    if _verbose.enabled():
+        _verbose.emit("matmul", "bf16:bf16:" + ("bf16" if c_bf16 else "f32"), row.level, row.name,
+                      f"{m}x{k}:{k}x{n}", 1, time.perf_counter() - t0)
+    return c
 
 
 def emit(op: str, b: Bound, shapes: str, t0: float) -> None:

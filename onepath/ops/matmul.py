@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from ml_dtypes import bfloat16 as _bfloat16
 
 from .. import _verbose
 from ..dispatch import cap as _cap
@@ -11,6 +12,7 @@ from . import _small
 from ._gemm import kernel_ready, run_gemm
 
 _F32 = np.dtype(np.float32)
+_BF16 = np.dtype(_bfloat16)
 _ND = np.ndarray
 _SMALL_MNK = _small.SMALL_MNK
 _fast = _small.fast_matmul  # ISA level -> the small kernel's C entry (filled on first use)
@@ -81,6 +83,11 @@ def matmul(a, b, /, out=None, *, dtype=None):
                         pass
         if a.ndim and b.ndim:
             return _matmul_f32(a, b, None)
+    elif (out is None and dtype is None and type(a) is type(b) is _ND and a.dtype is b.dtype is _BF16
+            and a.ndim == 2 and b.ndim == 2):
+        r = _small.matmul_bf16(a, b, True)  # small bfloat16 products: the small kernel, in place
+        if r is not None:
+            return r
     if isinstance(out, tuple):
         if len(out) != 1:
             return numpy_matmul(a, b, out, dtype)
