@@ -184,7 +184,7 @@ def test_verbose_names_kernel(level, caplog, verbose_on):
 def test_registry_rows_match_modules():
     from onepath.dispatch import registry
     for row in registry.rows("matmul", "bfloat16"):
-        if row.level not in onepath.available_isas():
+        if row.level not in onepath.available_isas() or row.algorithm == "small":  # test_small.py
             continue
         lib = load(row.level).lib
         assert (lib.op_gemm_bf16_mr(), lib.op_gemm_bf16_nr()) == (row.mr, row.nr)
