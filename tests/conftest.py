@@ -26,15 +26,18 @@ def level(request):
 
 
 @pytest.fixture(params=["small", "gemm"])
-def small_path(request, monkeypatch):
+def small_path(request):
     """Each test twice: as shipped (small products run the small kernel, ops/_small.py), and with
     that path off, so that small shapes exercise the packed GEMM driver and its edges."""
+    from onepath.ops import _small
+    saved = _small.LIMITS
     if request.param == "gemm":
-        from onepath.ops import _small, matmul
-        monkeypatch.setattr(_small, "SMALL_MNK", 0)
-        monkeypatch.setattr(_small, "SMALL_MNK_1T", 0)
-        monkeypatch.setattr(matmul, "_SMALL_MNK", 0)
+        _small.LIMITS = {level: (-1, -1) for level in saved}
+        _small.reset()
     yield request.param
+    if request.param == "gemm":
+        _small.LIMITS = saved
+        _small.reset()
 
 
 @pytest.fixture(autouse=True)

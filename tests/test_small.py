@@ -78,6 +78,14 @@ def test_small_verbose_names_kernel(level, caplog, verbose_on):
     assert f"linear,f32:f32:f32,{row.level},{row.name}" in caplog.text
 
 
+def test_limits_per_level(level):
+    row = _small.row_for("matmul", level)
+    lim, lim1t = _small.LIMITS[row.level]
+    assert _small.use_small(lim) and not _small.use_small(max(lim, lim1t) + 1)
+    a, b = rand(3, 5), rand(5, 4)
+    assert_gemm_close(onepath.matmul(a, b), a, b)
+
+
 def test_info_lists_small_rows():
     from onepath.info import kernel_rows
     names = {r.get("name") for r in kernel_rows() if r.get("algorithm") == "small"}
@@ -300,7 +308,7 @@ def test_calls_suite_prints_microseconds_per_call(monkeypatch):
     assert d["results"][0]["kernel"].startswith("gemm_f32_small_")
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (4, 4, 4), (7, 19, 33), (9, 64, 40), (64, 64, 64)])
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (4, 4, 4), (7, 19, 33), (9, 64, 40), (32, 40, 48)])
 def test_small_bfloat16_matmul(level, m, k, n, caplog, verbose_on):
     a, b = rand(m, k).astype(BF16), rand(k, n).astype(BF16)
     with caplog.at_level(logging.INFO, logger="onepath"):

@@ -31,7 +31,7 @@ def _small_row(op: str, mnk: int):
     """The registry row a float32 call of M*N*K = mnk runs: the small kernel's, else None (the
     bench then shows ``select(op, "float32")``, the packed GEMM)."""
     from onepath.ops import _small
-    return _small.row_for(op, onepath.isa()) if _small.use_small(mnk) else None
+    return _small.row_for(op, onepath.isa()) if _small.use_small(mnk, op) else None
 
 
 def _matmul(s: int, rng, torch) -> Case:

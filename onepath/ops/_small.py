@@ -15,15 +15,18 @@ untyped ``ffi.from_buffer`` 0.43 us (the C entry takes ``void *``; ``arr.ctypes.
 call 0.23 us (0.12 us of it is any cffi call: argument conversion and the GIL release): 1.35 us in
 all. The C-contiguous entry (``op_gemm_f32_small_cc``) has six arguments and checks alignment.
 
-``SMALL_MNK``: the largest M*N*K run by this path whatever the thread count; ``SMALL_MNK_1T``: the
-largest when the kernels may use one thread only (``use_small``). Measured on Zen 4 (1 thread,
-best of 60 alternated runs, the packed GEMM of main as of 2026-11-30): the small kernel takes
-43.6 / 134 / 313 us at 128^3 / 192^3 / 256^3 where the packed GEMM takes 47.0 / 143 / 327 (numpy
-43.5 / 139 / 325); with 2 threads the packed GEMM wins from about 192^3 on (118 us against 141).
+``LIMITS``: per level of the small row, the largest M*N*K this path runs whatever the thread count,
+and the largest when the kernels may use one thread only (``use_small``). Measured on Zen 4 with one
+thread (best of alternated runs, the packed GEMM of main as of 2026-11-30): AVX-512, the small
+kernel takes 38.6 / 134 / 313 us at 128^3 / 192^3 / 256^3 where the packed GEMM takes 47.0 / 143 /
+327 (numpy 43.5 / 139 / 325), and with 2 threads the packed GEMM wins from about 192^3 on (118 us
+against 141); AVX2 (6 x 16), the small kernel wins up to 96^3 (22.9 against 26.9 us) and loses at
+128^3 (54.5 against 52.4); portable C, it wins up to 32^3 (7.1 against 11.0 us) and ties at 48^3.
 """
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 
 from .. import _stats, _threads, _verbose
 from ..dispatch import cap as _cap
@@ -37,13 +40,28 @@ _ND = _np.ndarray
 _F32 = _np.dtype(_np.float32)
 _empty = _np.empty
 
-SMALL_MNK = 128 * 128 * 128
-SMALL_MNK_1T = 256 * 256 * 256
+LIMITS: dict = {"avx512_core": (128 ** 3, 256 ** 3), "avx2": (112 ** 3, 112 ** 3),
+                 "generic": (40 ** 3, 40 ** 3)}
 
 
-def use_small(mnk: int) -> bool:
-    """True when a product of M*N*K = ``mnk`` takes the small path."""
-    return mnk <= SMALL_MNK or (mnk <= SMALL_MNK_1T and _threads.get_num_threads() == 1)
+def fits(mnk: int, row_level: str) -> bool:
+    """True when M*N*K = ``mnk`` is small enough for the small row of level ``row_level``."""
+    lim, lim1t = LIMITS.get(row_level, (-1, -1))
+    return mnk <= lim or (mnk <= lim1t and _threads.get_num_threads() == 1)
+
+
+def use_small(mnk: int, op: str = "matmul", dtype: str = "float32") -> bool:
+    """True when a product of M*N*K = ``mnk`` of (op, dtype) takes the small path at the level in
+    force."""
+    return fits(mnk, row_for(op, _cap.isa(), dtype).level)
+
+
+def reset() -> None:
+    """Forget the bound rows and fast entries (after a change of ``LIMITS``; tests)."""
+    fast_matmul.clear()
+    for cache in _bound.values():
+        cache.clear()
+    _bound_bf16.clear()
 
 
 class Bound:
@@ -63,7 +81,8 @@ class Bound:
 
 _bound: dict = {"matmul": {}, "linear": {}}
 # The scoped cap (``cap._scoped``'s value: None outside ``with max_isa()`` blocks) -> (
-# op_gemm_f32_small_cc, from_buffer) of matmul's small row at the level in force there. Filled by
+# op_gemm_f32_small_cc, from_buffer, limit, one-thread limit) of matmul's small row at the level in
+# force there. Filled by
 # ``bound`` while ONEPATH_VERBOSE is off; emptied when verbose is re-read or the process cap
 # changes. matmul's fast path reads it with one ContextVar read and one dict lookup.
 fast_matmul: dict = {}
@@ -81,10 +100,11 @@ def bound(op: str) -> Bound:
         _stats.record(op, "float32", b.row.level, "small")  # it runs right after this lookup
         cache[level] = b
     if op == "matmul" and _verbose.enabled() is False:
-        fast_matmul[_cap._scoped.get()] = (b.cc, b.fb)
+        fast_matmul[_cap._scoped.get()] = (b.cc, b.fb) + LIMITS.get(b.row.level, (-1, -1))
     return b
 
 
+@lru_cache(maxsize=None)
 def row_for(op: str, level: str, dtype: str = "float32"):
     """The first ``algorithm="small"`` registry row of (op, dtype) that ``level`` may run."""
     cap_i = level_index(level)
@@ -102,7 +122,7 @@ def matmul_bf16(a, b, c_bf16: bool):
     bfloat16 (rounded once) or float32; None when the problem is not small or an operand is not
     C-contiguous and aligned (the caller takes the bfloat16 GEMM)."""
     (m, k), (k2, n) = a.shape, b.shape
-    if k2 != k or not use_small(m * n * k):
+    if k2 != k or not use_small(m * n * k, "matmul", "bfloat16"):
         return None
     level = _cap.isa()
     bd = _bound_bf16.get(level)
@@ -174,7 +194,7 @@ def linear_fast(x, w, bias, code, packed):
         (m, k), (n, k2) = x.shape, w.shape
     except ValueError:
         return None
-    if k2 != k or not k or not use_small(m * n * k):
+    if k2 != k or not k or not use_small(m * n * k, "linear"):
         return None
     if bias is not None and (bias.dtype is not _F32 or bias.shape != (n,)):
         return None

@@ -6,7 +6,7 @@ import time
 import numpy as np
 from ml_dtypes import bfloat16 as _bfloat16
 
-from .. import _verbose
+from .. import _threads, _verbose
 from ..dispatch import cap as _cap
 from . import _small
 from ._gemm import kernel_ready, run_gemm
@@ -14,7 +14,7 @@ from ._gemm import kernel_ready, run_gemm
 _F32 = np.dtype(np.float32)
 _BF16 = np.dtype(_bfloat16)
 _ND = np.ndarray
-_SMALL_MNK = _small.SMALL_MNK
+_nthreads = _threads.get_num_threads
 _fast = _small.fast_matmul  # ISA level -> the small kernel's C entry (filled on first use)
 _scoped_get = _cap._scoped.get
 _empty = np.empty
@@ -58,9 +58,8 @@ def matmul(a, b, /, out=None, *, dtype=None):
             TypeError for a PackedWeight as the left operand.
     Every other dtype combination (and anything the kernels do not accelerate) returns
     ``numpy.matmul(a, b, out=out, dtype=dtype)`` exactly. Threads: ``onepath.set_num_threads``.
-    Small float32 products (M*N*K up to 128^3, or 256^3 with one thread; no batch: see
-    ``ops._small.use_small``) run the registry's ``small`` kernel on the calling thread, reading A
-    and B in place.
+    Small float32 products (M*N*K up to a per-level limit, ``ops._small.LIMITS``; no batch) run the
+    registry's ``small`` kernel on the calling thread, reading A and B in place.
     """
     if out is None and dtype is None and type(a) is type(b) is _ND and a.dtype is b.dtype is _F32:
         # the common case first: two float32 ndarrays, no options (each check here costs ~30 ns)
@@ -69,13 +68,14 @@ def matmul(a, b, /, out=None, *, dtype=None):
         except ValueError:
             pass
         else:
-            if k2 == k and (m * n * k <= _SMALL_MNK or _small.use_small(m * n * k)):
-                # small and C-contiguous (from_buffer refuses anything else): the small kernel,
-                # found by the scoped cap in force (ops/_small.py; empty while verbose is on)
-                fast = _fast.get(_scoped_get())
-                if fast is not None:
+            # small and C-contiguous (from_buffer refuses anything else): the small kernel,
+            # found by the scoped cap in force (ops/_small.py; empty while verbose is on)
+            fast = _fast.get(_scoped_get())
+            if fast is not None and k2 == k:
+                cc, fb, lim, lim1t = fast
+                mnk = m * n * k
+                if mnk <= lim or (mnk <= lim1t and _nthreads() == 1):
                     c = _empty((m, n), _F32)
-                    cc, fb = fast
                     try:
                         if cc(m, n, k, fb(a), fb(b), fb(c)):
                             return c
