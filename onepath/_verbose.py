@@ -8,6 +8,8 @@ import os
 
 
 _enabled: bool | None = None
+# functions called after every reload (caches of fast paths that hold "verbose is off")
+on_reload: list = []
 
 
 def reload() -> bool:
@@ -15,6 +17,8 @@ def reload() -> bool:
     global _enabled
     v = os.environ.get("ONEPATH_VERBOSE", "")
     _enabled = bool(v) and v not in ("0", "false", "False", "no")
+    for hook in on_reload:
+        hook()
     return _enabled
 
 

@@ -117,9 +117,12 @@ def coverage_lines() -> list[str]:
     cpu = probe()
     lines = [f"host: {cpu.vendor} {cpu.brand} | uarch {cpu.uarch} | levels: {', '.join(cpu.levels)}"]
     seen = _stats.exercised()
+    seen_algo = _stats.exercised_algorithms()
+    by_algo = {k[:3] for k in seen_algo}
     for row in REGISTRY:
         key = (row.op, row.dtype, row.level)
-        if key in seen:
+        # rows whose op records its algorithm (matmul's gemm / small) count only when that one ran
+        if key + (row.algorithm,) in seen_algo or (key in seen and key not in by_algo):
             state = "exercised"
         elif row.level not in cpu.levels:
             state = "cannot run on this host"

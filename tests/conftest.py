@@ -16,6 +16,21 @@ def level(onepath_level):
     return onepath_level
 
 
+@pytest.fixture(params=["small", "gemm"])
+def small_path(request):
+    """Each test twice: as shipped (small products run the small kernel, ops/_small.py), and with
+    that path off, so that small shapes exercise the packed GEMM driver and its edges."""
+    from onepath.ops import _small
+    saved = _small.LIMITS
+    if request.param == "gemm":
+        _small.LIMITS = {level: (-1, -1) for level in saved}
+        _small.reset()
+    yield request.param
+    if request.param == "gemm":
+        _small.LIMITS = saved
+        _small.reset()
+
+
 @pytest.fixture(autouse=True)
 def _verbose_from_env():
     """ONEPATH_VERBOSE is read once per process; tests that monkeypatch it get it re-read."""

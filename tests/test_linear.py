@@ -9,6 +9,8 @@ import pytest
 import onepath
 from onepath.dtypes import BF16, F32
 
+pytestmark = pytest.mark.usefixtures("small_path")  # every test with and without the small path
+
 ERF = np.vectorize(math.erf, otypes=[np.float64])
 ACTS = {
     None: lambda y: y,

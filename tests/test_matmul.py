@@ -12,6 +12,8 @@ from onepath.kernels import load
 
 from conftest import assert_gemm_close
 
+pytestmark = pytest.mark.usefixtures("small_path")  # every test with and without the small path
+
 RNG = np.random.default_rng(1234)
 
 
@@ -379,7 +381,9 @@ def test_verbose_line(caplog, verbose_on):
     with caplog.at_level(logging.INFO, logger="onepath"):
         onepath.matmul(rand(8, 9), rand(9, 10))
     line = caplog.records[-1].getMessage()
-    row = select("matmul", "float32")
+    from onepath.ops import _small
+    row = (_small.row_for("matmul", onepath.isa()) if _small.use_small(8 * 9 * 10)
+           else select("matmul", "float32"))
     assert line.startswith("onepath,exec,matmul,f32:f32:f32,") and row.name in line
     assert row.level in line and "8x9:9x10" in line and "threads=" in line and line.endswith("ms")
 

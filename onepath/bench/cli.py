@@ -101,6 +101,20 @@ def _fmt(v, spec=".1f", none="-") -> str:
 def suite_table(suite: Suite, rows: list[dict]) -> tuple[str, list[str], list[list[str]]]:
     """(title, headers, cells) of one suite's results."""
     baselines = list(dict.fromkeys(b for r in rows for b in r["impls"] if b != "onepath"))
+    if getattr(suite, "per_call", False):  # small problems: microseconds per call
+        headers = ["group", "call", "kernel", "onepath us"]
+        for b in baselines:
+            headers += [f"{b} us", f"x {b}"]
+        cells = []
+        for r in rows:
+            flag = "" if r["check_ok"] in (None, True) else " !"
+            line = [r["group"], r["name"] + flag, r["kernel"] or "-",
+                    _fmt(r["impls"]["onepath"]["seconds"] * 1e6, ".2f")]
+            for b in baselines:
+                imp = r["impls"].get(b)
+                line += [_fmt(imp["seconds"] * 1e6, ".2f") if imp else "-", _fmt(r["ratios"].get(b), ".2f")]
+            cells.append(line)
+        return suite.title, headers, cells
     mem = any(r["memory_bound"] for r in rows)
     headers = ["group", "shape", "kernel", "onepath GFLOP/s", "% peak"] + (["GB/s"] if mem else [])
     for b in baselines:

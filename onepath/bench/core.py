@@ -98,13 +98,15 @@ class Suite:
     title: str
     default: bool = True
     order: int = 100
+    per_call: bool = False  # its table shows microseconds per call instead of GFLOP/s
 
 
 SUITES: dict[str, Suite] = {}
 _discovered = False
 
 
-def register_suite(name: str, *, title: str | None = None, default: bool = True, order: int = 100):
+def register_suite(name: str, *, title: str | None = None, default: bool = True, order: int = 100,
+                   per_call: bool = False):
     """Decorator registering a suite factory ``f(cfg: BenchConfig) -> Iterable[Case]``.
 
     Args:
@@ -112,9 +114,10 @@ def register_suite(name: str, *, title: str | None = None, default: bool = True,
         title: heading of its table (default: the name).
         default: run by a bare ``python -m onepath bench``.
         order: position among the suites (ascending; matmul float32 is 10).
+        per_call: its table shows microseconds per call (small problems) instead of GFLOP/s.
     """
     def deco(factory):
-        SUITES[name] = Suite(name, factory, title or name, default, order)
+        SUITES[name] = Suite(name, factory, title or name, default, order, per_call)
         return factory
     return deco
 

@@ -91,8 +91,24 @@ def cap() -> str | None:
     return _min_level(_scoped.get(), _process_cap())
 
 
+# isa() outside any `with` block, kept until a max_isa() call changes the process cap (every op
+# asks for it on every call; this keeps that to a ContextVar read and a global read)
+_process_isa: str | None = None
+# functions called whenever the process cap may have changed (caches keyed by the scoped cap)
+on_change: list = []
+
+
 def isa() -> str:
     """Name of the ISA level in force: the host's best level, lowered by the cap if one is set."""
+    global _process_isa
+    if _scoped.get() is None:
+        level = _process_isa
+        if level is None:
+            env, best = _read_env(), available_isas()[-1]
+            with _lock:  # max_isa() resets the cache under the same lock
+                level = _pending[-1][1] if _pending else env
+                level = _process_isa = level if level is not None else best
+        return level
     c = cap()
     return c if c is not None else available_isas()[-1]
 
@@ -137,18 +153,26 @@ class max_isa:
 
     def __init__(self, level: str | None):
         _read_env()
+        global _process_isa
         self.level = None if level is None else _check(level)
         self._token = None
         with _lock:
             _pending.append((weakref.ref(self), self.level))
             _prune()
+            _process_isa = None
+            for hook in on_change:
+                hook()
 
     def __enter__(self):
+        global _process_isa
         with _lock:
             for i in range(len(_pending) - 1, -1, -1):
                 if _pending[i][0]() is self:
                     del _pending[i]
                     break
+            _process_isa = None
+            for hook in on_change:
+                hook()
         self._token = _scoped.set(_min_level(self.level, _scoped.get()) or available_isas()[-1])
         return self
 

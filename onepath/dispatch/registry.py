@@ -58,6 +58,14 @@ _MATMUL_F32 = (
     Kernel("matmul", "float32", "avx512_core", "op_gemm_f32", "gemm_f32_avx512_core_14x32", 14, 32),
     Kernel("matmul", "float32", "avx2", "op_gemm_f32", "gemm_f32_avx2_6x16", 6, 16),
     Kernel("matmul", "float32", "generic", "op_gemm_f32", "gemm_f32_generic_4x8", 4, 8),
+    # kernels/gemm_small.c: problems too small to pay for packing and threads, A and B read in
+    # place on the calling thread (ops/_small.py picks it per call; select() names the GEMM rows)
+    Kernel("matmul", "float32", "avx512_core", "op_gemm_f32_small", "gemm_f32_small_avx512_core_8x32",
+           8, 32, algorithm="small"),
+    Kernel("matmul", "float32", "avx2", "op_gemm_f32_small", "gemm_f32_small_avx2_6x16", 6, 16,
+           algorithm="small"),
+    Kernel("matmul", "float32", "generic", "op_gemm_f32_small", "gemm_f32_small_generic_1x1", 1, 1,
+           algorithm="small"),
 )
 
 _MATMUL_BF16: tuple[Kernel, ...] = (  # kernels/gemm_bf16.c, gemm_bf16_amx.c
@@ -68,9 +76,18 @@ _MATMUL_BF16: tuple[Kernel, ...] = (  # kernels/gemm_bf16.c, gemm_bf16_amx.c
     Kernel("matmul", "bfloat16", "avx512_core", "op_gemm_bf16", "gemm_bf16_widen_avx512_core_14x32", 14, 32),
     Kernel("matmul", "bfloat16", "avx2", "op_gemm_bf16", "gemm_bf16_widen_avx2_6x16", 6, 16),
     Kernel("matmul", "bfloat16", "generic", "op_gemm_bf16", "gemm_bf16_widen_generic_4x8", 4, 8),
+    # kernels/gemm_small.c: small C-contiguous bfloat16 products, widened while loading, in place
+    Kernel("matmul", "bfloat16", "avx512_core", "op_gemm_bf16_small_cc", "gemm_bf16_small_avx512_core_8x32",
+           8, 32, algorithm="small"),
+    Kernel("matmul", "bfloat16", "avx2", "op_gemm_bf16_small_cc", "gemm_bf16_small_avx2_1x64", 1, 64,
+           algorithm="small"),
+    Kernel("matmul", "bfloat16", "generic", "op_gemm_bf16_small_cc", "gemm_bf16_small_generic_1x64", 1, 64,
+           algorithm="small"),
 )
-# onepath.linear runs the matmul kernels (B = weight^T, or a prepacked weight): same rows, op "linear".
-_LINEAR: tuple[Kernel, ...] = tuple(replace(r, op="linear") for r in _MATMUL_F32 + _MATMUL_BF16)
+# onepath.linear runs the matmul kernels (B = weight^T, or a prepacked weight): same rows, op "linear"
+# (but the bfloat16 small kernel, which reads B row-major only: linear's W^T is not)
+_LINEAR: tuple[Kernel, ...] = tuple(replace(r, op="linear") for r in _MATMUL_F32 + _MATMUL_BF16
+                                    if not (r.dtype == "bfloat16" and r.algorithm == "small"))
 
 # Convolution (kernels/conv_*.c): per algorithm, fastest level first; implicit_gemm leads so that
 # select("conv2d", dtype) names the general algorithm; select("conv2d", dtype, problem=...) the one a

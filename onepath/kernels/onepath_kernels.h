@@ -6,4 +6,5 @@
 #include "api_bf16.h"
 #include "api_conv.h"
 #include "api_repro.h"
+#include "api_small.h"
 #endif

@@ -80,7 +80,7 @@ def run_gemm_bf16(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, *, bias=
         ffi.cast("void *", c.ctypes.data), ptr(c_off), c.strides[-2] // ic, c.strides[-1] // ic,
         1 if c.dtype == BF16 else 0, _blocking(ffi, row), epi, _threads.get_num_threads())
     name = ffi.string(lib.op_gemm_bf16_kernel_for(m)).decode()
-    _stats.record(op, "bfloat16", level)
+    _stats.record(op, "bfloat16", level, row.algorithm if row is not None else None)
     _check(used, name, shapes or (m, n, k))
     if verbose:
         _verbose.emit(op, f"bf16:bf16:{_TAG[c.dtype]}", level, name, shapes, used, time.perf_counter() - t0)
@@ -126,7 +126,7 @@ def run_gemm_packed(op: str, level: str, row, b_dtype: np.dtype, a: np.ndarray, 
     dname = "bfloat16" if code else "float32"
     name = (ffi.string(lib.op_gemm_bf16_kernel_for(m)).decode() if code
             else ffi.string(lib.op_gemm_f32_kernel_name()).decode())
-    _stats.record(op, dname, level)
+    _stats.record(op, dname, level, row.algorithm if row is not None else None)
     _check(used, name, shapes or (m, n, k))
     if verbose:
         _verbose.emit(op, f"{_TAG[a.dtype]}:packed:{_TAG[c.dtype]}", level, name + ",prepacked", shapes,

@@ -18,13 +18,28 @@ from ..kernels import load
 _ACT = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 
 
+def activation_name(activation) -> str | None:
+    """The canonical (lower-case) name of an activation: None, "relu", "gelu", "gelu_tanh" or
+    "silu". String options of onepath are matched case-insensitively ("ReLU" is "relu").
+
+    Raises:
+        ValueError: an unknown name or a non-string (the message lists the valid names).
+    """
+    if activation is None:
+        return None
+    if isinstance(activation, str):
+        name = activation.lower()
+        if name in _ACT:
+            return name
+    raise ValueError(f"unknown activation {activation!r}; valid: None, "
+                     + ", ".join(repr(k) for k in _ACT if k) + " (any letter case)")
+
+
 def act_code(activation) -> int:
-    """Map an activation name (None, "relu", "gelu", "gelu_tanh", "silu") to OP_ACT_*."""
-    try:
-        return _ACT[activation]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown activation {activation!r}; valid: None, "
-                         + ", ".join(repr(k) for k in _ACT if k)) from None
+    """Map an activation name (None, "relu", "gelu", "gelu_tanh", "silu", any letter case) to
+    OP_ACT_*; ValueError for an unknown name."""
+    code = _ACT.get(activation) if type(activation) is str or activation is None else None
+    return code if code is not None else _ACT[activation_name(activation)]
 
 
 def batch_offsets(x: np.ndarray, batch_shape: tuple) -> np.ndarray | None:
@@ -122,7 +137,7 @@ def run_gemm(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, *, bias=None,
         data_ptr(ffi, b), b_off, sb[-2] >> 2, sb[-1] >> 2,
         data_ptr(ffi, c), c_off, sc[-2] >> 2, sc[-1] >> 2,
         bound.blk, epi, nthreads)
-    _stats.record(op, "float32", row.level)
+    _stats.record(op, "float32", row.level, row.algorithm)
     if used < 0:
         raise MemoryError(f"{row.name}: could not allocate packing buffers for {shapes or (m, n, k)}")
     if verbose:

@@ -138,14 +138,14 @@ def matmul(a, b, out=None, dtype=None):
         if len(out) != 1:
             return numpy_matmul(a, b, out, dtype)
         out = out[0]
-    if (_foreign(a) or _foreign(b)
-            or (out is not None and (type(out) is not np.ndarray or not out.flags.writeable))):
-        return numpy_matmul(a, b, out, dtype)
     if isinstance(a, PackedWeight):
         raise TypeError("matmul: a PackedWeight is accepted as the right operand only "
                         "(matmul(x, packed) = x @ weight.T); unpack it with packed.weight()")
     if isinstance(b, PackedWeight):
         b = b.weight().T
+    if (_foreign(a) or _foreign(b)
+            or (out is not None and (type(out) is not np.ndarray or not out.flags.writeable))):
+        return numpy_matmul(a, b, out, dtype)
     a_arr, b_arr = np.asarray(a), np.asarray(b)
     rd = result_dtype(a_arr.dtype, b_arr.dtype, dtype)
     if rd is None or a_arr.ndim == 0 or b_arr.ndim == 0 or (out is not None and out.dtype != rd):

@@ -27,7 +27,7 @@ from ..dispatch import registry
 from ..dispatch.levels import level_index
 from ..kernels import load
 from .._repro_mode import on as _repro_on
-from ._gemm import act_code
+from ._gemm import act_code, activation_name
 
 try:  # ml_dtypes is a declared dependency; keep import errors readable
     from ml_dtypes import bfloat16 as _BF16_TYPE
@@ -226,12 +226,20 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
         padding: int, (h, w), ``"valid"``, ``"same"`` (stride 1; an odd total puts the extra row /
             column at the bottom / right as PyTorch does) or asymmetric ((top, bottom), (left, right)).
         groups: divides C and OC.
-        layout: "NCHW" or "NHWC" (input and output; NHWC returns (N, OH, OW, OC)).
+        layout: "NCHW" or "NHWC" (input and output; NHWC returns (N, OH, OW, OC)). String options
+            (layout, padding, activation) are matched case-insensitively.
         activation: None, "relu", "gelu", "gelu_tanh" or "silu", fused after the bias.
         dtype: compute/result dtype (float32, bfloat16 or float64); default: float64 if an operand is
             float64, bfloat16 if input and weight are both bfloat16, else float32.
     Returns:
-        ndarray of the result dtype.
+        ndarray of the result dtype. float64 (not accelerated) returns exactly
+        ``reference_conv2d(x, w, bias, stride, pads, dilation, groups, activation)`` of this module
+        on the NCHW float64 view of the input (NHWC: transposed back, C-contiguous): the operands
+        converted to float64, ``np.einsum("ngchwij,gocij->ngohw", windows, w, optimize=True)``
+        over the zero-padded input's windows, ``+ bias.reshape(1, -1, 1, 1)``, then relu as
+        ``np.where(y < 0, 0.0, y)``, silu ``y / (1 + np.exp(-y))``, gelu with ``math.erf``,
+        gelu_tanh with ``np.tanh``. Other dtypes (float16, complex, integers, bool, object) raise
+        TypeError.
     Raises:
         ValueError: wrong ranks, channel/group mismatches, kernel larger than the padded input,
             stride/dilation < 1, negative padding, "same" with stride > 1 (shapes in the message).
@@ -321,6 +329,7 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, layout, activa
     w = np.asarray(weight)
     b = None if bias is None else np.asarray(bias)
     out_dt = _result_dtype(x, w, b, dtype)
+    activation = activation_name(activation)
     code = act_code(activation)
 
     if x.ndim not in (nd + 1, nd + 2):
@@ -367,8 +376,14 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, layout, activa
                          f"dimension 0, but got weight of size {_shape(weight_shape(w, nd))} instead")
     if cg * groups != c:
         xs = _shape(np.shape(input) if not unbatched else (1,) + np.shape(input))
+        hint = ""
+        if nhwc:  # the usual cause: channels-first data passed with a channels-last layout
+            hint = (f" (layout={layout!r} reads the input as " + ("(N, H, W, C)" if nd == 2 else "(N, L, C)")
+                    + f": its last axis, {c}, is taken as the channels; for channels-first data use "
+                    + ("layout='NCHW'" if nd == 2 else "layout='NCL'") + ")")
         raise ValueError(f"Given groups={groups}, weight of size {_shape(weight_shape(w, nd))}, "
-                         f"expected input{xs} to have {cg * groups} channels, but got {c} channels instead")
+                         f"expected input{xs} to have {cg * groups} channels, but got {c} channels "
+                         f"instead{hint}")
     if b is not None and (b.ndim != 1 or b.shape[0] != oc):
         raise ValueError(f"Given weight of size {_shape(weight_shape(w, nd))}, expected bias to be "
                          f"1-dimensional with {oc} elements, but got bias of size {_shape(b.shape)} instead")

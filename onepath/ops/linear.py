@@ -9,11 +9,14 @@ import numpy as np
 
 from ..dispatch import registry
 from ..dtypes import BF16, F32, result_dtype, to_bfloat16, to_float32
+from . import _small
 from ._bf16 import pack_weight, run_gemm_bf16, run_gemm_packed
 from .._repro_mode import on as _repro_on
-from ._gemm import act_code, kernel_ready, run_gemm
+from ._gemm import act_code, activation_name, kernel_ready, run_gemm
 
 _ACTS = (None, "relu", "gelu", "gelu_tanh", "silu")
+_ACT_CODE = {a: act_code(a) for a in _ACTS}  # exact names only (the fast path); others are checked
+_ND = np.ndarray
 
 
 class PackedWeight:
@@ -29,12 +32,23 @@ class PackedWeight:
             (``onepath.max_isa``) no longer matches ``level``.
     The weight is snapshotted at prepack time: later writes to the original array do not reach
     the packed copy (pack again to pick them up).
-    ``matmul(a, packed)`` computes ``a @ weight.T`` (``linear`` without bias).
+    ``matmul(a, packed)``, ``a @ packed`` and ``numpy.matmul``-free code compute ``a @ weight.T``
+    (``linear`` without bias); ``numpy.matmul(a, packed)`` raises numpy's TypeError (a PackedWeight
+    is not an array: ``__array_ufunc__ = None``), and ``packed @ a`` raises TypeError.
     """
 
+    __array_ufunc__ = None  # numpy defers ``ndarray @ packed`` to __rmatmul__
+
+    def __rmatmul__(self, other):
+        """``x @ packed``: ``onepath.matmul(x, packed)``, i.e. ``x @ weight.T``."""
+        return matmul_packed(other, self)
+
     def __init__(self, weight, *, on_cap_change: str = "repack"):
-        if on_cap_change not in ("repack", "error"):
-            raise ValueError(f"on_cap_change must be 'repack' or 'error', got {on_cap_change!r}")
+        mode = on_cap_change.lower() if isinstance(on_cap_change, str) else on_cap_change
+        if mode not in ("repack", "error"):
+            raise ValueError(f"on_cap_change must be 'repack' or 'error' (any letter case), got "
+                             f"{on_cap_change!r}")
+        on_cap_change = mode
         w = np.asarray(weight)
         if w.ndim != 2:
             raise ValueError(f"prepack expects a 2-D weight (out_features, in_features), got shape {w.shape}")
@@ -106,18 +120,32 @@ def _erf(x):
     return np.vectorize(math.erf, otypes=[np.float64])(x)
 
 
-def _act_numpy(y: np.ndarray, activation) -> np.ndarray:
+_ACT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _act_numpy(y, activation):
+    """The activation of ``linear``'s numpy path, as its docstring states: relu is
+    ``np.maximum(y, 0)``; gelu, gelu_tanh and silu are evaluated on ``y.astype(np.float64)`` and
+    cast back to ``y.dtype``. Defined for float16/float32/float64 results; TypeError otherwise."""
     if activation is None:
         return y
+    dt = np.result_type(y)
+    if dt not in _ACT_DTYPES:
+        raise TypeError(f"linear: activation {activation!r} is not defined for {dt} results "
+                        "(float16, float32 and float64 only)")
     if activation == "relu":
         return np.maximum(y, 0)
-    if activation == "gelu":
-        return 0.5 * y * (1 + _erf(y / math.sqrt(2)))
-    if activation == "gelu_tanh":
-        return 0.5 * y * (1 + np.tanh(math.sqrt(2 / math.pi) * (y + 0.044715 * y ** 3)))
-    if activation == "silu":
-        return y / (1 + np.exp(-y))
-    raise AssertionError(activation)
+    z = np.asarray(y, np.float64)
+    with np.errstate(over="ignore"):
+        if activation == "gelu":
+            r = 0.5 * z * (1 + _erf(z / math.sqrt(2)))
+        elif activation == "gelu_tanh":
+            r = 0.5 * z * (1 + np.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z ** 3)))
+        elif activation == "silu":
+            r = z / (1 + np.exp(-z))
+        else:
+            raise AssertionError(activation)
+    return r.astype(dt)
 
 
 def _ready(x: np.ndarray, dt) -> np.ndarray:
@@ -133,21 +161,37 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
             ``x @ weight.T + bias`` and the activation formula, in numpy's result dtype.
         weight: (out_features, in_features) array as torch.nn.Linear stores it, or a PackedWeight
             from ``onepath.prepack``.
-        bias: None or (out_features,) (float32 or bfloat16; applied in float32).
-        activation: None, "relu", "gelu" (exact, erf), "gelu_tanh" or "silu". The vectorised write-out
-        evaluates erf/exp with polynomials (kernels/act_f32.c; absolute error below 5e-7).
+        bias: None, (out_features,), or (1,) / 0-d (broadcast over the features, as torch does).
+            The kernels apply it in float32.
+        activation: None, "relu", "gelu" (exact, erf), "gelu_tanh" or "silu" (any letter case). The
+            vectorised write-out evaluates erf/exp with polynomials (kernels/act_f32.c; absolute
+            error below 5e-7).
         dtype: result dtype, None for the promotion rules (bfloat16 x bfloat16 -> bfloat16 rounded
             once after the epilogue; a float32 operand -> float32), or float32 / bfloat16 (with
             float32 / bfloat16 operands; another dtype is a TypeError).
     Returns:
         ndarray (..., out_features).
     Raises:
-        ValueError: shape mismatch, unknown activation. TypeError: unsupported dtype request.
+        ValueError: shape mismatch, unknown activation. TypeError: unsupported dtype request; an
+            activation on a result dtype other than float16/float32/float64 (complex, integer,
+            bool, object), naming the dtype.
+    The numpy path (any operand neither float32 nor bfloat16) returns exactly
+    ``act((x @ weight.T + bias))`` followed by ``.astype(dtype)`` when ``dtype`` is given, where
+    ``weight`` is the unpacked weight, ``bias`` the array as given (its dtype promotes as numpy's
+    ``+`` does) and ``act`` is ``np.maximum(y, 0)`` for relu, and for gelu, gelu_tanh and silu
+    the formulas ``0.5 z (1 + erf(z / sqrt 2))``, ``0.5 z (1 + tanh(sqrt(2 / pi) (z + 0.044715
+    z^3)))``, ``z / (1 + exp(-z))`` on ``z = y.astype(np.float64)``, cast back to ``y.dtype``.
     """
     if _repro_on():  # onepath.reproducible(): ops/_repro.py
         from ._repro import linear as _rl
         return _rl(x, weight, bias, activation, dtype)
-    act_code(activation)
+    if dtype is None and type(x) is _ND and x.dtype is F32 and (bias is None or type(bias) is _ND):
+        # small float32 calls: the small kernel straight away (None: take the checked path)
+        y = _small.linear_fast(x, weight._weight if type(weight) is PackedWeight else weight, bias,
+                               _ACT_CODE.get(activation), weight if type(weight) is PackedWeight else None)
+        if y is not None:
+            return y
+    activation = activation_name(activation)
     packed = weight if isinstance(weight, PackedWeight) else None
     xa = np.asarray(x)
     if xa.ndim < 1:
@@ -159,23 +203,26 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     n, k = wshape
     if xa.shape[-1] != k:
         raise ValueError(f"linear: x has {xa.shape[-1]} features, weight expects {k} (weight shape {wshape})")
-    b = None
+    b = braw = None
     if bias is not None:
-        b = np.asarray(bias)
-        if b.shape != (n,):
-            raise ValueError(f"linear: bias must have shape ({n},), got {b.shape}")
-        b = np.ascontiguousarray(b, F32)
+        braw = np.asarray(bias)
+        if braw.shape not in ((n,), (1,), ()):
+            raise ValueError(f"linear: bias must have shape ({n},), (1,) or () (broadcast over the "
+                             f"{n} output features), got {braw.shape}")
     rd = result_dtype(xa.dtype, wdtype, dtype)
     lead = xa.shape[:-1]
     if rd is None:
         if dtype is not None and np.dtype(dtype) not in (F32, BF16) and xa.dtype in (F32, BF16):
             raise TypeError(f"linear: dtype must be float32 or bfloat16, got {np.dtype(dtype)}")
         wv = packed.weight() if packed else w
-        y = np.matmul(xa, wv.T)
-        if b is not None:
-            y = y + b
+        y = xa @ wv.T
+        if braw is not None:
+            y = y + braw
         y = _act_numpy(y, activation)
         return y.astype(dtype) if dtype is not None else y
+    if braw is not None:
+        b = braw if braw.shape == (n,) else np.broadcast_to(braw.reshape(-1), (n,))
+        b = np.ascontiguousarray(b, F32)
     x2 = xa.reshape(-1, k) if xa.ndim != 2 else xa
     m = x2.shape[0]
     out = np.empty((m, n), rd)
@@ -187,6 +234,12 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
         y = np.zeros((m, n), F32) + (b if b is not None else 0)
         out[...] = _act_numpy(y, activation).astype(rd)
         return out.reshape(lead + (n,))
+    if rd == F32 and xa.dtype == F32 and wdtype == F32 and _small.use_small(m * n * k, "linear"):
+        wv = w if packed is None else packed._weight
+        if packed is not None:
+            packed.current()  # the cap rules of a PackedWeight hold on this path too
+        if _small.linear(x2, wv, out, b, act_code(activation), shapes):
+            return out.reshape(lead + (n,))
     if packed is not None and (both_bf16 or (xa.dtype == F32 and wdtype == F32)):
         row = packed.current()
         run_gemm_packed("linear", packed.level, row, wdtype, _ready(x2, wdtype), packed._buf, n, out,
@@ -233,6 +286,11 @@ def matmul_bf16(a: np.ndarray, b: np.ndarray, out, dtype):
     otherwise; anything else returns numpy.matmul's answer."""
     from .matmul import _matmul_f32, core_shapes, core_view
     rd = result_dtype(a.dtype, b.dtype, dtype)
+    if (out is None and rd is not None and a.dtype == BF16 and b.dtype == BF16 and a.ndim == 2
+            and b.ndim == 2):
+        r = _small.matmul_bf16(a, b, rd == BF16)  # small problems: the small kernel, in place
+        if r is not None:
+            return r
     if rd is None or a.ndim == 0 or b.ndim == 0 or (out is not None and out.dtype != rd):
         return np.matmul(a, b, out=out, dtype=dtype)
     if not (a.dtype == BF16 and b.dtype == BF16):
@@ -244,7 +302,7 @@ def matmul_bf16(a: np.ndarray, b: np.ndarray, out, dtype):
         r = _matmul_f32(a32, b32, None)
         r = to_bfloat16(r)
         if out is None:
-            return r
+            return r[()] if r.ndim == 0 else r  # 0-d: numpy's (ml_dtypes') scalar
         out[...] = r
         return out
     shapes = core_shapes(a, b)
@@ -254,12 +312,13 @@ def matmul_bf16(a: np.ndarray, b: np.ndarray, out, dtype):
     if out is not None and out.shape != result:
         return np.matmul(a, b, out=out, dtype=dtype)
     res = np.empty(result, rd) if out is None else out
+    scalar = out is None and not result  # 0-d: numpy's (ml_dtypes') scalar
     c = core_view(res, a.ndim, b.ndim)
     if c.size == 0:
         return res
     if a2.shape[-1] == 0:
         c[...] = 0
-        return res
+        return res[()] if scalar else res
     a2 = a2 if kernel_ready(a2) else np.array(a2, BF16)
     b2 = b2 if kernel_ready(b2) else np.array(b2, BF16)
     direct = kernel_ready(c) and not np.may_share_memory(c, a2) and not np.may_share_memory(c, b2)
@@ -268,4 +327,4 @@ def matmul_bf16(a: np.ndarray, b: np.ndarray, out, dtype):
                   shapes="x".join(map(str, a2.shape)) + ":" + "x".join(map(str, b2.shape)))
     if target is not c:
         c[...] = target
-    return res
+    return res[()] if scalar else res

@@ -4,12 +4,21 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from ml_dtypes import bfloat16 as _bfloat16
 
-from .. import _verbose
+from .. import _threads, _verbose
 from .._repro_mode import on as _repro_on
+from ..dispatch import cap as _cap
+from . import _small
 from ._gemm import kernel_ready, run_gemm
 
 _F32 = np.dtype(np.float32)
+_BF16 = np.dtype(_bfloat16)
+_ND = np.ndarray
+_nthreads = _threads.get_num_threads
+_fast = _small.fast_matmul  # ISA level -> the small kernel's C entry (filled on first use)
+_scoped_get = _cap._scoped.get
+_empty = np.empty
 
 
 def _foreign(x) -> bool:
@@ -42,28 +51,59 @@ def matmul(a, b, /, out=None, *, dtype=None):
             the inputs). A float32 ``out`` with float32 inputs is written by the kernels.
         dtype: as in numpy.matmul. float32 inputs with dtype None or float32 run the kernels.
     Returns:
-        ndarray of shape broadcast(batch) + (M, N) (with the 1-D axes removed), or ``out``.
+        ndarray of shape broadcast(batch) + (M, N) (with the 1-D axes removed), or ``out``. A 0-d
+        result (vector times vector) is numpy's scalar (``np.float32``, an ``ml_dtypes.bfloat16``
+        scalar, ...) unless ``out`` was given, as numpy.matmul returns.
     Raises:
         ValueError / TypeError: exactly where numpy.matmul raises (shape mismatch, scalars, ...);
             TypeError for a PackedWeight as the left operand.
     Every other dtype combination (and anything the kernels do not accelerate) returns
     ``numpy.matmul(a, b, out=out, dtype=dtype)`` exactly. Threads: ``onepath.set_num_threads``.
+    Small float32 products (M*N*K up to a per-level limit, ``ops._small.LIMITS``; no batch) run the
+    registry's ``small`` kernel on the calling thread, reading A and B in place.
     """
     if _repro_on():  # onepath.reproducible(): ops/_repro.py
         from ._repro import matmul as _rm
         return _rm(a, b, out, dtype)
+    if out is None and dtype is None and type(a) is type(b) is _ND and a.dtype is b.dtype is _F32:
+        # the common case first: two float32 ndarrays, no options (each check here costs ~30 ns)
+        try:
+            (m, k), (k2, n) = a.shape, b.shape  # 2-D by 2-D (raises for other ranks)
+        except ValueError:
+            pass
+        else:
+            # small and C-contiguous (from_buffer refuses anything else): the small kernel,
+            # found by the scoped cap in force (ops/_small.py; empty while verbose is on)
+            fast = _fast.get(_scoped_get())
+            if fast is not None and k2 == k:
+                cc, fb, lim, lim1t = fast
+                mnk = m * n * k
+                if mnk <= lim or (mnk <= lim1t and _nthreads() == 1):
+                    c = _empty((m, n), _F32)
+                    try:
+                        if cc(m, n, k, fb(a), fb(b), fb(c)):
+                            return c
+                    except ValueError:
+                        pass
+        if a.ndim and b.ndim:
+            return _matmul_f32(a, b, None)
+    elif (out is None and dtype is None and type(a) is type(b) is _ND and a.dtype is b.dtype is _BF16
+            and a.ndim == 2 and b.ndim == 2):
+        r = _small.matmul_bf16(a, b, True)  # small bfloat16 products: the small kernel, in place
+        if r is not None:
+            return r
     if isinstance(out, tuple):
         if len(out) != 1:
             return numpy_matmul(a, b, out, dtype)
         out = out[0]
-    if (_foreign(a) or _foreign(b)
-            or (out is not None and (type(out) is not np.ndarray or not out.flags.writeable))):
-        return numpy_matmul(a, b, out, dtype)
     if isinstance(b, PackedWeight):  # a prepacked weight: a @ weight.T (ops/linear.py)
         return matmul_packed(a, b, out, dtype)
     if isinstance(a, PackedWeight):
         raise TypeError("matmul: a PackedWeight is accepted as the right operand only "
                         "(matmul(x, packed) = x @ weight.T); unpack it with packed.weight()")
+    if (_foreign(a) or _foreign(b)
+            or (out is not None and (type(out) is not np.ndarray or not out.flags.writeable))):
+        return numpy_matmul(a, b, out, dtype)
     a_arr, b_arr = np.asarray(a), np.asarray(b)
     if (a_arr.dtype is _F32 and b_arr.dtype is _F32 and dtype is None and out is None
             and 0 < a_arr.ndim <= 32 and 0 < b_arr.ndim <= 32):
@@ -126,17 +166,35 @@ def _matmul_f32(a, b, out):
         c[...] = 0
         if _verbose.enabled():
             _verbose.emit("matmul", "f32:f32:f32", "none", "fill_zero", _shape_text(a2, b2), 0, 0.0)
-        return res
+        return res[()] if out is None and not result else res
     if not kernel_ready(a2):
         a2 = np.array(a2, _F32)  # unaligned or odd strides: numpy's own BLAS path copies too
     if not kernel_ready(b2):
         b2 = np.array(b2, _F32)
     direct = kernel_ready(c) and not np.may_share_memory(c, a2) and not np.may_share_memory(c, b2)
     target = c if direct else np.empty(shape, _F32)
-    run_gemm("matmul", a2, b2, target)
+    if not batch and target is c and _small.use_small(a2.shape[0] * b2.shape[1] * k):
+        _small_strided("matmul", a2, b2, c)
+    else:
+        run_gemm("matmul", a2, b2, target)
     if target is not c:
         c[...] = target
-    return res
+    return res[()] if out is None and not result else res  # 0-d: numpy's scalar
+
+
+def _small_strided(op, a, b, c, epi=None):
+    """The small kernel on 2-D float32 views with any (whole-element) strides."""
+    bd = _small.bound(op)
+    ffi = bd.ffi
+    m, k = a.shape
+    n = b.shape[1]
+    sa, sb, sc = a.strides, b.strides, c.strides
+    t0 = time.perf_counter()
+    bd.fn(m, n, k, ffi.cast("float *", a.ctypes.data), sa[0] >> 2, sa[1] >> 2,
+          ffi.cast("float *", b.ctypes.data), sb[0] >> 2, sb[1] >> 2,
+          ffi.cast("float *", c.ctypes.data), sc[0] >> 2, sc[1] >> 2, ffi.NULL if epi is None else epi)
+    if _verbose.enabled():
+        _small.emit(op, bd, _shape_text(a, b), t0)
 
 
 def _shape_text(a, b) -> str:

@@ -1,0 +1,29 @@
+/* api_small.h: the small-problem float32 GEMM (gemm_small.c), identical at every ISA level.
+   Plain declarations only (read by the C compiler and by cffi as its cdef; uses api_gemm.h's types).
+
+   C[m x n] = A[m x k] B[k x n] (+ epilogue) read in place, on the calling thread: no packing, no
+   threads, no allocation. Strides in elements (any sign). k == 0 writes zeros (then the epilogue).
+   epi: NULL for none. Returns 1 (the threads used).
+   a, b, c point to float32 data; they are declared void * so that Python passes any buffer
+   (ffi.from_buffer(array)) without a typed conversion. */
+int op_gemm_f32_small(int64_t m, int64_t n, int64_t k,
+                      const void *a, int64_t rsa, int64_t csa,
+                      const void *b, int64_t rsb, int64_t csb,
+                      void *c, int64_t rsc, int64_t csc, const op_epilogue *epi);
+
+/* The same for C-contiguous A (m x k), B (k x n) and C (m x n), without an epilogue: the call with
+   the fewest arguments to convert (the per-call cost of a 4 x 4 product is mostly the call).
+   Returns 0 (nothing written) when a pointer is not float-aligned: the caller copies. */
+int op_gemm_f32_small_cc(int64_t m, int64_t n, int64_t k, const void *a, const void *b, void *c);
+
+/* Register tile of the nn form (rows x columns of C) and the kernel's name. */
+int op_gemm_f32_small_mr(void);
+int op_gemm_f32_small_nr(void);
+const char *op_gemm_f32_small_name(void);
+
+/* bfloat16: C-contiguous A (m x k) and B (k x n) of bfloat16 bits, float32 accumulation; C float32
+   (c_bf16 = 0) or bfloat16 bits rounded once to nearest even (c_bf16 = 1). Returns 1, or 0 (nothing
+   written) when a pointer is misaligned for its element type. */
+int op_gemm_bf16_small_cc(int64_t m, int64_t n, int64_t k, const void *a, const void *b, void *c,
+                          int c_bf16);
+const char *op_gemm_bf16_small_name(void);

@@ -1,0 +1,465 @@
+/* gemm_small.c: the small-problem float32 GEMM of every level (op_gemm_f32_small, api_small.h).
+
+   For products too small to pay for packing, a thread pool or scratch buffers (a few microseconds of
+   work), C = A B (+ epilogue) is computed straight from A and B in place, on the calling thread:
+   - "nn" form, B rows contiguous (csb == 1) and C rows contiguous (csc == 1): register tiles of
+     MR rows of C x NR columns; per k one row of the B panel is loaded and each A element is
+     broadcast (AVX-512: 8 x 32, two zmm per row, masked column tails; AVX2: 6 x 16, two ymm per
+     row, maskload tails; portable C: one row at a time, the inner loop left to the compiler);
+   - "nt" form, A rows and B columns contiguous along K (csa == 1, rsb == 1, e.g. linear's
+     x @ W.T with W (out, in) row-major): 4 x 4 (AVX-512, AVX2: 2 x 4) dot-product tiles with vector
+     accumulators along K, reduced once per tile;
+   - anything else: a plain triple loop (any strides, also negative or zero).
+   The epilogue (bias, then activation; op_epilogue of api_gemm.h) runs over each finished row of C.
+   K == 0 writes zeros, then the epilogue. Accumulation is float32 in k order per lane.
+
+   bfloat16 (op_gemm_bf16_small_cc): C-contiguous A and B of bfloat16 bits, widened exactly while
+   loading (bits << 16), float32 accumulation, C float32 or bfloat16 rounded once to nearest even
+   (op_f32_to_bf16_1 of cvt_bf16.c, ml_dtypes' rounding). AVX-512: the same 8 x 32 register tile;
+   other levels: one row of C at a time in 64-column stack chunks (the compiler vectorises the
+   inner loop with the level's flags). */
+
+#if defined(OP_HAS_AVX512)
+#define OP_SMALL_MR 8
+#define OP_SMALL_NR 32
+#define OP_SMALL_NAME "gemm_f32_small_" OP_LEVEL_NAME "_8x32"
+#elif defined(OP_HAS_AVX2)
+#define OP_SMALL_MR 6
+#define OP_SMALL_NR 16
+#define OP_SMALL_NAME "gemm_f32_small_" OP_LEVEL_NAME "_6x16"
+#else
+#define OP_SMALL_MR 1
+#define OP_SMALL_NR 1
+#define OP_SMALL_NAME "gemm_f32_small_" OP_LEVEL_NAME "_1x1"
+#endif
+
+/* bias and activation over row i of C (n elements at stride csc) */
+static void op_small_epi_row(float *c, int64_t csc, int64_t n, int64_t i, const op_epilogue *e)
+{
+    if (e->bias) {
+        if (e->bias_axis == 0) {
+            const float bv = e->bias[i * e->bias_stride];
+            for (int64_t j = 0; j < n; j++) c[j * csc] += bv;
+        } else {
+            for (int64_t j = 0; j < n; j++) c[j * csc] += e->bias[j * e->bias_stride];
+        }
+    }
+    if (e->act != OP_ACT_NONE) op_act_row(c, csc, (int)n, e->act);
+}
+
+/* any strides: the reference loop */
+static void op_small_any(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, int64_t csa,
+                         const float *b, int64_t rsb, int64_t csb, float *c, int64_t rsc, int64_t csc)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float s = 0.0f;
+            for (int64_t p = 0; p < k; p++) s += a[i * rsa + p * csa] * b[p * rsb + j * csb];
+            c[i * rsc + j * csc] = s;
+        }
+}
+
+#if defined(OP_HAS_AVX512)
+
+/* MR x (16 or 32) tile of the nn form; MR and TWO are constants at every call site */
+OP_INLINE void op_small_nn_tile(const int MR, const int TWO, int64_t k, const float *a, int64_t rsa,
+                                int64_t csa, const float *b, int64_t rsb, float *c, int64_t rsc,
+                                __mmask16 m0, __mmask16 m1)
+{
+    __m512 acc0[OP_SMALL_MR], acc1[OP_SMALL_MR];
+    for (int r = 0; r < MR; r++) { acc0[r] = _mm512_setzero_ps(); acc1[r] = _mm512_setzero_ps(); }
+    for (int64_t p = 0; p < k; p++) {
+        const float *bp = b + p * rsb;
+        const __m512 b0 = _mm512_maskz_loadu_ps(m0, bp);
+        const __m512 b1 = TWO ? _mm512_maskz_loadu_ps(m1, bp + 16) : _mm512_setzero_ps();
+        const float *ap = a + p * csa;
+        for (int r = 0; r < MR; r++) {
+            const __m512 av = _mm512_set1_ps(ap[r * rsa]);
+            acc0[r] = _mm512_fmadd_ps(av, b0, acc0[r]);
+            if (TWO) acc1[r] = _mm512_fmadd_ps(av, b1, acc1[r]);
+        }
+    }
+    for (int r = 0; r < MR; r++) {
+        _mm512_mask_storeu_ps(c + r * rsc, m0, acc0[r]);
+        if (TWO) _mm512_mask_storeu_ps(c + r * rsc + 16, m1, acc1[r]);
+    }
+}
+
+static void op_small_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, int64_t csa,
+                        const float *b, int64_t rsb, float *c, int64_t rsc)
+{
+    for (int64_t j0 = 0; j0 < n; j0 += 32) {
+        const int nb = (int)op_min64(32, n - j0);
+        const __mmask16 m0 = nb >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nb) - 1);
+        const __mmask16 m1 = nb >= 32 ? (__mmask16)0xffff : nb > 16 ? (__mmask16)((1u << (nb - 16)) - 1) : 0;
+        const float *bj = b + j0;
+        for (int64_t i0 = 0; i0 < m; i0 += OP_SMALL_MR) {
+            const int mr = (int)op_min64(OP_SMALL_MR, m - i0);
+            const float *ai = a + i0 * rsa;
+            float *ci = c + i0 * rsc + j0;
+#define OP_NN(R) (nb > 16 ? op_small_nn_tile(R, 1, k, ai, rsa, csa, bj, rsb, ci, rsc, m0, m1)    \
+                          : op_small_nn_tile(R, 0, k, ai, rsa, csa, bj, rsb, ci, rsc, m0, m1))
+            switch (mr) {
+            case 8: OP_NN(8); break;
+            case 7: OP_NN(7); break;
+            case 6: OP_NN(6); break;
+            case 5: OP_NN(5); break;
+            case 4: OP_NN(4); break;
+            case 3: OP_NN(3); break;
+            case 2: OP_NN(2); break;
+            default: OP_NN(1); break;
+            }
+#undef OP_NN
+        }
+    }
+}
+
+/* The 16 horizontal sums of v[0..15] in one vector, in three shuffle-and-add rounds (45 operations
+   instead of 16 full reductions): lane 4 L + p of the result is the sum of v[L + 4 p]. */
+OP_INLINE __m512 op_small_sum16(const __m512 *v)
+{
+    __m512 t[8], u[4], w[2];
+    for (int i = 0; i < 8; i++)  /* 128-bit halves: lanes (0+2, 1+3) of v[2i], then of v[2i+1] */
+        t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+    for (int j = 0; j < 4; j++)  /* 128-bit lane q of u[j]: the 4 partial sums of v[4j + q] */
+        u[j] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * j], t[2 * j + 1], 0x88),
+                             _mm512_shuffle_f32x4(t[2 * j], t[2 * j + 1], 0xDD));
+    for (int q = 0; q < 2; q++)
+        w[q] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * q], u[2 * q + 1], 0x88),
+                             _mm512_shuffle_ps(u[2 * q], u[2 * q + 1], 0xDD));
+    return _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
+}
+
+/* R x S dot tile of the nt form: A rows (contiguous along k) x B columns (contiguous along k) */
+OP_INLINE void op_small_nt_tile(const int R, const int S, int64_t k, const float *a, int64_t rsa,
+                                const float *b, int64_t csb, float *c, int64_t rsc, int64_t csc)
+{
+    __m512 acc[16];  /* acc[4 r + s] */
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+    int64_t p = 0;
+    for (; p < k; p += 16) {
+        const __mmask16 mk = k - p >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - p)) - 1);
+        __m512 bv[4];
+        for (int s = 0; s < S; s++) bv[s] = _mm512_maskz_loadu_ps(mk, b + s * csb + p);
+        for (int r = 0; r < R; r++) {
+            const __m512 av = _mm512_maskz_loadu_ps(mk, a + r * rsa + p);
+            for (int s = 0; s < S; s++) acc[4 * r + s] = _mm512_fmadd_ps(av, bv[s], acc[4 * r + s]);
+        }
+    }
+    if (R * S <= 2) {
+        for (int r = 0; r < R; r++)
+            for (int s = 0; s < S; s++) c[r * rsc + s * csc] = _mm512_reduce_add_ps(acc[4 * r + s]);
+        return;
+    }
+    float sums[16];
+    _mm512_storeu_ps(sums, op_small_sum16(acc));  /* sums[4 L + p] = acc[L + 4 p]: C(p, L) */
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < S; s++) c[r * rsc + s * csc] = sums[4 * s + r];
+}
+#define OP_SMALL_NT_R 4
+
+#elif defined(OP_HAS_AVX2)
+
+static const int32_t op_small_mask_src[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+/* lanes [0, n) set, n in 0..8 */
+OP_INLINE __m256i op_small_mask8(int n) { return _mm256_loadu_si256((const __m256i *)(op_small_mask_src + 8 - n)); }
+
+OP_INLINE void op_small_nn_tile(const int MR, const int TWO, int64_t k, const float *a, int64_t rsa,
+                                int64_t csa, const float *b, int64_t rsb, float *c, int64_t rsc,
+                                __m256i m0, __m256i m1)
+{
+    __m256 acc0[OP_SMALL_MR], acc1[OP_SMALL_MR];
+    for (int r = 0; r < MR; r++) { acc0[r] = _mm256_setzero_ps(); acc1[r] = _mm256_setzero_ps(); }
+    for (int64_t p = 0; p < k; p++) {
+        const float *bp = b + p * rsb;
+        const __m256 b0 = _mm256_maskload_ps(bp, m0);
+        const __m256 b1 = TWO ? _mm256_maskload_ps(bp + 8, m1) : _mm256_setzero_ps();
+        const float *ap = a + p * csa;
+        for (int r = 0; r < MR; r++) {
+            const __m256 av = _mm256_broadcast_ss(ap + r * rsa);
+            acc0[r] = _mm256_fmadd_ps(av, b0, acc0[r]);
+            if (TWO) acc1[r] = _mm256_fmadd_ps(av, b1, acc1[r]);
+        }
+    }
+    for (int r = 0; r < MR; r++) {
+        _mm256_maskstore_ps(c + r * rsc, m0, acc0[r]);
+        if (TWO) _mm256_maskstore_ps(c + r * rsc + 8, m1, acc1[r]);
+    }
+}
+
+static void op_small_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, int64_t csa,
+                        const float *b, int64_t rsb, float *c, int64_t rsc)
+{
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+        const int nb = (int)op_min64(16, n - j0);
+        const __m256i m0 = op_small_mask8(nb >= 8 ? 8 : nb);
+        const __m256i m1 = op_small_mask8(nb > 8 ? nb - 8 : 0);
+        const float *bj = b + j0;
+        for (int64_t i0 = 0; i0 < m; i0 += OP_SMALL_MR) {
+            const int mr = (int)op_min64(OP_SMALL_MR, m - i0);
+            const float *ai = a + i0 * rsa;
+            float *ci = c + i0 * rsc + j0;
+#define OP_NN(R) (nb > 8 ? op_small_nn_tile(R, 1, k, ai, rsa, csa, bj, rsb, ci, rsc, m0, m1)     \
+                         : op_small_nn_tile(R, 0, k, ai, rsa, csa, bj, rsb, ci, rsc, m0, m1))
+            switch (mr) {
+            case 6: OP_NN(6); break;
+            case 5: OP_NN(5); break;
+            case 4: OP_NN(4); break;
+            case 3: OP_NN(3); break;
+            case 2: OP_NN(2); break;
+            default: OP_NN(1); break;
+            }
+#undef OP_NN
+        }
+    }
+}
+
+OP_INLINE float op_small_hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+OP_INLINE void op_small_nt_tile(const int R, const int S, int64_t k, const float *a, int64_t rsa,
+                                const float *b, int64_t csb, float *c, int64_t rsc, int64_t csc)
+{
+    __m256 acc[2][4];
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < S; s++) acc[r][s] = _mm256_setzero_ps();
+    int64_t p = 0;
+    for (; p < k; p += 8) {
+        const __m256i mk = op_small_mask8(k - p >= 8 ? 8 : (int)(k - p));
+        __m256 bv[4];
+        for (int s = 0; s < S; s++) bv[s] = _mm256_maskload_ps(b + s * csb + p, mk);
+        for (int r = 0; r < R; r++) {
+            const __m256 av = _mm256_maskload_ps(a + r * rsa + p, mk);
+            for (int s = 0; s < S; s++) acc[r][s] = _mm256_fmadd_ps(av, bv[s], acc[r][s]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < S; s++) c[r * rsc + s * csc] = op_small_hsum8(acc[r][s]);
+}
+#define OP_SMALL_NT_R 2
+
+#else  /* portable C */
+
+static void op_small_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, int64_t csa,
+                        const float *b, int64_t rsb, float *c, int64_t rsc)
+{
+    for (int64_t i = 0; i < m; i++) {
+        float *OP_RESTRICT ci = c + i * rsc;
+        for (int64_t j = 0; j < n; j++) ci[j] = 0.0f;
+        for (int64_t p = 0; p < k; p++) {
+            const float aip = a[i * rsa + p * csa];
+            const float *OP_RESTRICT bp = b + p * rsb;
+            for (int64_t j = 0; j < n; j++) ci[j] += aip * bp[j];
+        }
+    }
+}
+
+OP_INLINE void op_small_nt_tile(const int R, const int S, int64_t k, const float *a, int64_t rsa,
+                                const float *b, int64_t csb, float *c, int64_t rsc, int64_t csc)
+{
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < S; s++) {
+            const float *OP_RESTRICT ar = a + r * rsa;
+            const float *OP_RESTRICT bs = b + s * csb;
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            int64_t p = 0;
+            for (; p + 4 <= k; p += 4)
+                for (int q = 0; q < 4; q++) acc[q] += ar[p + q] * bs[p + q];
+            float v = (acc[0] + acc[2]) + (acc[1] + acc[3]);
+            for (; p < k; p++) v += ar[p] * bs[p];
+            c[r * rsc + s * csc] = v;
+        }
+}
+#define OP_SMALL_NT_R 1
+
+#endif
+
+static void op_small_nt(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa,
+                        const float *b, int64_t csb, float *c, int64_t rsc, int64_t csc)
+{
+    for (int64_t i0 = 0; i0 < m; i0 += OP_SMALL_NT_R) {
+        const int R = (int)op_min64(OP_SMALL_NT_R, m - i0);
+        for (int64_t j0 = 0; j0 < n; j0 += 4) {
+            const int S = (int)op_min64(4, n - j0);
+            const float *ai = a + i0 * rsa, *bj = b + j0 * csb;
+            float *cij = c + i0 * rsc + j0 * csc;
+#define OP_NT(RR)                                                                                \
+            switch (S) {                                                                         \
+            case 4: op_small_nt_tile(RR, 4, k, ai, rsa, bj, csb, cij, rsc, csc); break;         \
+            case 3: op_small_nt_tile(RR, 3, k, ai, rsa, bj, csb, cij, rsc, csc); break;         \
+            case 2: op_small_nt_tile(RR, 2, k, ai, rsa, bj, csb, cij, rsc, csc); break;         \
+            default: op_small_nt_tile(RR, 1, k, ai, rsa, bj, csb, cij, rsc, csc); break;        \
+            }
+#if OP_SMALL_NT_R == 4
+            switch (R) {
+            case 4: OP_NT(4) break;
+            case 3: OP_NT(3) break;
+            case 2: OP_NT(2) break;
+            default: OP_NT(1) break;
+            }
+#elif OP_SMALL_NT_R == 2
+            if (R == 2) { OP_NT(2) } else { OP_NT(1) }
+#else
+            OP_NT(1)
+#endif
+#undef OP_NT
+        }
+    }
+}
+
+int op_gemm_f32_small(int64_t m, int64_t n, int64_t k,
+                      const void *av, int64_t rsa, int64_t csa,
+                      const void *bv, int64_t rsb, int64_t csb,
+                      void *cv, int64_t rsc, int64_t csc, const op_epilogue *epi)
+{
+    const float *a = (const float *)av, *b = (const float *)bv;
+    float *c = (float *)cv;
+    if (m <= 0 || n <= 0) return 1;
+    if (k <= 0) {
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) c[i * rsc + j * csc] = 0.0f;
+    } else if (csb == 1 && csc == 1) {
+        op_small_nn(m, n, k, a, rsa, csa, b, rsb, c, rsc);
+    } else if (csa == 1 && rsb == 1) {
+        op_small_nt(m, n, k, a, rsa, b, csb, c, rsc, csc);
+    } else {
+        op_small_any(m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, csc);
+    }
+    if (epi && (epi->bias || epi->act != OP_ACT_NONE))
+        for (int64_t i = 0; i < m; i++) op_small_epi_row(c + i * rsc, csc, n, i, epi);
+    return 1;
+}
+
+int op_gemm_f32_small_cc(int64_t m, int64_t n, int64_t k, const void *a, const void *b, void *c)
+{
+    if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & (sizeof(float) - 1)) return 0;
+    return op_gemm_f32_small(m, n, k, a, k, 1, b, n, 1, c, n, 1, NULL);
+}
+
+/* ---- bfloat16 ---- */
+
+#define OP_SMALL_BF_CHUNK 64
+
+#if defined(OP_HAS_AVX512)
+#define OP_SMALL_BF_NAME "gemm_bf16_small_" OP_LEVEL_NAME "_8x32"
+OP_INLINE __m512 op_small_bf_load(__mmask16 m, const uint16_t *p)
+{
+    const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+OP_INLINE void op_small_bf_tile(const int MR, const int TWO, int64_t k, const uint16_t *a, int64_t rsa,
+                                const uint16_t *b, int64_t rsb, void *c, int64_t rsc, int c_bf16,
+                                __mmask16 m0, __mmask16 m1)
+{
+    __m512 acc0[OP_SMALL_MR], acc1[OP_SMALL_MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) { acc0[r] = _mm512_setzero_ps(); acc1[r] = _mm512_setzero_ps(); }
+    for (int64_t p = 0; p < k; p++) {
+        const uint16_t *bp = b + p * rsb;
+        const __m512 b0 = op_small_bf_load(m0, bp);
+        const __m512 b1 = TWO ? op_small_bf_load(m1, bp + 16) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+            const __m512 av = _mm512_set1_ps(op_bf16_to_f32_1(a[r * rsa + p]));
+            acc0[r] = _mm512_fmadd_ps(av, b0, acc0[r]);
+            if (TWO) acc1[r] = _mm512_fmadd_ps(av, b1, acc1[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+        if (!c_bf16) {
+            float *cr = (float *)c + r * rsc;
+            _mm512_mask_storeu_ps(cr, m0, acc0[r]);
+            if (TWO) _mm512_mask_storeu_ps(cr + 16, m1, acc1[r]);
+        } else {  /* rounded once, as op_f32_to_bf16_1 (cvt_bf16.c's integer path) */
+            uint16_t *cr = (uint16_t *)c + r * rsc;
+            _mm256_mask_storeu_epi16(cr, m0, _mm512_cvtepi32_epi16(op_cvt16_int(_mm512_castps_si512(acc0[r]))));
+            if (TWO)
+                _mm256_mask_storeu_epi16(cr + 16, m1,
+                                         _mm512_cvtepi32_epi16(op_cvt16_int(_mm512_castps_si512(acc1[r]))));
+        }
+    }
+}
+
+static void op_small_bf_nn(int64_t m, int64_t n, int64_t k, const uint16_t *a, const uint16_t *b,
+                           void *c, int c_bf16)
+{
+    const size_t item = c_bf16 ? 2 : 4;
+    for (int64_t j0 = 0; j0 < n; j0 += 32) {
+        const int nb = (int)op_min64(32, n - j0);
+        const __mmask16 m0 = nb >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nb) - 1);
+        const __mmask16 m1 = nb >= 32 ? (__mmask16)0xffff : nb > 16 ? (__mmask16)((1u << (nb - 16)) - 1) : 0;
+        for (int64_t i0 = 0; i0 < m; i0 += OP_SMALL_MR) {
+            const int mr = (int)op_min64(OP_SMALL_MR, m - i0);
+            const uint16_t *ai = a + i0 * k;
+            void *ci = (char *)c + (size_t)(i0 * n + j0) * item;
+#define OP_BF(R) (nb > 16 ? op_small_bf_tile(R, 1, k, ai, k, b + j0, n, ci, n, c_bf16, m0, m1)    \
+                          : op_small_bf_tile(R, 0, k, ai, k, b + j0, n, ci, n, c_bf16, m0, m1))
+            switch (mr) {
+            case 8: OP_BF(8); break;
+            case 7: OP_BF(7); break;
+            case 6: OP_BF(6); break;
+            case 5: OP_BF(5); break;
+            case 4: OP_BF(4); break;
+            case 3: OP_BF(3); break;
+            case 2: OP_BF(2); break;
+            default: OP_BF(1); break;
+            }
+#undef OP_BF
+        }
+    }
+}
+#else
+#if defined(OP_HAS_AVX2)
+#define OP_SMALL_BF_NAME "gemm_bf16_small_" OP_LEVEL_NAME "_1x64"
+#else
+#define OP_SMALL_BF_NAME "gemm_bf16_small_" OP_LEVEL_NAME "_1x64"
+#endif
+static void op_small_bf_nn(int64_t m, int64_t n, int64_t k, const uint16_t *a, const uint16_t *b,
+                           void *c, int c_bf16)
+{
+    float acc[OP_SMALL_BF_CHUNK];
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j0 = 0; j0 < n; j0 += OP_SMALL_BF_CHUNK) {
+            const int nb = (int)op_min64(OP_SMALL_BF_CHUNK, n - j0);
+            for (int j = 0; j < nb; j++) acc[j] = 0.0f;
+            for (int64_t p = 0; p < k; p++) {
+                const float aip = op_bf16_to_f32_1(a[i * k + p]);
+                const uint16_t *OP_RESTRICT bp = b + p * n + j0;
+                for (int j = 0; j < nb; j++) acc[j] += aip * op_bf16_to_f32_1(bp[j]);
+            }
+            if (c_bf16) {
+                uint16_t *cr = (uint16_t *)c + i * n + j0;
+                for (int j = 0; j < nb; j++) cr[j] = op_f32_to_bf16_1(acc[j]);
+            } else {
+                memcpy((float *)c + i * n + j0, acc, (size_t)nb * sizeof(float));
+            }
+        }
+}
+#endif
+
+int op_gemm_bf16_small_cc(int64_t m, int64_t n, int64_t k, const void *a, const void *b, void *c,
+                          int c_bf16)
+{
+    if ((((uintptr_t)a | (uintptr_t)b) & 1) || ((uintptr_t)c & (c_bf16 ? 1 : 3))) return 0;
+    if (m <= 0 || n <= 0) return 1;
+    if (k <= 0) {
+        memset(c, 0, (size_t)(m * n) * (c_bf16 ? 2 : 4));
+        return 1;
+    }
+    op_small_bf_nn(m, n, k, (const uint16_t *)a, (const uint16_t *)b, c, c_bf16);
+    return 1;
+}
+
+const char *op_gemm_bf16_small_name(void) { return OP_SMALL_BF_NAME; }
+
+int op_gemm_f32_small_mr(void) { return OP_SMALL_MR; }
+int op_gemm_f32_small_nr(void) { return OP_SMALL_NR; }
+const char *op_gemm_f32_small_name(void) { return OP_SMALL_NAME; }

@@ -1,0 +1,220 @@
+"""The small-problem path of ``matmul`` and ``linear`` (kernels/gemm_small.c, api_small.h).
+
+Products too small to pay for packing, the thread pool and scratch buffers run the registry's
+``algorithm="small"`` row of their (op, float32) on the calling thread, reading A and B in place.
+
+Where a call's fixed cost goes (4 x 4 x 4 float32 matmul, Zen 4, 1 thread, perf_counter over
+500 x 200-call blocks, best block; numpy.matmul itself takes 0.95 us): the previous front end took
+7.2 us, mostly ``select`` (0.35 us, of which ``isa()`` 0.22), ``kernel_ready`` / ``may_share_memory``
+checks, typed ``from_buffer`` (~0.5 us each), the batch logic and the packed-GEMM driver's set-up in
+C. Now: argument checks 0.15 us (exact type and dtype identity, one shape unpack that raises for
+other ranks), the row lookup 0.06 us (``fast_matmul``, keyed by the scoped cap, holds the C entry
+while ONEPATH_VERBOSE is off, so the verbose test costs nothing), ``np.empty`` 0.14 us, three
+untyped ``ffi.from_buffer`` 0.43 us (the C entry takes ``void *``; ``arr.ctypes.data`` would cost
+~1 us each; a non-contiguous operand makes from_buffer raise and takes the general path), the C
+call 0.23 us (0.12 us of it is any cffi call: argument conversion and the GIL release): 1.35 us in
+all. The C-contiguous entry (``op_gemm_f32_small_cc``) has six arguments and checks alignment.
+
+``LIMITS``: per level of the small row, the largest M*N*K this path runs whatever the thread count,
+and the largest when the kernels may use one thread only (``use_small``). Measured on Zen 4 with one
+thread (best of alternated runs, the packed GEMM of main as of 2026-11-30): AVX-512, the small
+kernel takes 38.6 / 134 / 313 us at 128^3 / 192^3 / 256^3 where the packed GEMM takes 47.0 / 143 /
+327 (numpy 43.5 / 139 / 325), and with 2 threads the packed GEMM wins from about 192^3 on (118 us
+against 141); AVX2 (6 x 16), the small kernel wins up to 96^3 (22.9 against 26.9 us) and loses at
+128^3 (54.5 against 52.4); portable C, it wins up to 32^3 (7.1 against 11.0 us) and ties at 48^3.
+"""
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+
+from .. import _stats, _threads, _verbose
+from ..dispatch import cap as _cap
+from ..dispatch import registry
+from ..dispatch.levels import level_index
+from ..kernels import load
+
+import numpy as _np
+
+_ND = _np.ndarray
+_F32 = _np.dtype(_np.float32)
+_empty = _np.empty
+
+LIMITS: dict = {"avx512_core": (128 ** 3, 256 ** 3), "avx2": (112 ** 3, 112 ** 3),
+                 "generic": (40 ** 3, 40 ** 3)}
+
+
+def fits(mnk: int, row_level: str) -> bool:
+    """True when M*N*K = ``mnk`` is small enough for the small row of level ``row_level``."""
+    lim, lim1t = LIMITS.get(row_level, (-1, -1))
+    return mnk <= lim or (mnk <= lim1t and _threads.get_num_threads() == 1)
+
+
+def use_small(mnk: int, op: str = "matmul", dtype: str = "float32") -> bool:
+    """True when a product of M*N*K = ``mnk`` of (op, dtype) takes the small path at the level in
+    force."""
+    return fits(mnk, row_for(op, _cap.isa(), dtype).level)
+
+
+def reset() -> None:
+    """Forget the bound rows and fast entries (after a change of ``LIMITS``; tests)."""
+    fast_matmul.clear()
+    for cache in _bound.values():
+        cache.clear()
+    _bound_bf16.clear()
+
+
+class Bound:
+    """A small-path registry row with its module's C functions (``fn`` any strides, ``cc`` the
+    C-contiguous entry) and its cffi instance."""
+    __slots__ = ("row", "ffi", "fn", "cc", "fb", "null")
+
+    def __init__(self, row):
+        mod = load(row.level)
+        self.row = row
+        self.ffi = mod.ffi
+        self.fn = mod.lib.op_gemm_f32_small
+        self.cc = mod.lib.op_gemm_f32_small_cc
+        self.fb = mod.ffi.from_buffer
+        self.null = mod.ffi.NULL
+
+
+_bound: dict = {"matmul": {}, "linear": {}}
+# The scoped cap (``cap._scoped``'s value: None outside ``with max_isa()`` blocks) -> (
+# op_gemm_f32_small_cc, from_buffer, limit, one-thread limit) of matmul's small row at the level in
+# force there. Filled by
+# ``bound`` while ONEPATH_VERBOSE is off; emptied when verbose is re-read or the process cap
+# changes. matmul's fast path reads it with one ContextVar read and one dict lookup.
+fast_matmul: dict = {}
+_verbose.on_reload.append(fast_matmul.clear)
+_cap.on_change.append(fast_matmul.clear)
+
+
+def bound(op: str) -> Bound:
+    """The small row of ``op`` ("matmul" or "linear") at the ISA level in force, bound."""
+    level = _cap.isa()
+    cache = _bound[op]
+    b = cache.get(level)
+    if b is None:
+        b = Bound(row_for(op, level))
+        _stats.record(op, "float32", b.row.level, "small")  # it runs right after this lookup
+        cache[level] = b
+    if op == "matmul" and _verbose.enabled() is False:
+        fast_matmul[_cap._scoped.get()] = (b.cc, b.fb) + LIMITS.get(b.row.level, (-1, -1))
+    return b
+
+
+@lru_cache(maxsize=None)
+def row_for(op: str, level: str, dtype: str = "float32"):
+    """The first ``algorithm="small"`` registry row of (op, dtype) that ``level`` may run."""
+    cap_i = level_index(level)
+    for row in registry.rows(op, dtype):
+        if row.algorithm == "small" and level_index(row.level) <= cap_i:
+            return row
+    raise ValueError(f"no small-problem kernel for op={op!r} dtype={dtype!r} at level {level!r}")
+
+
+_bound_bf16: dict = {}
+
+
+def matmul_bf16(a, b, c_bf16: bool):
+    """The bfloat16 small kernel on 2-D C-contiguous bfloat16 a (m, k), b (k, n): the (m, n) result,
+    bfloat16 (rounded once) or float32; None when the problem is not small or an operand is not
+    C-contiguous and aligned (the caller takes the bfloat16 GEMM)."""
+    (m, k), (k2, n) = a.shape, b.shape
+    if k2 != k or not use_small(m * n * k, "matmul", "bfloat16"):
+        return None
+    level = _cap.isa()
+    bd = _bound_bf16.get(level)
+    if bd is None:
+        row = row_for("matmul", level, "bfloat16")
+        mod = load(row.level)
+        bd = _bound_bf16[level] = (row, mod.lib.op_gemm_bf16_small_cc, mod.ffi.from_buffer)
+        _stats.record("matmul", "bfloat16", row.level, "small")
+    row, fn, fb = bd
+    c = _empty((m, n), a.dtype if c_bf16 else _F32)
+    t0 = time.perf_counter()
+    try:
+        if not fn(m, n, k, fb(a), fb(b), fb(c), 1 if c_bf16 else 0):
+            return None
+    except ValueError:  # not C-contiguous
+        return None
+    if _verbose.enabled():
+        _verbose.emit("matmul", "bf16:bf16:" + ("bf16" if c_bf16 else "f32"), row.level, row.name,
+                      f"{m}x{k}:{k}x{n}", 1, time.perf_counter() - t0)
+    return c
+
+
+def emit(op: str, b: Bound, shapes: str, t0: float) -> None:
+    """The verbose line of a small-path call."""
+    _verbose.emit(op, "f32:f32:f32", b.row.level, b.row.name, shapes, 1, time.perf_counter() - t0)
+
+
+def _rows_ready(x) -> bool:
+    """2-D float32 with contiguous rows (the nt form reads rows along K), aligned."""
+    st = x.strides
+    return st[1] == 4 and st[0] % 4 == 0 and x.flags.aligned
+
+
+def linear(x, w, out, bias, code: int, shapes: str) -> bool:
+    """out (m, n) = x (m, k) @ w (n, k).T (+ bias (n,) float32 contiguous, activation OP_ACT
+    ``code``) with the small kernel's nt form; False (nothing done) when x or w does not have
+    contiguous rows."""
+    if not (_rows_ready(x) and _rows_ready(w)):
+        return False
+    b = bound("linear")
+    ffi = b.ffi
+    m, k = x.shape
+    n = w.shape[0]
+    epi = ffi.NULL
+    if bias is not None or code:
+        epi = ffi.new("op_epilogue *")
+        if bias is not None:
+            epi.bias = ffi.cast("const float *", bias.ctypes.data)
+            epi.bias_stride = 1
+            epi.bias_axis = 1
+        epi.act = code
+    fb = b.fb
+    t0 = time.perf_counter()
+    b.fn(m, n, k, fb(x) if x.flags.c_contiguous else ffi.cast("float *", x.ctypes.data), x.strides[0] >> 2, 1,
+         fb(w) if w.flags.c_contiguous else ffi.cast("float *", w.ctypes.data), 1, w.strides[0] >> 2,
+         fb(out), n, 1, epi)
+    if _verbose.enabled():
+        emit("linear", b, shapes, t0)
+    return True
+
+
+def linear_fast(x, w, bias, code, packed):
+    """``linear``'s first try: x (m, k) and w (n, k) float32 C-contiguous ndarrays, bias None or a
+    float32 C-contiguous (n,) ndarray, ``code`` an OP_ACT_* (None: an activation name to check),
+    a small problem, verbose off. Returns the (m, n) result, or None for the checked path."""
+    if code is None or type(w) is not _ND or w.dtype is not _F32 or _verbose._enabled is not False:
+        return None
+    try:
+        (m, k), (n, k2) = x.shape, w.shape
+    except ValueError:
+        return None
+    if k2 != k or not k or not use_small(m * n * k, "linear"):
+        return None
+    if bias is not None and (bias.dtype is not _F32 or bias.shape != (n,)):
+        return None
+    if packed is not None:
+        packed.current()  # the cap rules of a PackedWeight hold on this path too
+    b = bound("linear")
+    ffi, fb = b.ffi, b.fb
+    out = _empty((m, n), _F32)
+    try:
+        xp, wp, op = fb(x), fb(w), fb(out)
+        epi = ffi.NULL
+        if bias is not None or code:
+            epi = ffi.new("op_epilogue *")
+            if bias is not None:
+                bp = fb(bias)  # alive until the call returns
+                epi.bias = ffi.cast("const float *", bp)
+                epi.bias_stride = 1
+                epi.bias_axis = 1
+            epi.act = code
+    except ValueError:  # not C-contiguous
+        return None
+    b.fn(m, n, k, xp, k, 1, wp, 1, k, op, n, 1, epi)
+    return out

@@ -1,0 +1,323 @@
+"""Small calls (issue 9) and exactness outside the kernels (issue 12, faults 1 and 6).
+
+- the small-problem kernel of every level (its registry rows, every form: nn, nt, strided),
+  chosen by matmul and linear, shown in verbose lines;
+- 0-d results are numpy's scalars, compared by exact type with numpy's over all dtypes;
+- numpy's own TestMatmul run against onepath.matmul;
+- every path onepath does not accelerate returns exactly the numpy expression of its docstring.
+"""
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import pytest
+
+import onepath
+from onepath.dispatch import rows
+from onepath.dtypes import BF16
+from onepath.kernels import load
+from onepath.ops import _small
+from onepath.ops.conv import reference_conv2d
+
+from conftest import assert_gemm_close
+
+RNG = np.random.default_rng(99)
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+# ---- the small kernel, every level ----------------------------------------------------------
+
+def test_small_rows_match_compiled_kernels(level):
+    for op in ("matmul", "linear"):
+        row = _small.row_for(op, level)
+        assert row.algorithm == "small"
+        lib = load(row.level).lib
+        assert (lib.op_gemm_f32_small_mr(), lib.op_gemm_f32_small_nr()) == (row.mr, row.nr)
+        name = load(row.level).ffi.string(lib.op_gemm_f32_small_name()).decode()
+        assert name == row.name
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (4, 4, 4), (5, 3, 17), (7, 19, 33), (13, 64, 31),
+                                   (6, 16, 32), (64, 64, 64), (12, 100, 47), (128, 128, 128)])
+def test_small_matmul_forms(level, m, k, n):
+    a, b = rand(m, k), rand(k, n)
+    assert_gemm_close(onepath.matmul(a, b), a, b)                          # nn, contiguous
+    assert_gemm_close(onepath.matmul(a, np.asfortranarray(b)), a, b)       # B columns: nt
+    at = np.asfortranarray(a)
+    assert_gemm_close(onepath.matmul(at, b), a, b)                         # A columns
+    big = rand(m, 2 * k)
+    assert_gemm_close(onepath.matmul(big[:, ::2], b[::-1][::-1]), big[:, ::2], b)  # strided
+
+
+@pytest.mark.parametrize("act", [None, "relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("shape", [(1, 5, 3), (3, 17, 9), (8, 64, 40)])
+def test_small_linear(level, act, shape):
+    from test_linear import _ref
+    m, k, n = shape
+    x, w, bias = rand(m, k), rand(n, k) / math.sqrt(k), rand(n)
+    for bb in (None, bias):
+        for wt in (w, onepath.prepack(w)):
+            got = onepath.linear(x, wt, bb, activation=act)
+            ref = _ref(x, w, bb, act)
+            assert got.dtype == np.float32 and got.shape == (m, n)
+            np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5 * math.sqrt(k))
+
+
+def test_small_verbose_names_kernel(level, caplog, verbose_on):
+    a = rand(4, 4)
+    with caplog.at_level(logging.INFO, logger="onepath"):
+        onepath.matmul(a, a)
+        onepath.linear(a, a, a[0])
+    row = _small.row_for("matmul", level)
+    assert f"matmul,f32:f32:f32,{row.level},{row.name}" in caplog.text
+    assert f"linear,f32:f32:f32,{row.level},{row.name}" in caplog.text
+
+
+def test_limits_per_level(level):
+    row = _small.row_for("matmul", level)
+    lim, lim1t = _small.LIMITS[row.level]
+    assert _small.use_small(lim) and not _small.use_small(max(lim, lim1t) + 1)
+    a, b = rand(3, 5), rand(5, 4)
+    assert_gemm_close(onepath.matmul(a, b), a, b)
+
+
+def test_info_lists_small_rows():
+    from onepath.info import kernel_rows
+    names = {r.get("name") for r in kernel_rows() if r.get("algorithm") == "small"}
+    assert any(n.startswith("gemm_f32_small_") for n in names)
+    assert {r.level for r in rows("matmul", "float32") if r.algorithm == "small"} >= {"generic"}
+
+
+# ---- 0-d results: numpy's scalars -------------------------------------------------------------
+
+ZERO_D_TYPES = ["?", "b", "h", "i", "l", "q", "B", "e", "f", "d", "g", "F", "D", "O"]
+
+
+@pytest.mark.parametrize("dt", ZERO_D_TYPES)
+def test_zero_d_result_types_match_numpy(dt):
+    v = np.ones(5, dt)
+    got, want = onepath.matmul(v, v), np.matmul(v, v)
+    assert type(got) is type(want) and got == want
+    out = np.zeros((), dt)
+    assert onepath.matmul(v, v, out=out) is out
+    assert type(onepath.matmul(v[:0], v[:0])) is type(np.matmul(v[:0], v[:0]))
+
+
+def test_zero_d_float32_and_bfloat16_every_level(level):
+    for n in (0, 1, 5, 300):
+        v = rand(n)
+        got = onepath.matmul(v, v)
+        assert type(got) is np.float32
+        assert type(onepath.matmul(v[None, :], v[:, None].T.T)) is np.ndarray
+        b = v.astype(BF16)
+        assert type(onepath.matmul(b, b)) is BF16.type                 # bf16 x bf16 -> bfloat16
+        assert type(onepath.matmul(b, v)) is np.float32                 # widened: float32
+        assert type(onepath.matmul(b, b, dtype=np.float32)) is np.float32
+        out = np.zeros((), np.float32)
+        assert onepath.matmul(v, v, out=out) is out
+        # a batch of vector products stays an array
+        assert type(onepath.matmul(np.ones((2, n), np.float32)[:, None, :],
+                                   np.ones((2, n), np.float32)[:, :, None])) is np.ndarray
+
+
+# ---- numpy's own matmul tests -------------------------------------------------------------------
+
+try:
+    import warnings
+    with warnings.catch_warnings():  # numpy's module uses marks registered by numpy's own conftest
+        warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
+        import numpy._core.tests.test_multiarray as _np_tests  # not shipped by every numpy build
+except Exception as exc:  # noqa: BLE001
+    _np_tests = None
+    _why = f"numpy's test files are not installed ({type(exc).__name__}: {exc})"
+
+
+if _np_tests is not None:
+    class TestNumpyMatmulSuite(_np_tests.TestMatmul):
+        """numpy's TestMatmul (numpy/_core/tests/test_multiarray.py) with onepath.matmul."""
+        matmul = staticmethod(onepath.matmul)
+else:
+    def test_numpy_matmul_suite():
+        pytest.skip(_why)
+
+
+# ---- issue 12, fault 1: the numpy paths return the docstrings' numpy expressions ---------------
+
+DTYPES = [np.float16, np.float32, np.float64, np.complex64, np.complex128, np.int8, np.int32,
+          np.int64, np.bool_, object]
+ACTS = ["relu", "gelu", "gelu_tanh", "silu"]
+
+
+def _vals(shape, dt):
+    x = RNG.integers(-3, 4, size=shape)
+    if dt is np.bool_:
+        return x > 0
+    if dt is object:
+        return x.astype(object)
+    return x.astype(dt) + (0.25 if np.dtype(dt).kind in "fc" else 0)
+
+
+def _same(got, want):
+    assert type(got) is type(want)
+    assert np.result_type(got) == np.result_type(want)
+    assert np.shape(got) == np.shape(want)
+    if np.result_type(want) == object:
+        assert all(g == w for g, w in zip(np.ravel(got), np.ravel(want)))
+    else:
+        np.testing.assert_array_equal(got, want, strict=True)
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_matmul_numpy_paths_exact(dt):
+    for sa, sb in [((3, 4), (4, 2)), ((4,), (4, 2)), ((3, 4), (4,)), ((2, 3, 4), (4, 5))]:
+        a, b = _vals(sa, dt), _vals(sb, dt)
+        if np.dtype(dt) == np.float32:
+            assert_gemm_close(onepath.matmul(a, b), a, b)
+        else:
+            _same(onepath.matmul(a, b), np.matmul(a, b))
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_linear_numpy_paths_exact(dt):
+    x, w = _vals((3, 4), dt), _vals((2, 4), dt)
+    biases = [None, _vals((2,), dt), _vals((1,), dt), _vals((), dt)]
+    if np.dtype(dt) == np.float32:
+        for bias in biases:
+            ref = x.astype(np.float64) @ w.astype(np.float64).T + (0 if bias is None else bias)
+            np.testing.assert_allclose(onepath.linear(x, w, bias), ref, rtol=1e-6)
+        return
+    for bias in biases:
+        want = x @ w.T if bias is None else x @ w.T + bias
+        _same(onepath.linear(x, w, bias), want)
+        for act in ACTS:
+            if want.dtype in (np.float16, np.float32, np.float64):
+                z = want.astype(np.float64)
+                ref = {"relu": lambda: np.maximum(want, 0),
+                       "gelu": lambda: (0.5 * z * (1 + np.vectorize(math.erf)(z / math.sqrt(2)))).astype(want.dtype),
+                       "gelu_tanh": lambda: (0.5 * z * (1 + np.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z ** 3)))).astype(want.dtype),
+                       "silu": lambda: (z / (1 + np.exp(-z))).astype(want.dtype)}[act]()
+                _same(onepath.linear(x, w, bias, activation=act), ref)
+            else:
+                with pytest.raises(TypeError, match=str(want.dtype)):
+                    onepath.linear(x, w, bias, activation=act)
+
+
+def test_linear_issue_examples():
+    r = onepath.linear(np.array([[0.0]]), np.array([[1.0]]), np.array([0.1]))
+    assert r.dtype == np.float64 and r[0, 0] == 0.1
+    r = onepath.linear(np.array([[0.0]]), np.array([[1.0]]), np.array([1e-40]))
+    assert r[0, 0] == 1e-40
+    c = np.array([1 + 2j, 3j, 1])
+    r = onepath.linear(np.zeros((1, 2), complex), np.zeros((3, 2), complex), c)
+    np.testing.assert_array_equal(r[0], c)
+    r = onepath.linear(np.array([[2**40 + 1]]), np.array([[1]]), np.array([2**30 + 1]))
+    assert r.dtype == np.int64 and r[0, 0] == 1100585369602
+    h = np.float16
+    r = onepath.linear(np.ones((1, 2), h), np.ones((3, 2), h), np.ones(3, h))
+    assert r.dtype == np.float16
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("op", ["conv2d", "conv1d"])
+def test_conv_dtypes(dt, op):
+    nd = 2 if op == "conv2d" else 1
+    x = _vals((1, 3) + (6,) * nd, dt)
+    w = _vals((4, 3) + (3,) * nd, dt)
+    b = _vals((4,), dt)
+    fn = getattr(onepath, op)
+    name = np.dtype(dt).name
+    if name == "float32":
+        assert fn(x, w, b, padding=1).dtype == np.float32
+        return
+    if name != "float64":
+        with pytest.raises(TypeError, match=name):
+            fn(x, w, b, padding=1)
+        return
+    for act in [None] + ACTS:
+        got = fn(x, w, b, padding=1, activation=act)
+        x4 = x if nd == 2 else x[:, :, None, :]
+        w4 = w if nd == 2 else w[:, :, None, :]
+        pads = ((1, 1), (1, 1)) if nd == 2 else ((0, 0), (1, 1))
+        want = reference_conv2d(x4, w4, b, (1, 1), pads, (1, 1), 1, act)
+        if nd == 1:
+            want = want[:, :, 0, :]
+        _same(got, want)
+
+
+# ---- issue 12, fault 6: small API gaps -------------------------------------------------------------
+
+def test_linear_bias_broadcasts_like_torch(level):
+    x, w = rand(3, 8), rand(5, 8)
+    ref = x.astype(np.float64) @ w.astype(np.float64).T
+    for bias in (np.float32(0.5), np.array(0.5, np.float32), np.array([0.5], np.float32), 0.5):
+        np.testing.assert_allclose(onepath.linear(x, w, bias), ref + 0.5, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"\(5,\), \(1,\) or \(\)"):
+        onepath.linear(x, w, np.ones(2, np.float32))
+
+
+def test_packed_weight_as_right_operand_of_at():
+    x, w = rand(3, 8), rand(5, 8)
+    p = onepath.prepack(w)
+    np.testing.assert_allclose(x @ p, onepath.linear(x, w), rtol=1e-6)
+    with pytest.raises(TypeError, match="PackedWeight"):
+        np.matmul(x, p)
+    with pytest.raises(TypeError):
+        p @ x  # noqa: B018
+
+
+def test_string_options_any_case():
+    x, w = rand(1, 3, 6, 6), rand(4, 3, 3, 3)
+    a = onepath.conv2d(x, w, padding="SAME", activation="ReLU", layout="nchw")
+    b = onepath.conv2d(x, w, padding="same", activation="relu", layout="NCHW")
+    np.testing.assert_array_equal(a, b)
+    x2, w2 = rand(2, 6), rand(3, 6)
+    np.testing.assert_array_equal(onepath.linear(x2, w2, activation="SILU"),
+                                  onepath.linear(x2, w2, activation="silu"))
+    with pytest.raises(ValueError, match="any letter case"):
+        onepath.linear(x2, w2, activation="swish")
+
+
+def test_nhwc_layout_given_nchw_data_names_the_layout():
+    x, w = rand(1, 3, 6, 6), rand(4, 3, 3, 3)
+    with pytest.raises(ValueError, match=r"layout='NHWC' reads the input as \(N, H, W, C\)"):
+        onepath.conv2d(x, w, layout="NHWC")
+    with pytest.raises(ValueError, match=r"layout='NLC'"):
+        onepath.conv1d(rand(1, 3, 6), rand(4, 3, 3), layout="NLC")
+
+
+# ---- the calls bench suite -----------------------------------------------------------------------
+
+def test_calls_suite_prints_microseconds_per_call(monkeypatch):
+    import io
+
+    from onepath.bench import calls_suite, cli
+    monkeypatch.setattr(calls_suite, "_torch", lambda: None)  # torch's import alone takes seconds
+    buf = io.StringIO()
+    d = cli.run(threads=1, quick=True, suites=["calls"], shapes=[4, 16], repeat=1, min_time=0.001,
+                peak=False, progress=False, out=buf)
+    text = buf.getvalue()
+    assert "onepath us" in text and "numpy us" in text and "x numpy" in text
+    names = [r["name"] for r in d["results"]]
+    assert names[:2] == ["matmul 4x4x4", "matmul 16x16x16"] and any("prepacked" in n for n in names)
+    assert all(r["check_ok"] in (None, True) for r in d["results"])
+    assert d["results"][0]["kernel"].startswith("gemm_f32_small_")
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (4, 4, 4), (7, 19, 33), (9, 64, 40), (32, 40, 48)])
+def test_small_bfloat16_matmul(level, m, k, n, caplog, verbose_on):
+    a, b = rand(m, k).astype(BF16), rand(k, n).astype(BF16)
+    with caplog.at_level(logging.INFO, logger="onepath"):
+        r32 = onepath.matmul(a, b, dtype=np.float32)
+        r16 = onepath.matmul(a, b)
+    assert r32.dtype == np.float32 and r16.dtype == BF16
+    assert_gemm_close(r32, a.astype(np.float32), b.astype(np.float32))
+    np.testing.assert_array_equal(r16.view(np.uint16), r32.astype(BF16).view(np.uint16))  # one rounding
+    row = _small.row_for("matmul", level, "bfloat16")
+    assert f"matmul,bf16:bf16:bf16,{row.level},{row.name}" in caplog.text
+    lib = load(row.level)
+    assert lib.ffi.string(lib.lib.op_gemm_bf16_small_name()).decode() == row.name
