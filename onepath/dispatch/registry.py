@@ -108,6 +108,30 @@ REGISTRY: tuple[Kernel, ...] = _MATMUL_F32 + _MATMUL_BF16 + _LINEAR + _CONV
 # Tuning rows: (uarch, level, op, dtype) -> cache blocking measured to pay on that CPU.
 TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {}
 
+# Conv algorithm choice per microarchitecture: an NCHW convolution with a kernel larger than 1x1
+# (implicit_gemm) and at most this many output pixels (OH*OW) runs in the NHWC formulation
+# (C[pixel][oc]; kernels/conv_f32.c, op_conv_desc.nhwc = 2: the input and output transposed around
+# it), keyed by (uarch, level of the conv row). At small planes the NCHW GEMM's N = OH*OW leaves a
+# ragged last micro-panel (196 pixels fill 6.1 panels of 32, 49 fill 1.5); the NHWC one is full.
+# zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), ResNet-50 3x3 layers, batch 1 and 8,
+# paired in one process: outputs of 14x14 and 7x7 gain 1.02-1.07x (float32) and 1.09-1.34x
+# (bfloat16, VDPBF16PS); 28x28 and larger, 1x1 kernels and the 7x7/s2 stem lose, hence 196.
+# Hosts without a row (the Intel AMX class: unmeasured) keep the NCHW formulation.
+CONV_NCHW_AS_NHWC: dict[tuple[str, str], int] = {
+    ("zen4", "avx512_core"): 196,
+    ("zen4", "avx512_core_bf16"): 196,
+}
+
+
+def conv_nchw_as_nhwc(row: Kernel, pixels: int, uarch: str | None = None) -> bool:
+    """Whether an NCHW convolution of ``pixels`` output pixels (OH*OW) on conv ``row`` runs in the
+    NHWC formulation on ``uarch`` (default: this host's), per ``CONV_NCHW_AS_NHWC``."""
+    if row.algorithm != "implicit_gemm":
+        return False
+    if uarch is None:
+        uarch = _probe().uarch
+    return pixels <= CONV_NCHW_AS_NHWC.get((uarch, row.level), 0)
+
 
 
 def blocking_for(row: Kernel, caches: dict, elem_size: int = 4) -> tuple[int, int, int]:

@@ -615,6 +615,21 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
     const int64_t G = d->groups, ocg = d->oc / G;
     const int64_t ohw = d->oh * d->ow, K = d->c / G * d->kh * d->kw;
     if (d->n <= 0 || ohw <= 0 || d->oc <= 0) return 1;
+#if defined(OP_BF16_NATIVE)
+    if (d->nhwc == 2) {   /* NCHW through the NHWC formulation (conv_f32.c) */
+        op_conv_desc dn = *d;
+        dn.nhwc = 1;
+        const size_t ysz = y_bf16 ? 2 : 4;
+        void *xt = op_conv_as_nhwc_input(d, x, 2, nthreads);
+        void *yt = op_aligned_alloc(ysz * (size_t)(d->n * ohw * d->oc));
+        int r = -1;
+        if (xt && yt) r = op_conv2d_bf16(&dn, (const uint16_t *)xt, w, bias, yt, y_bf16, act, blk, nthreads);
+        if (r > 0) op_conv_transpose(yt, y, d->n, ohw, d->oc, ysz, nthreads);
+        op_aligned_free(xt);
+        op_aligned_free(yt);
+        return r;
+    }
+#endif
 #if !defined(OP_BF16_NATIVE)
     (void)ocg;
     const int64_t ny = d->n * d->oc * ohw;
