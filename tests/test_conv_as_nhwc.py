@@ -17,7 +17,7 @@ from test_conv import run_case
 @pytest.fixture
 def as_nhwc(monkeypatch):
     """Every level of this host's uarch takes the NHWC formulation for NCHW implicit GEMMs."""
-    table = {(probe().uarch, lv): 1 << 30 for lv in LEVELS}
+    table = {(probe().uarch, lv): (1 << 30, 1 << 30) for lv in LEVELS}
     monkeypatch.setattr(registry, "CONV_NCHW_AS_NHWC", table)
     _conv._PLANS.clear()
     yield
@@ -29,6 +29,9 @@ CASES = [
     (2, 6, 9, 11, 5, 3, 3, 1, 1, 1),       # C, OC not multiples of any vector width
     (1, 3, 17, 15, 16, 7, 7, 2, 3, 1),     # conv1-like
     (1, 40, 7, 7, 33, 3, 3, 2, 1, 2),      # stride and dilation, more than 32 channels
+    (3, 20, 5, 6, 17, 3, 3, 1, 1, 1),      # a batch: one GEMM over the pixels of all images
+    (2, 24, 7, 7, 40, 1, 1, 1, 0, 1),      # 1x1 with a batch
+    (3, 16, 9, 8, 8, 1, 1, 2, 0, 1),       # 1x1 stride 2 with a batch
 ]
 
 
@@ -56,10 +59,14 @@ def test_nchw_as_nhwc_mixed_dtypes(level, as_nhwc):
 
 
 def test_rule_is_per_uarch():
-    """Only the listed (uarch, level) pairs take it, up to the listed output size, 3x3 and larger."""
-    row = _conv.select_conv("implicit_gemm", "float32", level="avx512_core")
-    assert registry.conv_nchw_as_nhwc(row, 196, uarch="zen4")
-    assert not registry.conv_nchw_as_nhwc(row, 197, uarch="zen4")
-    assert not registry.conv_nchw_as_nhwc(row, 49, uarch="sapphirerapids")
-    one = _conv.select_conv("1x1_gemm", "float32", level="avx512_core")
-    assert not registry.conv_nchw_as_nhwc(one, 49, uarch="zen4")
+    """Only the listed (uarch, level) pairs take it, up to the listed output sizes."""
+    row = _conv.select_conv("implicit_gemm", "float32", level="generic")
+    row = registry.replace(row, level="avx512_core")
+    assert registry.conv_nchw_as_nhwc(row, 1, 196, uarch="zen4")
+    assert not registry.conv_nchw_as_nhwc(row, 1, 197, uarch="zen4")
+    assert not registry.conv_nchw_as_nhwc(row, 1, 49, uarch="sapphirerapids")
+    one = registry.replace(row, algorithm="1x1_gemm")
+    assert not registry.conv_nchw_as_nhwc(one, 1, 49, uarch="zen4")
+    assert registry.conv_nchw_as_nhwc(one, 8, 49, uarch="zen4")
+    assert not registry.conv_nchw_as_nhwc(one, 8, 196, uarch="zen4")
+    assert not registry.conv_nchw_as_nhwc(registry.replace(row, algorithm="grouped"), 8, 49, uarch="zen4")

@@ -108,29 +108,38 @@ REGISTRY: tuple[Kernel, ...] = _MATMUL_F32 + _MATMUL_BF16 + _LINEAR + _CONV
 # Tuning rows: (uarch, level, op, dtype) -> cache blocking measured to pay on that CPU.
 TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {}
 
-# Conv algorithm choice per microarchitecture: an NCHW convolution with a kernel larger than 1x1
-# (implicit_gemm) and at most this many output pixels (OH*OW) runs in the NHWC formulation
+# Conv algorithm choice per microarchitecture: which NCHW convolutions run in the NHWC formulation
 # (C[pixel][oc]; kernels/conv_f32.c, op_conv_desc.nhwc = 2: the input and output transposed around
-# it), keyed by (uarch, level of the conv row). At small planes the NCHW GEMM's N = OH*OW leaves a
-# ragged last micro-panel (196 pixels fill 6.1 panels of 32, 49 fill 1.5); the NHWC one is full.
-# zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), ResNet-50 3x3 layers, batch 1 and 8,
-# paired in one process: outputs of 14x14 and 7x7 gain 1.02-1.07x (float32) and 1.09-1.34x
-# (bfloat16, VDPBF16PS); 28x28 and larger, 1x1 kernels and the 7x7/s2 stem lose, hence 196.
+# it, and without groups one GEMM over the pixels of all images). Keyed by (uarch, level of the conv
+# row): (P, P1) = at most P output pixels (OH*OW) for kernels larger than 1x1 (implicit_gemm), at
+# most P1 for 1x1 kernels with a batch of 2 or more. At small planes the NCHW GEMM's N = OH*OW
+# leaves a ragged last micro-panel (196 pixels fill 6.1 panels of 32, 49 fill 1.5) and a batch
+# repacks the weight per image; the NHWC one is full and packs the weight once.
+# zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), ResNet-50 layers, paired in one
+# process at 1 thread: 3x3 with outputs of 14x14 and 7x7 gain 1.05-1.11x (float32) and 1.20-1.33x
+# (bfloat16, VDPBF16PS) at batch 1, more at batch 8; 28x28 and larger and the 7x7/s2 stem lose,
+# hence 196; 1x1 kernels lose at batch 1 and at 14x14, gain 1.1-1.3x at 7x7 with batch 8, hence 49.
 # Hosts without a row (the Intel AMX class: unmeasured) keep the NCHW formulation.
-CONV_NCHW_AS_NHWC: dict[tuple[str, str], int] = {
-    ("zen4", "avx512_core"): 196,
-    ("zen4", "avx512_core_bf16"): 196,
+CONV_NCHW_AS_NHWC: dict[tuple[str, str], tuple[int, int]] = {
+    ("zen4", "avx512_core"): (196, 49),
+    ("zen4", "avx512_core_bf16"): (196, 49),
 }
 
 
-def conv_nchw_as_nhwc(row: Kernel, pixels: int, uarch: str | None = None) -> bool:
-    """Whether an NCHW convolution of ``pixels`` output pixels (OH*OW) on conv ``row`` runs in the
-    NHWC formulation on ``uarch`` (default: this host's), per ``CONV_NCHW_AS_NHWC``."""
-    if row.algorithm != "implicit_gemm":
+def conv_nchw_as_nhwc(row: Kernel, n: int, pixels: int, uarch: str | None = None) -> bool:
+    """Whether an NCHW convolution of batch ``n`` and ``pixels`` output pixels (OH*OW) per image on
+    conv ``row`` runs in the NHWC formulation on ``uarch`` (default: this host's), per
+    ``CONV_NCHW_AS_NHWC``."""
+    if row.algorithm not in ("implicit_gemm", "1x1_gemm"):
         return False
     if uarch is None:
         uarch = _probe().uarch
-    return pixels <= CONV_NCHW_AS_NHWC.get((uarch, row.level), 0)
+    lim = CONV_NCHW_AS_NHWC.get((uarch, row.level))
+    if lim is None:
+        return False
+    if row.algorithm == "1x1_gemm":
+        return n > 1 and pixels <= lim[1]
+    return pixels <= lim[0]
 
 
 

@@ -152,6 +152,8 @@ typedef struct {
     const void *xq;               /* padded copy, or x itself */
     int64_t rs, is;               /* row and image strides of xq in elements (pixel stride: C) */
     int64_t g0;                   /* >= 0: every batch entry is image bi of group g0; < 0: (n, g) */
+    int64_t ohw_joint;            /* > 0: one batch entry, M = N * OH*OW pixels of all images (this
+                                     many per image; op_conv_joint); 0: batch entries are images */
     int mr;                       /* A micro-panel rows of the ops in use */
     int bk;                       /* depths per block */
     int64_t nblk;                 /* blocks of K */
@@ -165,6 +167,14 @@ typedef struct {
     op_convq_seg *seg;
 } op_convq_buf;
 
+/* An NHWC convolution without groups is one GEMM over the pixels of all images (M = N*OH*OW: the
+   weight is packed once per KC x NC block for all images instead of once per image, and small
+   planes leave no ragged M edge per image), else one batch entry per (image, group). */
+OP_INLINE int op_conv_joint(const op_conv_desc *d)
+{
+    return d->nhwc == 1 && d->groups == 1 && d->n > 1;
+}
+
 typedef struct {
     const op_conv_desc *d;
     const void *x;
@@ -177,7 +187,13 @@ typedef struct {
 OP_INLINE int64_t op_convq_pixel(const op_convq_geo *q, int64_t bi, int64_t pix)
 {
     const op_conv_desc *d = q->d;
-    const int64_t G = d->groups, n = q->g0 >= 0 ? bi : bi / G, gi = q->g0 >= 0 ? q->g0 : bi % G;
+    const int64_t G = d->groups;
+    int64_t n = q->g0 >= 0 ? bi : bi / G;
+    const int64_t gi = q->g0 >= 0 ? q->g0 : bi % G;
+    if (q->ohw_joint > 0) {
+        n = pix / q->ohw_joint;
+        pix -= n * q->ohw_joint;
+    }
     return n * q->is + gi * (d->c / G) + (pix / d->ow) * d->sh * q->rs + (pix % d->ow) * d->sw * d->c;
 }
 
@@ -280,6 +296,7 @@ static int op_convq_prepare(const op_conv_desc *d, const void *x, int x_bf16, in
     if ((copy && !b->xq) || !b->bseg || !b->seg) return -1;
     q->d = d;
     q->g0 = -1;
+    q->ohw_joint = op_conv_joint(d) ? d->oh * d->ow : 0;
     if (copy) {
         op_convq_fill_ctx fc = {d, x, x_bf16, widen, b->xq, hq, wq};
         op_parallel_for(d->n * hq * wq * C >= (1 << 16) ? nthreads : 1, d->n * hq, op_convq_fill_task, &fc);
@@ -713,7 +730,8 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
     /* Groups with a bias: one driver call per group (the epilogue's bias is per call). */
     const int per_group = G > 1 && bias != NULL;
     const int64_t calls = per_group ? G : 1;
-    const int64_t batch = per_group ? d->n : d->n * G;
+    const int joint = op_conv_joint(d);   /* one entry over all images' pixels (NHWC, no groups) */
+    const int64_t batch = joint ? 1 : per_group ? d->n : d->n * G;
     int64_t *offs = (int64_t *)malloc(sizeof(int64_t) * (size_t)(3 * batch + d->kh * d->kw));
     if (!offs) return -1;
     int64_t *xo = offs, *wo = offs + batch, *yo = offs + 2 * batch;
@@ -787,7 +805,7 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
         g.c = y;
         g.c_off = yo;
         if (d->nhwc) {
-            g.m = ohw; g.n = ocg;
+            g.m = joint ? d->n * ohw : ohw; g.n = ocg;
             g.a = x; g.a_off = xo; g.rsa = d->c; g.csa = 1;     /* in place only when 1x1 */
             g.b = w; g.b_off = wo; g.rsb = 1; g.csb = K;          /* (OC, C/g, KH, KW) */
             g.rsc = d->oc; g.csc = 1;
