@@ -17,7 +17,8 @@ from test_conv import run_case
 @pytest.fixture
 def as_nhwc(monkeypatch):
     """Every level of this host's uarch takes the NHWC formulation for NCHW implicit GEMMs."""
-    table = {(probe().uarch, lv): (1 << 30, 1 << 30) for lv in LEVELS}
+    big = {"kxk": 1 << 30, "1x1_batch": 1 << 30, "1x1_stride": 1 << 30}
+    table = {(probe().uarch, lv): big for lv in LEVELS}
     monkeypatch.setattr(registry, "CONV_NCHW_AS_NHWC", table)
     _conv._PLANS.clear()
     yield
@@ -31,7 +32,10 @@ CASES = [
     (1, 40, 7, 7, 33, 3, 3, 2, 1, 2),      # stride and dilation, more than 32 channels
     (3, 20, 5, 6, 17, 3, 3, 1, 1, 1),      # a batch: one GEMM over the pixels of all images
     (2, 24, 7, 7, 40, 1, 1, 1, 0, 1),      # 1x1 with a batch
-    (3, 16, 9, 8, 8, 1, 1, 2, 0, 1),       # 1x1 stride 2 with a batch
+    (3, 16, 9, 8, 8, 1, 1, 2, 0, 1),       # 1x1 stride 2 with a batch: the sampled pixels only
+    (1, 16, 9, 8, 8, 1, 1, (3, 2), 0, 1),  # 1x1 strides 3, 2 at batch 1
+    (1, 16, 9, 8, 8, 1, 1, 2, 1, 1),       # 1x1 stride 2 with padding (border pixels = bias)
+    (2, 16, 8, 8, 8, 1, 1, 2, ((0, 1), (0, 1)), 1),  # bottom/right padding: a sampled pixel in it
 ]
 
 
@@ -69,4 +73,6 @@ def test_rule_is_per_uarch():
     assert not registry.conv_nchw_as_nhwc(one, 1, 49, uarch="zen4")
     assert registry.conv_nchw_as_nhwc(one, 8, 49, uarch="zen4")
     assert not registry.conv_nchw_as_nhwc(one, 8, 196, uarch="zen4")
+    assert registry.conv_nchw_as_nhwc(one, 1, 784, True, uarch="zen4")
+    assert not registry.conv_nchw_as_nhwc(one, 1, 785, True, uarch="zen4")
     assert not registry.conv_nchw_as_nhwc(registry.replace(row, algorithm="grouped"), 8, 49, uarch="zen4")

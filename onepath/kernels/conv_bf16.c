@@ -618,10 +618,9 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
     if (d->n <= 0 || ohw <= 0 || d->oc <= 0) return 1;
 #if defined(OP_BF16_NATIVE)
     if (d->nhwc == 2) {   /* NCHW through the NHWC formulation (conv_f32.c) */
-        op_conv_desc dn = *d;
-        dn.nhwc = 1;
+        op_conv_desc dn;
         const size_t ysz = y_bf16 ? 2 : 4;
-        void *xt = op_conv_as_nhwc_input(d, x, 2, nthreads);
+        void *xt = op_conv_as_nhwc_input(d, x, 2, nthreads, &dn);
         void *yt = op_aligned_alloc(ysz * (size_t)(d->n * ohw * d->oc));
         int r = -1;
         if (xt && yt) r = op_conv2d_bf16(&dn, (const uint16_t *)xt, w, bias, yt, y_bf16, act, blk, nthreads);

@@ -690,11 +690,59 @@ static void op_conv_transpose(const void *src, void *dst, int64_t n, int64_t row
     op_parallel_for(n * rows * cols >= (1 << 16) ? nthreads : 1, n, op_conv_tr_task, &t);
 }
 
-/* The NHWC copy of an NCHW input (esz bytes per element), or NULL on allocation failure. */
-static void *op_conv_as_nhwc_input(const op_conv_desc *d, const void *x, size_t esz, int nthreads)
+typedef struct {
+    const op_conv_desc *d;
+    const char *x;
+    char *xs;
+    size_t esz;
+} op_conv_sub_ctx;
+
+/* one task = one input plane (n, c): its pixels (oh * sh, ow * sw) */
+static void op_conv_sub_task(void *ctx, int64_t task, int tid)
 {
-    void *xt = op_aligned_alloc(esz * (size_t)(d->n * d->c * d->h * d->w));
-    if (xt) op_conv_transpose(x, xt, d->n, d->c, d->h * d->w, esz, nthreads);
+    (void)tid;
+    const op_conv_sub_ctx *t = (const op_conv_sub_ctx *)ctx;
+    const op_conv_desc *d = t->d;
+    const int64_t OH = d->oh, OW = d->ow, W = d->w, sh = d->sh, sw = d->sw;
+    for (int64_t oh = 0; oh < OH; oh++) {
+        const int64_t src = (task * d->h + oh * sh) * W, dst = (task * OH + oh) * OW;
+        if (t->esz == 4) {
+            const float *sp = (const float *)(const void *)t->x + src;
+            float *dp = (float *)(void *)t->xs + dst;
+            for (int64_t ow = 0; ow < OW; ow++) dp[ow] = sp[ow * sw];
+        } else {
+            const uint16_t *sp = (const uint16_t *)(const void *)t->x + src;
+            uint16_t *dp = (uint16_t *)(void *)t->xs + dst;
+            for (int64_t ow = 0; ow < OW; ow++) dp[ow] = sp[ow * sw];
+        }
+    }
+}
+
+/* The NHWC copy of an NCHW input (esz bytes per element) for the NHWC problem *dn (d with
+   nhwc = 1), or NULL on allocation failure. An unpadded strided 1x1 convolution reads only the
+   pixels (oh * sh, ow * sw): those are copied, and *dn becomes the 1x1 stride-1 convolution of them
+   (one plain GEMM over all images). */
+static void *op_conv_as_nhwc_input(const op_conv_desc *d, const void *x, size_t esz, int nthreads,
+                                   op_conv_desc *dn)
+{
+    *dn = *d;
+    dn->nhwc = 1;
+    void *xs = NULL;
+    if (d->kh == 1 && d->kw == 1 && d->pt == 0 && d->pl == 0 && (d->sh > 1 || d->sw > 1) &&
+        (d->oh - 1) * d->sh < d->h && (d->ow - 1) * d->sw < d->w) {   /* (no bottom/right padding read) */
+        xs = op_aligned_alloc(esz * (size_t)(d->n * d->c * d->oh * d->ow));
+        if (!xs) return NULL;
+        op_conv_sub_ctx sc = {d, (const char *)x, (char *)xs, esz};
+        op_parallel_for(d->n * d->c * d->oh * d->ow >= (1 << 16) ? nthreads : 1, d->n * d->c,
+                        op_conv_sub_task, &sc);
+        dn->h = d->oh;
+        dn->w = d->ow;
+        dn->sh = dn->sw = 1;
+        x = xs;
+    }
+    void *xt = op_aligned_alloc(esz * (size_t)(dn->n * dn->c * dn->h * dn->w));
+    if (xt) op_conv_transpose(x, xt, dn->n, dn->c, dn->h * dn->w, esz, nthreads);
+    op_aligned_free(xs);
     return xt;
 }
 
@@ -705,9 +753,8 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
     const int64_t ohw = d->oh * d->ow, hw = d->h * d->w, K = cg * d->kh * d->kw;
     if (d->n <= 0 || ohw <= 0 || d->oc <= 0) return 1;
     if (d->nhwc == 2) {   /* NCHW through the NHWC formulation (above) */
-        op_conv_desc dn = *d;
-        dn.nhwc = 1;
-        void *xt = op_conv_as_nhwc_input(d, x, x_bf16 ? 2 : 4, nthreads);
+        op_conv_desc dn;
+        void *xt = op_conv_as_nhwc_input(d, x, x_bf16 ? 2 : 4, nthreads, &dn);
         float *yt = (float *)op_aligned_alloc(sizeof(float) * (size_t)(d->n * ohw * d->oc));
         int r = -1;
         if (xt && yt) r = op_conv2d_f32(&dn, xt, x_bf16, w, bias, yt, act, blk, nthreads);

@@ -480,7 +480,7 @@ def _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc
     d.pt, d.pl = pads[0][0], pads[1][0]
     d.dh, d.dw = dl
     d.groups = groups
-    d.nhwc = 1 if nhwc else (2 if registry.conv_nchw_as_nhwc(row, n, oh * ow) else 0)
+    d.nhwc = 1 if nhwc else (2 if registry.conv_nchw_as_nhwc(row, n, oh * ow, st != (1, 1)) else 0)
     pl.desc = d
     pl.blk = ffi.new("op_blocking *", {"mc": row.mc, "kc": row.kc, "nc": row.nc})
     pl.wtype = "uint16_t[]" if native else "float[]"
