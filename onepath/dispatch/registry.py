@@ -125,6 +125,47 @@ REGISTRY: tuple[Kernel, ...] = _MATMUL_F32 + _MATMUL_BF16 + _LINEAR + _CONV
 # Tuning rows: (uarch, level, op, dtype) -> cache blocking measured to pay on that CPU.
 TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {}
 
+# Conv algorithm choice per microarchitecture: which NCHW convolutions run in the NHWC formulation
+# (C[pixel][oc]; kernels/conv_f32.c, op_conv_desc.nhwc = 2: the input and output transposed around
+# it, without groups one GEMM over the pixels of all images, and a strided unpadded 1x1 kernel
+# reading only its sampled pixels). Keyed by (uarch, level of the conv row), per kind of problem
+# the largest output plane (OH*OW pixels per image) that takes it:
+#   "kxk"         kernels larger than 1x1 (implicit_gemm), any batch;
+#   "1x1_batch"   1x1 kernels, stride 1, batch of 2 or more;
+#   "1x1_stride"  1x1 kernels with a stride > 1, any batch.
+# At small planes the NCHW GEMM's N = OH*OW leaves a ragged last micro-panel (196 pixels fill 6.1
+# panels of 32, 49 fill 1.5) and a batch repacks the weight per image; the NHWC GEMM is full and
+# packs the weight once.
+# zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), ResNet-50 layers paired in one
+# process at 1 thread (CPU time): 3x3 with 14x14 and 7x7 outputs gain 1.05-1.11x (float32) and
+# 1.20-1.33x (bfloat16, VDPBF16PS) at batch 1, more at batch 8; 28x28 and larger and the 7x7/s2
+# stem lose; stride-1 1x1 loses at batch 1 and at 14x14, gains 1.1-1.3x at 7x7 with batch 8; the
+# strided 1x1 (downsample) layers gain 1.07-1.19x (float32) and 1.06-1.17x (bfloat16; 28x28: 1.0).
+# Hosts without a row (the Intel AMX class: unmeasured) keep the NCHW formulation.
+CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
+    ("zen4", "avx512_core"): {"kxk": 196, "1x1_batch": 49, "1x1_stride": 784},
+    ("zen4", "avx512_core_bf16"): {"kxk": 196, "1x1_batch": 49, "1x1_stride": 784},
+}
+
+
+def conv_nchw_as_nhwc(row: Kernel, n: int, pixels: int, strided: bool = False,
+                      uarch: str | None = None) -> bool:
+    """Whether an NCHW convolution (batch ``n``, ``pixels`` output pixels OH*OW per image, a
+    stride > 1 when ``strided``) on conv ``row`` runs in the NHWC formulation on ``uarch`` (default:
+    this host's), per ``CONV_NCHW_AS_NHWC``."""
+    if row.algorithm not in ("implicit_gemm", "1x1_gemm"):
+        return False
+    if uarch is None:
+        uarch = _probe().uarch
+    lim = CONV_NCHW_AS_NHWC.get((uarch, row.level))
+    if lim is None:
+        return False
+    if row.algorithm == "implicit_gemm":
+        return pixels <= lim.get("kxk", 0)
+    if strided:
+        return pixels <= lim.get("1x1_stride", 0)
+    return n > 1 and pixels <= lim.get("1x1_batch", 0)
+
 
 
 def blocking_for(row: Kernel, caches: dict, elem_size: int = 4) -> tuple[int, int, int]:

@@ -15,7 +15,9 @@ typedef struct {
     int64_t pt, pl;          /* top and left zero padding (>= 0) */
     int64_t dh, dw;          /* dilation (>= 1) */
     int64_t groups;          /* c and oc are multiples of groups */
-    int nhwc;                /* 0: x (N,C,H,W), y (N,OC,OH,OW); 1: x (N,H,W,C), y (N,OH,OW,OC) */
+    int nhwc;                /* 0: x (N,C,H,W), y (N,OC,OH,OW); 1: x (N,H,W,C), y (N,OH,OW,OC);
+                                2: NCHW tensors computed in the NHWC formulation (op_conv2d_f32 and
+                                op_conv2d_bf16 only: the input and output transposed around it) */
 } op_conv_desc;
 
 /* Convolution as a GEMM through the level's GEMM driver and f32 micro-kernel (no im2col buffer):

@@ -345,7 +345,8 @@ static int op_convb_gemm(const op_conv_desc *d, const op_gemm_ops *ops, int amx,
     const int64_t ohw = d->oh * d->ow, hw = d->h * d->w;
     const int per_group = G > 1 && bias != NULL;
     const int64_t calls = per_group ? G : 1;
-    const int64_t batch = per_group ? d->n : d->n * G;
+    const int joint = op_conv_joint(d);   /* one entry over all images' pixels (conv_f32.c) */
+    const int64_t batch = joint ? 1 : per_group ? d->n : d->n * G;
     int64_t *offs = (int64_t *)malloc(sizeof(int64_t) * (size_t)(3 * batch));
     if (!offs) return -1;
     int64_t *xo = offs, *wo = offs + batch, *yo = offs + 2 * batch;
@@ -371,7 +372,7 @@ static int op_convb_gemm(const op_conv_desc *d, const op_gemm_ops *ops, int amx,
         g.user = user;
         int r;
         if (d->nhwc) {
-            g.m = ohw; g.n = ocg;
+            g.m = joint ? d->n * ohw : ohw; g.n = ocg;
             g.a = x; g.a_off = xo; g.rsa = d->c; g.csa = 1;
             g.b = w; g.b_off = wo; g.rsb = 1; g.csb = k_w;
             r = op_bf16_run(ops, &g, amx, y, yo, d->oc, 1, y_bf16, blk, nthreads);
@@ -587,7 +588,7 @@ static int op_conv2d_bf16_nhwc(const op_conv_desc *d, const uint16_t *x, const u
 {
     const int64_t K = d->kh * d->kw * (d->c / d->groups);
     int amx = 0;
-    op_gemm_ops ops = *op_bf16_pick(d->oh * d->ow, &amx);
+    op_gemm_ops ops = *op_bf16_pick(d->oh * d->ow * (op_conv_joint(d) ? d->n : 1), &amx);
     ops.direct_b = 0;
     ops.b_prepacked = 0;
     ops.pack_a = op_conv_pack_a_nhwc_q;
@@ -615,6 +616,20 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
     const int64_t G = d->groups, ocg = d->oc / G;
     const int64_t ohw = d->oh * d->ow, K = d->c / G * d->kh * d->kw;
     if (d->n <= 0 || ohw <= 0 || d->oc <= 0) return 1;
+#if defined(OP_BF16_NATIVE)
+    if (d->nhwc == 2) {   /* NCHW through the NHWC formulation (conv_f32.c) */
+        op_conv_desc dn;
+        const size_t ysz = y_bf16 ? 2 : 4;
+        void *xt = op_conv_as_nhwc_input(d, x, 2, nthreads, &dn);
+        void *yt = op_aligned_alloc(ysz * (size_t)(d->n * ohw * d->oc));
+        int r = -1;
+        if (xt && yt) r = op_conv2d_bf16(&dn, (const uint16_t *)xt, w, bias, yt, y_bf16, act, blk, nthreads);
+        if (r > 0) op_conv_transpose(yt, y, d->n, ohw, d->oc, ysz, nthreads);
+        op_aligned_free(xt);
+        op_aligned_free(yt);
+        return r;
+    }
+#endif
 #if !defined(OP_BF16_NATIVE)
     (void)ocg;
     const int64_t ny = d->n * d->oc * ohw;
@@ -640,7 +655,7 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
     /* a 1x1 stride-1 unpadded convolution (a plain GEMM on x), or NCHW in the weight's own depth
        order (c, kh, kw) with the input gathered by op_conv_pack_b_nchw_k32 */
     int amx = 0;
-    op_gemm_ops ops = *op_bf16_pick(d->nhwc ? ohw : ocg, &amx);
+    op_gemm_ops ops = *op_bf16_pick(d->nhwc ? ohw * (op_conv_joint(d) ? d->n : 1) : ocg, &amx);
     ops.direct_b = 0;
     ops.b_prepacked = 0;
     if (!inplace) ops.pack_b = op_conv_pack_b_nchw_k32;

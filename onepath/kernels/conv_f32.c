@@ -152,6 +152,8 @@ typedef struct {
     const void *xq;               /* padded copy, or x itself */
     int64_t rs, is;               /* row and image strides of xq in elements (pixel stride: C) */
     int64_t g0;                   /* >= 0: every batch entry is image bi of group g0; < 0: (n, g) */
+    int64_t ohw_joint;            /* > 0: one batch entry, M = N * OH*OW pixels of all images (this
+                                     many per image; op_conv_joint); 0: batch entries are images */
     int mr;                       /* A micro-panel rows of the ops in use */
     int bk;                       /* depths per block */
     int64_t nblk;                 /* blocks of K */
@@ -165,6 +167,14 @@ typedef struct {
     op_convq_seg *seg;
 } op_convq_buf;
 
+/* An NHWC convolution without groups is one GEMM over the pixels of all images (M = N*OH*OW: the
+   weight is packed once per KC x NC block for all images instead of once per image, and small
+   planes leave no ragged M edge per image), else one batch entry per (image, group). */
+OP_INLINE int op_conv_joint(const op_conv_desc *d)
+{
+    return d->nhwc == 1 && d->groups == 1 && d->n > 1;
+}
+
 typedef struct {
     const op_conv_desc *d;
     const void *x;
@@ -177,7 +187,13 @@ typedef struct {
 OP_INLINE int64_t op_convq_pixel(const op_convq_geo *q, int64_t bi, int64_t pix)
 {
     const op_conv_desc *d = q->d;
-    const int64_t G = d->groups, n = q->g0 >= 0 ? bi : bi / G, gi = q->g0 >= 0 ? q->g0 : bi % G;
+    const int64_t G = d->groups;
+    int64_t n = q->g0 >= 0 ? bi : bi / G;
+    const int64_t gi = q->g0 >= 0 ? q->g0 : bi % G;
+    if (q->ohw_joint > 0) {
+        n = pix / q->ohw_joint;
+        pix -= n * q->ohw_joint;
+    }
     return n * q->is + gi * (d->c / G) + (pix / d->ow) * d->sh * q->rs + (pix % d->ow) * d->sw * d->c;
 }
 
@@ -280,6 +296,7 @@ static int op_convq_prepare(const op_conv_desc *d, const void *x, int x_bf16, in
     if ((copy && !b->xq) || !b->bseg || !b->seg) return -1;
     q->d = d;
     q->g0 = -1;
+    q->ohw_joint = op_conv_joint(d) ? d->oh * d->ow : 0;
     if (copy) {
         op_convq_fill_ctx fc = {d, x, x_bf16, widen, b->xq, hq, wq};
         op_parallel_for(d->n * hq * wq * C >= (1 << 16) ? nthreads : 1, d->n * hq, op_convq_fill_task, &fc);
@@ -534,6 +551,30 @@ static void op_conv_pack_b_nchw_xp_f32(const op_gemm_args *g, int64_t bi, int64_
                     c++;
                 }
             }
+        } else if (NR == 32 && nseg <= 8) {
+            /* a panel over several output rows (OW < 32 or a row boundary): one masked load per
+               segment and 16-lane half (lanes [st0, st0 + len) read src + soff + lane; masked-off
+               lanes are not read), instead of a memcpy per segment */
+            __mmask16 m0[8], m1[8];
+            for (int s = 0; s < nseg; s++) {
+                const uint32_t bits = (uint32_t)((((uint64_t)1 << slen[s]) - 1) << st0[s]);
+                m0[s] = (__mmask16)(bits & 0xFFFFu);
+                m1[s] = (__mmask16)(bits >> 16);
+            }
+            for (int64_t p = 0; p < kc; p++, o += NR) {
+                const float *src = xe + c * q->plane_c + q->tapoff[tap];
+                __m512 v0 = _mm512_setzero_ps(), v1 = v0;
+                for (int s = 0; s < nseg; s++) {
+                    v0 = _mm512_mask_loadu_ps(v0, m0[s], src + soff[s]);
+                    v1 = _mm512_mask_loadu_ps(v1, m1[s], src + soff[s] + 16);
+                }
+                _mm512_storeu_ps(o, v0);
+                _mm512_storeu_ps(o + 16, v1);
+                if (++tap == khw) {
+                    tap = 0;
+                    c++;
+                }
+            }
         } else
 #endif
         {
@@ -587,12 +628,141 @@ static float *op_convx_prepare_f32(const op_conv_desc *d, const float *x, int64_
     return xp;
 }
 
+/* ---------------------------------------------------------------- NCHW through the NHWC formulation
+
+   desc.nhwc == 2: NCHW tensors, computed as C[pixel][oc] (the NHWC GEMM: M = OH*OW, N = OC/g). The
+   input is transposed once per call to NHWC, the NHWC kernels write an NHWC result, which is
+   transposed back into y. At small output planes this removes the ragged pixel edge of the NCHW
+   GEMM (N = OH*OW: 196 pixels fill 6.1 panels of 32, 49 fill 1.5) and gives each thread whole
+   output-channel panels; the registry says per microarchitecture where it pays
+   (registry.CONV_NCHW_AS_NHWC). */
+typedef struct {
+    const char *src;
+    char *dst;
+    int64_t rows, cols;   /* per image: src is rows x cols, dst cols x rows */
+    size_t esz;           /* 2 or 4 bytes */
+} op_conv_tr_ctx;
+
+/* one task = one image: dst[j][i] = src[i][j], in 16 x 16 tiles */
+static void op_conv_tr_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_conv_tr_ctx *t = (const op_conv_tr_ctx *)ctx;
+    const int64_t R = t->rows, C = t->cols;
+    const size_t img = (size_t)(R * C) * t->esz;
+    const char *s = t->src + (size_t)task * img;
+    char *d = t->dst + (size_t)task * img;
+    for (int64_t i0 = 0; i0 < R; i0 += 16) {
+        const int64_t ni = op_min64(16, R - i0);
+        for (int64_t j0 = 0; j0 < C; j0 += 16) {
+            const int64_t nj = op_min64(16, C - j0);
+            if (t->esz == 4) {
+                const float *sp = (const float *)(const void *)s + i0 * C + j0;
+                float *dp = (float *)(void *)d + j0 * R + i0;
+#if defined(OP_HAS_AVX512)
+                if (ni == 16 && nj == 16) {
+                    __m512i r[16];
+#pragma GCC unroll 16
+                    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512((const void *)(sp + i * C));
+                    op_transpose16_epi32(r);
+#pragma GCC unroll 16
+                    for (int j = 0; j < 16; j++) _mm512_storeu_si512((void *)(dp + j * R), r[j]);
+                    continue;
+                }
+#endif
+                for (int64_t j = 0; j < nj; j++)
+                    for (int64_t i = 0; i < ni; i++) dp[j * R + i] = sp[i * C + j];
+            } else {
+                const uint16_t *sp = (const uint16_t *)(const void *)s + i0 * C + j0;
+                uint16_t *dp = (uint16_t *)(void *)d + j0 * R + i0;
+                for (int64_t j = 0; j < nj; j++)
+                    for (int64_t i = 0; i < ni; i++) dp[j * R + i] = sp[i * C + j];
+            }
+        }
+    }
+}
+
+/* n images of rows x cols elements (esz bytes) -> cols x rows; threads over images. */
+static void op_conv_transpose(const void *src, void *dst, int64_t n, int64_t rows, int64_t cols, size_t esz,
+                              int nthreads)
+{
+    op_conv_tr_ctx t = {(const char *)src, (char *)dst, rows, cols, esz};
+    op_parallel_for(n * rows * cols >= (1 << 16) ? nthreads : 1, n, op_conv_tr_task, &t);
+}
+
+typedef struct {
+    const op_conv_desc *d;
+    const char *x;
+    char *xs;
+    size_t esz;
+} op_conv_sub_ctx;
+
+/* one task = one input plane (n, c): its pixels (oh * sh, ow * sw) */
+static void op_conv_sub_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_conv_sub_ctx *t = (const op_conv_sub_ctx *)ctx;
+    const op_conv_desc *d = t->d;
+    const int64_t OH = d->oh, OW = d->ow, W = d->w, sh = d->sh, sw = d->sw;
+    for (int64_t oh = 0; oh < OH; oh++) {
+        const int64_t src = (task * d->h + oh * sh) * W, dst = (task * OH + oh) * OW;
+        if (t->esz == 4) {
+            const float *sp = (const float *)(const void *)t->x + src;
+            float *dp = (float *)(void *)t->xs + dst;
+            for (int64_t ow = 0; ow < OW; ow++) dp[ow] = sp[ow * sw];
+        } else {
+            const uint16_t *sp = (const uint16_t *)(const void *)t->x + src;
+            uint16_t *dp = (uint16_t *)(void *)t->xs + dst;
+            for (int64_t ow = 0; ow < OW; ow++) dp[ow] = sp[ow * sw];
+        }
+    }
+}
+
+/* The NHWC copy of an NCHW input (esz bytes per element) for the NHWC problem *dn (d with
+   nhwc = 1), or NULL on allocation failure. An unpadded strided 1x1 convolution reads only the
+   pixels (oh * sh, ow * sw): those are copied, and *dn becomes the 1x1 stride-1 convolution of them
+   (one plain GEMM over all images). */
+static void *op_conv_as_nhwc_input(const op_conv_desc *d, const void *x, size_t esz, int nthreads,
+                                   op_conv_desc *dn)
+{
+    *dn = *d;
+    dn->nhwc = 1;
+    void *xs = NULL;
+    if (d->kh == 1 && d->kw == 1 && d->pt == 0 && d->pl == 0 && (d->sh > 1 || d->sw > 1) &&
+        (d->oh - 1) * d->sh < d->h && (d->ow - 1) * d->sw < d->w) {   /* (no bottom/right padding read) */
+        xs = op_aligned_alloc(esz * (size_t)(d->n * d->c * d->oh * d->ow));
+        if (!xs) return NULL;
+        op_conv_sub_ctx sc = {d, (const char *)x, (char *)xs, esz};
+        op_parallel_for(d->n * d->c * d->oh * d->ow >= (1 << 16) ? nthreads : 1, d->n * d->c,
+                        op_conv_sub_task, &sc);
+        dn->h = d->oh;
+        dn->w = d->ow;
+        dn->sh = dn->sw = 1;
+        x = xs;
+    }
+    void *xt = op_aligned_alloc(esz * (size_t)(dn->n * dn->c * dn->h * dn->w));
+    if (xt) op_conv_transpose(x, xt, dn->n, dn->c, dn->h * dn->w, esz, nthreads);
+    op_aligned_free(xs);
+    return xt;
+}
+
 int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
                   const float *bias, float *y, int act, const op_blocking *blk, int nthreads)
 {
     const int64_t G = d->groups, cg = d->c / G, ocg = d->oc / G;
     const int64_t ohw = d->oh * d->ow, hw = d->h * d->w, K = cg * d->kh * d->kw;
     if (d->n <= 0 || ohw <= 0 || d->oc <= 0) return 1;
+    if (d->nhwc == 2) {   /* NCHW through the NHWC formulation (above) */
+        op_conv_desc dn;
+        void *xt = op_conv_as_nhwc_input(d, x, x_bf16 ? 2 : 4, nthreads, &dn);
+        float *yt = (float *)op_aligned_alloc(sizeof(float) * (size_t)(d->n * ohw * d->oc));
+        int r = -1;
+        if (xt && yt) r = op_conv2d_f32(&dn, xt, x_bf16, w, bias, yt, act, blk, nthreads);
+        if (r > 0) op_conv_transpose(yt, y, d->n, ohw, d->oc, sizeof(float), nthreads);
+        op_aligned_free(xt);
+        op_aligned_free(yt);
+        return r;
+    }
     const int inplace = !x_bf16 && d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 &&
                         d->pt == 0 && d->pl == 0 && d->oh == d->h && d->ow == d->w;
 
@@ -607,7 +777,8 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
     /* Groups with a bias: one driver call per group (the epilogue's bias is per call). */
     const int per_group = G > 1 && bias != NULL;
     const int64_t calls = per_group ? G : 1;
-    const int64_t batch = per_group ? d->n : d->n * G;
+    const int joint = op_conv_joint(d);   /* one entry over all images' pixels (NHWC, no groups) */
+    const int64_t batch = joint ? 1 : per_group ? d->n : d->n * G;
     int64_t *offs = (int64_t *)malloc(sizeof(int64_t) * (size_t)(3 * batch + d->kh * d->kw));
     if (!offs) return -1;
     int64_t *xo = offs, *wo = offs + batch, *yo = offs + 2 * batch;
@@ -681,7 +852,7 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
         g.c = y;
         g.c_off = yo;
         if (d->nhwc) {
-            g.m = ohw; g.n = ocg;
+            g.m = joint ? d->n * ohw : ohw; g.n = ocg;
             g.a = x; g.a_off = xo; g.rsa = d->c; g.csa = 1;     /* in place only when 1x1 */
             g.b = w; g.b_off = wo; g.rsb = 1; g.csb = K;          /* (OC, C/g, KH, KW) */
             g.rsc = d->oc; g.csc = 1;

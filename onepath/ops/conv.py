@@ -502,7 +502,7 @@ def _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc
     d.pt, d.pl = pads[0][0], pads[1][0]
     d.dh, d.dw = dl
     d.groups = groups
-    d.nhwc = 1 if nhwc else 0
+    d.nhwc = 1 if nhwc else (2 if registry.conv_nchw_as_nhwc(row, n, oh * ow, st != (1, 1)) else 0)
     pl.desc = d
     pl.blk = ffi.new("op_blocking *", {"mc": row.mc, "kc": row.kc, "nc": row.nc})
     pl.wtype = "uint16_t[]" if native else "float[]"
@@ -518,7 +518,7 @@ def _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc
     pl.dw_wbits = algo == "depthwise" and w.dtype == _BF16
     pl.dw_ybf16 = algo == "depthwise" and out_dt == _BF16
     pl.dts = ("bf16" if x_bf16 else "f32") + ":f32:" + ("bf16" if out_dt == _BF16 else "f32")
-    pl.text = describe(d) + (",nhwc" if nhwc else "")
+    pl.text = describe(d) + (",nhwc" if nhwc else ",as_nhwc" if d.nhwc == 2 else "")
     return pl
 
 

@@ -1,0 +1,78 @@
+"""NCHW convolutions computed in the NHWC formulation (registry.CONV_NCHW_AS_NHWC, op_conv_desc.nhwc
+= 2), forced at every ISA level whatever the host's own row says, against the float64 reference."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ml_dtypes import bfloat16
+
+import onepath
+from onepath.dispatch import LEVELS, registry
+from onepath.dispatch.cpu import probe
+from onepath.ops import conv as _conv
+
+from test_conv import run_case
+
+
+@pytest.fixture
+def as_nhwc(monkeypatch):
+    """Every level of this host's uarch takes the NHWC formulation for NCHW implicit GEMMs."""
+    big = {"kxk": 1 << 30, "1x1_batch": 1 << 30, "1x1_stride": 1 << 30}
+    table = {(probe().uarch, lv): big for lv in LEVELS}
+    monkeypatch.setattr(registry, "CONV_NCHW_AS_NHWC", table)
+    _conv._PLANS.clear()
+    yield
+    _conv._PLANS.clear()
+
+
+# (n, c, h, w, oc, kh, kw, stride, padding, dilation)
+CASES = [
+    (2, 6, 9, 11, 5, 3, 3, 1, 1, 1),       # C, OC not multiples of any vector width
+    (1, 3, 17, 15, 16, 7, 7, 2, 3, 1),     # conv1-like
+    (1, 40, 7, 7, 33, 3, 3, 2, 1, 2),      # stride and dilation, more than 32 channels
+    (3, 20, 5, 6, 17, 3, 3, 1, 1, 1),      # a batch: one GEMM over the pixels of all images
+    (2, 24, 7, 7, 40, 1, 1, 1, 0, 1),      # 1x1 with a batch
+    (3, 16, 9, 8, 8, 1, 1, 2, 0, 1),       # 1x1 stride 2 with a batch: the sampled pixels only
+    (1, 16, 9, 8, 8, 1, 1, (3, 2), 0, 1),  # 1x1 strides 3, 2 at batch 1
+    (1, 16, 9, 8, 8, 1, 1, 2, 1, 1),       # 1x1 stride 2 with padding (border pixels = bias)
+    (2, 16, 8, 8, 8, 1, 1, 2, ((0, 1), (0, 1)), 1),  # bottom/right padding: a sampled pixel in it
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("dtype", [np.float32, bfloat16])
+def test_nchw_as_nhwc_every_level(level, as_nhwc, case, dtype):
+    n, c, h, w, oc, kh, kw, s, p, d = case
+    run_case(n, c, h, w, oc, kh, kw, s, p, d, 1, bias=True, activation="relu", dtype=dtype)
+    plans = [pl for pl in _conv._PLANS.values() if not pl.nhwc]
+    assert plans and all(pl.desc.nhwc == 2 for pl in plans)
+
+
+def test_nchw_as_nhwc_mixed_dtypes(level, as_nhwc):
+    """bfloat16 input with a float32 weight (the widening rows) and a float32 result."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 5, 8, 9)).astype(bfloat16)
+    w = rng.standard_normal((7, 5, 3, 3)).astype(np.float32)
+    got = onepath.conv2d(x, w, padding=1)
+    assert got.dtype == np.float32
+    ref = _conv.reference_conv2d(x, w, None, (1, 1), ((1, 1), (1, 1)))
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    got = onepath.conv2d(x, w.astype(bfloat16), padding=1, dtype=np.float32)
+    ref = _conv.reference_conv2d(x, w.astype(bfloat16), None, (1, 1), ((1, 1), (1, 1)))
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_rule_is_per_uarch():
+    """Only the listed (uarch, level) pairs take it, up to the listed output sizes."""
+    row = _conv.select_conv("implicit_gemm", "float32", level="generic")
+    row = registry.replace(row, level="avx512_core")
+    assert registry.conv_nchw_as_nhwc(row, 1, 196, uarch="zen4")
+    assert not registry.conv_nchw_as_nhwc(row, 1, 197, uarch="zen4")
+    assert not registry.conv_nchw_as_nhwc(row, 1, 49, uarch="sapphirerapids")
+    one = registry.replace(row, algorithm="1x1_gemm")
+    assert not registry.conv_nchw_as_nhwc(one, 1, 49, uarch="zen4")
+    assert registry.conv_nchw_as_nhwc(one, 8, 49, uarch="zen4")
+    assert not registry.conv_nchw_as_nhwc(one, 8, 196, uarch="zen4")
+    assert registry.conv_nchw_as_nhwc(one, 1, 784, True, uarch="zen4")
+    assert not registry.conv_nchw_as_nhwc(one, 1, 785, True, uarch="zen4")
+    assert not registry.conv_nchw_as_nhwc(registry.replace(row, algorithm="grouped"), 8, 49, uarch="zen4")
