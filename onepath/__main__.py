@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -78,6 +79,30 @@ def _error(msg: str) -> int:
     return 2
 
 
+def env_errors() -> dict[str, tuple[str, str]]:
+    """The onepath variables set to an invalid value: {name: (value, one-line message naming the
+    variable and its valid values)}; empty when all are valid or unset."""
+    from . import _threads
+    from .dispatch import cap
+    errors = {}
+    try:
+        cap._read_env()
+    except ValueError as exc:
+        errors["ONEPATH_MAX_ISA"] = (os.environ["ONEPATH_MAX_ISA"], str(exc))
+    value = os.environ.get("ONEPATH_NUM_THREADS", "").strip()
+    if value:
+        try:
+            _threads.parse_env(value)
+        except ValueError as exc:
+            errors["ONEPATH_NUM_THREADS"] = (os.environ["ONEPATH_NUM_THREADS"], str(exc))
+    return errors
+
+
+def _report_env_errors(errors) -> None:
+    for _, msg in errors.values():
+        _error(msg)
+
+
 def _bench(args) -> int:
     import onepath
     from .bench.cli import BenchError
@@ -122,10 +147,18 @@ def _bench(args) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    errors = env_errors()
     if args.command == "info":
         from . import info
-        return info.main(as_json=args.json, all_features=args.all,
-                         with_py_cpuinfo=not args.no_py_cpuinfo)
+        _report_env_errors(errors)
+        for name in errors:  # the rest of the report as if the invalid variable were unset
+            del os.environ[name]
+        rc = info.main(as_json=args.json, all_features=args.all,
+                       with_py_cpuinfo=not args.no_py_cpuinfo, env_errors=errors)
+        return 2 if errors else rc
+    if errors:
+        _report_env_errors(errors)
+        return 2
     return _bench(args)
 
 

@@ -116,8 +116,10 @@ def py_cpuinfo(cpu) -> dict:
     }
 
 
-def collect(with_py_cpuinfo: bool = True) -> dict:
-    """The whole report as one JSON-ready dict."""
+def collect(with_py_cpuinfo: bool = True, env_errors: dict | None = None) -> dict:
+    """The whole report as one JSON-ready dict. ``env_errors``: {variable: (value, message)} for
+    onepath variables that were set to invalid values (and removed from the environment, so the
+    report shows what runs without them)."""
     import numpy as np
 
     import onepath
@@ -142,6 +144,9 @@ def collect(with_py_cpuinfo: bool = True) -> dict:
         "builds": builds(),
         "env": {k: os.environ[k] for k in ENV_VARS if k in os.environ},
     }
+    for name, (value, msg) in (env_errors or {}).items():
+        report["env"][name] = value
+        report.setdefault("env_errors", {})[name] = msg
     if with_py_cpuinfo:
         report["py_cpuinfo"] = py_cpuinfo(cpu)
     return report
@@ -241,12 +246,15 @@ def render(report: dict, all_features: bool = False) -> str:
             else:
                 lines.append("  agrees on every feature onepath's levels require")
     if r["env"]:
-        lines += ["", "Environment"] + [f"  {k}={v}" for k, v in r["env"].items()]
+        bad = r.get("env_errors", {})
+        lines += ["", "Environment"] + [f"  {k}={v}" + ("  (invalid: ignored in this report)" if k in bad else "")
+                                        for k, v in r["env"].items()]
     return "\n".join(lines)
 
 
-def main(as_json: bool = False, all_features: bool = False, with_py_cpuinfo: bool = True) -> int:
-    report = collect(with_py_cpuinfo=with_py_cpuinfo)
+def main(as_json: bool = False, all_features: bool = False, with_py_cpuinfo: bool = True,
+         env_errors: dict | None = None) -> int:
+    report = collect(with_py_cpuinfo=with_py_cpuinfo, env_errors=env_errors)
     if as_json:
         print(json.dumps(report, indent=2, default=str))
     else:
