@@ -92,7 +92,8 @@ def py_cpuinfo(cpu) -> dict:
     try:
         import cpuinfo
     except ImportError:
-        return {"available": False, "error": "py-cpuinfo is not installed (pip install py-cpuinfo)"}
+        return {"available": False, "error": "py-cpuinfo is not installed; for this comparison: "
+                                              "pip install py-cpuinfo (or the extra: pip install 'onepath[info]')"}
     try:
         info = cpuinfo.get_cpu_info()
     except Exception as exc:  # noqa: BLE001
