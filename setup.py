@@ -9,6 +9,7 @@ CPython's stable ABI from 3.10 on (cp310-abi3): cffi builds every module for the
 import os
 import platform
 import shutil
+import sys
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
@@ -51,7 +52,7 @@ class BuildExt(build_ext):
         if (not self.force and not self.inplace and os.path.abspath(cached) != os.path.abspath(target)
                 and os.path.exists(cached)
                 and all(os.path.getmtime(cached) > os.path.getmtime(p) for p in inputs if os.path.exists(p))):
-            print(f"reusing {os.path.relpath(cached, HERE)} (newer than its sources)")
+            sys.stdout.write(f"reusing {os.path.relpath(cached, HERE)} (newer than its sources)\n")
             os.makedirs(os.path.dirname(target), exist_ok=True)
             shutil.copy2(cached, target)
             return
