@@ -93,7 +93,8 @@ def py_cpuinfo(cpu) -> dict:
         import cpuinfo
     except ImportError:
         return {"available": False, "error": "py-cpuinfo is not installed; for this comparison: "
-                                              "pip install py-cpuinfo (or the extra: pip install 'onepath[info]')"}
+                                              "pip install 'onepath[info]' (py-cpuinfo2, or py-cpuinfo: "
+                                              "either provides the cpuinfo module)"}
     try:
         info = cpuinfo.get_cpu_info()
     except Exception as exc:  # noqa: BLE001
