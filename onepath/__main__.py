@@ -106,7 +106,14 @@ def _report_env_errors(errors) -> None:
 def _bench(args) -> int:
     import onepath
     from .bench.cli import BenchError
-    threads = args.threads or onepath.get_num_threads()
+    if args.threads:  # more than the CPUs of the affinity mask: said once, capped (as the kernels are)
+        import warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            onepath.set_num_threads(args.threads)
+        for w in caught:
+            print(w.message, file=sys.stderr)
+    threads = onepath.get_num_threads()
     try:
         if args.list_suites:
             from .bench.core import discover
