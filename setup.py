@@ -37,6 +37,15 @@ class BuildExt(build_ext):
         if not self.parallel:
             self.parallel = _cpus()
 
+    def build_extensions(self):
+        # A Python built with a shared libpython (e.g. pyenv's) puts -Wl,-rpath,<its lib dir> in the
+        # link line: the modules link no libpython (limited API), and a wheel must not carry a
+        # build machine's path.
+        linker = getattr(self.compiler, "linker_so", None)
+        if isinstance(linker, list):
+            self.compiler.linker_so = [a for a in linker if not a.startswith(("-Wl,-rpath", "-Wl,-R"))]
+        super().build_extensions()
+
     def _in_tree(self, ext) -> str:
         """Where an in-place (editable) build puts this module."""
         modpath = self.get_ext_fullname(ext.name).split(".")
