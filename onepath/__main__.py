@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -94,10 +95,41 @@ def _error(msg: str) -> int:
     return 2
 
 
+def env_errors() -> dict[str, tuple[str, str]]:
+    """The onepath variables set to an invalid value: {name: (value, one-line message naming the
+    variable and its valid values)}; empty when all are valid or unset."""
+    from . import _threads
+    from .dispatch import cap
+    errors = {}
+    try:
+        cap._read_env()
+    except ValueError as exc:
+        errors["ONEPATH_MAX_ISA"] = (os.environ["ONEPATH_MAX_ISA"], str(exc))
+    value = os.environ.get("ONEPATH_NUM_THREADS", "").strip()
+    if value:
+        try:
+            _threads.parse_env(value)
+        except ValueError as exc:
+            errors["ONEPATH_NUM_THREADS"] = (os.environ["ONEPATH_NUM_THREADS"], str(exc))
+    return errors
+
+
+def _report_env_errors(errors) -> None:
+    for _, msg in errors.values():
+        _error(msg)
+
+
 def _bench(args) -> int:
     import onepath
     from .bench.cli import BenchError
-    threads = args.threads or onepath.get_num_threads()
+    if args.threads:  # more than the CPUs of the affinity mask: said once, capped (as the kernels are)
+        import warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            onepath.set_num_threads(args.threads)
+        for w in caught:
+            print(w.message, file=sys.stderr)
+    threads = onepath.get_num_threads()
     try:
         if args.list_suites:
             from .bench.core import discover
@@ -148,7 +180,11 @@ def main(argv=None) -> int:
         from .bench import compare
         return compare.main(argv[2:])
     args = build_parser().parse_args(argv)
+    errors = env_errors()
     if args.command == "golden":
+        if errors:
+            _report_env_errors(errors)
+            return 2
         from . import golden
         try:
             levels = [x.strip() for x in args.levels.split(",")] if args.levels else None
@@ -160,8 +196,15 @@ def main(argv=None) -> int:
         return golden.main(args.write, args.check, levels, args.threads)
     if args.command == "info":
         from . import info
-        return info.main(as_json=args.json, all_features=args.all,
-                         with_py_cpuinfo=not args.no_py_cpuinfo)
+        _report_env_errors(errors)
+        for name in errors:  # the rest of the report as if the invalid variable were unset
+            del os.environ[name]
+        rc = info.main(as_json=args.json, all_features=args.all,
+                       with_py_cpuinfo=not args.no_py_cpuinfo, env_errors=errors)
+        return 2 if errors else rc
+    if errors:
+        _report_env_errors(errors)
+        return 2
     return _bench(args)
 
 

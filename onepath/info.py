@@ -92,7 +92,9 @@ def py_cpuinfo(cpu) -> dict:
     try:
         import cpuinfo
     except ImportError:
-        return {"available": False, "error": "py-cpuinfo is not installed (pip install py-cpuinfo)"}
+        return {"available": False, "error": "py-cpuinfo is not installed; for this comparison: "
+                                              "pip install 'onepath[info]' (py-cpuinfo2, or py-cpuinfo: "
+                                              "either provides the cpuinfo module)"}
     try:
         info = cpuinfo.get_cpu_info()
     except Exception as exc:  # noqa: BLE001
@@ -127,8 +129,10 @@ def _repro_info() -> dict:
     return {"on": _repro_mode.on(), "source": _repro_mode.reason(), "kernel": kernel}
 
 
-def collect(with_py_cpuinfo: bool = True) -> dict:
-    """The whole report as one JSON-ready dict."""
+def collect(with_py_cpuinfo: bool = True, env_errors: dict | None = None) -> dict:
+    """The whole report as one JSON-ready dict. ``env_errors``: {variable: (value, message)} for
+    onepath variables that were set to invalid values (and removed from the environment, so the
+    report shows what runs without them)."""
     import numpy as np
 
     import onepath
@@ -154,6 +158,9 @@ def collect(with_py_cpuinfo: bool = True) -> dict:
         "builds": builds(),
         "env": {k: os.environ[k] for k in ENV_VARS if k in os.environ},
     }
+    for name, (value, msg) in (env_errors or {}).items():
+        report["env"][name] = value
+        report.setdefault("env_errors", {})[name] = msg
     if with_py_cpuinfo:
         report["py_cpuinfo"] = py_cpuinfo(cpu)
     return report
@@ -256,12 +263,15 @@ def render(report: dict, all_features: bool = False) -> str:
             else:
                 lines.append("  agrees on every feature onepath's levels require")
     if r["env"]:
-        lines += ["", "Environment"] + [f"  {k}={v}" for k, v in r["env"].items()]
+        bad = r.get("env_errors", {})
+        lines += ["", "Environment"] + [f"  {k}={v}" + ("  (invalid: ignored in this report)" if k in bad else "")
+                                        for k, v in r["env"].items()]
     return "\n".join(lines)
 
 
-def main(as_json: bool = False, all_features: bool = False, with_py_cpuinfo: bool = True) -> int:
-    report = collect(with_py_cpuinfo=with_py_cpuinfo)
+def main(as_json: bool = False, all_features: bool = False, with_py_cpuinfo: bool = True,
+         env_errors: dict | None = None) -> int:
+    report = collect(with_py_cpuinfo=with_py_cpuinfo, env_errors=env_errors)
     if as_json:
         print(json.dumps(report, indent=2, default=str))
     else:

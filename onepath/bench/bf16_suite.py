@@ -8,6 +8,7 @@ import numpy as np
 import onepath
 from onepath.dtypes import BF16
 
+from .baselines import torch_or_none
 from .core import BenchConfig, Case, register_suite
 
 SQUARES = (512, 1024, 2048)
@@ -17,11 +18,11 @@ DECODE_KN = 4096
 
 
 def _torch():
-    try:
-        import torch
-    except Exception:  # torch is an optional baseline only
-        return None
-    return torch
+    return torch_or_none()  # an optional baseline only
+
+
+def _meta(torch, **meta):
+    return {**meta, **({} if torch is not None else {"missing_baselines": ["torch"]})}
 
 
 def _to_torch(torch, x):
@@ -42,7 +43,7 @@ def _square(s: int, cfg: BenchConfig, rng, torch) -> Case:
     base["numpy_f32"] = lambda: np.matmul(a32, b32, out=c32)
     return Case(name=f"bf16 {s}x{s}x{s}", group="bf16 square", op="matmul", dtype="bfloat16",
                 flops=2.0 * s ** 3, bytes=2.0 * 3 * s * s, run=lambda: onepath.matmul(a, b, out=c),
-                baselines=base, rtol=3e-2, peak=None, meta={"m": s, "k": s, "n": s})
+                baselines=base, rtol=3e-2, peak=None, meta=_meta(torch, m=s, k=s, n=s))
 
 
 def _decode(m: int, cfg: BenchConfig, rng, torch, prepacked: bool = True) -> Case:
@@ -62,7 +63,7 @@ def _decode(m: int, cfg: BenchConfig, rng, torch, prepacked: bool = True) -> Cas
     return Case(name=f"bf16 decode {m}x{k}x{n}", group=group,
                 op="linear", dtype="bfloat16", flops=2.0 * m * n * k, bytes=2.0 * (n * k + m * k + m * n),
                 run=lambda: onepath.linear(x, p), baselines=base, rtol=3e-2, memory_bound=True,
-                peak=None, meta={"m": m, "k": k, "n": n, "prepacked": prepacked})
+                peak=None, meta=_meta(torch, m=m, k=k, n=n, prepacked=prepacked))
 
 
 @register_suite("bf16", title="bfloat16 matmul / linear", order=20)

@@ -11,6 +11,7 @@ import numpy as np
 
 import onepath
 
+from .baselines import missing_note
 from .core import BenchConfig, Suite, discover, measure_case, peak_f32
 
 BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
@@ -98,9 +99,15 @@ def _fmt(v, spec=".1f", none="-") -> str:
     return none if v is None else format(v, spec)
 
 
+def missing_baselines(rows: list[dict]) -> list[str]:
+    """Baselines a suite would compare with but could not (not installed), from its rows' meta."""
+    return list(dict.fromkeys(b for r in rows for b in r.get("meta", {}).get("missing_baselines", [])))
+
+
 def suite_table(suite: Suite, rows: list[dict]) -> tuple[str, list[str], list[list[str]]]:
-    """(title, headers, cells) of one suite's results."""
+    """(title, headers, cells) of one suite's results; the title names the baselines measured."""
     baselines = list(dict.fromkeys(b for r in rows for b in r["impls"] if b != "onepath"))
+    title = suite.title + (f" (onepath vs {', '.join(baselines)})" if baselines else " (no baseline)")
     if getattr(suite, "per_call", False):  # small problems: microseconds per call
         headers = ["group", "call", "kernel", "onepath us"]
         for b in baselines:
@@ -114,7 +121,7 @@ def suite_table(suite: Suite, rows: list[dict]) -> tuple[str, list[str], list[li
                 imp = r["impls"].get(b)
                 line += [_fmt(imp["seconds"] * 1e6, ".2f") if imp else "-", _fmt(r["ratios"].get(b), ".2f")]
             cells.append(line)
-        return suite.title, headers, cells
+        return title, headers, cells
     mem = any(r["memory_bound"] for r in rows)
     headers = ["group", "shape", "kernel", "onepath GFLOP/s", "% peak"] + (["GB/s"] if mem else [])
     for b in baselines:
@@ -132,7 +139,7 @@ def suite_table(suite: Suite, rows: list[dict]) -> tuple[str, list[str], list[li
             imp = r["impls"].get(b)
             line += [_fmt(imp["gflops"]) if imp else "-", _fmt(r["ratios"].get(b), ".2f")]
         cells.append(line)
-    return suite.title, headers, cells
+    return title, headers, cells
 
 
 def geomean_rows(rows: list[dict]) -> list[dict]:
@@ -146,17 +153,17 @@ def geomean_rows(rows: list[dict]) -> list[dict]:
             vals = [r["ratios"][b] for r in rs if r["ratios"].get(b)]
             if vals:
                 means[b] = float(math.exp(sum(math.log(v) for v in vals) / len(vals)))
-        if means:
-            out.append({"group": group, "rows": len(rs), "geomean": means})
+        out.append({"group": group, "rows": len(rs), "geomean": means})
     return out
 
 
 def geomean_table(suite: Suite, rows: list[dict]) -> tuple[str, list[str], list[list[str]]] | None:
-    """(title, headers, cells) of the per-group geometric means, or None when no group has 2 rows."""
-    gm = [g for g in geomean_rows(rows) if g["rows"] > 1]
-    if not gm:
-        return None
+    """(title, headers, cells) of the per-group geometric means (every group, one row or more), or
+    None when no row has a baseline to take a ratio to."""
+    gm = geomean_rows(rows)
     baselines = list(dict.fromkeys(b for g in gm for b in g["geomean"]))
+    if not baselines:
+        return None
     headers = ["group", "rows"] + [f"geomean x {b}" for b in baselines]
     cells = [[g["group"], str(g["rows"])] + [_fmt(g["geomean"].get(b), ".2f") for b in baselines] for g in gm]
     return f"{suite.title}: geometric mean per group", headers, cells
@@ -303,6 +310,9 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
         out.flush()
         levels = peak_levels() if peak else []
         cases = [(s, c) for s in chosen for c in s.factory(cfg)]
+        missing = list(dict.fromkeys(b for _, c in cases for b in c.meta.get("missing_baselines", [])))
+        if missing:  # said before the run, and again under each suite that lacks it
+            print(missing_note(missing) + "\n", file=out)
         torch = sys.modules.get("torch")  # a suite with a torch baseline imported it: same threads
         torch_threads = torch.get_num_threads() if torch is not None else None
         if torch is not None:
@@ -343,6 +353,10 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
                 if gt:
                     print_table(*gt, file=out)
                     print(file=out)
+                missing = missing_baselines(rows)
+                if missing:
+                    print(missing_note(missing), file=out)
+                    print(file=out)
         if torch is not None:
             torch.set_num_threads(torch_threads)
         bad = [r for r in results if r["check_ok"] is False]
@@ -365,6 +379,8 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
         "results": results,
         "geomeans": {suite.name: geomean_rows([r for r in results if r["suite"] == suite.name])
                      for suite in chosen},
+        "missing_baselines": {suite.name: m for suite in chosen
+                              if (m := missing_baselines([r for r in results if r["suite"] == suite.name]))},
         "ok": not bad,
     }
     if json_path:

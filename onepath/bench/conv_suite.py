@@ -14,6 +14,7 @@ import onepath
 from onepath.ops import conv as _conv
 
 from . import benchdnn
+from .baselines import torch_or_none
 from .core import BenchConfig, Case, register_suite
 
 # Set by ``python -m onepath bench conv --desc ...`` (a list of descriptor strings / files).
@@ -23,12 +24,8 @@ MB: int | None = None
 
 
 def _torch():
-    try:
-        import torch
-        import torch.nn.functional as F
-        return torch, F
-    except ImportError:
-        return None, None
+    torch = torch_or_none()
+    return (torch, torch.nn.functional) if torch is not None else (None, None)
 
 
 def conv_case(d: benchdnn.ConvDesc, dtype: str, layout: str, cfg: BenchConfig, group: str,
@@ -57,7 +54,9 @@ def conv_case(d: benchdnn.ConvDesc, dtype: str, layout: str, cfg: BenchConfig, g
     except ValueError:
         pass
     torch, F = _torch()
-    if torch is not None:
+    if torch is None:
+        meta["missing_baselines"] = ["torch"]
+    else:
         tdt = torch.bfloat16 if dtype == "bfloat16" else torch.float32
         tx = torch.from_numpy(x).to(tdt)
         tw = torch.from_numpy(w).to(tdt)
@@ -96,7 +95,7 @@ def _variants(cfg: BenchConfig, quick_layouts=("NCHW",)):
     return dtypes, layouts, batches
 
 
-@register_suite("conv", title="conv2d: ResNet-50 layers (onepath vs torch)", order=40)
+@register_suite("conv", title="conv2d: ResNet-50 layers", order=40)
 def conv_suite(cfg: BenchConfig):
     rng = cfg.rng()
     if cfg.shapes:  # tests / quick looks: one small 3x3 layer per size
@@ -116,7 +115,7 @@ def conv_suite(cfg: BenchConfig):
                                     f"ResNet-50 mb{mb} {'f32' if dtype == 'float32' else 'bf16'} {layout}", rng)
 
 
-@register_suite("conv_dw", title="conv2d: MobileNet-v2 depthwise 3x3 (onepath vs torch)", order=41)
+@register_suite("conv_dw", title="conv2d: MobileNet-v2 depthwise 3x3", order=41)
 def conv_dw_suite(cfg: BenchConfig):
     if cfg.shapes:
         return
@@ -131,7 +130,7 @@ def conv_dw_suite(cfg: BenchConfig):
                                     f"MobileNet-v2 dw mb{mb} {'f32' if dtype == 'float32' else 'bf16'} {layout}", rng)
 
 
-@register_suite("conv_desc", title="conv2d: benchdnn descriptors (onepath vs torch)", default=False, order=42)
+@register_suite("conv_desc", title="conv2d: benchdnn descriptors", default=False, order=42)
 def conv_desc_suite(cfg: BenchConfig):
     rng = cfg.rng()
     descs = []
