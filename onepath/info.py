@@ -142,6 +142,9 @@ def collect(with_py_cpuinfo: bool = True) -> dict:
         "builds": builds(),
         "env": {k: os.environ[k] for k in ENV_VARS if k in os.environ},
     }
+    dask_worker = sys.modules.get("onepath.dask._worker")  # inside a Dask worker with OnepathWorker
+    if dask_worker is not None and dask_worker.policy() is not None:
+        report["dask_worker"] = dask_worker.policy()
     if with_py_cpuinfo:
         report["py_cpuinfo"] = py_cpuinfo(cpu)
     return report
@@ -189,6 +192,10 @@ def render(report: dict, all_features: bool = False) -> str:
         elif r["levels"].index(level) > r["levels"].index(r["isa"]):
             lines.append(f"  {level:<18}available, but above the cap")
     lines.append(f"  threads           {r['threads']}")
+    if r.get("dask_worker"):
+        p = r["dask_worker"]
+        lines.append(f"  dask worker       {p['worker_threads']} worker threads x {p['onepath_threads']} onepath "
+                     f"threads <= {p['cores']} cores ({p['source']})")
     lines += ["", "Kernels (op, dtype -> the kernel selected at the level in force; '+' rows: "
                   "other algorithms, picked per problem)"]
     krows = []

@@ -130,8 +130,11 @@ def matmul(a, b):
     a, b = _as_dask(a, "a"), _as_dask(b, "b")
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"onepath.dask.matmul: scalar operands are not allowed (shapes {a.shape} and {b.shape})")
-    kernel = {a.dtype, b.dtype} <= {F32, BF16}
-    if not kernel:
+    ka, kb = a.shape[-1], b.shape[-2 if b.ndim > 1 else 0]
+    if ka != kb:
+        raise ValueError(f"onepath.dask.matmul: core dimension mismatch, a {a.shape} @ b {b.shape} "
+                         f"(K {ka} != {kb})")
+    if not {a.dtype, b.dtype} <= {F32, BF16}:
         return da.matmul(a, b)
     out_dtype = BF16 if (a.dtype == BF16 and b.dtype == BF16) else F32
     a1, b1 = a.ndim == 1, b.ndim == 1
@@ -139,9 +142,6 @@ def matmul(a, b):
         a = a[np.newaxis, :]
     if b1:
         b = b[:, np.newaxis]
-    if a.shape[-1] != b.shape[-2]:
-        raise ValueError(f"onepath.dask.matmul: core dimension mismatch, a {a.shape} @ b {b.shape} "
-                         f"(K {a.shape[-1]} != {b.shape[-2]})")
     if a.ndim < b.ndim:
         a = a[(np.newaxis,) * (b.ndim - a.ndim)]
     elif b.ndim < a.ndim:
@@ -217,26 +217,35 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     Args:
         x: dask array (..., in_features), float32 or bfloat16, chunked along any leading axes (the
             feature axis is rechunked to one chunk if it is split).
-        weight: numpy array (out_features, in_features) small enough for every worker to hold: it
-            becomes one key of the graph, fetched once by each worker and prepacked there once
-            (``onepath.prepack``, cached per worker process under that key) for all its blocks.
-        bias: None or numpy (out_features,). activation: None, "relu", "gelu", "gelu_tanh", "silu".
+        weight: array (out_features, in_features) small enough for every worker to hold: it
+            becomes one key of the graph (a numpy array under a name derived from its content; a
+            dask array, e.g. one persisted across computations, is merged into one chunk), fetched
+            once by each worker and prepacked there once (``onepath.prepack``, cached per worker
+            process under that key) for all its blocks.
+        bias: None or (out_features,), numpy or dask. activation: None, "relu", "gelu", "gelu_tanh", "silu".
         dtype: as ``onepath.linear`` (None: its promotion rules).
     Returns:
         dask array (..., out_features), chunked like ``x``'s leading axes; bit-identical to
         ``onepath.linear`` on the whole array.
     Raises:
         ValueError: weight not 2-D, feature mismatch, bias shape, unknown activation (as
-            ``onepath.linear``, checked when the graph is built). TypeError: a dask or packed weight.
+            ``onepath.linear``, checked when the graph is built). TypeError: a PackedWeight.
     """
     x = _as_dask(x, "x")
-    if isinstance(weight, (da.Array, onepath.PackedWeight)):
-        raise TypeError("onepath.dask.linear: weight must be an in-memory array (out_features, "
-                        f"in_features), got {type(weight).__name__}")
-    w = np.asarray(weight)
-    b = None if bias is None else np.asarray(bias)
+    if isinstance(weight, onepath.PackedWeight):
+        raise TypeError("onepath.dask.linear: weight must be an array (out_features, in_features), not "
+                        "a PackedWeight: the workers prepack it themselves, once each")
     if x.ndim < 1:
         raise ValueError("onepath.dask.linear: x must have at least one dimension (..., in_features)")
+
+    def operand(v, kind):  # -> (one-chunk dask array, stand-in for the checks)
+        if isinstance(v, da.Array):
+            return v.rechunk(v.shape or -1), np.broadcast_to(np.zeros((), v.dtype), v.shape)
+        v = np.asarray(v)
+        return _one_chunk(v, kind), v
+
+    wd, w = operand(weight, "weight")
+    bd, b = (None, None) if bias is None else operand(bias, "bias")
     # the checks and the result dtype of the in-memory op, on an empty block
     meta = onepath.linear(np.empty((0, x.shape[-1]), x.dtype), w, b, activation=activation, dtype=dtype)
     if x.numblocks[-1] > 1:
@@ -244,10 +253,10 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     nd = x.ndim
     lead = tuple(range(nd - 1))
     k_ind, n_ind = nd - 1, nd
-    args = [x, lead + (k_ind,), _one_chunk(w, "weight"), (n_ind, k_ind)]
-    if b is not None:
-        args += [_one_chunk(b, "bias"), (n_ind,)]
-    token = f"{tokenize(w)}-{w.dtype.str}"
+    args = [x, lead + (k_ind,), wd, (n_ind, k_ind)]
+    if bd is not None:
+        args += [bd, (n_ind,)]
+    token = f"{wd.name}-{w.dtype.str}"
     full_m = int(np.prod(x.shape[:-1])) if nd > 1 else 1
     return da.blockwise(_linear_block, lead + (n_ind,), *args, concatenate=True, wkey=token,
                         activation=activation, out_dtype=dtype, level=_client_cap(), full_m=full_m,
