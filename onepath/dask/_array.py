@@ -205,12 +205,6 @@ def _linear_block(x, w, b=None, *, wkey, activation, out_dtype, level, full_m):
         return y[: x2.shape[0]].reshape(lead + (y.shape[-1],))
 
 
-def _one_chunk(arr: np.ndarray, kind: str):
-    """A numpy array as a single-chunk dask array under a content-derived name: one key in the
-    graph however many blocks read it, so each worker fetches it once."""
-    return da.from_array(arr, chunks=arr.shape, name=f"onepath-{kind}-{tokenize(arr)}")
-
-
 def linear(x, weight, bias=None, *, activation=None, dtype=None):
     """``onepath.linear(x, weight, bias, activation=...)`` for a dask ``x`` chunked along its rows.
 
@@ -238,29 +232,35 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     if x.ndim < 1:
         raise ValueError("onepath.dask.linear: x must have at least one dimension (..., in_features)")
 
-    def operand(v, kind):  # -> (one-chunk dask array, stand-in for the checks)
-        if isinstance(v, da.Array):
-            return v.rechunk(v.shape or -1), np.broadcast_to(np.zeros((), v.dtype), v.shape)
-        v = np.asarray(v)
-        return _one_chunk(v, kind), v
-
-    wd, w = operand(weight, "weight")
-    bd, b = (None, None) if bias is None else operand(bias, "bias")
+    wd, w = _operand(weight, "weight")
+    bd, b = (None, None) if bias is None else _operand(bias, "bias")
     # the checks and the result dtype of the in-memory op, on an empty block
     meta = onepath.linear(np.empty((0, x.shape[-1]), x.dtype), w, b, activation=activation, dtype=dtype)
     if x.numblocks[-1] > 1:
         x = x.rechunk({x.ndim - 1: -1})
     nd = x.ndim
-    lead = tuple(range(nd - 1))
-    k_ind, n_ind = nd - 1, nd
-    args = [x, lead + (k_ind,), wd, (n_ind, k_ind)]
-    if bd is not None:
-        args += [bd, (n_ind,)]
-    token = f"{wd.name}-{w.dtype.str}"
+    ind = tuple(range(nd))
     full_m = int(np.prod(x.shape[:-1])) if nd > 1 else 1
-    return da.blockwise(_linear_block, lead + (n_ind,), *args, concatenate=True, wkey=token,
+    # The output takes x's index with the feature axis resized (no contraction index), and the
+    # weight and bias enter as single keys (index None): dask then fuses chains of these blocks
+    # with the blockwise operations around them into one task per block.
+    return da.blockwise(_linear_block, ind, x, ind, wd, None, *([bd, None] if bd is not None else []),
+                        adjust_chunks={nd - 1: meta.shape[-1]}, wkey=f"{wd.key}-{w.dtype.str}",
                         activation=activation, out_dtype=dtype, level=_client_cap(), full_m=full_m,
                         meta=np.empty((0,) * nd, meta.dtype))
+
+
+def _operand(v, kind):
+    """A weight or bias as one graph key (a Delayed: read whole by every block, fetched once per
+    worker) and an in-memory stand-in of its shape and dtype for the checks."""
+    import dask
+    if isinstance(v, da.Array):
+        stand_in = np.broadcast_to(np.zeros((), v.dtype), v.shape)
+        if v.ndim == 0:
+            return dask.delayed(v), stand_in
+        return v.rechunk(v.shape).to_delayed().ravel()[0], stand_in
+    v = np.asarray(v)
+    return dask.delayed(v, pure=True, name=f"onepath-{kind}-{tokenize(v)}"), v
 
 
 # ------------------------------------------------------------------------------------------------
@@ -405,10 +405,9 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     hplan, out_h = _h_plan(x.chunks[h_ax], pt, pb, st[0], reach, oh)
     out_chunks = [x.chunks[0], None, None, None]
     out_chunks[h_ax], out_chunks[w_ax], out_chunks[c_ax] = out_h, (ow,), (meta.shape[c_ax],)
-    import dask
     kw = dict(stride=st, dilation=dl, groups=groups, layout=layout, activation=activation,
               dtype=dtype, pads_w=pads_w, ohw=oh * ow)
-    common = dict(w=dask.delayed(w, pure=True), b=None if b is None else dask.delayed(b, pure=True),
+    common = dict(w=_operand(w, "weight")[0], b=None if b is None else _operand(b, "bias")[0],
                   h_ax=h_ax, hplan=hplan, out_shape=_OutMeta(meta.shape, meta.dtype), kw=kw,
                   level=_client_cap(), full_n=x.shape[0], chunks=tuple(out_chunks), dtype=meta.dtype,
                   meta=np.empty((0,) * 4, meta.dtype))

@@ -133,6 +133,7 @@ def run_fleet(address: str, *, threads=None, isa_level=None, quick=False, suites
         docs = {}
         for host, fut in futures.items():
             doc, _text = fut.result()
+            doc["command"] = sys.argv  # the command run here (the worker saw its own argv)
             doc["dask"] = {"host": host, "worker": hosts[host], "scheduler": client.scheduler.address}
             docs[host] = doc
     for host, doc in docs.items():
@@ -203,6 +204,7 @@ def minilm_graph(model, batches, weights: dict):
     import dask.array as da
 
     from . import linear
+    from ._array import _operand
     plan = tuple(bt[0].shape for bt in batches)
     rows = tuple(b * s for b, s in plan)
     ids = da.from_array(np.concatenate([bt[0].ravel() for bt in batches]), chunks=(rows,))
@@ -213,8 +215,11 @@ def minilm_graph(model, batches, weights: dict):
     def W(a):
         return weights.get(id(a), a)
 
-    h = ids.map_blocks(_embed_block, word=W(model.word), position=W(model.position),
-                       token_type=W(model.token_type), gamma=en.gamma, beta=en.beta, eps=en.eps,
+    def T(a):  # an embedding table: one key read whole by each block
+        return _operand(W(a), "table")[0]
+
+    h = ids.map_blocks(_embed_block, word=T(model.word), position=T(model.position),
+                       token_type=T(model.token_type), gamma=en.gamma, beta=en.beta, eps=en.eps,
                        plan=plan, new_axis=1, chunks=(rows, (d,)), dtype=np.float32,
                        meta=np.empty((0, 0), np.float32))
 
