@@ -68,6 +68,15 @@ def test_matmul_rows_bit_identical(client, level, dt):
     a, b = _rand(rng, (61, 50), dt), _rand(rng, (50, 45), dt)
     got = client.compute(odask.matmul(da.from_array(a, chunks=((3, 20, 38), 50)), b)).result()
     _assert_same(got, onepath.matmul(a, b))
+
+    def ran():
+        from onepath import _stats
+        return sorted(_stats.exercised())
+
+    # the client's cap travelled into the tasks: the workers ran this level's kernel
+    from onepath.dispatch import select
+    want = ("matmul", dt.name, select("matmul", dt.name, level=level).level)
+    assert any(want in map(tuple, ks) for ks in client.run(ran).values()), want
     # batch axis and rows split, b broadcast over the batch
     a3 = _rand(rng, (3, 17, 50), dt)
     got = client.compute(odask.matmul(da.from_array(a3, chunks=(1, (2, 15), 50)), b)).result()
@@ -292,13 +301,13 @@ def _run_cli(*args, timeout=240):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def test_fleet_bench_local(tmp_path):
+def test_fleet_bench_on_a_scheduler_address(client, tmp_path):
     out = tmp_path / "fleet.json"
-    r = _run_cli("bench", "--dask", "local", "--suite", "matmul", "--shapes", "64", "--repeat", "1",
+    r = _run_cli("bench", "--dask", client.scheduler.address, "--suite", "matmul", "--shapes", "64", "--repeat", "1",
                  "--min-time", "0.01", "--no-peak", "--json", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     files = sorted(tmp_path.glob("fleet.*.json"))
-    assert len(files) == 1  # a LocalCluster: one host, one run, one JSON
+    assert len(files) == 1  # a LocalCluster's two workers share one host: one run, one JSON
     doc = json.loads(files[0].read_text())
     assert {"schema", "fingerprint", "options", "results", "ok"} <= set(doc)  # the shape of bench --json
     assert doc["fingerprint"]["brand"] and doc["dask"]["host"]

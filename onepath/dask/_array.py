@@ -366,7 +366,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
             halo are merged with their neighbour, as map_overlap itself does); each block computes
             the output rows whose window starts in its own rows, so any stride, dilation and
             padding split exactly (output H chunks follow from the input's).
-        weight: numpy (OC, C/groups, KH, KW), one key of the graph (fetched once per worker).
+        weight: (OC, C/groups, KH, KW), numpy or dask; one key of the graph (fetched once per worker).
         bias, stride, padding, dilation, groups, layout, activation, dtype: as ``onepath.conv2d``.
     Returns:
         dask array of ``onepath.conv2d``'s result shape and dtype, chunked along N like ``input``.
@@ -374,13 +374,13 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
         within the float32 GEMM error bound of it.
     Raises:
         ValueError / TypeError: as ``onepath.conv2d`` (checked when the graph is built, shapes in
-        the message); ValueError for an unbatched (3-D) input; TypeError for a dask weight.
+        the message); ValueError for an unbatched (3-D) input; TypeError for a PackedWeight.
     """
     x = _as_dask(input, "input")
-    if isinstance(weight, (da.Array, onepath.PackedWeight)):
-        raise TypeError(f"onepath.dask.conv2d: weight must be an in-memory array, got {type(weight).__name__}")
-    w = np.asarray(weight)
-    b = None if bias is None else np.asarray(bias)
+    if isinstance(weight, onepath.PackedWeight):
+        raise TypeError("onepath.dask.conv2d: weight must be an array (OC, C/groups, KH, KW), not a PackedWeight")
+    wd, w = _operand(weight, "weight")
+    bd, b = (None, None) if bias is None else _operand(bias, "bias")
     if x.ndim != 4:
         raise ValueError(f"onepath.dask.conv2d: expected a batched 4-D input, got shape {x.shape} "
                          "(add the batch axis with x[None])")
@@ -407,7 +407,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     out_chunks[h_ax], out_chunks[w_ax], out_chunks[c_ax] = out_h, (ow,), (meta.shape[c_ax],)
     kw = dict(stride=st, dilation=dl, groups=groups, layout=layout, activation=activation,
               dtype=dtype, pads_w=pads_w, ohw=oh * ow)
-    common = dict(w=_operand(w, "weight")[0], b=None if b is None else _operand(b, "bias")[0],
+    common = dict(w=wd, b=bd,
                   h_ax=h_ax, hplan=hplan, out_shape=_OutMeta(meta.shape, meta.dtype), kw=kw,
                   level=_client_cap(), full_n=x.shape[0], chunks=tuple(out_chunks), dtype=meta.dtype,
                   meta=np.empty((0,) * 4, meta.dtype))
