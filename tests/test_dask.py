@@ -33,7 +33,7 @@ ACTS = (None, "relu", "gelu", "gelu_tanh", "silu")
 
 @pytest.fixture(scope="module")
 def client():
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                            worker_dashboard_address=None)
     c = Client(cluster)
     c.wait_for_workers(2)
@@ -239,6 +239,12 @@ def test_conv2d_nhwc_and_errors(client):
         odask.conv2d(X, w[:, :2], layout="NHWC")  # channel mismatch, named by onepath.conv2d
     with pytest.raises(ValueError, match="batched 4-D"):
         odask.conv2d(X[0], w, layout="NHWC")
+    # H chunks shorter than the stride: some blocks own no output row (empty output chunks)
+    x4 = _rand(rng, (2, 3, 22, 7), F32)
+    w1 = _rand(rng, (4, 3, 1, 1), F32)
+    y = odask.conv2d(da.from_array(x4, chunks=(1, 3, (1, 1, 1, 19), 7)), w1, stride=4, padding=1)
+    assert 0 in y.chunks[2]
+    _assert_same(client.compute(y).result(), onepath.conv2d(x4, w1, stride=4, padding=1))
 
 
 # ------------------------------------------------------------------------------------------------

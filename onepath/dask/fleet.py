@@ -30,7 +30,7 @@ def connect(address: str, n_workers: int = LOCAL_WORKERS, threads_per_worker: in
     from distributed import Client, LocalCluster
     if address == "local":
         with LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
-                          dashboard_address=None, worker_dashboard_address=None) as cluster, \
+                          dashboard_address=":0", worker_dashboard_address=None) as cluster, \
                 Client(cluster) as client:
             client.wait_for_workers(n_workers)
             yield client
