@@ -9,6 +9,11 @@ never keeps a count a previous task changed.
 
 Alternative without the plugin: the Dask config ``distributed.nanny.pre-spawn-environ`` with
 ``ONEPATH_NUM_THREADS: "1"`` (read by onepath at its first call in each worker process).
+
+The same setting holds ``MALLOC_TRIM_THRESHOLD_: 65536`` by default, which turns off glibc's dynamic
+mmap threshold in the workers: numpy temporaries above 128 KiB are then fresh mmaps (measured: a
+LayerNorm 4x slower than in the client). The policy reports it; ``bench --dask local`` starts its
+workers without it (``onepath.dask.fleet.connect``).
 """
 from __future__ import annotations
 
@@ -96,7 +101,9 @@ class OnepathWorker(WorkerPlugin):
         onepath.set_num_threads(per_task)
         _POLICY = {"plugin": "onepath.dask.OnepathWorker", "worker": worker.address,
                    "worker_threads": nthreads, "cores": int(cores), "affinity_cpus": affinity,
-                   "onepath_threads": per_task, "source": source, "reapplied": 0}
+                   "onepath_threads": per_task, "source": source, "reapplied": 0,
+                   # set by distributed's nanny by default; slows numpy temporaries (see fleet.py)
+                   "malloc_trim_threshold": os.environ.get("MALLOC_TRIM_THRESHOLD_")}
 
     def transition(self, key, start, finish, **kwargs):
         """Before each task: onepath's thread count back to the policy (a task may change it)."""
