@@ -298,7 +298,7 @@ def _h_plan(chunks, pt, pb, sh, reach, oh):
     starts = np.cumsum((0,) + tuple(chunks))
     hp = h + pt + pb
     plan, out_rows = [], []
-    for i, c in enumerate(chunks):
+    for i in range(len(chunks)):
         s0 = 0 if i == 0 else int(starts[i]) + pt
         e0 = hp if i == len(chunks) - 1 else int(starts[i + 1]) + pt
         o_first, o_end = -(-s0 // sh), min(-(-e0 // sh), oh)
@@ -314,14 +314,14 @@ def _h_plan(chunks, pt, pb, sh, reach, oh):
     return tuple(plan), tuple(out_rows)
 
 
-def _conv_block(x, *, w, b, h_ax, hplan, block_id=None, out_shape, kw, level, full_n):
+def _conv_block(x, *, w, b, h_ax, hplan, block_id=None, out_shape, out_dtype, kw, level, full_n):
     """One block of conv2d: the rows of the plan for this H block, its padding, the batch padded
     (zero images) to the in-memory problem's GEMM path when the block has few output pixels."""
     plan = hplan[block_id[h_ax]]
     if plan is None:
         shape = list(out_shape)
         shape[0], shape[h_ax] = x.shape[0], 0
-        return np.empty(shape, out_shape.dtype)
+        return np.empty(shape, out_dtype)
     lo, hi, top, bottom = plan
     idx = [slice(None)] * 4
     idx[h_ax] = slice(lo, hi)
@@ -335,22 +335,6 @@ def _conv_block(x, *, w, b, h_ax, hplan, block_id=None, out_shape, kw, level, fu
         y = onepath.conv2d(_padded(xs, 0, extra), w, b, kw["stride"], pads, kw["dilation"], kw["groups"],
                            layout=kw["layout"], activation=kw["activation"], dtype=kw["dtype"])
         return y[:n] if extra else y
-
-
-class _OutMeta:
-    """Shape/dtype of an output block template (picklable, small)."""
-
-    def __init__(self, shape, dtype):
-        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
-
-    def __iter__(self):
-        return iter(self.shape)
-
-    def __len__(self):
-        return len(self.shape)
-
-    def __getitem__(self, i):
-        return self.shape[i]
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, layout="NCHW",
@@ -408,7 +392,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     kw = dict(stride=st, dilation=dl, groups=groups, layout=layout, activation=activation,
               dtype=dtype, pads_w=pads_w, ohw=oh * ow)
     common = dict(w=wd, b=bd,
-                  h_ax=h_ax, hplan=hplan, out_shape=_OutMeta(meta.shape, meta.dtype), kw=kw,
+                  h_ax=h_ax, hplan=hplan, out_shape=meta.shape, out_dtype=meta.dtype, kw=kw,
                   level=_client_cap(), full_n=x.shape[0], chunks=tuple(out_chunks), dtype=meta.dtype,
                   meta=np.empty((0,) * 4, meta.dtype))
     if x.numblocks[h_ax] == 1 or reach == 0:
