@@ -69,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--reproducible", action="store_true",
                        help="run onepath in reproducible mode (onepath.reproducible()); "
                             "`--suite reproducible` times it against the default mode")
+    bench.add_argument("--dask", metavar="ADDRESS|local", default=None,
+                       help="run on a Dask cluster (scheduler ADDRESS, or `local` for a LocalCluster of "
+                            "2 processes x 1 thread): the suites once per worker host (one JSON per "
+                            "host, one table), or --model minilm through onepath.dask.linear")
     # Undocumented knobs for tests and quick looks.
     bench.add_argument("--shapes", type=_sizes, default=None, help=argparse.SUPPRESS)
     bench.add_argument("--repeat", type=_positive_int, default=None, help=argparse.SUPPRESS)
@@ -136,6 +140,9 @@ def _bench(args) -> int:
             for s in discover().values():
                 print(f"{s.name:16s} {s.title}{'' if s.default else '  (not run by default)'}")
             return 0
+        if args.dask:  # onepath/dask/fleet.py
+            from .dask import fleet
+            return fleet.main(args)
         if args.model == "minilm":
             from .bench import minilm
             try:

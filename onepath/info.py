@@ -161,6 +161,9 @@ def collect(with_py_cpuinfo: bool = True, env_errors: dict | None = None) -> dic
     for name, (value, msg) in (env_errors or {}).items():
         report["env"][name] = value
         report.setdefault("env_errors", {})[name] = msg
+    dask_worker = sys.modules.get("onepath.dask._worker")  # inside a Dask worker with OnepathWorker
+    if dask_worker is not None and dask_worker.policy() is not None:
+        report["dask_worker"] = dask_worker.policy()
     if with_py_cpuinfo:
         report["py_cpuinfo"] = py_cpuinfo(cpu)
     return report
@@ -211,6 +214,10 @@ def render(report: dict, all_features: bool = False) -> str:
     rp = r.get("reproducible")
     if rp:
         lines.append(f"  reproducible mode {'on' if rp['on'] else 'off'}  ({rp['source']}; kernel {rp['kernel']})")
+    if r.get("dask_worker"):
+        p = r["dask_worker"]
+        lines.append(f"  dask worker       {p['worker_threads']} worker threads x {p['onepath_threads']} onepath "
+                     f"threads <= {p['cores']} cores ({p['source']})")
     lines += ["", "Kernels (op, dtype -> the kernel selected at the level in force; '+' rows: "
                   "other algorithms, picked per problem)"]
     krows = []

