@@ -254,6 +254,14 @@ OP_INLINE void op_ukr_dp_body(const int MRV, int64_t kcp, const uint16_t *OP_RES
            c11_1 = c0_0, c12_0 = c0_0, c12_1 = c0_0, c13_0 = c0_0, c13_1 = c0_0;
     __m512 d0_0 = c0_0, d0_1 = c0_0, d1_0 = c0_0, d1_1 = c0_0, d2_0 = c0_0, d2_1 = c0_0,
            d3_0 = c0_0, d3_1 = c0_0;
+    /* C is read/written only after the k loop: fetch its lines now (as the float32 kernel does);
+       the float partial sums of a large product do not stay in cache between KC blocks */
+    if (csc == 1)
+        for (int i = 0; i < MRV; i++) {
+            _mm_prefetch((const char *)(c + i * rsc), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c + i * rsc + 16), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c + i * rsc + 31), _MM_HINT_T0);
+        }
 #define OP_BH(x) ((__m512bh)(x))
 #define OP_R(i, PR, ACC)                                                                  \
     if (MRV > i) {                                                                        \
@@ -297,6 +305,16 @@ OP_INLINE void op_ukr_dp_body(const int MRV, int64_t kcp, const uint16_t *OP_RES
         c1_0 = _mm512_add_ps(c1_0, d1_0); c1_1 = _mm512_add_ps(c1_1, d1_1);
         c2_0 = _mm512_add_ps(c2_0, d2_0); c2_1 = _mm512_add_ps(c2_1, d2_1);
         c3_0 = _mm512_add_ps(c3_0, d3_0); c3_1 = _mm512_add_ps(c3_1, d3_1);
+    }
+    if (OP_LIKELY(csc == 1)) {  /* rows written from the registers, epilogue included */
+        op_epi512 e;
+        op_epi512_init(&e, nr, epi);
+#define OP_W(i) \
+    if (MRV > i) op_epi512_row(&e, c + i * rsc, i, c##i##_0, c##i##_1, nr, acc);
+        OP_W(0) OP_W(1) OP_W(2) OP_W(3) OP_W(4) OP_W(5) OP_W(6)
+        OP_W(7) OP_W(8) OP_W(9) OP_W(10) OP_W(11) OP_W(12) OP_W(13)
+#undef OP_W
+        return;
     }
     float t[OP_DP_MR * 32] OP_ALIGNED(64);
 #define OP_T(i)                                         \
