@@ -236,7 +236,8 @@ OP_INLINE void op_kn_body(const int R, const int NV, int64_t p0, int64_t p1, con
     {                                                                                              \
         op_kn_body(R, OP_KN_NV(R), p0, p1, a, lat, b, rsb, acc, lda, w, first);                    \
     }
-OP_KN_INST(1) OP_KN_INST(2) OP_KN_INST(3) OP_KN_INST(4) OP_KN_INST(8)
+OP_KN_INST(1) OP_KN_INST(2) OP_KN_INST(3) OP_KN_INST(4) OP_KN_INST(5) OP_KN_INST(6) OP_KN_INST(7)
+OP_KN_INST(8)
 #if OP_KN_MAX_G >= 16
 OP_KN_INST(16)
 #endif
@@ -274,7 +275,7 @@ static void op_kn_task(void *vctx, int64_t task, int tid)
             const int64_t wb = op_min64(OP_KN_CB, w - jb);
             for (int64_t i0 = 0; i0 < m;) {
                 const int64_t rem = m - i0;
-                const int R = rem >= 16 && OP_KN_MAX_G >= 16 ? 16 : rem >= 8 ? 8 : (int)op_min64(rem, 4);
+                const int R = rem >= 16 && OP_KN_MAX_G >= 16 ? 16 : rem >= 8 ? 8 : (int)rem;
                 const float *ai = A + i0;
                 float *ac = acc + i0 * lda + jb;
 #define OP_KN_CALL(RR) op_kn_g##RR(p0, p1, ai, m, B + jb, rsb, ac, lda, wb, first)
@@ -283,6 +284,9 @@ static void op_kn_task(void *vctx, int64_t task, int tid)
                 case 2: OP_KN_CALL(2); break;
                 case 3: OP_KN_CALL(3); break;
                 case 4: OP_KN_CALL(4); break;
+                case 5: OP_KN_CALL(5); break;
+                case 6: OP_KN_CALL(6); break;
+                case 7: OP_KN_CALL(7); break;
 #if OP_KN_MAX_G >= 16
                 case 16: OP_KN_CALL(16); break;
 #endif
