@@ -110,7 +110,7 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
     # AMD Zen 4 (EPYC, family 25 model 17; L1d 32 KiB, L2 1 MiB), measured 2026-11-30 against the
     # derived blocking, paired in one process, 1 thread, 512-2048 squares. float32: the cache model's
     # KC 160 (a B micro-panel in two thirds of L1d) re-reads and re-writes the C tile too often; a
-    # 512-deep B micro-panel streamed from L2 runs 4-9% faster (BLIS's zen4 sgemm config uses KC 480
+    # 512-deep B micro-panel streamed from L2 runs 4-10% faster (BLIS's zen4 sgemm config uses KC 480
     # for the same reason). bfloat16 (VDPBF16PS): KC 1024 halves the float partial-sum passes of
     # KC 512 (+7% at 1024^3, equal at 512^3 and 2048^3).
     **{("zen4", "avx512_core", op, "float32"): (126, 512, 3072) for op in ("matmul", "linear")},
