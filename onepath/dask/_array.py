@@ -162,7 +162,7 @@ def matmul(a, b):
     # the path the in-memory call takes (decided here, where it would run): no batch, both operands
     # of one dtype, and M*N*K within the small kernel's limit
     small = (nd == 2 and a.dtype == b.dtype
-             and _small.use_small(a.shape[0] * b.shape[1] * ka, "matmul", a.dtype.name))
+             and _small.use_small(a.shape[0] * b.shape[1] * ka, "matmul", a.dtype.name, b.shape[1] * ka))
     parts = da.blockwise(_mm_block, out_ind, a, lhs, b, rhs, adjust_chunks={nd - 1: 1},
                          dtype=F32, concatenate=False, level=level, full_m=a.shape[-2], small=small,
                          meta=np.empty((0,) * (nd + 1), F32))
@@ -262,7 +262,7 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
                         adjust_chunks={nd - 1: meta.shape[-1]}, wkey=f"{wd.key}-{w.dtype.str}",
                         activation=activation, out_dtype=dtype, level=_client_cap(), full_m=full_m,
                         small=(x.dtype == w.dtype == F32
-                               and _small.use_small(full_m * w.shape[0] * w.shape[1], "linear")),
+                               and _small.use_small(full_m * w.shape[0] * w.shape[1], "linear", "float32", w.shape[0] * w.shape[1])),
                         meta=np.empty((0,) * nd, meta.dtype))
 
 

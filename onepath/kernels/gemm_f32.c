@@ -918,7 +918,7 @@ int op_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
     g.epi = epi;
     if (g.k > 0 && batch > 0) {
         const int used = op_gemv_f32(&g, nthreads < 1 ? 1 : nthreads);  /* gemv_f32.c */
-        if (used > 0) return used;
+        if (used != 0) return used;  /* -1: allocation failure */
     }
     return op_gemm_drive(&op_gemm_f32_ops, &g, blk, nthreads);
 }

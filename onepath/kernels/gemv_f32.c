@@ -4,7 +4,10 @@
    Packing would read and write the whole large operand once more than the product itself does, so
    this path streams it once: every C element is a dot product over K, computed R x S at a time
    (R rows of A, S columns of B) with vector accumulators along K, at every level (AVX-512: 16 lanes,
-   AVX2: 8, portable: 4 through GCC vector extensions). Threads split the large side. */
+   AVX2: 8, portable: 4 through GCC vector extensions). Threads split the large side.
+   The row-stream path (op_kn_f32, below) takes the other thin shape, x W with a row-major W
+   (csb == 1, M <= OP_KN_MAX_M): W's rows are streamed once, in blocks of a few rows swept across the
+   thread's columns, into float32 partial sums of C kept in a per-thread buffer (L1/L2). */
 
 #if defined(OP_HAS_AVX512)
 #define OP_DV_W 16
@@ -13,6 +16,8 @@ OP_INLINE op_dv op_dv_zero(void) { return _mm512_setzero_ps(); }
 OP_INLINE op_dv op_dv_load(const float *p) { return _mm512_loadu_ps(p); }
 OP_INLINE op_dv op_dv_fma(op_dv a, op_dv b, op_dv c) { return _mm512_fmadd_ps(a, b, c); }
 OP_INLINE float op_dv_sum(op_dv v) { return _mm512_reduce_add_ps(v); }
+OP_INLINE op_dv op_dv_set1(float x) { return _mm512_set1_ps(x); }
+OP_INLINE void op_dv_store(float *p, op_dv v) { _mm512_storeu_ps(p, v); }
 #define OP_DOT_BIG(s) ((s) <= 2 ? 8 : 4)   /* large-side block for small-side size s (registers) */
 #elif defined(OP_HAS_AVX2)
 #define OP_DV_W 8
@@ -27,6 +32,8 @@ OP_INLINE float op_dv_sum(op_dv v)
     s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
     return _mm_cvtss_f32(s);
 }
+OP_INLINE op_dv op_dv_set1(float x) { return _mm256_set1_ps(x); }
+OP_INLINE void op_dv_store(float *p, op_dv v) { _mm256_storeu_ps(p, v); }
 #define OP_DOT_BIG(s) ((s) <= 2 ? 4 : 2)
 #else
 #define OP_DV_W 4
@@ -35,6 +42,8 @@ OP_INLINE op_dv op_dv_zero(void) { const op_dv z = {0.0f, 0.0f, 0.0f, 0.0f}; ret
 OP_INLINE op_dv op_dv_load(const float *p) { op_dv v; memcpy(&v, p, sizeof v); return v; }
 OP_INLINE op_dv op_dv_fma(op_dv a, op_dv b, op_dv c) { return a * b + c; }
 OP_INLINE float op_dv_sum(op_dv v) { return (v[0] + v[2]) + (v[1] + v[3]); }
+OP_INLINE op_dv op_dv_set1(float x) { const op_dv v = {x, x, x, x}; return v; }
+OP_INLINE void op_dv_store(float *p, op_dv v) { memcpy(p, &v, sizeof v); }
 #define OP_DOT_BIG(s) ((s) <= 2 ? 4 : 2)
 #endif
 
@@ -150,9 +159,194 @@ static void op_dot_task(void *vctx, int64_t task, int tid)
     }
 }
 
+/* ---------------------------------------------------------------- row stream: x W, W row-major
+
+   C[M x N] = A[M x K] B[K x N] for M <= OP_KN_MAX_M with B rows contiguous (csb == 1): every B row is
+   read once, straight from where it lies. Threads split N; a task sweeps blocks of OP_KN_KB(M) rows
+   of B across its columns (that many concurrent sequential row streams), 256 columns at a time so the
+   block's piece stays in L1 while every row group of A passes over it. A row group of R rows keeps an
+   R x NV-vector tile of C in registers for the block; between blocks the float32 partial sums live
+   in a per-thread buffer of M x (the task's columns) floats. The last pass writes C (epilogue
+   included). The packed driver would read B, write its packed copy and read that again, and with B
+   read in place (its direct path) keeps the row blocks short: both below the memory bandwidth. */
+
+#if defined(OP_HAS_AVX512)
+#define OP_KN_MAX_G 16                               /* largest row group (accumulator registers) */
+#define OP_KN_NV(R) ((R) <= 4 ? 4 : (R) <= 8 ? 2 : 1)  /* vectors per tile row for an R-row group */
+#else
+#define OP_KN_MAX_G 8
+#define OP_KN_NV(R) ((R) <= 2 ? 4 : (R) <= 4 ? 2 : 1)
+#endif
+#define OP_KN_MAX_M 16          /* rows of A this path takes */
+#define OP_KN_MIN_N 128         /* narrower B: the driver (this path's column tail is scalar) */
+#define OP_KN_KB(M) ((M) <= 4 ? 8 : 16)  /* B rows per block */
+#define OP_KN_SKEW 1024        /* floats of slack per thread buffer (4 KiB) for its placement */
+#define OP_KN_CB 256            /* columns per sweep step (a multiple of every tile width) */
+
+/* acc[R x NV vectors] (row stride lda) (+)= A[R rows, p0..p1) B[p0..p1, NV vectors); A transposed:
+   A[r][p] at a[p * lat + r] */
+OP_INLINE void op_kn_tile(const int R, const int NV, int64_t p0, int64_t p1, const float *a, int64_t lat,
+                          const float *b, int64_t rsb, float *acc, int64_t lda, int first)
+{
+    op_dv c[OP_KN_MAX_G][4];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) c[r][v] = first ? op_dv_zero() : op_dv_load(acc + r * lda + v * OP_DV_W);
+    const float *bp = b + p0 * rsb;
+    for (int64_t p = p0; p < p1; p++, bp += rsb) {
+        op_dv bv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) bv[v] = op_dv_load(bp + v * OP_DV_W);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) {
+            const op_dv av = op_dv_set1(a[p * lat + r]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) c[r][v] = op_dv_fma(av, bv[v], c[r][v]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) op_dv_store(acc + r * lda + v * OP_DV_W, c[r][v]);
+}
+
+/* acc[R x w] (row stride lda) (+)= A[R rows, p0..p1) B[p0..p1, 0..w): tiles of NV vectors, then
+   single vectors, then scalar columns. */
+OP_INLINE void op_kn_body(const int R, const int NV, int64_t p0, int64_t p1, const float *a, int64_t lat,
+                          const float *b, int64_t rsb, float *acc, int64_t lda, int64_t w, int first)
+{
+    int64_t j = 0;
+    for (; j + NV * OP_DV_W <= w; j += NV * OP_DV_W)
+        op_kn_tile(R, NV, p0, p1, a, lat, b + j, rsb, acc + j, lda, first);
+    for (; j + OP_DV_W <= w; j += OP_DV_W)
+        op_kn_tile(R, 1, p0, p1, a, lat, b + j, rsb, acc + j, lda, first);
+    for (; j < w; j++)
+        for (int r = 0; r < R; r++) {
+            float v = first ? 0.0f : acc[r * lda + j];
+            for (int64_t p = p0; p < p1; p++) v += a[p * lat + r] * b[p * rsb + j];
+            acc[r * lda + j] = v;
+        }
+}
+
+#define OP_KN_INST(R)                                                                              \
+    static OP_NOINLINE void op_kn_g##R(int64_t p0, int64_t p1, const float *a, int64_t lat,         \
+                                       const float *b, int64_t rsb, float *acc, int64_t lda,        \
+                                       int64_t w, int first)                                        \
+    {                                                                                              \
+        op_kn_body(R, OP_KN_NV(R), p0, p1, a, lat, b, rsb, acc, lda, w, first);                    \
+    }
+OP_KN_INST(1) OP_KN_INST(2) OP_KN_INST(3) OP_KN_INST(4) OP_KN_INST(5) OP_KN_INST(6) OP_KN_INST(7)
+OP_KN_INST(8)
+#if OP_KN_MAX_G >= 16
+OP_KN_INST(16)
+#endif
+#undef OP_KN_INST
+
+typedef struct {
+    const op_gemm_args *g;
+    int64_t cols, parts;    /* columns per task (multiple of OP_KN_CB), tasks per batch entry */
+    int64_t lda;            /* row stride of a thread's partial-sum buffer */
+    float *acc;             /* per thread: m x lda floats */
+    float *at;              /* A transposed, per batch entry k x m floats: A[i][p] at at[p * m + i] */
+} op_kn_ctx;
+
+static void op_kn_task(void *vctx, int64_t task, int tid)
+{
+    const op_kn_ctx *x = (const op_kn_ctx *)vctx;
+    const op_gemm_args *g = x->g;
+    const int64_t bi = task / x->parts, c0 = (task % x->parts) * x->cols;
+    const int64_t w = op_min64(x->cols, g->n - c0);
+    if (w <= 0) return;
+    const int64_t m = g->m, k = g->k, rsb = g->rsb, lda = x->lda;
+    const float *A = x->at + bi * k * m;
+    const float *B = (const float *)g->b + (g->b_off ? g->b_off[bi] : 0) + c0;
+    /* the partial sums start half a 4 KiB page away from the B columns (mod 4 KiB): with B rows a
+       multiple of 4 KiB apart, every B load otherwise shares its low 12 address bits with a recent
+       store of the sums, and the loads wait on those stores (4K aliasing; Zen 4, K = N = 4096, m = 1:
+       29 -> 31 GB/s, as fast as with B rows padded) */
+    float *acc = x->acc + (size_t)tid * (size_t)(m * lda + OP_KN_SKEW);
+    acc += (((uintptr_t)(B + 512) - (uintptr_t)acc) & 4095u) / 64u * 16u;
+    const int64_t kb = OP_KN_KB(m);
+    for (int64_t p0 = 0; p0 < k; p0 += kb) {
+        const int64_t p1 = op_min64(k, p0 + kb);
+        const int first = p0 == 0;
+        for (int64_t jb = 0; jb < w; jb += OP_KN_CB) {
+            const int64_t wb = op_min64(OP_KN_CB, w - jb);
+            for (int64_t i0 = 0; i0 < m;) {
+                const int64_t rem = m - i0;
+                const int R = rem >= 16 && OP_KN_MAX_G >= 16 ? 16 : rem >= 8 ? 8 : (int)rem;
+                const float *ai = A + i0;
+                float *ac = acc + i0 * lda + jb;
+#define OP_KN_CALL(RR) op_kn_g##RR(p0, p1, ai, m, B + jb, rsb, ac, lda, wb, first)
+                switch (R) {
+                case 1: OP_KN_CALL(1); break;
+                case 2: OP_KN_CALL(2); break;
+                case 3: OP_KN_CALL(3); break;
+                case 4: OP_KN_CALL(4); break;
+                case 5: OP_KN_CALL(5); break;
+                case 6: OP_KN_CALL(6); break;
+                case 7: OP_KN_CALL(7); break;
+#if OP_KN_MAX_G >= 16
+                case 16: OP_KN_CALL(16); break;
+#endif
+                default: OP_KN_CALL(8); break;
+                }
+#undef OP_KN_CALL
+                i0 += R;
+            }
+        }
+    }
+    op_epilogue e, *ep = NULL;
+    if (g->epi && (g->epi->bias || g->epi->act != OP_ACT_NONE)) {
+        e = *g->epi;
+        if (e.bias && e.bias_axis != 0) e.bias += c0 * e.bias_stride;
+        ep = &e;
+    }
+    float *C = g->c + (g->c_off ? g->c_off[bi] : 0) + c0 * g->csc;
+    op_tile_store(acc, lda, (int)m, (int)w, C, g->rsc, g->csc, 0, ep);
+}
+
+/* The row-stream path for x W (returns threads used, -1 on allocation failure), else 0. */
+static int op_kn_f32(const op_gemm_args *g, int nthreads)
+{
+    if (g->csb != 1 || g->m < 1 || g->m > OP_KN_MAX_M || g->n < OP_KN_MIN_N || g->k < 1) return 0;
+    const double flops = 2.0 * (double)g->batch * (double)g->m * (double)g->n * (double)g->k;
+    int64_t T = (int64_t)(flops / OP_GEMM_MIN_FLOPS_PER_THREAD);
+    if (T > nthreads) T = nthreads;
+    if (T < 1) T = 1;
+    op_kn_ctx x;
+    x.g = g;
+    /* one column range per thread and batch entry (long row segments keep the prefetchers on) */
+    const int64_t want = g->batch >= T ? 1 : op_cdiv64(T, g->batch);
+    x.cols = op_roundup64(op_cdiv64(g->n, want), OP_KN_CB);
+    x.parts = op_cdiv64(g->n, x.cols);
+    if (T > g->batch * x.parts) T = g->batch * x.parts;
+    x.lda = op_roundup64(x.cols, 16) + 16;  /* +16: rows not a multiple of 4 KiB apart */
+    x.acc = (float *)op_aligned_alloc((size_t)(T * (g->m * x.lda + OP_KN_SKEW)) * sizeof(float));
+    x.at = (float *)op_aligned_alloc((size_t)(g->batch * g->k * g->m) * sizeof(float));
+    if (!x.acc || !x.at) {
+        op_aligned_free(x.acc);
+        op_aligned_free(x.at);
+        return -1;
+    }
+    for (int64_t bi = 0; bi < g->batch; bi++) {
+        const float *A = (const float *)g->a + (g->a_off ? g->a_off[bi] : 0);
+        float *d = x.at + bi * g->k * g->m;
+        for (int64_t i = 0; i < g->m; i++)
+            for (int64_t p = 0; p < g->k; p++) d[p * g->m + i] = A[i * g->rsa + p * g->csa];
+    }
+    const int used = op_parallel_for((int)T, g->batch * x.parts, op_kn_task, &x);
+    op_aligned_free(x.acc);
+    op_aligned_free(x.at);
+    return used;
+}
+
 /* The dot path when it applies (returns threads used), else 0: the caller runs the packed GEMM. */
 static int op_gemv_f32(const op_gemm_args *g, int nthreads)
 {
+    const int kn = op_kn_f32(g, nthreads);
+    if (kn != 0) return kn;
     if (g->csa != 1 || g->rsb != 1 || g->k < OP_DV_W || g->m < 1 || g->n < 1) return 0;
     op_dot_ctx x;
     x.g = g;

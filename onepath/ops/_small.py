@@ -22,6 +22,11 @@ kernel takes 38.6 / 134 / 313 us at 128^3 / 192^3 / 256^3 where the packed GEMM 
 327 (numpy 43.5 / 139 / 325), and with 2 threads the packed GEMM wins from about 192^3 on (118 us
 against 141); AVX2 (6 x 16), the small kernel wins up to 96^3 (22.9 against 26.9 us) and loses at
 128^3 (54.5 against 52.4); portable C, it wins up to 32^3 (7.1 against 11.0 us) and ties at 48^3.
+
+``B_MAX``: the small kernel reads B in place, a strip of columns at a time, so a product whose B is
+far larger than L2 (K x N float32 elements above ``B_MAX``, 512 KiB; the thin decode shapes such as
+1 x 4096 x 4096, within the one-thread limit by M*N*K) takes the paths that stream B once instead
+(``gemv_f32.c``: the dot-product and row-stream paths). 256^3's B is 256 KiB.
 """
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ _ND = _np.ndarray
 _F32 = _np.dtype(_np.float32)
 _empty = _np.empty
 
+B_MAX = 1 << 17  # K * N elements (512 KiB of float32): see the module docstring
 LIMITS: dict = {"avx512_core": (128 ** 3, 256 ** 3), "avx2": (112 ** 3, 112 ** 3),
                  "generic": (40 ** 3, 40 ** 3)}
 
@@ -61,17 +67,18 @@ def off():
         _off.reset(token)
 
 
-def fits(mnk: int, row_level: str) -> bool:
-    """True when M*N*K = ``mnk`` is small enough for the small row of level ``row_level`` (and the
-    small path is not switched off by ``off()``)."""
+def fits(mnk: int, row_level: str, kn: int = 0) -> bool:
+    """True when M*N*K = ``mnk`` (B of ``kn`` = K*N elements) is small enough for the small row of
+    level ``row_level`` (and the small path is not switched off by ``off()``)."""
     lim, lim1t = LIMITS.get(row_level, (-1, -1))
-    return (mnk <= lim or (mnk <= lim1t and _threads.get_num_threads() == 1)) and not _off.get()
+    return ((mnk <= lim or (mnk <= lim1t and kn <= B_MAX and _threads.get_num_threads() == 1))
+            and not _off.get())
 
 
-def use_small(mnk: int, op: str = "matmul", dtype: str = "float32") -> bool:
+def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0) -> bool:
     """True when a product of M*N*K = ``mnk`` of (op, dtype) takes the small path at the level in
     force."""
-    return fits(mnk, row_for(op, _cap.isa(), dtype).level)
+    return fits(mnk, row_for(op, _cap.isa(), dtype).level, kn)
 
 
 def reset() -> None:
@@ -140,7 +147,7 @@ def matmul_bf16(a, b, c_bf16: bool):
     bfloat16 (rounded once) or float32; None when the problem is not small or an operand is not
     C-contiguous and aligned (the caller takes the bfloat16 GEMM)."""
     (m, k), (k2, n) = a.shape, b.shape
-    if k2 != k or not use_small(m * n * k, "matmul", "bfloat16"):
+    if k2 != k or not use_small(m * n * k, "matmul", "bfloat16", n * k):
         return None
     level = _cap.isa()
     bd = _bound_bf16.get(level)
@@ -212,7 +219,7 @@ def linear_fast(x, w, bias, code, packed):
         (m, k), (n, k2) = x.shape, w.shape
     except ValueError:
         return None
-    if k2 != k or not k or not use_small(m * n * k, "linear"):
+    if k2 != k or not k or not use_small(m * n * k, "linear", "float32", n * k):
         return None
     if bias is not None and (bias.dtype is not _F32 or bias.shape != (n,)):
         return None

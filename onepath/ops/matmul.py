@@ -19,6 +19,7 @@ _nthreads = _threads.get_num_threads
 _fast = _small.fast_matmul  # ISA level -> the small kernel's C entry (filled on first use)
 _scoped_get = _cap._scoped.get
 _empty = np.empty
+_B_MAX = _small.B_MAX
 
 
 def _foreign(x) -> bool:
@@ -78,7 +79,7 @@ def matmul(a, b, /, out=None, *, dtype=None):
             if fast is not None and k2 == k:
                 cc, fb, lim, lim1t = fast
                 mnk = m * n * k
-                if mnk <= lim or (mnk <= lim1t and _nthreads() == 1):
+                if mnk <= lim or (mnk <= lim1t and k * n <= _B_MAX and _nthreads() == 1):
                     c = _empty((m, n), _F32)
                     try:
                         if cc(m, n, k, fb(a), fb(b), fb(c)):
@@ -173,7 +174,7 @@ def _matmul_f32(a, b, out):
         b2 = np.array(b2, _F32)
     direct = kernel_ready(c) and not np.may_share_memory(c, a2) and not np.may_share_memory(c, b2)
     target = c if direct else np.empty(shape, _F32)
-    if not batch and target is c and _small.use_small(a2.shape[0] * b2.shape[1] * k):
+    if not batch and target is c and _small.use_small(a2.shape[0] * b2.shape[1] * k, kn=b2.shape[1] * k):
         _small_strided("matmul", a2, b2, c)
     else:
         run_gemm("matmul", a2, b2, target)

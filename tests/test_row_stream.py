@@ -1,0 +1,62 @@
+"""The float32 row-stream path (kernels/gemv_f32.c, op_kn_f32): x @ W with a row-major W and at most
+16 rows of x, at every ISA level: every row-group size, column tails (vector and scalar), strided
+operands, batches, the fused epilogue and the thread split."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import onepath
+
+from conftest import assert_gemm_close
+
+RNG = np.random.default_rng(4321)
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 11, 16])
+def test_row_stream_shapes(level, m):
+    for k, n in ((1, 128), (9, 130), (37, 300), (64, 263)):
+        a, w = rand(m, k), rand(k, n)
+        assert_gemm_close(onepath.matmul(a, w), a, w)
+
+
+def test_row_stream_strided_and_batched(level):
+    a = rand(7, 90)[:, ::2]                       # A columns 2 apart (csa == 2)
+    w = rand(45, 400)[:, 5:395]                   # W rows longer than N (rsb > n)
+    assert_gemm_close(onepath.matmul(a, w), a, w)
+    out = np.zeros((7, 2 * 390), np.float32)[:, ::2]  # C columns 2 apart (csc == 2)
+    onepath.matmul(a, w, out=out)
+    assert_gemm_close(out, a, w)
+    ba, bw = rand(3, 4, 33), rand(3, 33, 200)
+    assert_gemm_close(onepath.matmul(ba, bw), ba, bw)
+    x = rand(2, 33)[None]                         # x broadcast over W's batch
+    assert_gemm_close(onepath.matmul(x, bw), x, bw)
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "silu"])
+def test_row_stream_linear_epilogue(level, activation):
+    # linear(x, weight) with weight = W^T for a row-major W (k x n): B = weight^T = W is row-major
+    x, w, bias = rand(4, 70), rand(70, 150), rand(150)
+    y = onepath.linear(x, w.T, bias, activation=activation)
+    z = x.astype(np.float64) @ w.astype(np.float64) + bias
+    f = {None: lambda t: t, "relu": lambda t: np.maximum(t, 0),
+         "gelu": lambda t: 0.5 * t * (1 + np.vectorize(math.erf)(t / math.sqrt(2))),
+         "silu": lambda t: t / (1 + np.exp(-t))}[activation]
+    assert np.allclose(y, f(z), rtol=1e-4, atol=1e-4)
+
+
+def test_row_stream_threads_split(level):
+    a, w = rand(3, 500), rand(500, 3000)
+    old = onepath.get_num_threads()
+    try:
+        for t in (1, 2, 3):
+            onepath.set_num_threads(t)
+            assert_gemm_close(onepath.matmul(a, w), a, w)
+    finally:
+        onepath.set_num_threads(old)
