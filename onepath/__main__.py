@@ -1,5 +1,5 @@
-"""Command line: ``python -m onepath info [--json]`` and ``python -m onepath bench [...]``
-(also installed as the ``onepath`` console script)."""
+"""Command line: ``python -m onepath info [--json]``, ``python -m onepath bench [...]`` and
+``python -m onepath tune [...]`` (also installed as the ``onepath`` console script)."""
 from __future__ import annotations
 
 import argparse
@@ -70,7 +70,37 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-peak", action="store_true", help=argparse.SUPPRESS)
     bench.add_argument("--sentences", type=_positive_int, default=None, help=argparse.SUPPRESS)
     bench.add_argument("--batch", type=_positive_int, default=64, help=argparse.SUPPRESS)
+
+    tune = sub.add_parser(
+        "tune", help="measure the cache blocking of every kernel on this host; write its tuning file",
+        description="Measure candidate cache blockings (MC, KC, NC) for each registry row this host can "
+                    "run, keep the fastest and write them to this host's tuning file "
+                    "($XDG_CACHE_HOME/onepath/, or ONEPATH_TUNING=PATH), which dispatch loads at first "
+                    "use (ONEPATH_TUNING=off ignores it).")
+    tune.add_argument("--op", action="append", choices=["matmul", "linear", "conv2d"], default=None,
+                      help="tune only this op (repeatable; default all)")
+    tune.add_argument("--dtype", action="append", choices=["float32", "bfloat16"], default=None,
+                      help="tune only this dtype (repeatable; default both)")
+    tune.add_argument("--threads", type=_positive_int, default=None, metavar="N",
+                      help="threads to tune for (default: onepath.get_num_threads())")
+    tune.add_argument("--quick", action="store_true",
+                      help="one problem per row, fewer candidates, one sweep (under 3 minutes on 2 cores)")
+    tune.add_argument("--json", metavar="FILE", default=None,
+                      help="also write every candidate tried, with its GFLOP/s, as JSON")
+    tune.add_argument("--out", metavar="FILE", default=None,
+                      help="write the tuning file here instead of the default location")
+    tune.add_argument("--no-write", action="store_true", help="measure and print only")
     return parser
+
+
+def _tune(args) -> int:
+    from . import tune
+    try:
+        tune.run(ops=args.op, dtypes=args.dtype, threads=args.threads, quick=args.quick,
+                 json_path=args.json, out_path=args.out, write=not args.no_write)
+    except tune.TuneError as exc:
+        return _error(str(exc))
+    return 0
 
 
 def _error(msg: str) -> int:
@@ -126,6 +156,8 @@ def main(argv=None) -> int:
         from . import info
         return info.main(as_json=args.json, all_features=args.all,
                          with_py_cpuinfo=not args.no_py_cpuinfo)
+    if args.command == "tune":
+        return _tune(args)
     return _bench(args)
 
 

@@ -13,15 +13,40 @@ def _host_levels():
     return onepath.available_isas()
 
 
-@pytest.fixture(params=LEVELS)
+# Test modules whose per-level tests run twice: with the blocking dispatch picks, and with ODD_BLOCKING
+# at every level (every row a tuning file can choose must compute the right answer).
+_BLOCKING_MODULES = ("test_matmul", "test_linear", "test_bf16", "test_conv")
+# (MC, KC, NC) as a tuning file could give them: odd, smaller than the tests' shapes (several blocks
+# per dimension with a partial last one) and not multiples of any MR / NR / k_align (the registry
+# rounds MC and NC up as the driver does; float32 KC stays odd).
+ODD_BLOCKING = (23, 37, 45)
+
+
+def pytest_generate_tests(metafunc):
+    """Parametrize ``level`` over LEVELS (x the odd blocking in the GEMM / conv test modules)."""
+    if "level" not in metafunc.fixturenames:
+        return
+    odd = metafunc.module.__name__.rsplit(".", 1)[-1] in _BLOCKING_MODULES
+    params = [(lv, b) for lv in LEVELS for b in ((False, True) if odd else (False,))]
+    metafunc.parametrize("level", params, indirect=True,
+                         ids=[lv + ("-oddblk" if b else "") for lv, b in params])
+
+
+@pytest.fixture
 def level(request):
-    """Each ISA level in turn, forced with a scoped cap; skipped where the host cannot run it."""
-    name = request.param
+    """Each ISA level in turn, forced with a scoped cap; skipped where the host cannot run it. In
+    the GEMM / conv modules also with ODD_BLOCKING as every row's tuned blocking (id ``LEVEL-oddblk``)."""
+    import contextlib
+
+    from onepath.dispatch import REGISTRY, tuning
+    name, odd = request.param
     if name not in _host_levels():
         pytest.skip(f"{name} cannot run on this host (levels here: {', '.join(_host_levels())})")
     if LEVELS.index(name) > LEVELS.index(onepath.isa()):
         pytest.skip(f"{name} is above the process cap {onepath.isa()!r} (ONEPATH_MAX_ISA)")
-    with onepath.max_isa(name):
+    blk = tuning.override({(r.level, r.op, r.dtype): ODD_BLOCKING for r in REGISTRY}) if odd \
+        else contextlib.nullcontext()
+    with onepath.max_isa(name), blk:
         yield name
 
 
