@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="tune only this op (repeatable; default all)")
     tune.add_argument("--dtype", action="append", choices=["float32", "bfloat16"], default=None,
                       help="tune only this dtype (repeatable; default both)")
+    tune.add_argument("--level", action="append", default=None, metavar="LEVEL",
+                      help="tune only the rows of this ISA level (repeatable; default every level "
+                           "the host can run)")
     tune.add_argument("--threads", type=_positive_int, default=None, metavar="N",
                       help="threads to tune for (default: onepath.get_num_threads())")
     tune.add_argument("--quick", action="store_true",
@@ -96,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _tune(args) -> int:
     from . import tune
     try:
-        tune.run(ops=args.op, dtypes=args.dtype, threads=args.threads, quick=args.quick,
+        tune.run(ops=args.op, dtypes=args.dtype, levels=args.level, threads=args.threads, quick=args.quick,
                  json_path=args.json, out_path=args.out, write=not args.no_write)
     except tune.TuneError as exc:
         return _error(str(exc))

@@ -342,7 +342,7 @@ def expected_candidates(row, quick: bool) -> int:
 # Command
 
 
-def run(*, ops=None, dtypes=None, threads: int | None = None, quick: bool = False,
+def run(*, ops=None, dtypes=None, levels=None, threads: int | None = None, quick: bool = False,
         json_path: str | None = None, out_path: str | None = None, write: bool = True,
         progress: bool = True, out=None) -> dict:
     """Tune the selected rows, print the table, write the tuning file (merged with the rows of a
@@ -368,6 +368,12 @@ def run(*, ops=None, dtypes=None, threads: int | None = None, quick: bool = Fals
         raise TuneError(f"--threads must be a positive integer, got {threads}")
     cpu = _host()
     rows = targets(ops, dtypes)
+    if levels:
+        bad = [lv for lv in levels if lv not in onepath.available_isas()]
+        if bad:
+            raise TuneError(f"--level {', '.join(bad)}: not a level this host can run; valid: "
+                            f"{', '.join(onepath.available_isas())}")
+        rows = [r for r in rows if r.level in levels]
     mode, explicit = tuning.env_setting()
     path = out_path or (explicit if mode == "explicit" else tuning.default_path(cpu))
     print(f"onepath {onepath.__version__} tune | {cpu.brand or '?'} | {cpu.vendor} {cpu.uarch} "
