@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="fewer shapes, shorter timing (one to two minutes)")
     bench.add_argument("--json", metavar="FILE", default=None,
                        help="also write the results and machine fingerprint as JSON")
+    bench.add_argument("--save", action="store_true",
+                       help="also write the run's JSON (fingerprint, raw timing samples) to "
+                            "benchmarks/results/<vendor>-<uarch>/ in the repository")
     bench.add_argument("--model", choices=["minilm"], default=None,
                        help="run a model end to end instead of the kernel suites "
                             "(minilm: all-MiniLM-L6-v2 sentence encoder)")
@@ -133,6 +136,13 @@ def _bench(args) -> int:
             except minilm.ModelMissing as exc:
                 print(f"onepath: {exc}", file=sys.stderr)
                 return 1
+            if args.save:
+                import datetime as _dt
+
+                from .bench.cli import save
+                doc.setdefault("timestamp", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+                doc["options"]["model"] = "minilm"
+                print(f"saved {save(doc)}", file=sys.stderr)
             return 0 if doc["ok"] else 1
         from .bench import cli
         if args.what == "conv" or args.desc:  # convolution suites (onepath/bench/conv_suite.py)
@@ -147,7 +157,7 @@ def _bench(args) -> int:
             args.suite = args.suite or (["conv_desc"] if args.desc else ["conv", "conv_dw"])
         doc = cli.run(threads=threads, isa_level=args.isa, quick=args.quick, suites=args.suite,
                       shapes=args.shapes, repeat=args.repeat, min_time=args.min_time,
-                      json_path=args.json, peak=not args.no_peak)
+                      json_path=args.json, peak=not args.no_peak, save_results=args.save)
         return 0 if doc["ok"] else 1
     except BenchError as exc:
         return _error(str(exc))

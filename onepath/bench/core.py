@@ -228,6 +228,8 @@ def measure_case(case: Case, cfg: BenchConfig, peaks: dict[str, float] | None = 
         "kernel": kernel.name if kernel is not None else None,
         "kernel_level": kernel.level if kernel is not None else None,
         "kernel_mrnr": f"{kernel.mr}x{kernel.nr}" if kernel is not None else None,
+        "kernel_blocking": ([kernel.mc, kernel.kc, kernel.nc, getattr(kernel, "blocking_from", None)]
+                            if kernel is not None else None),
         "max_rel_err": err, "check_ok": None if err is None else bool(err <= case.rtol),
         "impls": {}, **({"meta": case.meta} if case.meta else {}),
     }
@@ -237,6 +239,7 @@ def measure_case(case: Case, cfg: BenchConfig, peaks: dict[str, float] | None = 
             "seconds": sec, "best_seconds": t["best"], "calls_per_measurement": t["calls"],
             "gflops": case.flops / sec / 1e9 if sec > 0 else None,
             "gbs": case.bytes / sec / 1e9 if sec > 0 else None,
+            "samples": t["samples"],  # seconds per call of each timed round (raw, in run order)
         }
     one = row["impls"]["onepath"]
     peak = None
