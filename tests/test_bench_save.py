@@ -25,3 +25,15 @@ def test_save_writes_fingerprint_and_samples(tmp_path, monkeypatch):
         for impl in row["impls"].values():
             assert len(impl["samples"]) == 2 and all(s > 0 for s in impl["samples"])
         assert row["kernel_blocking"][3] in ("tuning file", "shipped", "cache model")
+
+
+def test_results_markdown_side_by_side(tmp_path, monkeypatch):
+    from onepath.bench import results
+    monkeypatch.setattr(cli, "results_dir", lambda fp: tmp_path / "benchmarks" / "results" / "amd-zen4")
+    doc = cli.run(threads=1, suites=["matmul"], shapes=(32,), repeat=1, min_time=0.001, peak=False,
+                  progress=False, out=io.StringIO())
+    doc["options"]["suites_requested"] = False  # as a full default run is named
+    cli.save(doc)
+    md = results.markdown(tmp_path / "benchmarks" / "results")
+    assert "none measured yet" in md                       # the host kind without a run
+    assert "| matmul | square | 32x32x32 |" in md and "GFLOP/s" in md
