@@ -3,8 +3,8 @@
 ``python -m onepath.bench.results [RESULTS_DIR]`` prints, for the latest full default run of each
 host kind under ``benchmarks/results/<vendor>-<uarch>/`` (a quick run when a host has no full one),
 the geometric means per group and every row, with onepath's GFLOP/s and the ratio to each baseline
-(baseline time / onepath time), one column group per host kind. The README's bench section is this
-output.
+(baseline time / onepath time), one column group per host kind. ``--readme README.md`` writes it
+between the README's ``bench-results`` markers.
 """
 from __future__ import annotations
 
@@ -92,10 +92,29 @@ def markdown(results_dir: Path) -> str:
     return "\n".join(lines)
 
 
+START, END = "<!-- bench-results:start -->", "<!-- bench-results:end -->"
+
+
+def update_readme(readme: Path, results_dir: Path) -> None:
+    """Replace the text between the bench-results markers of ``readme`` with ``markdown()``."""
+    text = readme.read_text(encoding="utf-8")
+    i, j = text.index(START) + len(START), text.index(END)
+    readme.write_text(text[:i] + "\n" + markdown(results_dir) + "\n" + text[j:], encoding="utf-8")
+
+
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """``python -m onepath.bench.results [RESULTS_DIR] [--readme README.md]``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    readme = None
+    if "--readme" in argv:
+        k = argv.index("--readme")
+        readme = Path(argv[k + 1])
+        del argv[k:k + 2]
     root = Path(argv[0]) if argv else Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-    print(markdown(root))
+    if readme is not None:
+        update_readme(readme, root)
+    else:
+        print(markdown(root))
     return 0
 
 
