@@ -118,7 +118,26 @@ REGISTRY: tuple[Kernel, ...] = _MATMUL_F32 + _MATMUL_BF16 + _LINEAR + _CONV
 # on a host of that microarchitecture (the comment names the host and date). A "conv2d" row applies to
 # the GEMM-based conv algorithms (depthwise has no cache blocking). A microarchitecture nobody
 # measured has no row: the cache model covers it. Rows from a tuning file win over these.
-TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {}
+TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
+    # AMD EPYC Zen 4 (family 25 model 17 stepping 1, L1d 32 KiB, L2 1 MiB, L3 32 MiB; KVM guest, 2 cores),
+    # 2026-11-30: `python -m onepath tune --threads 1 --level avx512_core --level avx512_core_bf16`
+    # (full search; the VM was shared, load ~9 on 2 cores, so single timings moved by +-30 %), each
+    # pick then checked by paired best-of A/B runs through onepath.matmul / linear / conv2d at 1 thread
+    # (square 512-2048, BERT linears, ResNet-50 3x3 and 1x1 layers). Held up: the bf16 3x3 conv's
+    # larger MC/KC (+1..5 %, tune +8 %); bf16 GEMM with KC 512 beat the cache model's KC 320 at
+    # 1024 (119 vs 86 GFLOP/s), so it keeps the former 168/512/2048 although its B micro-panel fills
+    # L1d. Tune's other picks were within noise or slower in the A/B: those rows keep the cache
+    # model's values, now measured.
+    ("zen4", "avx512_core", "matmul", "float32"): (126, 160, 3072),
+    ("zen4", "avx512_core", "linear", "float32"): (126, 160, 3072),
+    ("zen4", "avx512_core", "conv2d", "float32"): (126, 160, 3072),
+    ("zen4", "avx512_core", "matmul", "bfloat16"): (126, 160, 3072),   # widened to float32 panels
+    ("zen4", "avx512_core", "linear", "bfloat16"): (126, 160, 3072),
+    ("zen4", "avx512_core", "conv2d", "bfloat16"): (126, 160, 3072),
+    ("zen4", "avx512_core_bf16", "matmul", "bfloat16"): (168, 512, 2048),
+    ("zen4", "avx512_core_bf16", "linear", "bfloat16"): (168, 512, 2048),
+    ("zen4", "avx512_core_bf16", "conv2d", "bfloat16"): (252, 480, 3072),
+}
 
 
 def blocking_for(row: Kernel, caches: dict, elem_size: int | None = None) -> tuple[int, int, int]:
