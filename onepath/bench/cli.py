@@ -76,7 +76,7 @@ def results_dir(fp: dict) -> Path:
     """``benchmarks/results/<vendor>-<uarch>/`` of the repository onepath runs from (the folder
     holding pyproject.toml above the package; else the current directory), e.g. ``amd-zen4``."""
     vendor = {"AuthenticAMD": "amd", "GenuineIntel": "intel"}.get(fp.get("vendor"), fp.get("vendor") or "unknown")
-    name = re.sub(r"[^A-Za-z0-9_.]+", "_", f"{vendor}-{fp.get('uarch') or 'unknown'}").lower()
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{vendor}-{fp.get('uarch') or 'unknown'}").lower()
     root = Path(__file__).resolve().parents[2]
     if not (root / "pyproject.toml").exists():
         root = Path.cwd()
