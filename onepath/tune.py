@@ -269,6 +269,11 @@ def tune_row(row, threads: int, quick: bool, peak: float | None, advance=lambda:
         blk = tuple(int(v) for v in blk)
         if blk in scores:
             return scores[blk]
+        same = _effective(row, probs, blk)
+        twin = next((b for b in scores if _effective(row, probs, b) == same), None)
+        if twin is not None:  # runs exactly as a blocking already measured (e.g. NC >= N): no new timing
+            scores[blk] = scores[twin]
+            return scores[blk]
         for r in runners:
             err = r.check(blk)
             if not err <= r.tolerance():
@@ -295,7 +300,7 @@ def tune_row(row, threads: int, quick: bool, peak: float | None, advance=lambda:
                     best, best_g = blk, g
     # confirm: time the winner and the start alternately (best of each: other load on the machine
     # only ever slows a measurement down); keep the start unless the winner still wins by MARGIN
-    if best != start:
+    if _effective(row, probs, best) != _effective(row, probs, start):
         a = b = 0.0
         for _ in range(CONFIRM_ROUNDS):
             a = max(a, _geo(runners, start, min_time, rounds))
@@ -304,9 +309,26 @@ def tune_row(row, threads: int, quick: bool, peak: float | None, advance=lambda:
             best, b = start, a
         res.start_gflops, res.gflops = a, b
     else:
-        res.start_gflops = res.gflops = best_g
+        best = start
+        res.start_gflops = res.gflops = scores[start]
     res.chosen = best
     return res
+
+
+def _effective(row, probs, blk) -> tuple:
+    """The blocking the driver really runs on each GEMM problem (MC, KC, NC rounded as the driver
+    rounds them and clipped to M, K, N); conv problems keep ``blk`` (their GEMM shape is the
+    kernel's business)."""
+    up = lambda v, q: -(-v // q) * q  # noqa: E731
+    mc, kc, nc = up(blk[0], row.mr), up(blk[1], row.k_align), up(blk[2], row.nr)
+    out = []
+    for p in probs:
+        if p.kind == "gemm":
+            m, n, k = p.dims
+            out.append((min(mc, up(m, row.mr)), min(kc, up(k, row.k_align)), min(nc, up(n, row.nr))))
+        else:
+            out.append((mc, kc, nc))
+    return tuple(out)
 
 
 def _geo(runners, blk, min_time, rounds) -> float:

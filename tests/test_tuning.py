@@ -281,3 +281,11 @@ def test_tune_cli_rejects_bad_arguments():
         main(["tune", "--op", "fft"])
     with pytest.raises(SystemExit):
         main(["tune", "--threads", "0"])
+
+
+def test_tune_does_not_time_blockings_that_run_identically():
+    from onepath import tune
+    row = registry.rows("matmul", "float32")[0]
+    probs = [tune.Problem("gemm", (100, 200, 300))]
+    assert tune._effective(row, probs, (row.mr * 8, 400, 1024)) == tune._effective(row, probs, (row.mr * 9, 512, 4096))
+    assert tune._effective(row, probs, (row.mr, 64, row.nr)) != tune._effective(row, probs, (row.mr, 65, row.nr))
