@@ -27,6 +27,12 @@ def latest(host_dir: Path) -> tuple[Path, dict] | None:
     return None
 
 
+def _blocking(t: dict | None) -> str:
+    if not t or not t.get("rows"):
+        return "shipped rows / cache model (no tuning file)"
+    return f"tuning file ({t['rows']} rows)"
+
+
 def _ratio_cell(r: dict) -> str:
     return " ".join(f"{v:.2f}x {b}" for b, v in r.get("ratios", {}).items() if v) or "-"
 
@@ -49,7 +55,7 @@ def markdown(results_dir: Path) -> str:
                      f"{fp.get('brand')}, family {fp.get('family')} model {fp.get('model')}, "
                      f"{opt['threads']} threads, level {fp.get('level')}, "
                      f"{'quick' if opt.get('quick') else 'full'} run of {doc['timestamp']}, "
-                     f"blocking: {(fp.get('tuning') or {}).get('status', 'cache model / shipped rows')}.")
+                     f"blocking: {_blocking(fp.get('tuning'))}.")
     if not any(runs.values()):
         return "\n".join(lines)
     measured = list(hosts)  # a column per host kind ("-" where none is measured yet)
