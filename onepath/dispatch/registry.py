@@ -152,7 +152,8 @@ def blocking_for(row: Kernel, caches: dict, elem_size: int | None = None) -> tup
     On a 48 KiB L1 / 2 MiB L2 core with the 14x32 float32 kernel this gives MC 168, KC 256, NC 3072,
     which a sweep on this project's Sapphire-Rapids-class host measured best or tied; on Zen 4
     (32 KiB L1d, 1 MiB L2) the bfloat16 14x32 kernel gets KC 320 (a 20 KiB B micro-panel) instead of
-    the 512 (32 KiB, all of L1d) that was hard-coded before.
+    the 512 (32 KiB, all of L1d) that was hard-coded before, though a paired measurement on Zen 4
+    still preferred 512 for the GEMM (its shipped ``TUNING`` row).
     """
     e = elem_size or row.elem_bytes or 4
     l1 = caches.get("l1d") or 32 * 1024
