@@ -1,5 +1,6 @@
 """Command line: ``python -m onepath info [--json]``, ``python -m onepath bench [...]``,
-``python -m onepath bench compare RUN.json ...`` and ``python -m onepath golden --write|--check FILE``
+``python -m onepath bench compare RUN.json ...`` and ``python -m onepath golden --write|--check FILE``,
+``python -m onepath tune [...]``
 (also installed as the ``onepath`` console script)."""
 from __future__ import annotations
 
@@ -54,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="fewer shapes, shorter timing (one to two minutes)")
     bench.add_argument("--json", metavar="FILE", default=None,
                        help="also write the results and machine fingerprint as JSON")
+    bench.add_argument("--save", action="store_true",
+                       help="also write the run's JSON (fingerprint, raw timing samples) to "
+                            "benchmarks/results/<vendor>-<uarch>/ in the repository")
     bench.add_argument("--model", choices=["minilm"], default=None,
                        help="run a model end to end instead of the kernel suites "
                             "(minilm: all-MiniLM-L6-v2 sentence encoder)")
@@ -91,7 +95,40 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --check: only these levels (default: every level the host runs)")
     golden.add_argument("--threads", type=_sizes, default=None, metavar="T1,T2",
                         help="with --check: only these thread counts (default: 1..cpus)")
+
+    tune = sub.add_parser(
+        "tune", help="measure the cache blocking of every kernel on this host; write its tuning file",
+        description="Measure candidate cache blockings (MC, KC, NC) for each registry row this host can "
+                    "run, keep the fastest and write them to this host's tuning file "
+                    "($XDG_CACHE_HOME/onepath/, or ONEPATH_TUNING=PATH), which dispatch loads at first "
+                    "use (ONEPATH_TUNING=off ignores it).")
+    tune.add_argument("--op", action="append", choices=["matmul", "linear", "conv2d"], default=None,
+                      help="tune only this op (repeatable; default all)")
+    tune.add_argument("--dtype", action="append", choices=["float32", "bfloat16"], default=None,
+                      help="tune only this dtype (repeatable; default both)")
+    tune.add_argument("--level", action="append", default=None, metavar="LEVEL",
+                      help="tune only the rows of this ISA level (repeatable; default every level "
+                           "the host can run)")
+    tune.add_argument("--threads", type=_positive_int, default=None, metavar="N",
+                      help="threads to tune for (default: onepath.get_num_threads())")
+    tune.add_argument("--quick", action="store_true",
+                      help="one problem per row, fewer candidates, one sweep (under 3 minutes on 2 cores)")
+    tune.add_argument("--json", metavar="FILE", default=None,
+                      help="also write every candidate tried, with its GFLOP/s, as JSON")
+    tune.add_argument("--out", metavar="FILE", default=None,
+                      help="write the tuning file here instead of the default location")
+    tune.add_argument("--no-write", action="store_true", help="measure and print only")
     return parser
+
+
+def _tune(args) -> int:
+    from . import tune
+    try:
+        tune.run(ops=args.op, dtypes=args.dtype, levels=args.level, threads=args.threads, quick=args.quick,
+                 json_path=args.json, out_path=args.out, write=not args.no_write)
+    except tune.TuneError as exc:
+        return _error(str(exc))
+    return 0
 
 
 def _error(msg: str) -> int:
@@ -155,6 +192,13 @@ def _bench(args) -> int:
             except minilm.ModelMissing as exc:
                 print(f"onepath: {exc}", file=sys.stderr)
                 return 1
+            if args.save:
+                import datetime as _dt
+
+                from .bench.cli import save
+                doc.setdefault("timestamp", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+                doc["options"]["model"] = "minilm"
+                print(f"saved {save(doc)}", file=sys.stderr)
             return 0 if doc["ok"] else 1
         from .bench import cli
         if args.what == "conv" or args.desc:  # convolution suites (onepath/bench/conv_suite.py)
@@ -173,7 +217,7 @@ def _bench(args) -> int:
         try:
             doc = cli.run(threads=threads, isa_level=args.isa, quick=args.quick, suites=args.suite,
                           shapes=args.shapes, repeat=args.repeat, min_time=args.min_time,
-                          json_path=args.json, peak=not args.no_peak)
+                          json_path=args.json, peak=not args.no_peak, save_results=args.save)
         finally:
             onepath.set_reproducible(previous)
         return 0 if doc["ok"] else 1
@@ -212,6 +256,8 @@ def main(argv=None) -> int:
     if errors:
         _report_env_errors(errors)
         return 2
+    if args.command == "tune":
+        return _tune(args)
     return _bench(args)
 
 

@@ -8,7 +8,7 @@ import os
 import sys
 import textwrap
 
-ENV_VARS = ("ONEPATH_MAX_ISA", "ONEPATH_NUM_THREADS", "ONEPATH_VERBOSE", "ONEPATH_REPRODUCIBLE",
+ENV_VARS = ("ONEPATH_MAX_ISA", "ONEPATH_NUM_THREADS", "ONEPATH_VERBOSE", "ONEPATH_REPRODUCIBLE", "ONEPATH_TUNING",
             "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS")
 
 
@@ -51,9 +51,11 @@ def feature_rows(cpu) -> list[dict]:
 def kernel_rows() -> list[dict]:
     """For each (op, dtype) in the registry: the kernel ``select`` picks under the cap in force;
     then, for each other algorithm of that (op, dtype) (e.g. conv2d's depthwise path, chosen per
-    problem), the row it would use at that level (``"selected": False``)."""
+    problem), the row it would use at that level (``"selected": False``). ``blocking_from`` says
+    where MC/KC/NC came from: "tuning file", "shipped" (registry.TUNING) or "cache model"."""
     import onepath
     from .dispatch import REGISTRY, rows, select
+    from .dispatch.registry import with_blocking
     from .dispatch.levels import level_index
     cap_i = level_index(onepath.isa())
     out = []
@@ -66,18 +68,25 @@ def kernel_rows() -> list[dict]:
         algo = getattr(k, "algorithm", None)
         out.append({"op": op, "dtype": dtype, "algorithm": algo, "selected": True, "name": k.name,
                     "level": k.level, "symbol": k.symbol, "mr": k.mr, "nr": k.nr, "mc": k.mc,
-                    "kc": k.kc, "nc": k.nc, "tuned_for": k.uarch})
+                    "kc": k.kc, "nc": k.nc, "tuned_for": k.uarch, "blocking_from": k.blocking_from})
         seen = {algo}
         for r in rows(op, dtype):
             a = getattr(r, "algorithm", None)
             if a in seen or level_index(r.level) > cap_i:
                 continue
             seen.add(a)
+            r = with_blocking(r)
             out.append({"op": op, "dtype": dtype, "algorithm": a, "selected": False, "name": r.name,
                         "level": r.level, "symbol": r.symbol, "mr": r.mr, "nr": r.nr,
                         "mc": r.mc or None, "kc": r.kc or None, "nc": r.nc or None,
-                        "tuned_for": r.uarch})
+                        "tuned_for": r.uarch, "blocking_from": r.blocking_from})
     return out
+
+
+def tuning_state() -> dict:
+    """The tuning file in force: mode (default / explicit ONEPATH_TUNING / off), path, status, rows."""
+    from .dispatch import tuning
+    return tuning.state().as_dict()
 
 
 def builds() -> dict[str, bool]:
@@ -155,6 +164,7 @@ def collect(with_py_cpuinfo: bool = True, env_errors: dict | None = None) -> dic
         "reproducible": _repro_info(),
         "features": feature_rows(cpu),
         "kernels": kernel_rows(),
+        "tuning": tuning_state(),
         "builds": builds(),
         "env": {k: os.environ[k] for k in ENV_VARS if k in os.environ},
     }
@@ -226,11 +236,16 @@ def render(report: dict, all_features: bool = False) -> str:
             krows.append([k["op"], k["dtype"], "-", "-", "-", "-", "-", "-", k["error"]])
             continue
         blk = [str(k[x]) if k[x] else "auto" for x in ("mc", "kc", "nc")]
-        if k.get("tuned_for"):
-            blk[-1] += f"  (tuned for {k['tuned_for']})"
+        src = k.get("blocking_from") or "-"
+        if k.get("tuned_for") and src == "shipped":
+            src += f" ({k['tuned_for']})"
         krows.append([("" if k["selected"] else "+ ") + k["op"], k["dtype"], k.get("algorithm") or "-",
-                      k["name"], k["level"], f"{k['mr']}x{k['nr']}", *blk])
-    lines += _table(["op", "dtype", "algorithm", "kernel", "level", "MRxNR", "MC", "KC", "NC"], krows)
+                      k["name"], k["level"], f"{k['mr']}x{k['nr']}", *blk, src])
+    lines += _table(["op", "dtype", "algorithm", "kernel", "level", "MRxNR", "MC", "KC", "NC",
+                     "MC/KC/NC from"], krows)
+    t = r.get("tuning")
+    if t:
+        lines.append(f"  tuning file: {t['path'] or '-'} ({t['status']})")
     missing = [b for b, ok in r["builds"].items() if not ok]
     if missing:
         lines.append(f"  (kernel modules not built: {', '.join(missing)})")

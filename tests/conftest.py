@@ -29,10 +29,42 @@ def cpus(monkeypatch):
     return set_cpus
 
 
+# Test modules whose per-level tests run twice: with the blocking dispatch picks, and with ODD_BLOCKING
+# at every level (every row a tuning file can choose must compute the right answer).
+_BLOCKING_MODULES = ("test_matmul", "test_linear", "test_bf16", "test_conv")
+# (MC, KC, NC) as a tuning file could give them: odd, smaller than the tests' shapes (several blocks
+# per dimension with a partial last one) and not multiples of any MR / NR / k_align (the registry
+# rounds MC and NC up as the driver does; float32 KC stays odd).
+ODD_BLOCKING = (23, 37, 45)
+
+
+def pytest_generate_tests(metafunc):
+    """In the GEMM / conv test modules, every test of a ``level`` also runs with ODD_BLOCKING."""
+    if ("level" in metafunc.fixturenames
+            and metafunc.module.__name__.rsplit(".", 1)[-1] in _BLOCKING_MODULES):
+        metafunc.fixturenames.append("blocking")
+        metafunc.parametrize("blocking", [None, ODD_BLOCKING], indirect=True, ids=["blk", "oddblk"])
+
+
 @pytest.fixture
-def level(onepath_level):
+def blocking(request):
+    """None: the blocking dispatch picks; else (MC, KC, NC) given to every registry row as a tuning
+    file would give it."""
+    odd = getattr(request, "param", None)
+    if odd is None:
+        yield None
+        return
+    from onepath.dispatch import REGISTRY, tuning
+    with tuning.override({(r.level, r.op, r.dtype): odd for r in REGISTRY}):
+        yield odd
+
+
+@pytest.fixture
+def level(onepath_level, request):
     """Each ISA level in turn (the plugin's ``onepath_level``), forced with a scoped cap; skipped
-    where the host cannot run it."""
+    where the host cannot run it; in the GEMM / conv modules also with ODD_BLOCKING (``blocking``)."""
+    if "blocking" in request.fixturenames:
+        request.getfixturevalue("blocking")
     return onepath_level
 
 

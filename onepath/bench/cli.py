@@ -6,7 +6,10 @@ import datetime as _dt
 import json
 import math
 import os
+import re
 import sys
+from pathlib import Path
+
 import numpy as np
 
 import onepath
@@ -61,8 +64,52 @@ def fingerprint(threads: int) -> dict:
         "threads": threads, "onepath_version": getattr(onepath, "__version__", None),
         "python": sys.version.split()[0], "numpy_version": np.__version__, "blas": blas_info(),
         "env": {k: os.environ.get(k) for k in BLAS_ENV + ("ONEPATH_MAX_ISA", "ONEPATH_NUM_THREADS",
-                                                           "OMP_NUM_THREADS")},
+                                                           "OMP_NUM_THREADS", "ONEPATH_TUNING")},
+        "tuning": _tuning_state(),
     }
+
+
+def _tuning_state() -> dict:
+    from ..dispatch import tuning
+    return tuning.state().as_dict()
+
+
+def results_dir(fp: dict) -> Path:
+    """``benchmarks/results/<vendor>-<uarch>/`` of the repository onepath runs from (the folder
+    holding pyproject.toml above the package; else the current directory), e.g. ``amd-zen4``."""
+    vendor = {"AuthenticAMD": "amd", "GenuineIntel": "intel"}.get(fp.get("vendor"), fp.get("vendor") or "unknown")
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{vendor}-{fp.get('uarch') or 'unknown'}").lower()
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "pyproject.toml").exists():
+        root = Path.cwd()
+    return root / "benchmarks" / "results" / name
+
+
+def save_path(doc: dict) -> Path:
+    """Where ``--save`` writes a run: ``results_dir()/<UTC date and time>-<what>-<N>t.json`` (what:
+    full, quick, the suites run, or the model), e.g. ``20261130T101500Z-full-2t.json``."""
+    opts = doc["options"]
+    stamp = _dt.datetime.fromisoformat(doc["timestamp"]).strftime("%Y%m%dT%H%M%SZ")
+    if opts.get("model"):
+        what = opts["model"]
+    elif opts.get("suites_requested"):
+        what = "+".join(opts["suites"])
+    else:
+        what = "quick" if opts.get("quick") else "full"
+    if opts.get("isa"):
+        what += f"-{opts['isa']}"
+    return results_dir(doc["fingerprint"]) / f"{stamp}-{what}-{opts['threads']}t.json"
+
+
+def save(doc: dict) -> Path:
+    """Write the run's JSON document (fingerprint, options, results with raw timing samples) to
+    ``save_path(doc)``; returns the path."""
+    path = save_path(doc)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1, default=str)
+        f.write("\n")
+    return path
 
 
 def header_lines(fp: dict) -> list[str]:
@@ -289,8 +336,9 @@ def peak_levels() -> list[str]:
 
 def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suites=None,
         shapes=None, repeat=None, min_time=None, json_path: str | None = None, peak: bool = True,
-        progress: bool = True, out=None) -> dict:
-    """Run the bench and print it; returns the JSON document (also written to ``json_path``)."""
+        progress: bool = True, out=None, save_results: bool = False) -> dict:
+    """Run the bench and print it; returns the JSON document (also written to ``json_path``, and
+    with ``save_results`` to ``benchmarks/results/<vendor>-<uarch>/``, see ``save_path``)."""
     out = out or sys.stdout
     all_suites = discover()
     if suites:
@@ -372,7 +420,8 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
         "command": sys.argv,
         "fingerprint": fp,
         "options": {"threads": threads, "isa": isa_level, "quick": quick,
-                    "suites": [s.name for s in chosen], "repeat": cfg.repeat,
+                    "suites": [s.name for s in chosen], "suites_requested": bool(suites),
+                    "repeat": cfg.repeat,
                     "min_time": cfg.min_time, "shapes": list(cfg.shapes) if cfg.shapes else None},
         "peak": [{"level": lv, "threads": threads, "gflops": peaks.get(lv),
                   **({"error": peak_errors[lv]} if lv in peak_errors else {})} for lv in levels],
@@ -388,4 +437,6 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
             json.dump(doc, f, indent=2, default=str)
             f.write("\n")
         print(f"wrote {json_path}", file=sys.stderr)
+    if save_results:
+        print(f"saved {save(doc)}", file=sys.stderr)
     return doc

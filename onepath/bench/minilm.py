@@ -359,7 +359,7 @@ def bench(*, threads: int, isa_level: str | None = None, quick: bool = False, ba
         rows = {}
         for name, ts in times.items():
             med = statistics.median(ts)
-            rows[name] = {"seconds": med, "best_seconds": min(ts),
+            rows[name] = {"seconds": med, "best_seconds": min(ts), "samples": ts,
                           "sentences_per_s": len(sentences) / med, "tokens_per_s": tokens / med}
         ratio = rows["numpy"]["seconds"] / rows["onepath"]["seconds"]
         print_table(

@@ -157,6 +157,8 @@ def matmul_bf16(a, b, c_bf16: bool):
         bd = _bound_bf16[level] = (row, mod.lib.op_gemm_bf16_small_cc, mod.ffi.from_buffer)
         _stats.record("matmul", "bfloat16", row.level, "small")
     row, fn, fb = bd
+    a = a if a.flags.aligned else a.copy()  # misaligned (e.g. unpickled): copied, as the GEMM path
+    b = b if b.flags.aligned else b.copy()  # does, so the path does not depend on the address
     c = _empty((m, n), a.dtype if c_bf16 else _F32)
     t0 = time.perf_counter()
     try:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import numbers
 import time
-from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
@@ -140,14 +139,12 @@ def select_conv(algorithm: str, dtype: str = "float32", level: str | None = None
 
 @lru_cache(maxsize=None)
 def _select_conv(algorithm, dtype, level, bf16_weight=True):
-    from ..dispatch.cpu import probe
     cap_i = level_index(level)
     for row in registry.rows("conv2d", dtype):
         if row.symbol == _BF16_SYMBOL and not bf16_weight:
             continue
         if row.algorithm == algorithm and level_index(row.level) <= cap_i:
-            mc, kc, nc = registry.blocking_for(row, dict(probe().caches))
-            return replace(row, mc=row.mc or mc, kc=row.kc or kc, nc=row.nc or nc)
+            return registry.with_blocking(row)  # tuning file, shipped TUNING row or cache model
     raise ValueError(f"no conv2d kernel for algorithm={algorithm!r} dtype={dtype!r} at level {level!r}")
 
 
@@ -272,6 +269,8 @@ _LAYOUTS = {1: {"NCL": False, "NCW": False, "NLC": True, "NWC": True},
 # checks, selection and descriptor set-up. Bounded: cleared when full.
 _PLANS: dict = {}
 _PLANS_MAX = 512
+registry.on_clear(_select_conv.cache_clear)
+registry.on_clear(_PLANS.clear)  # plans hold a blocking: dropped when the tuning in force changes
 
 
 def _plain(v) -> bool:

@@ -238,6 +238,10 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
         wv = w if packed is None else packed._weight
         if packed is not None:
             packed.current()  # the cap rules of a PackedWeight hold on this path too
+        # misaligned operands (e.g. unpickled) are copied, as matmul does, so that the path (and
+        # so the bits) do not depend on where the data lies
+        x2 = x2 if kernel_ready(x2) else np.array(x2, F32)
+        wv = wv if kernel_ready(wv) else np.array(wv, F32)
         if _small.linear(x2, wv, out, b, act_code(activation), shapes):
             return out.reshape(lead + (n,))
     if packed is not None and (both_bf16 or (xa.dtype == F32 and wdtype == F32)):

@@ -1,0 +1,298 @@
+"""The per-host tuning file: cache blocking measured by ``python -m onepath tune`` on this CPU.
+
+Where dispatch gets each row's MC/KC/NC from, weakest first:
+
+1. the cache model (``registry.blocking_for``, from the probed cache sizes);
+2. a shipped row in ``registry.TUNING`` for the host's microarchitecture;
+3. the tuning file ``$XDG_CACHE_HOME/onepath/tuning-<uarch>-<hash>.json`` (default
+   ``~/.cache/onepath``), written by ``python -m onepath tune`` on this host;
+4. the file ``ONEPATH_TUNING=PATH`` names (it replaces the default file; ``ONEPATH_TUNING=off``
+   ignores every tuning file).
+
+The file is read once, at the first dispatch, and applies only to the CPU it was measured on: it
+names the vendor, uarch, family/model/stepping, caches and onepath version, and a file whose
+fingerprint differs (another CPU, another onepath version), that is not valid JSON, that has keys
+this version does not know, or whose values are out of range is ignored with one
+``TuningWarning``: dispatch then uses the shipped rows. A blocking only changes speed, never the
+result (the kernels handle every MC/KC/NC >= 1; the tests run them with odd values at every level).
+
+File format (JSON)::
+
+    {"format": "onepath-tuning", "schema": 1, "onepath_version": "0.1.0",
+     "cpu": {"vendor": "AuthenticAMD", "uarch": "zen4", "family": 25, "model": 17, "stepping": 1,
+             "caches": {"l1d": 32768, "l2": 1048576, "l3": 33554432}},
+     "created": "2026-11-30T10:00:00+00:00", "threads": 2, "quick": false,
+     "rows": [{"op": "matmul", "dtype": "float32", "level": "avx512_core",
+               "mc": 126, "kc": 256, "nc": 3072, "gflops": 101.3, "model_gflops": 97.0}]}
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import threading
+import warnings
+from pathlib import Path
+
+FORMAT = "onepath-tuning"
+SCHEMA = 1
+ENV = "ONEPATH_TUNING"
+OFF_VALUES = ("off", "0", "none", "false", "no")
+
+# Accepted keys (anything else: the file comes from another version and is ignored).
+_TOP_REQUIRED = {"format", "schema", "onepath_version", "cpu", "rows"}
+_TOP_OPTIONAL = {"created", "threads", "quick", "command"}
+_CPU_KEYS = {"vendor", "uarch", "family", "model", "stepping", "caches"}
+_CACHE_KEYS = ("l1d", "l2", "l3")
+_ROW_REQUIRED = {"op", "dtype", "level", "mc", "kc", "nc"}
+_ROW_OPTIONAL = {"gflops", "model_gflops", "pct_peak", "problem"}
+# Upper bounds: a blocking beyond them is no tuning result (and would allocate huge packing buffers).
+LIMITS = {"mc": 4096, "kc": 4096, "nc": 16384}
+
+
+class TuningWarning(UserWarning):
+    """A tuning file was ignored (corrupt, another CPU, another onepath version, unknown keys)."""
+
+
+class TuningError(ValueError):
+    """Why a tuning document cannot be used (the message names the file and the reason)."""
+
+
+def _version() -> str:
+    from .. import __version__
+    return __version__
+
+
+def fingerprint(cpu) -> dict:
+    """The CPU part of the key: vendor, uarch, family/model/stepping and the L1d/L2/L3 sizes (bytes)."""
+    return {"vendor": cpu.vendor, "uarch": cpu.uarch, "family": int(cpu.family),
+            "model": int(cpu.model), "stepping": int(cpu.stepping),
+            "caches": {k: int(cpu.caches.get(k) or 0) for k in _CACHE_KEYS}}
+
+
+def cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/onepath`` (XDG base directory spec), default ``~/.cache/onepath``."""
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    if not base or not os.path.isabs(base):  # the spec says: relative paths are invalid, ignore them
+        base = os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "onepath"
+
+
+def default_path(cpu=None) -> Path:
+    """The default tuning file of ``cpu`` (default: this host): one file per CPU fingerprint and
+    onepath version, so a home directory shared by several machines keeps one file each."""
+    if cpu is None:
+        from .cpu import probe
+        cpu = probe()
+    key = json.dumps([fingerprint(cpu), _version()], sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return cache_dir() / f"tuning-{cpu.uarch}-{digest}.json"
+
+
+def env_setting() -> tuple[str, Path | None]:
+    """How ``ONEPATH_TUNING`` asks for the file: ("off", None), ("explicit", path) or ("default", None)."""
+    value = os.environ.get(ENV, "").strip()
+    if value.lower() in OFF_VALUES:
+        return "off", None
+    if value:
+        return "explicit", Path(os.path.expanduser(value))
+    return "default", None
+
+
+def _int(v, what: str) -> int:
+    if type(v) is not int:  # bool is not an int here, nor is 3.0
+        raise TuningError(f"{what} must be an integer, got {v!r}")
+    return v
+
+
+def parse(doc, cpu, version: str | None = None) -> dict[tuple[str, str, str], tuple[int, int, int]]:
+    """Validate a tuning document for ``cpu`` and return its rows:
+    ``{(level, op, dtype): (mc, kc, nc)}``.
+
+    Raises:
+        TuningError: not a tuning document, an unknown key, another CPU (vendor, uarch,
+            family/model/stepping or cache sizes differ), another onepath version or schema,
+            a row naming no registry kernel, or a blocking outside 1..LIMITS.
+    """
+    from .registry import REGISTRY
+    version = _version() if version is None else version
+    if not isinstance(doc, dict):
+        raise TuningError(f"not a JSON object (got {type(doc).__name__})")
+    if doc.get("format") != FORMAT:
+        raise TuningError(f"format is {doc.get('format')!r}, expected {FORMAT!r}")
+    unknown = set(doc) - _TOP_REQUIRED - _TOP_OPTIONAL
+    if unknown:
+        raise TuningError(f"unknown keys {sorted(unknown)} (written by another onepath version?)")
+    missing = _TOP_REQUIRED - set(doc)
+    if missing:
+        raise TuningError(f"missing keys {sorted(missing)}")
+    if doc["schema"] != SCHEMA:
+        raise TuningError(f"schema {doc['schema']!r}, this onepath reads schema {SCHEMA}")
+    if doc["onepath_version"] != version:
+        raise TuningError(f"written by onepath {doc['onepath_version']!r}, this is {version!r}: "
+                          f"re-run `python -m onepath tune`")
+    fcpu = doc["cpu"]
+    if not isinstance(fcpu, dict) or set(fcpu) != _CPU_KEYS or not isinstance(fcpu.get("caches"), dict) \
+            or set(fcpu["caches"]) != set(_CACHE_KEYS):
+        raise TuningError(f"cpu must have exactly the keys {sorted(_CPU_KEYS)} "
+                          f"(caches: {list(_CACHE_KEYS)}), got {fcpu!r}")
+    here = fingerprint(cpu)
+    if fcpu != here:
+        diff = {k: (fcpu.get(k), here[k]) for k in here if fcpu.get(k) != here[k]}
+        raise TuningError(f"measured on another CPU (file vs this host: {diff})")
+    if not isinstance(doc["rows"], list):
+        raise TuningError("rows must be a list")
+    known = {(r.level, r.op, r.dtype) for r in REGISTRY}
+    out: dict[tuple[str, str, str], tuple[int, int, int]] = {}
+    for i, row in enumerate(doc["rows"]):
+        if not isinstance(row, dict):
+            raise TuningError(f"rows[{i}] is not an object")
+        unknown = set(row) - _ROW_REQUIRED - _ROW_OPTIONAL
+        if unknown:
+            raise TuningError(f"rows[{i}]: unknown keys {sorted(unknown)}")
+        missing = _ROW_REQUIRED - set(row)
+        if missing:
+            raise TuningError(f"rows[{i}]: missing keys {sorted(missing)}")
+        key = (row["level"], row["op"], row["dtype"])
+        if key not in known:
+            raise TuningError(f"rows[{i}]: no registry kernel for level={key[0]!r} op={key[1]!r} "
+                              f"dtype={key[2]!r}")
+        blk = []
+        for name in ("mc", "kc", "nc"):
+            v = _int(row[name], f"rows[{i}].{name}")
+            if not 1 <= v <= LIMITS[name]:
+                raise TuningError(f"rows[{i}].{name} = {v} is outside 1..{LIMITS[name]}")
+            blk.append(v)
+        if key in out:
+            raise TuningError(f"rows[{i}]: a second row for {key}")
+        out[key] = tuple(blk)
+    return out
+
+
+def read(path, cpu) -> dict[tuple[str, str, str], tuple[int, int, int]]:
+    """Read and ``parse`` the tuning file ``path``. Raises ``TuningError`` (also for I/O and JSON
+    errors, with the path in the message)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TuningError(f"{path}: cannot read it: {exc}") from None
+    try:
+        return parse(doc, cpu)
+    except TuningError as exc:
+        raise TuningError(f"{path}: {exc}") from None
+
+
+def document(cpu, rows: list[dict], *, threads: int | None = None, quick: bool | None = None,
+             created: str | None = None) -> dict:
+    """A tuning document for ``cpu`` with ``rows`` (dicts with op, dtype, level, mc, kc, nc and
+    optionally gflops, model_gflops, pct_peak, problem)."""
+    import datetime as _dt
+    doc = {"format": FORMAT, "schema": SCHEMA, "onepath_version": _version(), "cpu": fingerprint(cpu),
+           "created": created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "rows": rows}
+    if threads is not None:
+        doc["threads"] = threads
+    if quick is not None:
+        doc["quick"] = quick
+    return doc
+
+
+def write(path, doc: dict) -> Path:
+    """Write ``doc`` to ``path`` atomically (a temporary file renamed over it); creates the folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+# ------------------------------------------------------------------------------------------------
+# The state dispatch reads (loaded once)
+
+
+class State:
+    """What dispatch uses: ``rows`` {(level, op, dtype): (mc, kc, nc)}, the file ``path`` they came
+    from (None: none), ``mode`` ("default", "explicit", "off", "override") and ``status``
+    (a sentence for ``info``: loaded, not found, ignored and why)."""
+    __slots__ = ("rows", "path", "mode", "status")
+
+    def __init__(self, rows, path, mode, status):
+        self.rows, self.path, self.mode, self.status = rows, path, mode, status
+
+    def as_dict(self) -> dict:
+        return {"mode": self.mode, "path": None if self.path is None else str(self.path),
+                "status": self.status, "rows": len(self.rows)}
+
+
+_lock = threading.Lock()
+_state: State | None = None
+_override: State | None = None
+
+
+def _load() -> State:
+    from .cpu import probe
+    mode, path = env_setting()
+    if mode == "off":
+        return State({}, None, mode, f"{ENV}=off: tuning files ignored")
+    cpu = probe()
+    if mode == "default":
+        path = default_path(cpu)
+        if not path.exists():
+            return State({}, path, mode, "no tuning file for this host (python -m onepath tune writes one)")
+    try:
+        rows = read(path, cpu)
+    except TuningError as exc:
+        msg = f"onepath: tuning file ignored, using the shipped blocking: {exc}"
+        warnings.warn(msg, TuningWarning, stacklevel=4)
+        return State({}, path, mode, f"ignored: {exc}")
+    return State(rows, path, mode, f"loaded {len(rows)} rows")
+
+
+def state() -> State:
+    """The tuning state in force (the file is read at the first call; a scoped ``override`` wins)."""
+    global _state
+    if _override is not None:
+        return _override
+    if _state is None:
+        with _lock:
+            if _state is None:
+                _state = _load()
+    return _state
+
+
+def rows() -> dict[tuple[str, str, str], tuple[int, int, int]]:
+    """{(level, op, dtype): (mc, kc, nc)} of the tuning file in force (empty without one)."""
+    return state().rows
+
+
+def reload() -> State:
+    """Forget the loaded file and every dispatch cache built from it; the next dispatch re-reads
+    ``ONEPATH_TUNING`` and the file. Returns the new state."""
+    global _state
+    with _lock:
+        _state = None
+    from . import registry
+    registry.clear_caches()
+    return state()
+
+
+@contextlib.contextmanager
+def override(rows: dict):
+    """Process-wide, for tests and ``tune``: dispatch uses ``rows`` ({(level, op, dtype): (mc, kc,
+    nc)}) as if a tuning file gave them, inside the block. Not thread-safe: nest or run it only
+    where no other thread dispatches."""
+    global _override
+    from . import registry
+    previous = _override
+    _override = State(dict(rows), None, "override", f"override of {len(rows)} rows")
+    registry.clear_caches()
+    try:
+        yield _override
+    finally:
+        _override = previous
+        registry.clear_caches()

@@ -1,0 +1,39 @@
+"""``python -m onepath bench --save``: the run's JSON (fingerprint, raw timing samples) under
+benchmarks/results/<vendor>-<uarch>/ (redirected to a temporary folder here)."""
+from __future__ import annotations
+
+import io
+import json
+import re
+
+from onepath.bench import cli
+
+
+def test_save_writes_fingerprint_and_samples(tmp_path, monkeypatch):
+    fp0 = cli.fingerprint(1)
+    assert cli.results_dir(fp0).parent.name == "results"          # the real place, not written here
+    assert cli.results_dir(fp0).name == re.sub(r"[^a-z0-9_.-]", "_", cli.results_dir(fp0).name)
+    monkeypatch.setattr(cli, "results_dir", lambda fp: tmp_path / "results" / "vendor-uarch")
+    doc = cli.run(threads=1, suites=["matmul"], shapes=(32, 48), repeat=2, min_time=0.001, peak=False,
+                  progress=False, out=io.StringIO(), save_results=True)
+    (path,) = (tmp_path / "results" / "vendor-uarch").glob("*.json")
+    assert re.fullmatch(r"\d{8}T\d{6}Z-matmul-1t\.json", path.name), path.name
+    saved = json.loads(path.read_text())
+    assert saved["fingerprint"]["uarch"] == doc["fingerprint"]["uarch"]
+    assert saved["fingerprint"]["tuning"]["mode"] in ("default", "explicit", "off")
+    for row in saved["results"]:
+        for impl in row["impls"].values():
+            assert len(impl["samples"]) == 2 and all(s > 0 for s in impl["samples"])
+        assert row["kernel_blocking"][3] in ("tuning file", "shipped", "cache model")
+
+
+def test_results_markdown_side_by_side(tmp_path, monkeypatch):
+    from onepath.bench import results
+    monkeypatch.setattr(cli, "results_dir", lambda fp: tmp_path / "benchmarks" / "results" / "amd-zen4")
+    doc = cli.run(threads=1, suites=["matmul"], shapes=(32,), repeat=1, min_time=0.001, peak=False,
+                  progress=False, out=io.StringIO())
+    doc["options"]["suites_requested"] = False  # as a full default run is named
+    cli.save(doc)
+    md = results.markdown(tmp_path / "benchmarks" / "results")
+    assert "none measured yet" in md                       # the host kind without a run
+    assert "| matmul | square | 32x32x32 |" in md and "GFLOP/s" in md
