@@ -8,7 +8,6 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,7 +26,7 @@ from onepath.ops.conv import reference_conv2d  # noqa: E402
 
 from conftest import assert_gemm_close, gemm_tolerance  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import PKG_ROOT as ROOT  # where the onepath under test lives
 ACTS = (None, "relu", "gelu", "gelu_tanh", "silu")
 
 

@@ -14,6 +14,8 @@ import onepath
 from onepath import golden
 from onepath.dtypes import BF16
 
+from conftest import PKG_ROOT  # where the onepath under test lives
+
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "reproducible.json"
 ACTS = (None, "relu", "gelu", "gelu_tanh", "silu")
 
@@ -285,7 +287,7 @@ def test_env_variable_in_a_subprocess():
             "print(onepath.is_reproducible(), info.collect(False)['reproducible']['source'])")
     env = dict(__import__("os").environ, ONEPATH_REPRODUCIBLE="1")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       cwd=pathlib.Path(__file__).parent.parent, check=True)
+                       cwd=PKG_ROOT, check=True)
     assert r.stdout.split() == ["True", "ONEPATH_REPRODUCIBLE"]
 
 

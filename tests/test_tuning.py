@@ -18,7 +18,7 @@ import pytest
 import onepath
 from onepath.dispatch import probe, registry, select, tuning
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import PKG_ROOT as ROOT  # where the onepath under test lives
 KEY = ("matmul", "float32")
 
 
