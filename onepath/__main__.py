@@ -152,6 +152,11 @@ def env_errors() -> dict[str, tuple[str, str]]:
             _threads.parse_env(value)
         except ValueError as exc:
             errors["ONEPATH_NUM_THREADS"] = (os.environ["ONEPATH_NUM_THREADS"], str(exc))
+    from . import _repro_mode
+    msg = _repro_mode.env_error()
+    if msg:
+        errors["ONEPATH_REPRODUCIBLE"] = (os.environ["ONEPATH_REPRODUCIBLE"], msg)
+        _repro_mode._process = False  # the rest of a report as if it were unset
     return errors
 
 
@@ -160,14 +165,31 @@ def _report_env_errors(errors) -> None:
         _error(msg)
 
 
+def _writable(path: str | None, option: str) -> str | None:
+    """The one-line error for an output file that cannot be written (checked before a long run, so
+    its results are not lost at the end), or None."""
+    if path is None:
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK) or os.path.isdir(path):
+        return f"{option} {path}: cannot write there (no such folder, a folder, or not writable)"
+    return None
+
+
 def _bench(args) -> int:
     import onepath
     from .bench.cli import BenchError
+    bad = _writable(args.json, "--json")
+    if bad:
+        return _error(bad)
     if args.threads:  # more than the CPUs of the affinity mask: said once, capped (as the kernels are)
         import warnings
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            onepath.set_num_threads(args.threads)
+            try:
+                onepath.set_num_threads(args.threads)
+            except ValueError as exc:
+                return _error(f"--threads: {exc}")
         for w in caught:
             print(w.message, file=sys.stderr)
     threads = onepath.get_num_threads()
@@ -179,7 +201,10 @@ def _bench(args) -> int:
             return 0
         if args.dask:  # onepath/dask/fleet.py
             from .dask import fleet
-            return fleet.main(args)
+            try:
+                return fleet.main(args)
+            except (OSError, ValueError, TypeError) as exc:  # no scheduler there, a bad address, ...
+                return _error(f"--dask {args.dask}: {type(exc).__name__}: {exc}")
         if args.model == "minilm":
             from .bench import minilm
             try:
@@ -244,6 +269,9 @@ def main(argv=None) -> int:
                 levels = [_check(lv) for lv in levels]  # unknown or unrunnable levels: ValueError
         except ValueError as exc:
             return _error(f"--levels: {exc}")
+        bad = _writable(args.write, "--write")
+        if bad:
+            return _error(bad)
         return golden.main(args.write, args.check, levels, args.threads)
     if args.command == "info":
         from . import info

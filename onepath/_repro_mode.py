@@ -25,18 +25,50 @@ def _parse_env(value: str) -> bool:
     raise ValueError(f"ONEPATH_REPRODUCIBLE={value!r}: expected 1/true/yes/on or 0/false/no/off")
 
 
-_process: bool = _parse_env(os.environ.get("ONEPATH_REPRODUCIBLE", ""))
+def env_error() -> str | None:
+    """The one-line message for an invalid ONEPATH_REPRODUCIBLE, or None (valid or unset)."""
+    try:
+        _parse_env(os.environ.get("ONEPATH_REPRODUCIBLE", ""))
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+# The process setting: True / False, or None while ONEPATH_REPRODUCIBLE holds an invalid value (the
+# import succeeds, so `python -m onepath info` can say what is wrong; the first call raises).
+try:
+    _process: bool | None = _parse_env(os.environ.get("ONEPATH_REPRODUCIBLE", ""))
+except ValueError:
+    _process = None
 _source = "ONEPATH_REPRODUCIBLE"  # what set _process last
 # True once anything may have turned the mode on: until then ``on()`` is one global read.
-_ever: bool = _process
+_ever: bool = _process is not False
+# Called once when ``_ever`` turns True (the small path's fast table, which skips ``on()``).
+on_first_use: list = []
+
+
+def _mark_used() -> None:
+    global _ever
+    if not _ever:
+        _ever = True
+        for fn in on_first_use:
+            fn()
 
 
 def on() -> bool:
-    """True when the calling thread / task runs in reproducible mode (the ops' per-call test)."""
+    """True when the calling thread / task runs in reproducible mode (the ops' per-call test).
+
+    Raises:
+        ValueError: ONEPATH_REPRODUCIBLE is invalid (and no scoped block or set_reproducible decides).
+    """
     if not _ever:
         return False
     s = _scoped.get()
-    return _process if s is None else s
+    if s is None:
+        if _process is None:
+            raise ValueError(env_error() or "ONEPATH_REPRODUCIBLE: invalid value")
+        return _process
+    return s
 
 
 def is_reproducible() -> bool:
@@ -51,12 +83,13 @@ def set_reproducible(enabled: bool) -> None:
     Raises:
         TypeError: enabled is not a bool.
     """
-    global _process, _ever, _source
+    global _process, _source
     if not isinstance(enabled, bool):
         raise TypeError(f"set_reproducible(enabled) takes a bool, got {type(enabled).__name__}")
     _process = enabled
-    _source = "onepath.set_reproducible(True)"
-    _ever = _ever or enabled
+    _source = f"onepath.set_reproducible({enabled})"
+    if enabled:
+        _mark_used()
 
 
 def reason() -> str:
@@ -87,8 +120,7 @@ class reproducible:
         self._tokens: dict[int, list] = {}  # per thread: one object may scope several threads at once
 
     def __enter__(self):
-        global _ever
-        _ever = True
+        _mark_used()
         self._tokens.setdefault(threading.get_ident(), []).append(_scoped.set(self.enabled))
         return self
 

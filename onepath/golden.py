@@ -227,7 +227,8 @@ def read(path: str) -> dict:
 def check(path: str, levels=None, threads=None, progress=None) -> list[dict]:
     """Recompute the golden file's problems at each level (default: every level this host runs) and
     thread count (default 1..cpus); returns the mismatches, each {"problem", "level", "threads",
-    "expected", "got"} (got None: a problem the file names that this version does not define)."""
+    "expected", "got"} (got None: a problem the file names that this version does not define;
+    expected None: a problem this version defines that the file lacks)."""
     import onepath
     doc = read(path)
     want = {p["name"]: p["sha256"] for p in doc["problems"]}
@@ -238,6 +239,9 @@ def check(path: str, levels=None, threads=None, progress=None) -> list[dict]:
         threads = range(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) + 1)
     bad = [{"problem": n, "level": None, "threads": None, "expected": h, "got": None}
            for n, h in want.items() if n not in known]
+    # problems this onepath defines that the file lacks (a cut-down or empty file checks nothing)
+    bad += [{"problem": n, "level": None, "threads": None, "expected": None, "got": "missing"}
+            for n in known if n not in want]
     saved = onepath.get_num_threads()
     try:
         for level in levels:
@@ -274,7 +278,9 @@ def main(write_path: str | None, check_path: str | None, levels=None, threads=No
     print(f"{check_path}: {len(doc['problems'])} problems written on {fp.get('vendor')} {fp.get('uarch')} "
           f"({fp.get('brand')}); checked at " + ", ".join(f"{lv}/{t}t" for lv, t in done))
     for b in bad:
-        where = "not defined by this onepath" if b["got"] is None else f"level {b['level']} threads {b['threads']}"
+        where = ("not defined by this onepath" if b["got"] is None
+                 else "missing from the file" if b["expected"] is None
+                 else f"level {b['level']} threads {b['threads']}")
         print(f"  MISMATCH {b['problem']}: {where}")
     print("all match" if not bad else f"{len(bad)} mismatches")
     return 1 if bad else 0

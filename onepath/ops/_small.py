@@ -35,7 +35,7 @@ import contextvars
 import time
 from functools import lru_cache
 
-from .. import _stats, _threads, _verbose
+from .. import _repro_mode, _stats, _threads, _verbose
 from ..dispatch import cap as _cap
 from ..dispatch import registry
 from ..dispatch.levels import level_index
@@ -113,6 +113,7 @@ _bound: dict = {"matmul": {}, "linear": {}}
 fast_matmul: dict = {}
 _verbose.on_reload.append(fast_matmul.clear)
 _cap.on_change.append(fast_matmul.clear)
+_repro_mode.on_first_use.append(fast_matmul.clear)  # matmul's fast path does not test the mode
 
 
 def bound(op: str) -> Bound:
@@ -124,7 +125,7 @@ def bound(op: str) -> Bound:
         b = Bound(row_for(op, level))
         _stats.record(op, "float32", b.row.level, "small")  # it runs right after this lookup
         cache[level] = b
-    if op == "matmul" and _verbose.enabled() is False:
+    if op == "matmul" and _verbose.enabled() is False and not _repro_mode._ever:
         fast_matmul[_cap._scoped.get()] = (b.cc, b.fb) + LIMITS.get(b.row.level, (-1, -1))
     return b
 

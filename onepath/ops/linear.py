@@ -15,6 +15,9 @@ from .._repro_mode import on as _repro_on
 from ._gemm import act_code, activation_name, kernel_ready, run_gemm
 
 _ACTS = (None, "relu", "gelu", "gelu_tanh", "silu")
+# Bias dtypes the kernels' float32 write-out holds exactly (a float32 result stays float32 in numpy
+# too); any other bias dtype takes numpy's expression, whose promotion it joins.
+_KERNEL_BIAS = (F32, BF16, np.dtype(np.float16))
 _ACT_CODE = {a: act_code(a) for a in _ACTS}  # exact names only (the fast path); others are checked
 _ND = np.ndarray
 
@@ -162,7 +165,9 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
         weight: (out_features, in_features) array as torch.nn.Linear stores it, or a PackedWeight
             from ``onepath.prepack``.
         bias: None, (out_features,), or (1,) / 0-d (broadcast over the features, as torch does).
-            The kernels apply it in float32.
+            The kernels apply a float32, bfloat16 or float16 bias in float32; a bias of any other
+            dtype (float64, complex, integer, ...) sends the call to the numpy path below, whose
+            result dtype it joins as numpy's ``+`` promotes.
         activation: None, "relu", "gelu" (exact, erf), "gelu_tanh" or "silu" (any letter case). The
             vectorised write-out evaluates erf/exp with polynomials (kernels/act_f32.c; absolute
             error below 5e-7).
@@ -175,7 +180,7 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
         ValueError: shape mismatch, unknown activation. TypeError: unsupported dtype request; an
             activation on a result dtype other than float16/float32/float64 (complex, integer,
             bool, object), naming the dtype.
-    The numpy path (any operand neither float32 nor bfloat16) returns exactly
+    The numpy path (any operand neither float32 nor bfloat16, or a bias as above) returns exactly
     ``act((x @ weight.T + bias))`` followed by ``.astype(dtype)`` when ``dtype`` is given, where
     ``weight`` is the unpacked weight, ``bias`` the array as given (its dtype promotes as numpy's
     ``+`` does) and ``act`` is ``np.maximum(y, 0)`` for relu, and for gelu, gelu_tanh and silu
@@ -210,6 +215,8 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
             raise ValueError(f"linear: bias must have shape ({n},), (1,) or () (broadcast over the "
                              f"{n} output features), got {braw.shape}")
     rd = result_dtype(xa.dtype, wdtype, dtype)
+    if braw is not None and braw.dtype not in _KERNEL_BIAS:
+        rd = None  # a float64, complex, integer, ... bias promotes: numpy's expression, exactly
     lead = xa.shape[:-1]
     if rd is None:
         if dtype is not None and np.dtype(dtype) not in (F32, BF16) and xa.dtype in (F32, BF16):

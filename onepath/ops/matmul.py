@@ -63,9 +63,6 @@ def matmul(a, b, /, out=None, *, dtype=None):
     Small float32 products (M*N*K up to a per-level limit, ``ops._small.LIMITS``; no batch) run the
     registry's ``small`` kernel on the calling thread, reading A and B in place.
     """
-    if _repro_on():  # onepath.reproducible(): ops/_repro.py
-        from ._repro import matmul as _rm
-        return _rm(a, b, out, dtype)
     if out is None and dtype is None and type(a) is type(b) is _ND and a.dtype is b.dtype is _F32:
         # the common case first: two float32 ndarrays, no options (each check here costs ~30 ns)
         try:
@@ -74,7 +71,8 @@ def matmul(a, b, /, out=None, *, dtype=None):
             pass
         else:
             # small and C-contiguous (from_buffer refuses anything else): the small kernel,
-            # found by the scoped cap in force (ops/_small.py; empty while verbose is on)
+            # found by the scoped cap in force (ops/_small.py; empty while verbose is on and once
+            # the reproducible mode was ever used, so this path needs no test of that mode)
             fast = _fast.get(_scoped_get())
             if fast is not None and k2 == k:
                 cc, fb, lim, lim1t = fast
@@ -86,13 +84,16 @@ def matmul(a, b, /, out=None, *, dtype=None):
                             return c
                     except ValueError:
                         pass
-        if a.ndim and b.ndim:
+        if a.ndim and b.ndim and not _repro_on():
             return _matmul_f32(a, b, None)
     elif (out is None and dtype is None and type(a) is type(b) is _ND and a.dtype is b.dtype is _BF16
-            and a.ndim == 2 and b.ndim == 2):
+            and a.ndim == 2 and b.ndim == 2 and not _repro_on()):
         r = _small.matmul_bf16(a, b, True)  # small bfloat16 products: the small kernel, in place
         if r is not None:
             return r
+    if _repro_on():  # onepath.reproducible(): ops/_repro.py
+        from ._repro import matmul as _rm
+        return _rm(a, b, out, dtype)
     if isinstance(out, tuple):
         if len(out) != 1:
             return numpy_matmul(a, b, out, dtype)
