@@ -447,6 +447,8 @@ DW3_CASES = [  # (n, c, h, w, stride, pad, mult): planes wider than a vector, od
     (1, 2, 3, 64, 1, 1, 1),
     (1, 2, 6, 100, 1, 1, 1),
     (1, 2, 5, 112, 1, 1, 1),
+    (1, 2, 6, 65, 1, 1, 1),      # bfloat16 even / odd columns: one column past two 32-column chunks,
+    (1, 2, 9, 96, 1, 1, 2),      # whole chunks, a row block + remainder, multiplier 2
 ]
 
 
