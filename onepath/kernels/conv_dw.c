@@ -11,7 +11,8 @@
      - flat plane (stride 1, the other planes up to 64x64 (bfloat16: 128x128), e.g. 7x7 and
        bfloat16 14x14 ... 56x56: op_dw3_flat),
      - phase planes (stride 2, output rows of <= 7 columns: op_dw3_s2),
-     - register-blocked rows straight from the input (the rest of stride 1 / 2: op_dw3_plane).
+     - register-blocked rows straight from the input (the rest of stride 1 / 2: op_dw3_plane;
+       bfloat16 stride 2 widens by integer ops alone, no shuffle).
    NHWC: one task per output row; the channel axis is the vector axis (acc[c] += w[c] x[c]); AVX-512
    builds run 3x3 multiplier-1 problems on op_dw_nhwc_row16 (weights and 4-8 output pixels in
    registers). bfloat16 input is widened while it is read (bfloat16 weights once per call). Bias and
@@ -168,6 +169,16 @@ OP_INLINE __mmask16 op_dw_lanes(int64_t p, int64_t W)
     return (__mmask16)((((uint32_t)1 << hi) - 1u) & ~(((uint32_t)1 << lo) - 1u));
 }
 
+/* The same for a 32-lane (bfloat16) load. */
+OP_INLINE __mmask32 op_dw_lanes32(int64_t p, int64_t W)
+{
+    const int64_t lo = p < 0 ? -p : 0;
+    int64_t hi = W - p;
+    if (hi > 32) hi = 32;
+    if (lo >= hi) return 0;
+    return (__mmask32)((((uint64_t)1 << hi) - 1u) & ~(((uint64_t)1 << lo) - 1u));
+}
+
 OP_INLINE __m512 op_dw_vld(const void *x, int64_t off, __mmask16 m, const int BF16)
 {
     if (BF16) {
@@ -233,6 +244,10 @@ OP_INLINE void op_dw3_rows(const op_conv_desc *d, const void *x, int64_t plane, 
     for (int64_t ob = 0; ob < nb; ob++) {
         const int64_t ow0 = ob * 16, p = ow0 * S - d->pl;
         const __mmask16 m0 = cm[3 * ob], m1 = cm[3 * ob + 1], m2 = cm[3 * ob + 2];
+        /* bfloat16 stride 2: 32 columns from p (taps 0 and 1: the even and odd columns) and 32
+           from p + 2 (tap 2: the even ones) */
+        const __mmask32 k0 = S == 2 && BF16 ? op_dw_lanes32(p, W) : 0;
+        const __mmask32 k2 = S == 2 && BF16 ? op_dw_lanes32(p + 2, W) : 0;
         /* one accumulator per (output row, kernel row): short FMA chains */
         __m512 acc[4][3];
         for (int i = 0; i < R; i++) {
@@ -247,6 +262,16 @@ OP_INLINE void op_dw3_rows(const op_conv_desc *d, const void *x, int64_t plane, 
                 v0 = op_dw_vld(x, off, m0 & rv[r], BF16);
                 v1 = op_dw_vld(x, off + 1, m1 & rv[r], BF16);
                 v2 = op_dw_vld(x, off + 2, m2 & rv[r], BF16);
+            } else if (BF16) {
+                /* widening by integer ops alone (no shuffle): the even columns of a 32-column
+                   load by a 16-bit shift of each 32-bit lane, the odd ones by clearing the low
+                   half */
+                const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+                const __m512i u = _mm512_maskz_loadu_epi16(rv[r] ? k0 : 0, (const uint16_t *)x + off);
+                const __m512i u2 = _mm512_maskz_loadu_epi16(rv[r] ? k2 : 0, (const uint16_t *)x + off + 2);
+                v0 = _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+                v1 = _mm512_castsi512_ps(_mm512_and_si512(u, hi));
+                v2 = _mm512_castsi512_ps(_mm512_slli_epi32(u2, 16));
             } else {
                 /* columns p + 0..32: even lanes -> tap 0, odd -> tap 1, even shifted -> tap 2 */
                 const __m512 ua = op_dw_vld(x, off, m0 & rv[r], BF16);
@@ -566,14 +591,6 @@ OP_INLINE void op_dw3_rowv(const op_dw_ctx *c, int64_t p0, int64_t p1, const int
    A bfloat16 output packs the two rounded vectors back into 32 columns with a shift and an OR;
    a float32 output interleaves them (two permutes). R output rows per block from R + 2 input rows;
    rows in the top / bottom padding load as zeros. */
-OP_INLINE __mmask32 op_dw_lanes32(int64_t p, int64_t W)
-{
-    const int64_t lo = p < 0 ? -p : 0;
-    int64_t hi = W - p;
-    if (hi > 32) hi = 32;
-    if (lo >= hi) return 0;
-    return (__mmask32)((((uint64_t)1 << hi) - 1u) & ~(((uint64_t)1 << lo) - 1u));
-}
 
 OP_INLINE __m512 op_dw_act_v(__m512 v, int act)
 {
