@@ -241,6 +241,7 @@ OP_INLINE void op_dw3_rows(const op_conv_desc *d, const void *x, int64_t plane, 
     }
     const __m512i ie = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+    const __m512i is = _mm512_set_epi32(16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
     for (int64_t ob = 0; ob < nb; ob++) {
         const int64_t ow0 = ob * 16, p = ow0 * S - d->pl;
         const __mmask16 m0 = cm[3 * ob], m1 = cm[3 * ob + 1], m2 = cm[3 * ob + 2];
@@ -279,9 +280,7 @@ OP_INLINE void op_dw3_rows(const op_conv_desc *d, const void *x, int64_t plane, 
                 const __m512 uc = op_dw_vld(x, off + 32, m2 & rv[r], BF16);
                 v0 = _mm512_permutex2var_ps(ua, ie, ub);
                 v1 = _mm512_permutex2var_ps(ua, io, ub);
-                /* (a lane shift, cheaper than a third two-source permute on Zen 4 and no
-                   dearer on Intel: one shuffle uop either way) */
-                v2 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(uc), _mm512_castps_si512(v0), 1));
+                v2 = _mm512_permutex2var_ps(v0, is, uc);
             }
 #pragma GCC unroll 4
             for (int i = 0; i < R; i++) {
@@ -994,9 +993,10 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
         (!x_bf16 || d->w > 64))
         c.direct3 = 5;
     /* bfloat16 input, rows of more than 64 columns (where the whole-row kernel widened with a
-       shuffle per 16 columns): even / odd columns, no shuffle (measured 12% faster on Zen 4 at 112
-       columns; also faster from 24 columns there, but below 65 the flat kernel's widened copy is
-       kept, measured on the Intel host) */
+       shuffle per 16 columns): even / odd columns, no shuffle (measured 11-14% faster on Zen 4 at
+       112 columns). From 24 to 64 columns it measured 6-9% faster than the flat kernel on Zen 4
+       only (one run each, not measured on Intel): the flat kernel stays there until a per-uarch
+       choice can be measured. */
     if (c.direct3 && x_bf16 && d->sw == 1 && d->pl == 1 && d->ow == d->w && d->w > 64)
         c.direct3 = 7;
     if (d->nhwc && d->kh == 3 && d->kw == 3 && c.mult == 1 && d->dw == 1 && (d->sw == 1 || d->sw == 2))
