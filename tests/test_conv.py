@@ -447,6 +447,10 @@ DW3_CASES = [  # (n, c, h, w, stride, pad, mult): planes wider than a vector, od
     (1, 2, 3, 64, 1, 1, 1),
     (1, 2, 6, 100, 1, 1, 1),
     (1, 2, 5, 112, 1, 1, 1),
+    (1, 2, 6, 65, 1, 1, 1),      # bfloat16 even / odd columns: one column past two 32-column chunks,
+    (1, 2, 9, 96, 1, 1, 2),      # whole chunks, a row block + remainder, multiplier 2
+    (1, 2, 11, 70, 2, 1, 1),     # stride 2 rows (bfloat16: 32-column loads): blocks + a tail,
+    (1, 1, 3, 2100, 2, 1, 1),    # more than one 1024-output stripe
 ]
 
 
