@@ -80,7 +80,7 @@ def _conv(rng, torch) -> Case:
                 memory_bound=False, kernel=_c.select_conv("implicit_gemm", "float32"))
 
 
-@register_suite("calls", title="calls: microseconds per call on small problems (onepath vs numpy/torch)",
+@register_suite("calls", title="calls: microseconds per call on small problems",
                 order=90, per_call=True)
 def calls_suite(cfg: BenchConfig):
     rng = cfg.rng()
