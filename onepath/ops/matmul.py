@@ -190,8 +190,15 @@ def _small_strided(op, a, b, c, epi=None):
     ffi = bd.ffi
     m, k = a.shape
     n = b.shape[1]
-    sa, sb, sc = a.strides, b.strides, c.strides
     t0 = time.perf_counter()
+    if epi is None and a.flags.c_contiguous and b.flags.c_contiguous and c.flags.c_contiguous:
+        # the contiguous entry takes untyped buffers: far cheaper than three ctypes.data casts
+        fb = bd.fb
+        if bd.cc(m, n, k, fb(a), fb(b), fb(c)):
+            if _verbose.enabled():
+                _small.emit(op, bd, _shape_text(a, b), t0)
+            return
+    sa, sb, sc = a.strides, b.strides, c.strides
     bd.fn(m, n, k, ffi.cast("float *", a.ctypes.data), sa[0] >> 2, sa[1] >> 2,
           ffi.cast("float *", b.ctypes.data), sb[0] >> 2, sb[1] >> 2,
           ffi.cast("float *", c.ctypes.data), sc[0] >> 2, sc[1] >> 2, ffi.NULL if epi is None else epi)
