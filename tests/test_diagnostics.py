@@ -18,7 +18,7 @@ from onepath import _threads
 
 def run_py(args, env_extra=None, timeout=120):
     env = dict(os.environ, PYTHONPATH=str(PKG_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    for k in ("ONEPATH_MAX_ISA", "ONEPATH_NUM_THREADS"):
+    for k in ("ONEPATH_MAX_ISA", "ONEPATH_NUM_THREADS", "ONEPATH_REPRODUCIBLE"):
         env.pop(k, None)
     env.update(env_extra or {})
     return subprocess.run([sys.executable, *args], cwd=PKG_ROOT, env=env, capture_output=True,
@@ -29,7 +29,8 @@ def run_py(args, env_extra=None, timeout=120):
 
 @pytest.mark.parametrize("var, value, valid", [("ONEPATH_MAX_ISA", "amx", "generic, avx2"),
                                                ("ONEPATH_NUM_THREADS", "abc", "1 to 1024"),
-                                               ("ONEPATH_NUM_THREADS", "0", "1 to 1024")])
+                                               ("ONEPATH_NUM_THREADS", "0", "1 to 1024"),
+                                               ("ONEPATH_REPRODUCIBLE", "maybe", "1/true/yes/on")])
 def test_cli_invalid_env(var, value, valid):
     info = run_py(["-m", "onepath", "info", "--no-py-cpuinfo"], {var: value})
     err = info.stderr.strip().splitlines()
@@ -39,6 +40,24 @@ def test_cli_invalid_env(var, value, valid):
     assert "Kernels (op, dtype" in info.stdout and f"{var}={value}  (invalid" in info.stdout
     bench = run_py(["-m", "onepath", "bench", "--quick", "--no-peak"], {var: value})
     assert bench.returncode == 2 and bench.stderr.strip() == err[0] and not bench.stdout
+
+
+def test_invalid_reproducible_env_raises_at_the_first_call_not_the_import():
+    code = ("import numpy as np, onepath\n"
+            "try:\n    onepath.matmul(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32))\n"
+            "except ValueError as exc:\n    print('ValueError', exc)")
+    r = run_py(["-c", code], {"ONEPATH_REPRODUCIBLE": "maybe"})
+    assert r.returncode == 0 and r.stdout.startswith("ValueError ONEPATH_REPRODUCIBLE='maybe'"), r.stderr
+
+
+@pytest.mark.parametrize("args", [["bench", "--quick", "--json", "/nonexistent-dir/x.json"],
+                                  ["bench", "--quick", "--threads", "5000"],
+                                  ["golden", "--write", "/nonexistent-dir/x.json"]])
+def test_cli_bad_arguments_one_line(args):
+    """Found before any work is done: one line on stderr, exit 2, no traceback."""
+    r = run_py(["-m", "onepath", *args])
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("onepath: error: ") and not r.stdout
 
 
 # -- fault 4: threads above the CPUs, non-int counts ---------------------------------------------

@@ -381,3 +381,14 @@ def test_flush_to_zero_in_the_caller_changes_nothing():
     assert (tiny * f)[0] != 0
     assert y.view(np.uint16).tobytes() == x.view(np.uint16).tobytes()
     assert got == want
+
+
+def test_golden_check_reports_problems_missing_from_the_file(tmp_path):
+    """A cut-down golden file checks nothing: the problems it lacks are reported."""
+    doc = json.loads(GOLDEN.read_text())
+    doc["problems"] = doc["problems"][:3]
+    cut = tmp_path / "cut.json"
+    cut.write_text(json.dumps(doc))
+    bad = golden.check(str(cut), levels=["generic"], threads=[1])
+    assert len(bad) == len(golden.problems()) - 3
+    assert all(b["expected"] is None and b["got"] == "missing" for b in bad)

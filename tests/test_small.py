@@ -321,3 +321,14 @@ def test_small_bfloat16_matmul(level, m, k, n, caplog, verbose_on):
     assert f"matmul,bf16:bf16:bf16,{row.level},{row.name}" in caplog.text
     lib = load(row.level)
     assert lib.ffi.string(lib.lib.op_gemm_bf16_small_name()).decode() == row.name
+
+
+@pytest.mark.parametrize("bdt", [np.float64, np.complex64, np.int64])
+def test_linear_bias_of_another_dtype_promotes_as_numpy(bdt):
+    """float32 x and weight with a float64 / complex / integer bias: numpy's expression, exactly."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) / 7
+    w = np.arange(12, dtype=np.float32).reshape(4, 3) / 5
+    b = (np.arange(4) * 1e300 if bdt is np.float64 else np.arange(4) + (1j if bdt is np.complex64 else 0)).astype(bdt)
+    want = x @ w.T + b
+    got = onepath.linear(x, w, b)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
