@@ -20,6 +20,7 @@ _fast = _small.fast_matmul  # ISA level -> the small kernel's C entry (filled on
 _scoped_get = _cap._scoped.get
 _empty = np.empty
 _B_MAX = _small.B_MAX
+_may_share = np.may_share_memory
 
 
 def _foreign(x) -> bool:
@@ -86,6 +87,22 @@ def matmul(a, b, /, out=None, *, dtype=None):
                         pass
         if a.ndim and b.ndim and not _repro_on():
             return _matmul_f32(a, b, None)
+    elif (dtype is None and type(out) is type(a) is type(b) is _ND and out.dtype is a.dtype is b.dtype is _F32
+            and out.ndim == a.ndim == b.ndim == 2):
+        # the same small kernel into a given float32 ``out`` that overlaps neither operand (else the
+        # general path below, which writes through a copy)
+        fast = _fast.get(_scoped_get())
+        (m, k), (k2, n) = a.shape, b.shape
+        if (fast is not None and k2 == k and out.shape == (m, n) and out.flags.writeable
+                and not _may_share(out, a) and not _may_share(out, b)):
+            cc, fb, lim, lim1t = fast
+            mnk = m * n * k
+            if mnk <= lim or (mnk <= lim1t and k * n <= _B_MAX and _nthreads() == 1):
+                try:
+                    if cc(m, n, k, fb(a), fb(b), fb(out)):
+                        return out
+                except ValueError:  # not C-contiguous
+                    pass
     elif (out is None and dtype is None and type(a) is type(b) is _ND and a.dtype is b.dtype is _BF16
             and a.ndim == 2 and b.ndim == 2 and not _repro_on()):
         r = _small.matmul_bf16(a, b, True)  # small bfloat16 products: the small kernel, in place
