@@ -14,7 +14,7 @@ def test_save_writes_fingerprint_and_samples(tmp_path, monkeypatch):
     assert cli.results_dir(fp0).parent.name == "results"          # the real place, not written here
     assert cli.results_dir(fp0).name == re.sub(r"[^a-z0-9_.-]", "_", cli.results_dir(fp0).name)
     monkeypatch.setattr(cli, "results_dir", lambda fp: tmp_path / "results" / "vendor-uarch")
-    doc = cli.run(threads=1, suites=["matmul"], shapes=(32, 48), repeat=2, min_time=0.001, peak=False,
+    doc = cli.run(threads=1, suites=["matmul"], shapes=(32, 300), repeat=2, min_time=0.001, peak=False,
                   progress=False, out=io.StringIO(), save_results=True)
     (path,) = (tmp_path / "results" / "vendor-uarch").glob("*.json")
     assert re.fullmatch(r"\d{8}T\d{6}Z-matmul-1t\.json", path.name), path.name
@@ -24,7 +24,11 @@ def test_save_writes_fingerprint_and_samples(tmp_path, monkeypatch):
     for row in saved["results"]:
         for impl in row["impls"].values():
             assert len(impl["samples"]) == 2 and all(s > 0 for s in impl["samples"])
-        assert row["kernel_blocking"][3] in ("tuning file", "shipped", "cache model")
+        if "small" in row["kernel"]:  # 32^3: the small kernel, which has no cache blocking
+            assert row["kernel_blocking"] is None
+        else:  # 300^3: the packed GEMM, its blocking and where it came from
+            assert row["kernel_blocking"][3] in ("tuning file", "shipped", "cache model")
+    assert {"small" in row["kernel"] for row in saved["results"]} == {True, False}
 
 
 def test_results_markdown_side_by_side(tmp_path, monkeypatch):

@@ -239,7 +239,7 @@ def measure_case(case: Case, cfg: BenchConfig, peaks: dict[str, float] | None = 
         "kernel_level": kernel.level if kernel is not None else None,
         "kernel_mrnr": f"{kernel.mr}x{kernel.nr}" if kernel is not None else None,
         "kernel_blocking": ([kernel.mc, kernel.kc, kernel.nc, getattr(kernel, "blocking_from", None)]
-                            if kernel is not None else None),
+                            if kernel is not None and kernel.algorithm != "small" else None),  # no blocking
         "max_rel_err": err, "check_ok": None if err is None else bool(err <= case.rtol),
         "impls": {}, **({"meta": case.meta} if case.meta else {}),
     }
