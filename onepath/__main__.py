@@ -123,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _tune(args) -> int:
     from . import tune
+    bad = _writable(args.json, "--json") or _writable(args.out, "--out")
+    if bad:
+        return _error(bad)
     try:
         tune.run(ops=args.op, dtypes=args.dtype, levels=args.level, threads=args.threads, quick=args.quick,
                  json_path=args.json, out_path=args.out, write=not args.no_write)
@@ -272,6 +275,9 @@ def main(argv=None) -> int:
         bad = _writable(args.write, "--write")
         if bad:
             return _error(bad)
+        for t in args.threads or ():
+            if not 1 <= t <= 1024:
+                return _error(f"--threads: thread counts are integers from 1 to 1024, got {t}")
         return golden.main(args.write, args.check, levels, args.threads)
     if args.command == "info":
         from . import info

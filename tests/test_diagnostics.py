@@ -52,7 +52,10 @@ def test_invalid_reproducible_env_raises_at_the_first_call_not_the_import():
 
 @pytest.mark.parametrize("args", [["bench", "--quick", "--json", "/nonexistent-dir/x.json"],
                                   ["bench", "--quick", "--threads", "5000"],
-                                  ["golden", "--write", "/nonexistent-dir/x.json"]])
+                                  ["golden", "--write", "/nonexistent-dir/x.json"],
+                                  ["golden", "--check", "x.json", "--threads", "5000"],
+                                  ["tune", "--quick", "--out", "/nonexistent-dir/t.json"],
+                                  ["tune", "--quick", "--json", "/"]])
 def test_cli_bad_arguments_one_line(args):
     """Found before any work is done: one line on stderr, exit 2, no traceback."""
     r = run_py(["-m", "onepath", *args])

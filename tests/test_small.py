@@ -332,3 +332,23 @@ def test_linear_bias_of_another_dtype_promotes_as_numpy(bdt):
     want = x @ w.T + b
     got = onepath.linear(x, w, b)
     assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("repro", [False, True])
+@pytest.mark.parametrize("bias", [np.array([1 + 2j]), np.array([0.1]), np.array([3]), np.float32(1), 1.5, 3,
+                                  1j, np.array([1.5], np.float32), np.array(2.5, np.float16)])
+def test_linear_bias_kinds_in_both_modes(bias, repro):
+    """Every kind of bias gives numpy's ``x @ w.T + bias`` (value and dtype) in both modes: a Python
+    scalar stays weak, (1,) and 0-d broadcast, other dtypes promote."""
+    x = np.array([[1.0, 2.0]], np.float32)
+    w = np.ones((3, 2), np.float32)
+    want = x @ w.T + bias
+    with onepath.reproducible(repro):
+        got = onepath.linear(x, w, bias)
+    assert got.dtype == want.dtype and np.array_equal(got, want), (got, want)
+
+
+def test_reproducible_vector_product_is_numpys_scalar():
+    with onepath.reproducible():
+        r = onepath.matmul(np.ones(3, np.float32), np.ones(3, np.float32))
+    assert type(r) is np.float32 and r == 3

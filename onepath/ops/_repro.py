@@ -168,7 +168,7 @@ def matmul(a, b, out=None, dtype=None):
         view[...] = epilogue(c, None, 1, None, rd, bd)
     _emit("matmul", f"{_TAG.get(a_arr.dtype)}:{_TAG.get(b_arr.dtype)}:{_TAG[rd]}", bd,
           "x".join(map(str, a2.shape)) + ":" + "x".join(map(str, b2.shape)), used, t0)
-    return res
+    return res[()] if out is None and not result else res  # 0-d: numpy's scalar, as the default mode
 
 
 # ------------------------------------------------------------------------------------------------
@@ -176,7 +176,7 @@ def matmul(a, b, out=None, dtype=None):
 
 def linear(x, weight, bias=None, activation=None, dtype=None):
     """``onepath.linear`` in reproducible mode (same arguments, results and errors)."""
-    from .linear import PackedWeight, _act_numpy
+    from .linear import _KERNEL_BIAS, PackedWeight, _act_numpy, bias_array
     act_code(activation)
     w = weight.weight() if isinstance(weight, PackedWeight) else np.asarray(weight)
     xa = np.asarray(x)
@@ -187,20 +187,19 @@ def linear(x, weight, bias=None, activation=None, dtype=None):
     n, k = w.shape
     if xa.shape[-1] != k:
         raise ValueError(f"linear: x has {xa.shape[-1]} features, weight expects {k} (weight shape {w.shape})")
-    b = None
-    if bias is not None:
-        b = np.asarray(bias)
-        if b.shape != (n,):
-            raise ValueError(f"linear: bias must have shape ({n},), got {b.shape}")
+    braw = None if bias is None else bias_array(bias, n)  # the default mode's shapes and errors
     rd = result_dtype(xa.dtype, w.dtype, dtype)
+    if braw is not None and braw.dtype not in _KERNEL_BIAS:
+        rd = None  # a float64, complex, integer, ... bias promotes: numpy's expression, as the default mode
     if rd is None:  # not float32 / bfloat16: numpy, as the default mode
         if dtype is not None and np.dtype(dtype) not in (F32, BF16) and xa.dtype in (F32, BF16):
             raise TypeError(f"linear: dtype must be float32 or bfloat16, got {np.dtype(dtype)}")
         y = np.matmul(xa, w.T)
-        if b is not None:
-            y = y + b
+        if bias is not None:
+            y = y + bias  # as given: numpy's promotion (a Python scalar stays weak)
         y = _act_numpy(y, activation)
         return y.astype(dtype) if dtype is not None else y
+    b = None if braw is None else np.ascontiguousarray(np.broadcast_to(braw.reshape(-1), (n,)), F32)
     lead = xa.shape[:-1]
     m = int(np.prod(lead)) if lead else 1
     x2 = xa.reshape(m, k)

@@ -151,6 +151,21 @@ def _act_numpy(y, activation):
     return r.astype(dt)
 
 
+def bias_array(bias, n: int) -> np.ndarray:
+    """``linear``'s bias as an array of shape (n,), (1,) or () for the kernels: a Python int, float
+    or bool is weak in numpy's promotion (NEP 50: it takes the other operand's dtype), so it becomes
+    a float32 0-d array; anything else ``np.asarray(bias)``.
+
+    Raises:
+        ValueError: another shape (named in the message).
+    """
+    braw = np.asarray(bias, F32) if type(bias) in (int, float, bool) else np.asarray(bias)
+    if braw.shape not in ((n,), (1,), ()):
+        raise ValueError(f"linear: bias must have shape ({n},), (1,) or () (broadcast over the "
+                         f"{n} output features), got {braw.shape}")
+    return braw
+
+
 def _ready(x: np.ndarray, dt) -> np.ndarray:
     return x if (x.dtype == dt and kernel_ready(x)) else np.array(x, dt)
 
@@ -208,12 +223,8 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     n, k = wshape
     if xa.shape[-1] != k:
         raise ValueError(f"linear: x has {xa.shape[-1]} features, weight expects {k} (weight shape {wshape})")
-    b = braw = None
-    if bias is not None:
-        braw = np.asarray(bias)
-        if braw.shape not in ((n,), (1,), ()):
-            raise ValueError(f"linear: bias must have shape ({n},), (1,) or () (broadcast over the "
-                             f"{n} output features), got {braw.shape}")
+    b = None
+    braw = None if bias is None else bias_array(bias, n)
     rd = result_dtype(xa.dtype, wdtype, dtype)
     if braw is not None and braw.dtype not in _KERNEL_BIAS:
         rd = None  # a float64, complex, integer, ... bias promotes: numpy's expression, exactly
@@ -223,8 +234,8 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
             raise TypeError(f"linear: dtype must be float32 or bfloat16, got {np.dtype(dtype)}")
         wv = packed.weight() if packed else w
         y = xa @ wv.T
-        if braw is not None:
-            y = y + braw
+        if bias is not None:
+            y = y + bias  # as given: numpy's promotion (a Python scalar stays weak)
         y = _act_numpy(y, activation)
         return y.astype(dtype) if dtype is not None else y
     if braw is not None:
