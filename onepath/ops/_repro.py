@@ -147,6 +147,9 @@ def matmul(a, b, out=None, dtype=None):
             or (out is not None and (type(out) is not np.ndarray or not out.flags.writeable))):
         return numpy_matmul(a, b, out, dtype)
     a_arr, b_arr = np.asarray(a), np.asarray(b)
+    if (a_arr.dtype == F32 and b_arr.dtype == F32 and dtype is not None
+            and np.dtype(dtype) != F32):  # as the default mode: numpy's answer (or its error)
+        return numpy_matmul(a, b, out, dtype)
     rd = result_dtype(a_arr.dtype, b_arr.dtype, dtype)
     if rd is None or a_arr.ndim == 0 or b_arr.ndim == 0 or (out is not None and out.dtype != rd):
         return numpy_matmul(a, b, out, dtype)
