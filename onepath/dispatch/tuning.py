@@ -106,6 +106,16 @@ def _int(v, what: str) -> int:
     return v
 
 
+def _check_keys(obj: dict, required: set, optional: set, where: str, hint: str = "") -> None:
+    """TuningError naming the keys of ``obj`` outside ``required | optional``, or those missing."""
+    unknown = set(obj) - required - optional
+    if unknown:
+        raise TuningError(f"{where}unknown keys {sorted(unknown)}{hint}")
+    missing = required - set(obj)
+    if missing:
+        raise TuningError(f"{where}missing keys {sorted(missing)}")
+
+
 def parse(doc, cpu, version: str | None = None) -> dict[tuple[str, str, str], tuple[int, int, int]]:
     """Validate a tuning document for ``cpu`` and return its rows:
     ``{(level, op, dtype): (mc, kc, nc)}``.
@@ -121,12 +131,7 @@ def parse(doc, cpu, version: str | None = None) -> dict[tuple[str, str, str], tu
         raise TuningError(f"not a JSON object (got {type(doc).__name__})")
     if doc.get("format") != FORMAT:
         raise TuningError(f"format is {doc.get('format')!r}, expected {FORMAT!r}")
-    unknown = set(doc) - _TOP_REQUIRED - _TOP_OPTIONAL
-    if unknown:
-        raise TuningError(f"unknown keys {sorted(unknown)} (written by another onepath version?)")
-    missing = _TOP_REQUIRED - set(doc)
-    if missing:
-        raise TuningError(f"missing keys {sorted(missing)}")
+    _check_keys(doc, _TOP_REQUIRED, _TOP_OPTIONAL, "", " (written by another onepath version?)")
     if doc["schema"] != SCHEMA:
         raise TuningError(f"schema {doc['schema']!r}, this onepath reads schema {SCHEMA}")
     if doc["onepath_version"] != version:
@@ -148,12 +153,7 @@ def parse(doc, cpu, version: str | None = None) -> dict[tuple[str, str, str], tu
     for i, row in enumerate(doc["rows"]):
         if not isinstance(row, dict):
             raise TuningError(f"rows[{i}] is not an object")
-        unknown = set(row) - _ROW_REQUIRED - _ROW_OPTIONAL
-        if unknown:
-            raise TuningError(f"rows[{i}]: unknown keys {sorted(unknown)}")
-        missing = _ROW_REQUIRED - set(row)
-        if missing:
-            raise TuningError(f"rows[{i}]: missing keys {sorted(missing)}")
+        _check_keys(row, _ROW_REQUIRED, _ROW_OPTIONAL, f"rows[{i}]: ")
         key = (row["level"], row["op"], row["dtype"])
         if key not in known:
             raise TuningError(f"rows[{i}]: no registry kernel for level={key[0]!r} op={key[1]!r} "
