@@ -554,6 +554,20 @@ OP_INLINE void op_dw3_rowv_blk(const op_dw_ctx *c, int64_t plane, const __m512 *
         }
 }
 
+/* The per-plane set-up of the whole-row 3x3 kernels (op_dw3_rowv, op_dw3_eo): the input plane of
+   output plane (n, oc) at element offset *plane (planes of hw elements), the output plane at *yplane
+   (planes of ohw), the nine taps and the bias broadcast to vectors. */
+OP_INLINE void op_dw3_row_setup(const op_dw_ctx *c, int64_t n, int64_t oc, int64_t hw, int64_t ohw,
+                                int64_t *plane, int64_t *yplane, __m512 wv[9], __m512 *bv)
+{
+    const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
+    *plane = (n * c->d->c + ci) * hw;
+    *yplane = (n * c->d->oc + oc) * ohw;
+    const float *wk = c->w + oc * 9;
+    for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
+    *bv = _mm512_set1_ps(c->bias ? c->bias[oc] : 0.0f);
+}
+
 OP_INLINE void op_dw3_rowv(const op_dw_ctx *c, int64_t p0, int64_t p1, const int NV, const int BF16,
                            const int YB)
 {
@@ -564,12 +578,9 @@ OP_INLINE void op_dw3_rowv(const op_dw_ctx *c, int64_t p0, int64_t p1, const int
     for (int j = 0; j < NV; j++) lm[j] = op_dw_lanes(16 * j, W);
     int64_t n = p0 / OC, oc = p0 % OC;
     for (int64_t p = p0; p < p1; p++) {
-        const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
-        const int64_t plane = (n * d->c + ci) * HW, yplane = (n * OC + oc) * OH * W;
-        const float *wk = c->w + oc * 9;
-        __m512 wv[9];
-        for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
-        const __m512 bv = _mm512_set1_ps(c->bias ? c->bias[oc] : 0.0f);
+        int64_t plane, yplane;
+        __m512 wv[9], bv;
+        op_dw3_row_setup(c, n, oc, HW, OH * W, &plane, &yplane, wv, &bv);
         int64_t oh0 = 0;
         for (; oh0 + R <= OH; oh0 += R)
             op_dw3_rowv_blk(c, plane, wv, bv, yplane, oh0, lm, R, NV, BF16, YB);
@@ -657,12 +668,9 @@ OP_INLINE void op_dw3_eo(const op_dw_ctx *c, int64_t p0, int64_t p1, const int Y
     enum { R = 4 };
     int64_t n = p0 / OC, oc = p0 % OC;
     for (int64_t p = p0; p < p1; p++) {
-        const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
-        const int64_t plane = (n * d->c + ci) * HW, yplane = (n * OC + oc) * OH * W;
-        const float *wk = c->w + oc * 9;
-        __m512 wv[9];
-        for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
-        const __m512 bv = _mm512_set1_ps(c->bias ? c->bias[oc] : 0.0f);
+        int64_t plane, yplane;
+        __m512 wv[9], bv;
+        op_dw3_row_setup(c, n, oc, HW, OH * W, &plane, &yplane, wv, &bv);
         int64_t oh0 = 0;
         for (; oh0 + R <= OH; oh0 += R) op_dw3_eo_blk(c, plane, wv, bv, yplane, oh0, R, YB);
         for (; oh0 < OH; oh0++) op_dw3_eo_blk(c, plane, wv, bv, yplane, oh0, 1, YB);
