@@ -12,6 +12,8 @@ import contextvars
 import os
 import threading
 
+import numpy as np
+
 _FALSE = ("", "0", "false", "no", "off")
 _scoped: contextvars.ContextVar[bool | None] = contextvars.ContextVar("onepath_reproducible", default=None)
 
@@ -81,11 +83,12 @@ def set_reproducible(enabled: bool) -> None:
     A ``with onepath.reproducible(...)`` block still decides inside it.
 
     Raises:
-        TypeError: enabled is not a bool.
+        TypeError: enabled is not a bool (Python's or numpy's ``np.bool_``).
     """
     global _process, _source
-    if not isinstance(enabled, bool):
+    if not isinstance(enabled, (bool, np.bool_)):
         raise TypeError(f"set_reproducible(enabled) takes a bool, got {type(enabled).__name__}")
+    enabled = bool(enabled)
     _process = enabled
     _source = f"onepath.set_reproducible({enabled})"
     if enabled:
@@ -110,13 +113,13 @@ class reproducible:
     Args:
         enabled: True (default) or False.
     Raises:
-        TypeError: enabled is not a bool.
+        TypeError: enabled is not a bool (Python's or numpy's ``np.bool_``).
     """
 
     def __init__(self, enabled: bool = True):
-        if not isinstance(enabled, bool):
+        if not isinstance(enabled, (bool, np.bool_)):
             raise TypeError(f"reproducible(enabled) takes a bool, got {type(enabled).__name__}")
-        self.enabled = enabled
+        self.enabled = bool(enabled)
         self._tokens: dict[int, list] = {}  # per thread: one object may scope several threads at once
 
     def __enter__(self):

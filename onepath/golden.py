@@ -216,11 +216,15 @@ def write(path: str) -> dict:
 
 
 def read(path: str) -> dict:
-    """Load a golden file. Raises ValueError if it is not one (wrong format number, no problems)."""
+    """Load a golden file. Raises ValueError if it is not one (not JSON, wrong format number, no
+    problems, or a problem entry without a string "name" and "sha256")."""
     with open(path, encoding="utf-8") as f:
-        doc = json.load(f)
+        doc = json.load(f)  # json.JSONDecodeError is a ValueError
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("problems"), list):
         raise ValueError(f"{path}: not a onepath golden file of format {FORMAT}")
+    for i, p in enumerate(doc["problems"]):
+        if not (isinstance(p, dict) and isinstance(p.get("name"), str) and isinstance(p.get("sha256"), str)):
+            raise ValueError(f"{path}: problems[{i}] is not an object with string \"name\" and \"sha256\"")
     return doc
 
 

@@ -99,3 +99,12 @@ def test_real_bench_json_has_samples(tmp_path):
     assert len(samples) == 3 and all(s > 0 for s in samples)
     res = compare.compare([compare.load(str(out)), copy.deepcopy(compare.load(str(out)))])
     assert res["regressions"] == []
+
+
+def test_alpha_and_min_effect_are_checked(tmp_path, capsys):
+    run = _write(tmp_path, "a.json", _run())
+    for bad in (["--alpha", "2"], ["--alpha", "0"], ["--min-effect", "-1"]):
+        with pytest.raises(SystemExit) as e:
+            main(["bench", "compare", run, run, *bad])
+        assert e.value.code == 2
+    assert "--alpha must be between 0 and 1" in capsys.readouterr().err

@@ -116,6 +116,18 @@ def test_prepack_reuse_and_matmul():
         onepath.matmul(np.ones((3, 5), np.float32), pf)
 
 
+def test_prepack_pickles_as_its_weight():
+    """A PackedWeight pickles as its unpacked weight and is packed again where it is loaded (the
+    packed layout belongs to one ISA level)."""
+    import pickle
+    w = np.random.default_rng(11).standard_normal((24, 40)).astype(np.float32)
+    p = onepath.prepack(w, on_cap_change="error")
+    q = pickle.loads(pickle.dumps(p))
+    assert q.on_cap_change == "error" and q.shape == p.shape and q.level == p.level
+    x = np.ones((5, 40), np.float32)
+    assert np.array_equal(onepath.linear(x, q), onepath.linear(x, p))
+
+
 def test_prepack_cap_change():
     host = onepath.available_isas()
     levels = host[: host.index(onepath.isa()) + 1]  # up to the process cap (ONEPATH_MAX_ISA)

@@ -240,6 +240,9 @@ def test_mode_switch_scoped_per_thread():
         onepath.set_reproducible(1)
     with pytest.raises(TypeError):
         onepath.reproducible("yes")
+    onepath.set_reproducible(np.False_)  # numpy's bool is a bool
+    with onepath.reproducible(np.True_):
+        assert onepath.is_reproducible() is True
 
 
 def test_threads_in_both_modes_at_once():
@@ -313,6 +316,10 @@ def test_golden_cli_write_check_and_mismatch(tmp_path, capsys):
     assert main(["golden", "--check", str(path), "--levels", "nope"]) == 2
     (tmp_path / "bad.json").write_text("{}")
     assert main(["golden", "--check", str(tmp_path / "bad.json")]) == 2
+    doc["problems"][0] = {"name": doc["problems"][0]["name"]}  # an entry without its sha256
+    path.write_text(json.dumps(doc))
+    assert main(["golden", "--check", str(path)]) == 2
+    assert "problems[0]" in capsys.readouterr().err
 
 
 def test_golden_problems_agree_with_the_default_mode():

@@ -222,7 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """Entry point of ``python -m onepath bench compare``; 0 ok, 1 regression (with
     --fail-on-regression), 2 bad input."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not 0.0 < args.alpha < 1.0:
+        parser.error(f"--alpha must be between 0 and 1 (exclusive), got {args.alpha}")
+    if not args.min_effect >= 0.0:
+        parser.error(f"--min-effect must be >= 0, got {args.min_effect}")
     try:
         docs = [load(p) for p in args.runs]
         result = compare(docs, args.alpha, args.min_effect)

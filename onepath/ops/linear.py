@@ -94,6 +94,14 @@ class PackedWeight:
                 self.repacks += 1
         return self._row
 
+    def __reduce__(self):
+        """Pickle the unpacked weight and ``on_cap_change`` only: the receiving process packs it again
+        for its own host and level (a packed buffer is tied to one ISA level's layout)."""
+        return (PackedWeight, (self._weight,), {"on_cap_change": self.on_cap_change})
+
+    def __setstate__(self, state):
+        self.on_cap_change = state["on_cap_change"]
+
     def weight(self) -> np.ndarray:
         """The (snapshotted) unpacked weight, read-only view."""
         v = self._weight.view()
