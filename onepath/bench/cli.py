@@ -288,6 +288,22 @@ def progress_bar(total: int, enabled: bool = True):
 # Running
 
 
+def print_suite(suite: Suite, rows: list[dict], out) -> None:
+    """A suite's table, its per-group geomeans and the note on missing baselines."""
+    if not rows:
+        return
+    print_table(*suite_table(suite, rows), file=out)
+    print(file=out)
+    gt = geomean_table(suite, rows)
+    if gt:
+        print_table(*gt, file=out)
+        print(file=out)
+    missing = missing_baselines(rows)
+    if missing:
+        print(missing_note(missing), file=out)
+        print(file=out)
+
+
 def make_config(quick: bool, shapes=None, repeat=None, min_time=None, threads: int = 1) -> BenchConfig:
     cfg = BenchConfig(threads=threads, quick=quick, shapes=tuple(shapes) if shapes else None)
     if quick:
@@ -369,7 +385,11 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
         peaks: dict[str, float] = {}
         peak_errors: dict[str, str] = {}
         results: list[dict] = []
+        stdout = sys.stdout
         with progress_bar(total, progress and sys.stderr.isatty()) as (advance, describe):
+            # each table is printed as soon as its rows are measured; through sys.stdout (which a
+            # live progress bar redirects above itself) when printing to the terminal's stdout
+            live_out = sys.stdout if out is stdout else out
             for level in levels:
                 describe(f"FMA peak {level}")
                 try:
@@ -378,33 +398,23 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
                 except (ImportError, ValueError, AttributeError) as exc:
                     peak_errors[level] = f"{type(exc).__name__}: {exc}"
                 advance()
+            if levels:
+                pk = [[lv, f"{peaks[lv]:.1f}", f"{peaks[lv] / threads:.1f}"] if lv in peaks
+                      else [lv, "-", "-"] for lv in levels]
+                print_table(f"FMA peak (float32, {threads} thread{'s' * (threads > 1)})",
+                            ["level", "GFLOP/s", "per thread"], pk, file=live_out)
+                for lv, err in peak_errors.items():
+                    print(f"  {lv}: not measured ({err})", file=live_out)
+                print(file=live_out)
             while cases:
                 suite, case = cases.pop(0)  # drop each case's arrays once it is measured
                 describe(f"{suite.name} {case.group} {case.name}".strip())
                 row = measure_case(case, cfg, peaks, tick=advance)
                 row["suite"] = suite.name
                 results.append(row)
-        if levels:
-            pk = [[lv, f"{peaks[lv]:.1f}", f"{peaks[lv] / threads:.1f}"] if lv in peaks
-                  else [lv, "-", "-"] for lv in levels]
-            print_table(f"FMA peak (float32, {threads} thread{'s' * (threads > 1)})",
-                        ["level", "GFLOP/s", "per thread"], pk, file=out)
-            for lv, err in peak_errors.items():
-                print(f"  {lv}: not measured ({err})", file=out)
-            print(file=out)
-        for suite in chosen:
-            rows = [r for r in results if r["suite"] == suite.name]
-            if rows:
-                print_table(*suite_table(suite, rows), file=out)
-                print(file=out)
-                gt = geomean_table(suite, rows)
-                if gt:
-                    print_table(*gt, file=out)
-                    print(file=out)
-                missing = missing_baselines(rows)
-                if missing:
-                    print(missing_note(missing), file=out)
-                    print(file=out)
+                if not cases or cases[0][0] is not suite:
+                    print_suite(suite, [r for r in results if r["suite"] == suite.name], live_out)
+                    live_out.flush()
         if torch is not None:
             torch.set_num_threads(torch_threads)
         bad = [r for r in results if r["check_ok"] is False]
