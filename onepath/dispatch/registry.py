@@ -284,8 +284,11 @@ def tuned_kernel(row: Kernel) -> Kernel:
     """The raw row the live host runs where dispatch picked ``row``: the row of the same (op,
     dtype, algorithm) at the level a tuning file's ``kernel_level`` choice for (row.level, op,
     dtype) names (e.g. the 256-bit avx2 GEMM at avx512_core, ``kernel_from="tuning file"``),
-    else ``row`` itself."""
+    else ``row`` itself. The small-problem rows are not redirected (``ops/_small.py`` picks them
+    per call)."""
     from . import tuning
+    if row.algorithm == "small":
+        return row
     kl = tuning.choices().get((row.level, row.op, row.dtype), {}).get("kernel_level")
     if kl is None or kl == row.level:
         return row
