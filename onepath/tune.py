@@ -20,7 +20,7 @@ Then, with the blocking just chosen, the choices (the file's ``choices``):
   ``MARGIN`` over the shipped rule (``as_nhwc_threshold``);
 * 256-bit kernels: each float32 (and widened bfloat16) GEMM row of matmul / linear at an AVX-512
   level against the avx2 row's kernel on the same problems; the avx2 kernel is chosen only if it
-  is faster by ``MARGIN`` (``kernel_level``).
+  is faster by ``KERNEL_MARGIN`` (``kernel_level``; it then runs every problem size of that op).
 
 The kernels are called directly through the level's C entry points (``op_gemm_f32``,
 ``op_gemm_bf16``, ``op_conv2d_f32``, ``op_conv2d_bf16``), with the blocking under test, so dispatch
@@ -40,6 +40,8 @@ OPS = ("matmul", "linear", "conv2d")
 DTYPES = ("float32", "bfloat16")
 MARGIN = 1.02          # a candidate must be 2 % faster than the incumbent to replace it
 CONFIRM_ROUNDS = 4     # alternated timings of the winner and the starting blocking
+TIE = 1.01             # conv formulation limits this close to the fastest count as tied
+KERNEL_MARGIN = 1.05   # a lower level's kernel runs every problem size of its op: it must win clearly
 _NATIVE_LEVELS = ("avx512_core", "avx512_core_bf16", "avx512_core_amx")
 
 
@@ -437,7 +439,8 @@ def as_nhwc_threshold(planes, t_nchw, t_nhwc, shipped: int) -> int:
     """The limit (largest output plane taking the NHWC formulation) among 0 and ``planes`` that
     minimises the summed log time over the measured planes; ``shipped`` unless that saves more
     than ``MARGIN`` (on one plane or spread over several). A time of ``math.inf`` (a wrong result)
-    excludes that formulation there."""
+    excludes that formulation there. Of limits within ``TIE`` of the least time, the one closest
+    to ``shipped``."""
     def cost(lim):
         total = 0.0
         for p, a, b in zip(planes, t_nchw, t_nhwc):
@@ -446,8 +449,13 @@ def as_nhwc_threshold(planes, t_nchw, t_nhwc, shipped: int) -> int:
                 return math.inf
             total += math.log(t)
         return total
-    best = min(sorted({0, *planes}), key=cost)
-    return best if cost(best) < cost(shipped) - math.log(MARGIN) else shipped
+    cands = sorted({0, *planes})
+    low = min(cost(c) for c in cands)
+    if not low < cost(shipped) - math.log(MARGIN):
+        return shipped
+    # near-ties (within TIE): the limit closest to the shipped one (the least change)
+    near = [c for c in cands if cost(c) <= low + math.log(TIE)]
+    return min(near, key=lambda c: (abs(c - shipped), c))
 
 
 def tune_conv_algo(row, blk, threads: int, quick: bool, advance=lambda: None,
@@ -497,7 +505,7 @@ def ymm_alternative(row, available):
 def tune_kernel_level(row, blk, alt, alt_blk, threads: int, quick: bool, advance=lambda: None,
                       describe=lambda text: None) -> ChoiceResult:
     """Time ``row`` (blocking ``blk``) and the lower-level ``alt`` (``alt_blk``) alternately on
-    ``row``'s problems; ``alt``'s level is chosen only if it is faster by ``MARGIN``."""
+    ``row``'s problems; ``alt``'s level is chosen only if it is faster by ``KERNEL_MARGIN``."""
     describe(f"{row.op} {row.dtype} {row.level}: or the {alt.level} kernel")
     probs = problems(row.op, row.level, quick)
     min_time, rounds, pairs = (0.02, 3, 2) if quick else (0.03, 5, CONFIRM_ROUNDS)
@@ -515,7 +523,7 @@ def tune_kernel_level(row, blk, alt, alt_blk, threads: int, quick: bool, advance
         ga = max(ga, _geo(ra, blk, min_time, rounds))
         gb = max(gb, _geo(rb, alt_blk, min_time, rounds))
     res.detail = {row.level: round(ga, 2), alt.level: round(gb, 2)}   # GFLOP/s
-    if gb > ga * MARGIN:
+    if gb > ga * KERNEL_MARGIN:
         res.chosen = alt.level
     advance()
     return res

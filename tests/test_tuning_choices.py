@@ -279,6 +279,8 @@ def test_as_nhwc_threshold():
     assert as_nhwc_threshold(planes, nchw, [0.995, 1.0, 1.1, 1.3], 0) == 0        # within the margin
     assert as_nhwc_threshold(planes, nchw, [0.995, 1.0, 1.1, 1.3], 49) == 49      # the shipped rule stays
     assert as_nhwc_threshold(planes, nchw, [float("inf"), 0.5, 1.1, 1.3], 196) == 0  # a wrong result
+    assert as_nhwc_threshold(planes, nchw, [0.8, 1.0, 1.1, 1.3], 0) == 49           # tie at 196: less change
+    assert as_nhwc_threshold(planes, nchw, [0.8, 1.0, 1.1, 1.3], 784) == 196
 
 
 def test_tune_measures_and_writes_choices(tmp_path, monkeypatch):
