@@ -9,7 +9,9 @@ Blocking (BLIS terms): MR x NR is fixed by the micro-kernel (a fact of the compi
 the tests against what the module reports); MC, KC and NC come, strongest first, from the tuning file
 ``python -m onepath tune`` wrote for this host (``tuning.py``; ``ONEPATH_TUNING``), a shipped row of
 ``TUNING`` for the microarchitecture, or the cache model ``blocking_for``. ``Kernel.blocking_from``
-says which.
+says which. The tuning file's choices go beside them: the conv formulation limits
+(``conv_as_nhwc_limits``, over ``CONV_NCHW_AS_NHWC``) and a lower level's kernel for an (op, dtype)
+(``tuned_kernel``; ``Kernel.kernel_from``).
 """
 from __future__ import annotations
 
