@@ -281,10 +281,13 @@ def render(report: dict, all_features: bool = False) -> str:
         lines += _table(["conv rows", "dtype", *classes, "from"],
                         [[c["level"], c["dtype"], *(str(c["value"][x]) for x in classes), c["from"]]
                          for c in conv])
-    for c in r.get("choices", []):
-        if c["choice"] == "kernel_level":
-            lines.append(f"  {c['op']} {c['dtype']} at {c['level']}: runs the {c['value']} kernel "
-                         f"({c['from']})")
+    kl = [c for c in r.get("choices", []) if c["choice"] == "kernel_level"]
+    if kl:
+        lines += ["", "Kernel level choices (the level whose kernel runs where dispatch picks the row's level)"]
+        lines += _table(["op", "dtype", "row level", "runs", "from"],
+                        [[c["op"], c["dtype"], c["level"], c["value"] + ("" if c["value"] != c["level"]
+                                                                        else " (its own)"), c["from"]]
+                         for c in kl])
     t = r.get("tuning")
     if t:
         lines.append(f"  tuning file: {t['path'] or '-'} ({t['status']})")

@@ -465,7 +465,7 @@ def tune_conv_algo(row, blk, threads: int, quick: bool, advance=lambda: None,
     limit (``as_nhwc_threshold``), starting from the shipped ``CONV_NCHW_AS_NHWC`` rule."""
     from .dispatch import registry
     shipped, _ = registry.conv_as_nhwc_limits(row.level, row.dtype, uarch=_host().uarch)
-    min_time, rounds, pairs = (0.02, 2, 2) if quick else (0.03, 3, 3)
+    min_time, rounds, pairs = (0.02, 2, 3) if quick else (0.03, 3, 4)
     res = ChoiceResult("conv2d", row.dtype, row.level, "conv_as_nhwc",
                        {c: int(shipped.get(c, 0)) for c in CONV_CLASS_PROBLEMS}, {})
     describe(f"conv2d {row.dtype} {row.level}: NCHW or NHWC formulation")

@@ -150,7 +150,8 @@ def test_kernel_level_choice_and_info(clean, tmp_path):
     assert conv[(_conv_level(), "float32")]["from"] == "tuning file"
     assert conv[(_conv_level(), "float32")]["value"]["kxk"] == 7
     text = info.render(report)
-    assert "NHWC formulation" in text and "runs the generic kernel (tuning file)" in text
+    assert "NHWC formulation" in text and "Kernel level choices" in text
+    assert any(line.split()[:4] == ["matmul", "float32", top.level, "generic"] for line in text.splitlines())
 
 
 # ---- every choice a file can make computes the right answer, at every level ----
