@@ -40,7 +40,7 @@ OPS = ("matmul", "linear", "conv2d")
 DTYPES = ("float32", "bfloat16")
 MARGIN = 1.02          # a candidate must be 2 % faster than the incumbent to replace it
 CONFIRM_ROUNDS = 4     # alternated timings of the winner and the starting blocking
-TIE = 1.01             # conv formulation limits this close to the fastest count as tied
+TIE = MARGIN           # conv formulation limits this close to the fastest count as tied
 KERNEL_MARGIN = 1.05   # a lower level's kernel runs every problem size of its op: it must win clearly
 _NATIVE_LEVELS = ("avx512_core", "avx512_core_bf16", "avx512_core_amx")
 
