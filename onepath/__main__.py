@@ -99,7 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune = sub.add_parser(
         "tune", help="measure the cache blocking of every kernel on this host; write its tuning file",
         description="Measure candidate cache blockings (MC, KC, NC) for each registry row this host can "
-                    "run, keep the fastest and write them to this host's tuning file "
+                    "run, then the kernel choices (the conv rows' NCHW or NHWC formulation per problem "
+                    "class, the 256-bit kernel at the AVX-512 levels), keep the fastest and write them "
+                    "to this host's tuning file "
                     "($XDG_CACHE_HOME/onepath/, or ONEPATH_TUNING=PATH), which dispatch loads at first "
                     "use (ONEPATH_TUNING=off ignores it).")
     tune.add_argument("--op", action="append", choices=["matmul", "linear", "conv2d"], default=None,
@@ -118,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--out", metavar="FILE", default=None,
                       help="write the tuning file here instead of the default location")
     tune.add_argument("--no-write", action="store_true", help="measure and print only")
+    tune.add_argument("--no-choices", action="store_true",
+                      help="the cache blocking only (no conv formulation / kernel level choices)")
     return parser
 
 
@@ -128,7 +132,8 @@ def _tune(args) -> int:
         return _error(bad)
     try:
         tune.run(ops=args.op, dtypes=args.dtype, levels=args.level, threads=args.threads, quick=args.quick,
-                 json_path=args.json, out_path=args.out, write=not args.no_write)
+                 json_path=args.json, out_path=args.out, write=not args.no_write,
+                 choices=not args.no_choices)
     except tune.TuneError as exc:
         return _error(str(exc))
     return 0

@@ -52,10 +52,12 @@ def kernel_rows() -> list[dict]:
     """For each (op, dtype) in the registry: the kernel ``select`` picks under the cap in force;
     then, for each other algorithm of that (op, dtype) (e.g. conv2d's depthwise path, chosen per
     problem), the row it would use at that level (``"selected": False``). ``blocking_from`` says
-    where MC/KC/NC came from: "tuning file", "shipped" (registry.TUNING) or "cache model"."""
+    where MC/KC/NC came from: "tuning file", "shipped" (registry.TUNING) or "cache model";
+    ``kernel_from`` "tuning file" when a tuning file's kernel_level choice picked a lower level's
+    kernel (empty otherwise)."""
     import onepath
     from .dispatch import REGISTRY, rows, select
-    from .dispatch.registry import with_blocking
+    from .dispatch.registry import tuned_kernel, with_blocking
     from .dispatch.levels import level_index
     cap_i = level_index(onepath.isa())
     out = []
@@ -68,18 +70,44 @@ def kernel_rows() -> list[dict]:
         algo = getattr(k, "algorithm", None)
         out.append({"op": op, "dtype": dtype, "algorithm": algo, "selected": True, "name": k.name,
                     "level": k.level, "symbol": k.symbol, "mr": k.mr, "nr": k.nr, "mc": k.mc,
-                    "kc": k.kc, "nc": k.nc, "tuned_for": k.uarch, "blocking_from": k.blocking_from})
+                    "kc": k.kc, "nc": k.nc, "tuned_for": k.uarch, "blocking_from": k.blocking_from,
+                    "kernel_from": k.kernel_from})
         seen = {algo}
         for r in rows(op, dtype):
             a = getattr(r, "algorithm", None)
             if a in seen or level_index(r.level) > cap_i:
                 continue
             seen.add(a)
-            r = with_blocking(r)
+            r = with_blocking(tuned_kernel(r))
             out.append({"op": op, "dtype": dtype, "algorithm": a, "selected": False, "name": r.name,
                         "level": r.level, "symbol": r.symbol, "mr": r.mr, "nr": r.nr,
                         "mc": r.mc or None, "kc": r.kc or None, "nc": r.nc or None,
-                        "tuned_for": r.uarch, "blocking_from": r.blocking_from})
+                        "tuned_for": r.uarch, "blocking_from": r.blocking_from,
+                        "kernel_from": r.kernel_from})
+    return out
+
+
+def choice_rows() -> list[dict]:
+    """The kernel choices in force beside the blocking: for each (level, dtype) of the conv rows
+    at or below the level in force, the NCHW-as-NHWC limits (largest output plane OH*OW per problem
+    class, ``registry.CONV_NCHW_AS_NHWC``) and where they came from ("tuning file", "shipped",
+    "none"); and each ``kernel_level`` choice of the tuning file in force."""
+    import onepath
+    from .dispatch import registry, tuning
+    from .dispatch.levels import level_index
+    cap_i = level_index(onepath.isa())
+    out = []
+    for level, dtype in dict.fromkeys((r.level, r.dtype) for r in registry.rows("conv2d")
+                                      if r.algorithm == "implicit_gemm"):
+        if level_index(level) > cap_i or level not in onepath.available_isas():
+            continue
+        lim, src = registry.conv_as_nhwc_limits(level, dtype)
+        out.append({"choice": "conv_as_nhwc", "op": "conv2d", "dtype": dtype, "level": level,
+                    "value": {c: int(lim.get(c, 0)) for c in tuning.CONV_CLASSES}, "from": src})
+    for (level, op, dtype), ch in sorted(tuning.choices().items()):
+        if "kernel_level" in ch:
+            out.append({"choice": "kernel_level", "op": op, "dtype": dtype, "level": level,
+                        "value": ch["kernel_level"], "from": "tuning file"})
     return out
 
 
@@ -164,6 +192,7 @@ def collect(with_py_cpuinfo: bool = True, env_errors: dict | None = None) -> dic
         "reproducible": _repro_info(),
         "features": feature_rows(cpu),
         "kernels": kernel_rows(),
+        "choices": choice_rows(),
         "tuning": tuning_state(),
         "builds": builds(),
         "env": {k: os.environ[k] for k in ENV_VARS if k in os.environ},
@@ -239,10 +268,26 @@ def render(report: dict, all_features: bool = False) -> str:
         src = k.get("blocking_from") or "-"
         if k.get("tuned_for") and src == "shipped":
             src += f" ({k['tuned_for']})"
+        level = k["level"] + (" (tuning file)" if k.get("kernel_from") else "")
         krows.append([("" if k["selected"] else "+ ") + k["op"], k["dtype"], k.get("algorithm") or "-",
-                      k["name"], k["level"], f"{k['mr']}x{k['nr']}", *blk, src])
+                      k["name"], level, f"{k['mr']}x{k['nr']}", *blk, src])
     lines += _table(["op", "dtype", "algorithm", "kernel", "level", "MRxNR", "MC", "KC", "NC",
                      "MC/KC/NC from"], krows)
+    conv = [c for c in r.get("choices", []) if c["choice"] == "conv_as_nhwc"]
+    if conv:
+        lines += ["", "NCHW convolutions in the NHWC formulation (largest output plane OH*OW per "
+                      "problem class; 0: never)"]
+        classes = list(conv[0]["value"])
+        lines += _table(["conv rows", "dtype", *classes, "from"],
+                        [[c["level"], c["dtype"], *(str(c["value"][x]) for x in classes), c["from"]]
+                         for c in conv])
+    kl = [c for c in r.get("choices", []) if c["choice"] == "kernel_level"]
+    if kl:
+        lines += ["", "Kernel level choices (the level whose kernel runs where dispatch picks the row's level)"]
+        lines += _table(["op", "dtype", "row level", "runs", "from"],
+                        [[c["op"], c["dtype"], c["level"], c["value"] + ("" if c["value"] != c["level"]
+                                                                        else " (its own)"), c["from"]]
+                         for c in kl])
     t = r.get("tuning")
     if t:
         lines.append(f"  tuning file: {t['path'] or '-'} ({t['status']})")

@@ -1,5 +1,6 @@
 """``python -m onepath tune``: measure the cache blocking (MC, KC, NC) of every registry row this host
-can run and write the fastest to this host's tuning file (``onepath/dispatch/tuning.py``).
+can run, and the kernel choices that pay on some hosts, and write the fastest to this host's tuning
+file (``onepath/dispatch/tuning.py``).
 
 For each (op, dtype, ISA level) the search starts from what dispatch uses without a tuning file (a
 shipped ``TUNING`` row or the cache model, ``registry.blocking_for``), then sweeps KC, MC and NC in
@@ -9,6 +10,17 @@ rounds each). A candidate must beat the incumbent by ``MARGIN`` to replace it, a
 timed again alternately with the starting blocking (``CONFIRM_ROUNDS`` times, best of each): it is
 kept only if it still wins by ``MARGIN``. Every
 candidate's result is checked against numpy; one that differs is dropped (and reported).
+
+Then, with the blocking just chosen, the choices (the file's ``choices``):
+
+* conv algorithm: for each conv row's (level, dtype), the NCHW formulation against NCHW tensors
+  computed in the NHWC formulation (``registry.CONV_NCHW_AS_NHWC``), timed alternately on
+  ResNet-50 layers of each problem class (3x3; 1x1 at batch 8; strided 1x1) at several output
+  planes; per class the plane limit with the least summed log time is kept if it saves more than
+  ``MARGIN`` over the shipped rule (``as_nhwc_threshold``);
+* 256-bit kernels: each float32 (and widened bfloat16) GEMM row of matmul / linear at an AVX-512
+  level against the avx2 row's kernel on the same problems; the avx2 kernel is chosen only if it
+  is faster by ``KERNEL_MARGIN`` (``kernel_level``; it then runs every problem size of that op).
 
 The kernels are called directly through the level's C entry points (``op_gemm_f32``,
 ``op_gemm_bf16``, ``op_conv2d_f32``, ``op_conv2d_bf16``), with the blocking under test, so dispatch
@@ -28,6 +40,8 @@ OPS = ("matmul", "linear", "conv2d")
 DTYPES = ("float32", "bfloat16")
 MARGIN = 1.02          # a candidate must be 2 % faster than the incumbent to replace it
 CONFIRM_ROUNDS = 4     # alternated timings of the winner and the starting blocking
+TIE = MARGIN           # conv formulation limits this close to the fastest count as tied
+KERNEL_MARGIN = 1.05   # a lower level's kernel runs every problem size of its op: it must win clearly
 _NATIVE_LEVELS = ("avx512_core", "avx512_core_bf16", "avx512_core_amx")
 
 
@@ -41,25 +55,33 @@ class TuneError(Exception):
 
 @dataclass(frozen=True)
 class Problem:
-    """One measured problem. GEMM: (m, n, k); conv: NCHW batch 1, c -> oc channels, h x h plane,
-    kh x kh kernel, stride 1, padding kh // 2."""
+    """One measured problem. GEMM: (m, n, k); conv: NCHW, (c, h, oc, kh) or (c, h, oc, kh, n, s):
+    batch n (default 1), c -> oc channels, h x h plane, kh x kh kernel, stride s (default 1),
+    padding kh // 2."""
     kind: str          # "gemm" or "conv"
     dims: tuple
+
+    @property
+    def conv(self) -> tuple:
+        """(n, c, h, oc, kh, s, oh) of a conv problem (oh: the output plane's side)."""
+        c, h, oc, kh = self.dims[:4]
+        n, s = self.dims[4:6] if len(self.dims) > 4 else (1, 1)
+        return n, c, h, oc, kh, s, (h + 2 * (kh // 2) - kh) // s + 1
 
     @property
     def flops(self) -> float:
         if self.kind == "gemm":
             m, n, k = self.dims
             return 2.0 * m * n * k
-        c, h, oc, kh = self.dims
-        return 2.0 * c * oc * kh * kh * h * h
+        n, c, h, oc, kh, s, oh = self.conv
+        return 2.0 * n * c * oc * kh * kh * oh * oh
 
     @property
     def label(self) -> str:
         if self.kind == "gemm":
             return "x".join(map(str, self.dims))
-        c, h, oc, kh = self.dims
-        return f"ic{c}ih{h}oc{oc}kh{kh}"
+        n, c, h, oc, kh, s, oh = self.conv
+        return (f"mb{n}" if n > 1 else "") + f"ic{c}ih{h}oc{oc}kh{kh}" + (f"s{s}" if s > 1 else "")
 
 
 def problems(op: str, level: str, quick: bool) -> list[Problem]:
@@ -85,9 +107,10 @@ def problems(op: str, level: str, quick: bool) -> list[Problem]:
 
 class Runner:
     """One (row, problem): operands allocated once; ``run(blk)`` calls the row's C entry point with
-    the blocking ``blk`` = (mc, kc, nc); ``check(blk)`` compares the result with numpy."""
+    the blocking ``blk`` = (mc, kc, nc); ``check(blk)`` compares the result with numpy. ``nhwc``
+    (conv): 0 the NCHW formulation, 2 NCHW tensors in the NHWC formulation (op_conv_desc.nhwc)."""
 
-    def __init__(self, row, problem: Problem, threads: int, seed: int = 0):
+    def __init__(self, row, problem: Problem, threads: int, seed: int = 0, nhwc: int = 0):
         from .dtypes import BF16
         from .kernels import load
         self.row, self.problem, self.threads = row, problem, threads
@@ -124,30 +147,31 @@ class Runner:
                 fn = self.lib.op_gemm_f32
             self._call = lambda: fn(*args, *cargs, self._blk, ffi.NULL, threads)
         else:
-            c, h, oc, kh = problem.dims
-            x = rng.uniform(-1, 1, (1, c, h, h)).astype(np.float32)
+            n, c, h, oc, kh, s, oh = problem.conv
+            x = rng.uniform(-1, 1, (n, c, h, h)).astype(np.float32)
             w = rng.uniform(-1, 1, (oc, c, kh, kh)).astype(np.float32)
             if bf16:
                 x, w = x.astype(BF16), w.astype(BF16)
             self.x, self.w = x, w
             d = ffi.new("op_conv_desc *")
-            d.n, d.c, d.h, d.w = 1, c, h, h
-            d.oc, d.oh, d.ow = oc, h, h
+            d.n, d.c, d.h, d.w = n, c, h, h
+            d.oc, d.oh, d.ow = oc, oh, oh
             d.kh = d.kw = kh
-            d.sh = d.sw = d.dh = d.dw = 1
+            d.sh = d.sw = s
+            d.dh = d.dw = 1
             d.pt = d.pl = kh // 2
             d.groups = 1
-            d.nhwc = 0
+            d.nhwc = nhwc
             self.desc = d
-            self._ref = _conv_ref(x.astype(np.float32), w.astype(np.float32), kh // 2)
+            self._ref = _conv_ref(x.astype(np.float32), w.astype(np.float32), kh // 2, s)
             if row.symbol == "op_conv2d_bf16":
-                self.c = np.empty((1, oc, h, h), BF16)
+                self.c = np.empty((n, oc, oh, oh), BF16)
                 fn = self.lib.op_conv2d_bf16
                 args = (d, ffi.cast("const uint16_t *", x.ctypes.data),
                         ffi.cast("const uint16_t *", w.ctypes.data), ffi.NULL,
                         ffi.cast("void *", self.c.ctypes.data), 1, 0)
             else:  # float32 kernels (bfloat16 input widened while packing, weight as float32)
-                self.c = np.empty((1, oc, h, h), np.float32)
+                self.c = np.empty((n, oc, oh, oh), np.float32)
                 self._wf = w.astype(np.float32)
                 fn = self.lib.op_conv2d_f32
                 args = (d, ffi.cast("const void *", x.ctypes.data), 1 if bf16 else 0,
@@ -191,15 +215,17 @@ class Runner:
         return best
 
 
-def _conv_ref(x, w, pad):
-    """float32 NCHW conv, stride 1, by im2col and one matmul (numpy)."""
+def _conv_ref(x, w, pad, stride=1):
+    """float32 NCHW conv by im2col and one matmul (numpy)."""
     n, c, h, wd = x.shape
     oc, _, kh, kw = w.shape
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     s = xp.strides
-    win = np.lib.stride_tricks.as_strided(xp, (n, c, kh, kw, h, wd), (s[0], s[1], s[2], s[3], s[2], s[3]))
-    cols = np.ascontiguousarray(win).reshape(n, c * kh * kw, h * wd)
-    return np.matmul(w.reshape(oc, -1), cols).reshape(n, oc, h, wd)
+    win = np.lib.stride_tricks.as_strided(xp, (n, c, kh, kw, oh, ow),
+                                          (s[0], s[1], s[2], s[3], s[2] * stride, s[3] * stride))
+    cols = np.ascontiguousarray(win).reshape(n, c * kh * kw, oh * ow)
+    return np.matmul(w.reshape(oc, -1), cols).reshape(n, oc, oh, ow)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -315,6 +341,25 @@ def tune_row(row, threads: int, quick: bool, peak: float | None, advance=lambda:
     return res
 
 
+def _file_choices(results, old=()) -> list[dict]:
+    """The tuning file's ``choices``: one entry per (level, op, dtype) with the kinds this run
+    measured, plus the kinds (and entries) of ``old`` (a valid file's choices) it did not."""
+    out: dict[tuple, dict] = {}
+    for ch in results:
+        e = out.setdefault((ch.level, ch.op, ch.dtype), {"op": ch.op, "dtype": ch.dtype, "level": ch.level})
+        e[ch.kind] = ch.chosen
+        e.setdefault("detail", {})[ch.kind] = ch.detail
+    for o in old:
+        key = (o["level"], o["op"], o["dtype"])
+        e = out.setdefault(key, {"op": o["op"], "dtype": o["dtype"], "level": o["level"]})
+        for kind in ("conv_as_nhwc", "kernel_level"):
+            if kind in o and kind not in e:
+                e[kind] = o[kind]
+                if isinstance(o.get("detail"), dict) and kind in o["detail"]:
+                    e.setdefault("detail", {})[kind] = o["detail"][kind]
+    return list(out.values())
+
+
 def _effective(row, probs, blk) -> tuple:
     """The blocking the driver really runs on each GEMM problem (MC, KC, NC rounded as the driver
     rounds them and clipped to M, K, N); conv problems keep ``blk`` (their GEMM shape is the
@@ -339,6 +384,149 @@ def _geo(runners, blk, min_time, rounds) -> float:
 def _host():
     from .dispatch.cpu import probe
     return probe()
+
+
+# ------------------------------------------------------------------------------------------------
+# Choices: the conv formulation per problem class, the 256-bit kernel at the AVX-512 levels
+
+# Per problem class of registry.CONV_NCHW_AS_NHWC, ResNet-50 layers (NCHW), largest output plane
+# first: (c, h, oc, kh, n, s). The 1x1 stride-1 class applies to batches only: measured at batch 8.
+CONV_CLASS_PROBLEMS = {
+    "kxk": ((64, 56, 64, 3, 1, 1), (128, 28, 128, 3, 1, 1), (256, 14, 256, 3, 1, 1),
+            (512, 7, 512, 3, 1, 1)),
+    "1x1_batch": ((256, 56, 64, 1, 8, 1), (512, 28, 128, 1, 8, 1), (1024, 14, 256, 1, 8, 1),
+                  (2048, 7, 512, 1, 8, 1)),
+    "1x1_stride": ((256, 56, 512, 1, 1, 2), (512, 28, 1024, 1, 1, 2), (1024, 14, 2048, 1, 1, 2)),
+}
+YMM_OPS = ("matmul", "linear")   # where tune offers the 256-bit (avx2) kernel at an AVX-512 level
+
+
+def conv_algo_problems(quick: bool) -> dict[str, list[Problem]]:
+    """The problems of each conv class the NCHW-as-NHWC choice is measured on (``--quick``: without
+    the 56x56 plane where a class has four)."""
+    out = {}
+    for cls, dims in CONV_CLASS_PROBLEMS.items():
+        ps = [Problem("conv", d) for d in dims]
+        out[cls] = ps[1:] if quick and len(ps) > 3 else ps
+    return out
+
+
+@dataclass
+class ChoiceResult:
+    """What ``tune`` chose for one (op, dtype, level) and one kind of choice ("conv_as_nhwc":
+    {class: pixels}; "kernel_level": a level name), against what dispatch uses without a file."""
+    op: str
+    dtype: str
+    level: str
+    kind: str
+    shipped: object
+    chosen: object
+    detail: dict = field(default_factory=dict)
+    rejected: list = field(default_factory=list)
+
+
+def _paired(ra, rb, blk_a, blk_b, min_time, rounds, pairs) -> tuple[float, float]:
+    """Best seconds of two runners timed alternately ``pairs`` times (other load only ever slows a
+    measurement down)."""
+    ta = tb = math.inf
+    for _ in range(pairs):
+        ta = min(ta, ra.seconds(blk_a, min_time, rounds))
+        tb = min(tb, rb.seconds(blk_b, min_time, rounds))
+    return ta, tb
+
+
+def as_nhwc_threshold(planes, t_nchw, t_nhwc, shipped: int) -> int:
+    """The limit (largest output plane taking the NHWC formulation) among 0 and ``planes`` that
+    minimises the summed log time over the measured planes; ``shipped`` unless that saves more
+    than ``MARGIN`` (on one plane or spread over several). A time of ``math.inf`` (a wrong result)
+    excludes that formulation there. Of limits within ``TIE`` of the least time, the one closest
+    to ``shipped``."""
+    def cost(lim):
+        total = 0.0
+        for p, a, b in zip(planes, t_nchw, t_nhwc):
+            t = b if p <= lim else a
+            if not math.isfinite(t):
+                return math.inf
+            total += math.log(t)
+        return total
+    cands = sorted({0, *planes})
+    low = min(cost(c) for c in cands)
+    if not low < cost(shipped) - math.log(MARGIN):
+        return shipped
+    # near-ties (within TIE): the limit closest to the shipped one (the least change)
+    near = [c for c in cands if cost(c) <= low + math.log(TIE)]
+    return min(near, key=lambda c: (abs(c - shipped), c))
+
+
+def tune_conv_algo(row, blk, threads: int, quick: bool, advance=lambda: None,
+                   describe=lambda text: None) -> ChoiceResult:
+    """Measure the NCHW and the NCHW-as-NHWC formulation (op_conv_desc.nhwc 0 / 2) of conv
+    ``row`` (its (level, dtype); blocking ``blk``) on each class's problems and pick each class's
+    limit (``as_nhwc_threshold``), starting from the shipped ``CONV_NCHW_AS_NHWC`` rule."""
+    from .dispatch import registry
+    shipped, _ = registry.conv_as_nhwc_limits(row.level, row.dtype, uarch=_host().uarch)
+    min_time, rounds, pairs = (0.02, 2, 3) if quick else (0.03, 3, 4)
+    res = ChoiceResult("conv2d", row.dtype, row.level, "conv_as_nhwc",
+                       {c: int(shipped.get(c, 0)) for c in CONV_CLASS_PROBLEMS}, {})
+    describe(f"conv2d {row.dtype} {row.level}: NCHW or NHWC formulation")
+    for cls, probs in conv_algo_problems(quick).items():
+        planes, ta, tb, ratios = [], [], [], {}
+        for p in sorted(probs, key=lambda q: q.conv[6]):
+            pixels = p.conv[6] ** 2
+            a, b = Runner(row, p, threads, nhwc=0), Runner(row, p, threads, nhwc=2)
+            ok = []
+            for r in (a, b):
+                err = r.check(blk)
+                ok.append(err <= r.tolerance())
+                if not ok[-1]:
+                    res.rejected.append({"problem": p.label, "nhwc": r.desc.nhwc, "rel_err": err})
+            t = _paired(a, b, blk, blk, min_time, rounds, pairs) if all(ok) else (math.inf, math.inf)
+            planes.append(pixels)
+            ta.append(t[0] if ok[0] else math.inf)
+            tb.append(t[1] if ok[1] else math.inf)
+            ratios[p.label] = round(ta[-1] / tb[-1], 3) if math.isfinite(ta[-1] / tb[-1]) else None
+            advance()
+        res.chosen[cls] = as_nhwc_threshold(planes, ta, tb, res.shipped[cls])
+        res.detail[cls] = ratios   # NCHW time / NHWC-formulation time per problem
+    return res
+
+
+def ymm_alternative(row, available):
+    """The avx2 (256-bit) row computing what ``row`` computes at an AVX-512 level (float32 and
+    widened bfloat16 GEMM rows of ``YMM_OPS``), or None."""
+    from .dispatch import REGISTRY
+    if row.level not in _NATIVE_LEVELS or row.elem_bytes != 4 or row.op not in YMM_OPS \
+            or "avx2" not in available:
+        return None
+    return next((r for r in REGISTRY if (r.level, r.op, r.dtype, r.algorithm)
+                 == ("avx2", row.op, row.dtype, row.algorithm)), None)
+
+
+def tune_kernel_level(row, blk, alt, alt_blk, threads: int, quick: bool, advance=lambda: None,
+                      describe=lambda text: None) -> ChoiceResult:
+    """Time ``row`` (blocking ``blk``) and the lower-level ``alt`` (``alt_blk``) alternately on
+    ``row``'s problems; ``alt``'s level is chosen only if it is faster by ``KERNEL_MARGIN``."""
+    describe(f"{row.op} {row.dtype} {row.level}: or the {alt.level} kernel")
+    probs = problems(row.op, row.level, quick)
+    min_time, rounds, pairs = (0.02, 3, 2) if quick else (0.03, 5, CONFIRM_ROUNDS)
+    res = ChoiceResult(row.op, row.dtype, row.level, "kernel_level", row.level, row.level)
+    ra = [Runner(row, p, threads) for p in probs]
+    rb = [Runner(alt, p, threads) for p in probs]
+    for r in rb:
+        err = r.check(alt_blk)
+        if not err <= r.tolerance():
+            res.rejected.append({"problem": r.problem.label, "kernel": alt.name, "rel_err": err})
+            advance()
+            return res
+    ga = gb = 0.0
+    for _ in range(pairs):
+        ga = max(ga, _geo(ra, blk, min_time, rounds))
+        gb = max(gb, _geo(rb, alt_blk, min_time, rounds))
+    res.detail = {row.level: round(ga, 2), alt.level: round(gb, 2)}   # GFLOP/s
+    if gb > ga * KERNEL_MARGIN:
+        res.chosen = alt.level
+    advance()
+    return res
 
 
 def targets(ops=OPS, dtypes=DTYPES) -> list:
@@ -369,10 +557,11 @@ def expected_candidates(row, quick: bool) -> int:
 
 def run(*, ops=None, dtypes=None, levels=None, threads: int | None = None, quick: bool = False,
         json_path: str | None = None, out_path: str | None = None, write: bool = True,
-        progress: bool = True, out=None) -> dict:
-    """Tune the selected rows, print the table, write the tuning file (merged with the rows of a
-    valid existing file for this host that were not re-measured). Returns the JSON document
-    (also written to ``json_path``)."""
+        progress: bool = True, out=None, choices: bool = True) -> dict:
+    """Tune the selected rows (their blocking, then, with ``choices``, the conv rows' NCHW-as-NHWC
+    limits and the 256-bit kernel of the AVX-512 GEMM rows), print the tables, write the tuning
+    file (merged with the rows and choices of a valid existing file for this host that were not
+    re-measured). Returns the JSON document (also written to ``json_path``)."""
     import datetime as _dt
 
     import onepath
@@ -408,7 +597,13 @@ def run(*, ops=None, dtypes=None, levels=None, threads: int | None = None, quick
     t_start = time.perf_counter()
     results: list[RowResult] = []
     peaks: dict[str, float | None] = {}
-    total = len({r.level for r in rows}) + sum(expected_candidates(r, quick) for r in rows)
+    avail = set(onepath.available_isas())
+    ymm = {r: ymm_alternative(r, avail) for r in rows} if choices else {}
+    ymm = {r: alt for r, alt in ymm.items() if alt is not None}
+    convs = [r for r in rows if r.op == "conv2d"] if choices else []
+    total = len({r.level for r in rows}) + sum(expected_candidates(r, quick) for r in rows) \
+        + len(ymm) + len(convs) * sum(len(v) for v in conv_algo_problems(quick).values())
+    choice_results: list[ChoiceResult] = []
     with progress_bar(total, progress and sys.stderr.isatty()) as (advance, describe):
         for r in rows:
             if r.level not in peaks:
@@ -422,6 +617,21 @@ def run(*, ops=None, dtypes=None, levels=None, threads: int | None = None, quick
             if pk and r.elem_bytes == 2:
                 pk *= 2  # VDPBF16PS / TDPBF16PS: two products per float32 lane (nominal)
             results.append(tune_row(r, threads, quick, pk, advance, describe))
+        # the choices, each measured with the blocking this run chose (else the shipped one)
+        chosen = {(res.level, res.op, res.dtype): res.chosen for res in results}
+
+        def blk_of(row):
+            got = chosen.get((row.level, row.op, row.dtype))
+            if got is None:
+                from .dispatch import registry
+                b = registry._blocked(row, cpu.uarch, registry._cpu_key(cpu), False)
+                got = (b.mc, b.kc, b.nc)
+            return got
+        for r, alt in ymm.items():
+            choice_results.append(tune_kernel_level(r, blk_of(r), alt, blk_of(alt), threads, quick,
+                                                    advance, describe))
+        for r in convs:
+            choice_results.append(tune_conv_algo(r, blk_of(r), threads, quick, advance, describe))
     elapsed = time.perf_counter() - t_start
 
     cells = []
@@ -440,24 +650,46 @@ def run(*, ops=None, dtypes=None, levels=None, threads: int | None = None, quick
         print(f"! {res.op} {res.dtype} {res.level}: blocking {rj['mc']}/{rj['kc']}/{rj['nc']} gave a "
               f"wrong result on {rj['problem']} (rel err {rj['rel_err']:.2e}); not used", file=out)
     print("% peak: of the level's measured float32 FMA peak (x2 for the native bfloat16 kernels); "
-          f"x start: chosen / starting blocking. {elapsed:.0f} s.", file=out)
+          "x start: chosen / starting blocking.", file=out)
+    if choice_results:
+        cells = []
+        for ch in choice_results:
+            if ch.kind == "kernel_level":
+                measured = ", ".join(f"{lv} {g:.1f} GFLOP/s" for lv, g in ch.detail.items())
+                cells.append([f"{ch.op} {ch.dtype}", ch.level, "kernel level", ch.shipped, ch.chosen,
+                              measured or "-"])
+                continue
+            for cls, ratios in ch.detail.items():
+                measured = " ".join(f"{lab}:{'-' if x is None else f'{x:.2f}'}" for lab, x in ratios.items())
+                cells.append([f"{ch.op} {ch.dtype}", ch.level, f"NHWC form {cls}", str(ch.shipped[cls]),
+                              str(ch.chosen[cls]), measured])
+        print_table("tune: choices (kernel level: GFLOP/s of each; NHWC form: the largest output plane "
+                    "(OH*OW) that takes it, measured NCHW time / NHWC-form time per problem)",
+                    ["group", "level", "choice", "shipped", "chosen", "measured"], cells, file=out)
+        for ch in choice_results:
+            for rj in ch.rejected:
+                print(f"! {ch.op} {ch.dtype} {ch.level} {ch.kind}: a wrong result on {rj['problem']} "
+                      f"(rel err {rj['rel_err']:.2e}); not chosen", file=out)
+    print(f"{elapsed:.0f} s.", file=out)
 
     file_rows = [res.file_row() for res in results]
+    file_choices = _file_choices(choice_results)
     written = None
     if write:
         keep = []
-        try:  # keep the rows of a valid file for this host that this run did not measure
+        try:  # keep the rows and choices of a valid file for this host that this run did not measure
             with open(path, encoding="utf-8") as f:
                 old = json.load(f)
             tuning.parse(old, cpu)
             done = {(r["level"], r["op"], r["dtype"]) for r in file_rows}
             keep = [r for r in old["rows"] if (r["level"], r["op"], r["dtype"]) not in done]
+            file_choices = _file_choices(choice_results, old.get("choices", []))
         except (OSError, ValueError):
             pass
-        doc = tuning.document(cpu, keep + file_rows, threads=threads, quick=quick)
+        doc = tuning.document(cpu, keep + file_rows, threads=threads, quick=quick, choices=file_choices)
         written = tuning.write(path, doc)
-        print(f"wrote {written} ({len(keep + file_rows)} rows); the next process uses it "
-              f"(ONEPATH_TUNING=off ignores it)", file=out)
+        print(f"wrote {written} ({len(keep + file_rows)} rows, {len(file_choices)} choices); the next "
+              f"process uses it (ONEPATH_TUNING=off ignores it)", file=out)
     report = {
         "schema": 1,
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -468,6 +700,9 @@ def run(*, ops=None, dtypes=None, levels=None, threads: int | None = None, quick
         "rows": [{**res.file_row(), "kernel": res.kernel, "start": list(res.start),
                   "start_from": res.start_from, "tried": res.tried, "rejected": res.rejected}
                  for res in results],
+        "choices": [{"op": ch.op, "dtype": ch.dtype, "level": ch.level, "kind": ch.kind,
+                     "shipped": ch.shipped, "chosen": ch.chosen, "detail": ch.detail,
+                     "rejected": ch.rejected} for ch in choice_results],
     }
     if json_path:
         with open(json_path, "w", encoding="utf-8") as f:

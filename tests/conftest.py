@@ -18,6 +18,25 @@ pytest_plugins = ["onepath.testing", "pytester"]
 PKG_ROOT = Path(onepath.__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _shipped_tuning():
+    """The suite runs on the shipped rows: a tuning file in force when it starts (the one
+    ``python -m onepath tune`` wrote for this host, or ONEPATH_TUNING=PATH) is set aside for the
+    session (ONEPATH_TUNING=off), since its blocking and choices would override what tests force
+    (test_tuning*.py set up their own files)."""
+    from onepath.dispatch import tuning
+    st = tuning.state()
+    if not (st.rows or st.choices):
+        yield
+        return
+    mp = pytest.MonkeyPatch()
+    mp.setenv(tuning.ENV, "off")
+    tuning.reload()
+    yield
+    mp.undo()
+    tuning.reload()
+
+
 @pytest.fixture
 def cpus(monkeypatch):
     """The affinity mask's CPU count onepath caps threads at, set for one test: ``cpus(4)``

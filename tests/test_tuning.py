@@ -264,7 +264,8 @@ def test_tune_writes_a_file_the_next_process_uses(tmp_path, monkeypatch):
     monkeypatch.setattr(tune, "targets", lambda ops, dtypes: [
         r for r in registry.rows("matmul", "float32") if r.level == top.level and r.algorithm == "gemm"])
     report = tune.run(ops=["matmul"], dtypes=["float32"], threads=1, quick=True, out_path=str(out),
-                      progress=False, out=buf, json_path=str(tmp_path / "report.json"))
+                      progress=False, out=buf, json_path=str(tmp_path / "report.json"),
+                      choices=False)  # the blocking only (test_tuning_choices.py: the choices)
     assert "chosen" in buf.getvalue() and report["rows"] and report["rows"][0]["tried"]
     rows = tuning.read(out, probe())
     assert rows[(top.level, "conv2d", "float32")] == (top.mr, 33, top.nr)

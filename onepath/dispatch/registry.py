@@ -9,7 +9,9 @@ Blocking (BLIS terms): MR x NR is fixed by the micro-kernel (a fact of the compi
 the tests against what the module reports); MC, KC and NC come, strongest first, from the tuning file
 ``python -m onepath tune`` wrote for this host (``tuning.py``; ``ONEPATH_TUNING``), a shipped row of
 ``TUNING`` for the microarchitecture, or the cache model ``blocking_for``. ``Kernel.blocking_from``
-says which.
+says which. The tuning file's choices go beside them: the conv formulation limits
+(``conv_as_nhwc_limits``, over ``CONV_NCHW_AS_NHWC``) and a lower level's kernel for an (op, dtype)
+(``tuned_kernel``; ``Kernel.kernel_from``).
 """
 from __future__ import annotations
 
@@ -39,6 +41,9 @@ class Kernel:
         k_align: packed depth granule (the native bfloat16 panels hold 32-deep blocks of K pairs).
         blocking_from: where MC/KC/NC came from: "tuning file", "shipped" (``TUNING``),
             "cache model", or "unused" (depthwise: a direct kernel); empty in the raw table.
+        kernel_from: "tuning file" when a tuning file's ``kernel_level`` choice made dispatch run
+            this (lower-level) row where it would have run a higher level's (``tuned_kernel``);
+            empty otherwise.
     """
     op: str
     dtype: str
@@ -55,6 +60,7 @@ class Kernel:
     elem_bytes: int = 4
     k_align: int = 1
     blocking_from: str = ""
+    kernel_from: str = ""
 
     @property
     def module(self) -> str:
@@ -181,17 +187,35 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
 }
 
 
+def conv_as_nhwc_limits(level: str, dtype: str, uarch: str | None = None) -> tuple[dict, str]:
+    """The NCHW-as-NHWC limits ({class: pixels}, see ``CONV_NCHW_AS_NHWC``) of the conv rows of
+    ``level`` and ``dtype`` on ``uarch``, and where they came from: "tuning file" (this host's
+    ``conv_as_nhwc`` choice, only when ``uarch`` is None: the live host; it replaces the classes it
+    names), "shipped" or "none" (no rule: the NCHW formulation)."""
+    live = uarch is None
+    if live:
+        uarch = _probe().uarch
+    lim = CONV_NCHW_AS_NHWC.get((uarch, level))
+    src = "none" if lim is None else "shipped"
+    lim = dict(lim or {})
+    if live:
+        from . import tuning
+        tuned = tuning.choices().get((level, "conv2d", dtype), {}).get("conv_as_nhwc")
+        if tuned:
+            lim.update(tuned)
+            src = "tuning file"
+    return lim, src
+
+
 def conv_nchw_as_nhwc(row: Kernel, n: int, pixels: int, strided: bool = False,
                       uarch: str | None = None) -> bool:
     """Whether an NCHW convolution (batch ``n``, ``pixels`` output pixels OH*OW per image, a
     stride > 1 when ``strided``) on conv ``row`` runs in the NHWC formulation on ``uarch`` (default:
-    this host's), per ``CONV_NCHW_AS_NHWC``."""
+    this host's, where a tuning file's ``conv_as_nhwc`` choice wins), per ``CONV_NCHW_AS_NHWC``."""
     if row.algorithm not in ("implicit_gemm", "1x1_gemm"):
         return False
-    if uarch is None:
-        uarch = _probe().uarch
-    lim = CONV_NCHW_AS_NHWC.get((uarch, row.level))
-    if lim is None:
+    lim, _ = conv_as_nhwc_limits(row.level, row.dtype, uarch)
+    if not lim:
         return False
     if row.algorithm == "implicit_gemm":
         return pixels <= lim.get("kxk", 0)
@@ -258,6 +282,24 @@ def _blocked(row: Kernel, uarch: str, caches: tuple, live: bool) -> Kernel:
     return replace(row, mc=row.mc or mc, kc=row.kc or kc, nc=row.nc or nc, blocking_from="cache model")
 
 
+def tuned_kernel(row: Kernel) -> Kernel:
+    """The raw row the live host runs where dispatch picked ``row``: the row of the same (op,
+    dtype, algorithm) at the level a tuning file's ``kernel_level`` choice for (row.level, op,
+    dtype) names (e.g. the 256-bit avx2 GEMM at avx512_core, ``kernel_from="tuning file"``),
+    else ``row`` itself. The small-problem rows are not redirected (``ops/_small.py`` picks them
+    per call)."""
+    from . import tuning
+    if row.algorithm == "small":
+        return row
+    kl = tuning.choices().get((row.level, row.op, row.dtype), {}).get("kernel_level")
+    if kl is None or kl == row.level:
+        return row
+    for r in REGISTRY:
+        if r.level == kl and r.op == row.op and r.dtype == row.dtype and r.algorithm == row.algorithm:
+            return replace(r, kernel_from="tuning file")
+    return row
+
+
 def _cpu_key(cpu) -> tuple:
     return tuple(sorted((k, v) for k, v in cpu.caches.items() if isinstance(v, int)))
 
@@ -282,7 +324,7 @@ def _resolve(op: str, dtype: str, level: str, uarch: str, caches: tuple, algorit
     cap_i = level_index(level)
     for row in rows(op, dtype):
         if level_index(row.level) <= cap_i and (algorithm is None or row.algorithm == algorithm):
-            return _blocked(row, uarch, caches, live)
+            return _blocked(tuned_kernel(row) if live else row, uarch, caches, live)
     known = sorted({(r.op, r.dtype) for r in REGISTRY})
     raise ValueError(f"no kernel for op={op!r} dtype={dtype!r}"
                      + (f" algorithm={algorithm!r}" if algorithm else "")

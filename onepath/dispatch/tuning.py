@@ -1,4 +1,5 @@
-"""The per-host tuning file: cache blocking measured by ``python -m onepath tune`` on this CPU.
+"""The per-host tuning file: cache blocking and kernel choices measured by ``python -m onepath tune``
+on this CPU.
 
 Where dispatch gets each row's MC/KC/NC from, weakest first:
 
@@ -16,14 +17,29 @@ this version does not know, or whose values are out of range is ignored with one
 ``TuningWarning``: dispatch then uses the shipped rows. A blocking only changes speed, never the
 result (the kernels handle every MC/KC/NC >= 1; the tests run them with odd values at every level).
 
+Besides the blocking ``rows``, schema 2 has ``choices``, one per (level, op, dtype), each naming any of:
+
+* ``conv_as_nhwc`` (conv2d only): which NCHW convolutions on that level's conv rows run in the NHWC
+  formulation, as ``registry.CONV_NCHW_AS_NHWC`` gives them per microarchitecture: the largest
+  output plane (OH*OW pixels) per problem class "kxk", "1x1_batch", "1x1_stride" (0: never); the
+  classes the choice names replace the shipped ones, the others stay;
+* ``kernel_level``: a lower ISA level whose kernel of the same (op, dtype, algorithm) runs where
+  dispatch would run this level's (e.g. the 256-bit ``avx2`` GEMM at ``avx512_core``).
+
+Every value a choice can take computes the same result within each formulation's rounding (the
+tests run each one). A schema-1 file (blocking rows only) is read as it is.
+
 File format (JSON)::
 
-    {"format": "onepath-tuning", "schema": 1, "onepath_version": "0.1.0",
+    {"format": "onepath-tuning", "schema": 2, "onepath_version": "0.1.0",
      "cpu": {"vendor": "AuthenticAMD", "uarch": "zen4", "family": 25, "model": 17, "stepping": 1,
              "caches": {"l1d": 32768, "l2": 1048576, "l3": 33554432}},
      "created": "2026-11-30T10:00:00+00:00", "threads": 2, "quick": false,
      "rows": [{"op": "matmul", "dtype": "float32", "level": "avx512_core",
-               "mc": 126, "kc": 256, "nc": 3072, "gflops": 101.3, "model_gflops": 97.0}]}
+               "mc": 126, "kc": 256, "nc": 3072, "gflops": 101.3, "model_gflops": 97.0}],
+     "choices": [{"op": "conv2d", "dtype": "float32", "level": "avx512_core",
+                  "conv_as_nhwc": {"kxk": 196, "1x1_batch": 49, "1x1_stride": 784}},
+                 {"op": "linear", "dtype": "float32", "level": "avx512_core", "kernel_level": "avx512_core"}]}
 """
 from __future__ import annotations
 
@@ -36,17 +52,23 @@ import warnings
 from pathlib import Path
 
 FORMAT = "onepath-tuning"
-SCHEMA = 1
+SCHEMA = 2
+READS = (1, 2)         # schemas this version reads (1: blocking rows only, no "choices")
 ENV = "ONEPATH_TUNING"
 OFF_VALUES = ("off", "0", "none", "false", "no")
 
 # Accepted keys (anything else: the file comes from another version and is ignored).
 _TOP_REQUIRED = {"format", "schema", "onepath_version", "cpu", "rows"}
-_TOP_OPTIONAL = {"created", "threads", "quick", "command"}
+_TOP_OPTIONAL = {"created", "threads", "quick", "command", "choices"}
 _CPU_KEYS = {"vendor", "uarch", "family", "model", "stepping", "caches"}
 _CACHE_KEYS = ("l1d", "l2", "l3")
 _ROW_REQUIRED = {"op", "dtype", "level", "mc", "kc", "nc"}
 _ROW_OPTIONAL = {"gflops", "model_gflops", "pct_peak", "problem"}
+_CHOICE_REQUIRED = {"op", "dtype", "level"}
+_CHOICE_KINDS = {"conv_as_nhwc", "kernel_level"}
+_CHOICE_OPTIONAL = _CHOICE_KINDS | {"detail"}     # detail: what tune measured (not read)
+CONV_CLASSES = ("kxk", "1x1_batch", "1x1_stride")  # registry.CONV_NCHW_AS_NHWC's problem classes
+CONV_PIXELS_MAX = 1 << 24
 # Upper bounds: a blocking beyond them is no tuning result (and would allocate huge packing buffers).
 LIMITS = {"mc": 4096, "kc": 4096, "nc": 16384}
 
@@ -117,14 +139,30 @@ def _check_keys(obj: dict, required: set, optional: set, where: str, hint: str =
 
 
 def parse(doc, cpu, version: str | None = None) -> dict[tuple[str, str, str], tuple[int, int, int]]:
-    """Validate a tuning document for ``cpu`` and return its rows:
-    ``{(level, op, dtype): (mc, kc, nc)}``.
+    """Validate a tuning document for ``cpu`` and return its blocking rows:
+    ``{(level, op, dtype): (mc, kc, nc)}`` (``parse_all`` also returns the choices).
 
     Raises:
         TuningError: not a tuning document, an unknown key, another CPU (vendor, uarch,
             family/model/stepping or cache sizes differ), another onepath version or schema,
-            a row naming no registry kernel, or a blocking outside 1..LIMITS.
+            a row naming no registry kernel, or a blocking outside 1..LIMITS; a choice that is
+            invalid (see ``parse_all``).
     """
+    return parse_all(doc, cpu, version)[0]
+
+
+def parse_all(doc, cpu, version: str | None = None) -> tuple[dict, dict]:
+    """Validate a tuning document for ``cpu``: ``(rows, choices)`` with rows as ``parse`` returns
+    them and choices ``{(level, op, dtype): {"conv_as_nhwc": {class: pixels}, "kernel_level": str}}``
+    (each with the keys its entry names). A schema-1 document has no choices.
+
+    Raises:
+        TuningError: as ``parse``; also a choice for no registry kernel, a second choice for one
+            (level, op, dtype), ``conv_as_nhwc`` on another op than conv2d or with an unknown
+            class or a pixel count outside 0..CONV_PIXELS_MAX, a ``kernel_level`` that is no ISA
+            level, is above the row's level or has no kernel of the same (op, dtype) algorithms.
+    """
+    from .levels import LEVELS, level_index
     from .registry import REGISTRY
     version = _version() if version is None else version
     if not isinstance(doc, dict):
@@ -132,8 +170,10 @@ def parse(doc, cpu, version: str | None = None) -> dict[tuple[str, str, str], tu
     if doc.get("format") != FORMAT:
         raise TuningError(f"format is {doc.get('format')!r}, expected {FORMAT!r}")
     _check_keys(doc, _TOP_REQUIRED, _TOP_OPTIONAL, "", " (written by another onepath version?)")
-    if doc["schema"] != SCHEMA:
-        raise TuningError(f"schema {doc['schema']!r}, this onepath reads schema {SCHEMA}")
+    if doc["schema"] not in READS or type(doc["schema"]) is not int:
+        raise TuningError(f"schema {doc['schema']!r}, this onepath reads schemas {list(READS)}")
+    if doc["schema"] == 1 and "choices" in doc:
+        raise TuningError("unknown keys ['choices'] in a schema-1 file")
     if doc["onepath_version"] != version:
         raise TuningError(f"written by onepath {doc['onepath_version']!r}, this is {version!r}: "
                           f"re-run `python -m onepath tune`")
@@ -167,27 +207,75 @@ def parse(doc, cpu, version: str | None = None) -> dict[tuple[str, str, str], tu
         if key in out:
             raise TuningError(f"rows[{i}]: a second row for {key}")
         out[key] = tuple(blk)
-    return out
+    choices: dict[tuple[str, str, str], dict] = {}
+    raw = doc.get("choices", [])
+    if not isinstance(raw, list):
+        raise TuningError("choices must be a list")
+    for i, ch in enumerate(raw):
+        where = f"choices[{i}]"
+        if not isinstance(ch, dict):
+            raise TuningError(f"{where} is not an object")
+        _check_keys(ch, _CHOICE_REQUIRED, _CHOICE_OPTIONAL, f"{where}: ")
+        if not _CHOICE_KINDS & set(ch):
+            raise TuningError(f"{where}: names none of {sorted(_CHOICE_KINDS)}")
+        key = (ch["level"], ch["op"], ch["dtype"])
+        if key not in known:
+            raise TuningError(f"{where}: no registry kernel for level={key[0]!r} op={key[1]!r} "
+                              f"dtype={key[2]!r}")
+        if key in choices:
+            raise TuningError(f"{where}: a second choice for {key}")
+        got: dict = {}
+        if "conv_as_nhwc" in ch:
+            lim = ch["conv_as_nhwc"]
+            if key[1] != "conv2d":
+                raise TuningError(f"{where}: conv_as_nhwc applies to op 'conv2d', not {key[1]!r}")
+            if not isinstance(lim, dict) or not lim or set(lim) - set(CONV_CLASSES):
+                raise TuningError(f"{where}.conv_as_nhwc must map some of {list(CONV_CLASSES)} to "
+                                  f"pixel counts, got {lim!r}")
+            for cls, v in lim.items():
+                if not 0 <= _int(v, f"{where}.conv_as_nhwc.{cls}") <= CONV_PIXELS_MAX:
+                    raise TuningError(f"{where}.conv_as_nhwc.{cls} = {v} is outside 0..{CONV_PIXELS_MAX}")
+            got["conv_as_nhwc"] = dict(lim)
+        if "kernel_level" in ch:
+            kl = ch["kernel_level"]
+            if not isinstance(kl, str) or kl not in LEVELS:
+                raise TuningError(f"{where}.kernel_level {kl!r} is no ISA level; valid: {', '.join(LEVELS)}")
+            if level_index(kl) > level_index(key[0]):
+                raise TuningError(f"{where}.kernel_level {kl!r} is above the row's level {key[0]!r}")
+            algos = {r.algorithm for r in REGISTRY if (r.level, r.op, r.dtype) == key}
+            have = {r.algorithm for r in REGISTRY if (r.level, r.op, r.dtype) == (kl,) + key[1:]}
+            if not algos <= have:
+                raise TuningError(f"{where}.kernel_level {kl!r}: no {key[1]} {key[2]} kernel there for "
+                                  f"{sorted(algos - have)}")
+            got["kernel_level"] = kl
+        choices[key] = got
+    return out, choices
 
 
 def read(path, cpu) -> dict[tuple[str, str, str], tuple[int, int, int]]:
-    """Read and ``parse`` the tuning file ``path``. Raises ``TuningError`` (also for I/O and JSON
-    errors, with the path in the message)."""
+    """Read and ``parse`` the tuning file ``path`` (its blocking rows). Raises ``TuningError``
+    (also for I/O and JSON errors, with the path in the message)."""
+    return read_all(path, cpu)[0]
+
+
+def read_all(path, cpu) -> tuple[dict, dict]:
+    """Read and ``parse_all`` the tuning file ``path``: (rows, choices). Raises as ``read``."""
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TuningError(f"{path}: cannot read it: {exc}") from None
     try:
-        return parse(doc, cpu)
+        return parse_all(doc, cpu)
     except TuningError as exc:
         raise TuningError(f"{path}: {exc}") from None
 
 
 def document(cpu, rows: list[dict], *, threads: int | None = None, quick: bool | None = None,
-             created: str | None = None) -> dict:
+             created: str | None = None, choices: list[dict] | None = None) -> dict:
     """A tuning document for ``cpu`` with ``rows`` (dicts with op, dtype, level, mc, kc, nc and
-    optionally gflops, model_gflops, pct_peak, problem)."""
+    optionally gflops, model_gflops, pct_peak, problem) and ``choices`` (dicts with op, dtype,
+    level and conv_as_nhwc and/or kernel_level, optionally detail)."""
     import datetime as _dt
     doc = {"format": FORMAT, "schema": SCHEMA, "onepath_version": _version(), "cpu": fingerprint(cpu),
            "created": created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -196,6 +284,8 @@ def document(cpu, rows: list[dict], *, threads: int | None = None, quick: bool |
         doc["threads"] = threads
     if quick is not None:
         doc["quick"] = quick
+    if choices:
+        doc["choices"] = choices
     return doc
 
 
@@ -216,17 +306,19 @@ def write(path, doc: dict) -> Path:
 
 
 class State:
-    """What dispatch uses: ``rows`` {(level, op, dtype): (mc, kc, nc)}, the file ``path`` they came
+    """What dispatch uses: ``rows`` {(level, op, dtype): (mc, kc, nc)}, ``choices``
+    {(level, op, dtype): {"conv_as_nhwc": ..., "kernel_level": ...}}, the file ``path`` they came
     from (None: none), ``mode`` ("default", "explicit", "off", "override") and ``status``
     (a sentence for ``info``: loaded, not found, ignored and why)."""
-    __slots__ = ("rows", "path", "mode", "status")
+    __slots__ = ("rows", "choices", "path", "mode", "status")
 
-    def __init__(self, rows, path, mode, status):
+    def __init__(self, rows, path, mode, status, choices=None):
         self.rows, self.path, self.mode, self.status = rows, path, mode, status
+        self.choices = choices or {}
 
     def as_dict(self) -> dict:
         return {"mode": self.mode, "path": None if self.path is None else str(self.path),
-                "status": self.status, "rows": len(self.rows)}
+                "status": self.status, "rows": len(self.rows), "choices": len(self.choices)}
 
 
 _lock = threading.Lock()
@@ -245,12 +337,13 @@ def _load() -> State:
         if not path.exists():
             return State({}, path, mode, "no tuning file for this host (python -m onepath tune writes one)")
     try:
-        rows = read(path, cpu)
+        rows, choices = read_all(path, cpu)
     except TuningError as exc:
         msg = f"onepath: tuning file ignored, using the shipped blocking: {exc}"
         warnings.warn(msg, TuningWarning, stacklevel=4)
         return State({}, path, mode, f"ignored: {exc}")
-    return State(rows, path, mode, f"loaded {len(rows)} rows")
+    return State(rows, path, mode, f"loaded {len(rows)} rows"
+                 + (f" and {len(choices)} choices" if choices else ""), choices)
 
 
 def state() -> State:
@@ -270,6 +363,12 @@ def rows() -> dict[tuple[str, str, str], tuple[int, int, int]]:
     return state().rows
 
 
+def choices() -> dict[tuple[str, str, str], dict]:
+    """{(level, op, dtype): {"conv_as_nhwc": {class: pixels}, "kernel_level": level}} of the tuning
+    file in force (empty without one)."""
+    return state().choices
+
+
 def reload() -> State:
     """Forget the loaded file and every dispatch cache built from it; the next dispatch re-reads
     ``ONEPATH_TUNING`` and the file. Returns the new state."""
@@ -282,14 +381,14 @@ def reload() -> State:
 
 
 @contextlib.contextmanager
-def override(rows: dict):
+def override(rows: dict, choices: dict | None = None):
     """Process-wide, for tests and ``tune``: dispatch uses ``rows`` ({(level, op, dtype): (mc, kc,
-    nc)}) as if a tuning file gave them, inside the block. Not thread-safe: nest or run it only
-    where no other thread dispatches."""
+    nc)}) and ``choices`` (as ``choices()`` returns them; not validated) as if a tuning file gave
+    them, inside the block. Not thread-safe: nest or run it only where no other thread dispatches."""
     global _override
     from . import registry
     previous = _override
-    _override = State(dict(rows), None, "override", f"override of {len(rows)} rows")
+    _override = State(dict(rows), None, "override", f"override of {len(rows)} rows", dict(choices or {}))
     registry.clear_caches()
     try:
         yield _override

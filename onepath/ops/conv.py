@@ -144,7 +144,8 @@ def _select_conv(algorithm, dtype, level, bf16_weight=True):
         if row.symbol == _BF16_SYMBOL and not bf16_weight:
             continue
         if row.algorithm == algorithm and level_index(row.level) <= cap_i:
-            return registry.with_blocking(row)  # tuning file, shipped TUNING row or cache model
+            # a tuning file's kernel_level choice; blocking: tuning file, shipped TUNING row or cache model
+            return registry.with_blocking(registry.tuned_kernel(row))
     raise ValueError(f"no conv2d kernel for algorithm={algorithm!r} dtype={dtype!r} at level {level!r}")
 
 
