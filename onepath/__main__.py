@@ -104,11 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "to this host's tuning file "
                     "($XDG_CACHE_HOME/onepath/, or ONEPATH_TUNING=PATH), which dispatch loads at first "
                     "use (ONEPATH_TUNING=off ignores it).")
-    tune.add_argument("--op", action="append", choices=["matmul", "linear", "conv2d"], default=None,
+    tune.add_argument("--op", action="append", type=str.lower, choices=["matmul", "linear", "conv2d"], default=None,
                       help="tune only this op (repeatable; default all)")
-    tune.add_argument("--dtype", action="append", choices=["float32", "bfloat16"], default=None,
+    tune.add_argument("--dtype", action="append", type=str.lower, choices=["float32", "bfloat16"], default=None,
                       help="tune only this dtype (repeatable; default both)")
-    tune.add_argument("--level", action="append", default=None, metavar="LEVEL",
+    tune.add_argument("--level", action="append", type=str.lower, default=None, metavar="LEVEL",
                       help="tune only the rows of this ISA level (repeatable; default every level "
                            "the host can run)")
     tune.add_argument("--threads", type=_positive_int, default=None, metavar="N",

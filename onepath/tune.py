@@ -569,8 +569,8 @@ def run(*, ops=None, dtypes=None, levels=None, threads: int | None = None, quick
     from .bench.core import peak_f32
     from .dispatch import tuning
     out = out or sys.stdout
-    ops = tuple(ops or OPS)
-    dtypes = tuple(dtypes or DTYPES)
+    ops = tuple(o.lower() for o in ops) if ops else OPS
+    dtypes = tuple(d.lower() for d in dtypes) if dtypes else DTYPES
     for o in ops:
         if o not in OPS:
             raise TuneError(f"unknown --op {o!r}; valid: {', '.join(OPS)}")
@@ -583,6 +583,7 @@ def run(*, ops=None, dtypes=None, levels=None, threads: int | None = None, quick
     cpu = _host()
     rows = targets(ops, dtypes)
     if levels:
+        levels = [lv.lower() if isinstance(lv, str) else lv for lv in levels]  # names match in any case
         bad = [lv for lv in levels if lv not in onepath.available_isas()]
         if bad:
             raise TuneError(f"--level {', '.join(bad)}: not a level this host can run; valid: "
