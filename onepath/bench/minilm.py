@@ -123,6 +123,33 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return x
 
 
+def key_mask(attention_mask: np.ndarray) -> np.ndarray:
+    """(batch, seq) attention mask (1: token, 0: padding) -> the additive mask ``attention`` takes,
+    (seq, batch, 1, 1) float32: 0 on tokens, -1e9 on padding keys."""
+    return ((1.0 - np.asarray(attention_mask).T.astype(np.float32)) * np.float32(-1e9))[:, :, None, None]
+
+
+def attention(qkv: np.ndarray, mask_keys: np.ndarray, b: int, s: int, heads: int, matmul: Matmul) -> np.ndarray:
+    """Multi-head self-attention of b sequences of s tokens: qkv (b*s, 3d) float32, the rows
+    [q | k | v] of each token with q already scaled by 1/sqrt(d / heads); mask_keys from
+    ``key_mask``. Returns the context (b*s, d), heads side by side as BERT concatenates them.
+
+    The scores are laid out with the key axis first, st[j, b, h, i] = k_j . q_i, written by the
+    batched products through strided views (the kernels read and write them in place): the softmax
+    over the keys is then elementwise passes over whole (b, heads, s) slabs, where numpy's
+    reductions over a short last axis (~20 keys) are several times slower."""
+    d = qkv.shape[-1] // 3
+    hd = d // heads
+    t = qkv.reshape(b, s, 3, heads, hd)
+    q, k, v = (t[:, :, i].transpose(0, 2, 1, 3) for i in range(3))  # (b, heads, s, hd) views
+    st = np.empty((s, b, heads, s), np.float32)
+    matmul(k, q.transpose(0, 1, 3, 2), out=st.transpose(1, 2, 0, 3))
+    masked_softmax_keys(st, mask_keys)
+    ctx = np.empty((b, s, heads, hd), np.float32)  # written as (b, heads, s, hd): no transpose copy
+    matmul(st.transpose(1, 2, 3, 0), v, out=ctx.transpose(0, 2, 1, 3))
+    return ctx.reshape(b * s, d)
+
+
 def masked_softmax_keys(st: np.ndarray, mask_keys: np.ndarray) -> np.ndarray:
     """The attention's softmax over the keys, in place: st (keys, batch, heads, queries) scores,
     mask_keys (keys, batch, 1, 1) added first (0 on tokens, -1e9 on padding keys)."""
@@ -227,20 +254,9 @@ class EncoderLayer:
     def __call__(self, h: np.ndarray, mask_keys: np.ndarray, matmul: Matmul) -> np.ndarray:
         """h: (b, s, d) float32; mask_keys: (s, b, 1, 1), 0 on tokens and -1e9 on padding keys."""
         b, s, d = h.shape
-        heads = self.heads
-        hd = d // heads
         x2 = h.reshape(b * s, d)
-        qkv = self.qkv(x2, matmul).reshape(b, s, 3, heads, hd)
-        q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))  # (b, heads, s, hd) views
-        # scores with the key axis first, st[j, b, h, i] = k_j . q_i (the products write through
-        # strided views, read by the kernels in place): the softmax over keys is then elementwise
-        # passes over (b, heads, s) slabs
-        st = np.empty((s, b, heads, s), np.float32)
-        matmul(k, q.transpose(0, 1, 3, 2), out=st.transpose(1, 2, 0, 3))
-        masked_softmax_keys(st, mask_keys)
-        ctx = np.empty((b, s, heads, hd), np.float32)  # written as (b, heads, s, hd): no transpose copy
-        matmul(st.transpose(1, 2, 3, 0), v, out=ctx.transpose(0, 2, 1, 3))
-        a = self.attn_norm(self.attn_out(ctx.reshape(b * s, d), matmul), x2, inplace=True)
+        ctx = attention(self.qkv(x2, matmul), mask_keys, b, s, self.heads, matmul)
+        a = self.attn_norm(self.attn_out(ctx, matmul), x2, inplace=True)
         f = self.ffn_out(self.ffn_in(a, matmul), matmul)
         return self.ffn_norm(f, a, inplace=True).reshape(b, s, d)
 
@@ -284,7 +300,7 @@ class MiniLM:
         s = input_ids.shape[1]
         h = self.word[input_ids] + self.position[:s][np.newaxis] + self.token_type[token_type_ids]
         h = self.emb_norm(h)
-        mask_keys = ((1.0 - attention_mask.T.astype(np.float32)) * np.float32(-1e9))[:, :, None, None]
+        mask_keys = key_mask(attention_mask)
         for layer in self.layers:
             h = layer(h, mask_keys, matmul)
         return h
