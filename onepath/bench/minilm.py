@@ -475,7 +475,8 @@ def bench(*, threads: int, isa_level: str | None = None, quick: bool = False, ba
     cosine to the float32 numpy reference. Returns the JSON document (also written to json_path).
 
     threads: for onepath, numpy's BLAS and torch (restored afterwards). repeat: timed passes per
-    encoder (default 7, 3 with quick); the median pass is reported, every sample kept."""
+    encoder (default 7, 3 with quick), the encoders in turn, each timed pass right after an
+    untimed one of the same encoder; the median pass is reported, every sample kept."""
     import onepath
 
     from .baselines import missing_note, torch_or_none
@@ -516,6 +517,11 @@ def bench(*, threads: int, isa_level: str | None = None, quick: bool = False, ba
             times: dict[str, list[float]] = {name: [] for name in impls}
             for _ in range(repeat):
                 for name, fn in impls.items():
+                    # an untimed pass of the same encoder first: the timed one then starts from its
+                    # own steady state, not with the previous library's threads still spinning
+                    # (torch's OpenMP, OpenBLAS) and its weights evicted from the caches, which
+                    # costs whichever encoder comes next ~5% here
+                    run(fn)
                     t0 = time.perf_counter()
                     run(fn)
                     times[name].append(time.perf_counter() - t0)
