@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import math
 import statistics
 import sys
 import time
@@ -193,22 +192,13 @@ def _embed_block(ids, *, word, position, token_type, gamma, beta, eps, plan, blo
     return layer_norm(h, gamma, beta, eps).reshape(b * s, -1)
 
 
-def _attention_block(q, k, v, mask, *, heads, plan, block_id=None):
-    """Self-attention of one batch, as minilm.EncoderLayer computes it (onepath.matmul)."""
+def _attention_block(qkv, mask, *, heads, plan, block_id=None):
+    """Self-attention of one batch, as minilm.EncoderLayer computes it (minilm.attention with
+    onepath.matmul); qkv: the layer's fused [q | k | v] Linear output (b*s, 3d)."""
     import onepath
-    from onepath.bench.minilm import softmax
+    from onepath.bench.minilm import attention, key_mask
     b, s = plan[block_id[0]]
-    d = q.shape[-1]
-    hd = d // heads
-
-    def split(t):
-        return t.reshape(b, s, heads, hd).transpose(0, 2, 1, 3)
-
-    scores = onepath.matmul(split(q), split(k).transpose(0, 1, 3, 2))
-    scores *= np.float32(1.0 / math.sqrt(hd))
-    scores += ((1.0 - mask.reshape(b, s).astype(np.float32)) * np.float32(-1e9))[:, None, None, :]
-    ctx = onepath.matmul(softmax(scores), split(v))
-    return ctx.transpose(0, 2, 1, 3).reshape(b * s, d)
+    return attention(qkv, key_mask(mask.reshape(b, s)), b, s, heads, onepath.matmul)
 
 
 def _add_norm_block(x, res, *, gamma, beta, eps):
@@ -255,8 +245,7 @@ def minilm_graph(model, batches, weights: dict):
         return linear(x, W(layer.weight), W(layer.bias), activation=layer.activation)
 
     for L in model.layers:
-        q, k, v = lin(L.query, h), lin(L.key, h), lin(L.value, h)
-        ctx = da.map_blocks(_attention_block, q, k, v, mask[:, None], heads=L.heads, plan=plan,
+        ctx = da.map_blocks(_attention_block, lin(L.qkv, h), mask[:, None], heads=L.heads, plan=plan,
                             dtype=np.float32, chunks=(rows, (d,)), meta=np.empty((0, 0), np.float32))
         a = da.map_blocks(_add_norm_block, lin(L.attn_out, ctx), h, gamma=L.attn_norm.gamma,
                           beta=L.attn_norm.beta, eps=L.attn_norm.eps, dtype=np.float32)
@@ -306,7 +295,7 @@ def minilm_bench(address: str = "local", *, sentences: int = 20000, batch: int =
         # every weight one persisted key on the cluster: sent to each worker once for all runs
         arrays = [model.word, model.position, model.token_type]
         for L in model.layers:
-            for lin in (L.query, L.key, L.value, L.attn_out, L.ffn_in, L.ffn_out):
+            for lin in (L.qkv, L.attn_out, L.ffn_in, L.ffn_out):
                 arrays += [lin.weight, lin.bias]
         weights = {id(a): da.from_array(a, chunks=a.shape) for a in arrays}
         with warnings.catch_warnings():  # "Sending large graph": the weights, sent once on purpose
