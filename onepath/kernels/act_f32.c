@@ -62,6 +62,65 @@ OP_INLINE op_v16f op_v16_exp(op_v16f x)
     return op_v16_sel(over, op_v16_splat(INFINITY), p * (op_v16f)((n + 127) << 23));
 }
 
+#if defined(OP_HAS_AVX512)
+/* The same formulas in AVX-512 intrinsics: compares into mask registers, blends, FMAs and
+   vscalefps for the 2^n of exp, where GCC's lowering of the vector-extension selects above costs
+   about twice the instructions (measured on Zen 4: the fused GELU epilogue of a bfloat16
+   1344x384x1536 linear took 3.1 ms of its 17.8 ms). Same constants, clamps and non-finite rules. */
+OP_INLINE __m512 op_m512_exp(__m512 x)
+{
+    const __mmask16 over = _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.72283f), _CMP_GT_OQ);
+    /* vminps/vmaxps return their second operand when one is NaN: NaN stays NaN */
+    x = _mm512_max_ps(_mm512_set1_ps(-86.0f), _mm512_min_ps(_mm512_set1_ps(88.0f), x));
+    const __m512 nf = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_mask_blend_ps(over, _mm512_scalef_ps(p, nf), _mm512_set1_ps(INFINITY));
+}
+
+OP_INLINE op_v16f op_v16_act(op_v16f xv, int act)
+{
+    const __m512 x = (__m512)xv, one = _mm512_set1_ps(1.0f);
+    switch (act) {
+    case OP_ACT_GELU: {
+        const __m512 z = _mm512_mul_ps(x, _mm512_set1_ps(0.70710678118654752f));
+        const __m512 az = _mm512_abs_ps(z);
+        const __mmask16 tail = _mm512_cmp_ps_mask(az, _mm512_set1_ps(9.0f), _CMP_GT_OQ);
+        const __m512 a = _mm512_min_ps(_mm512_set1_ps(9.0f), az);
+        const __m512 t = _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_set1_ps(0.3275911f), a, one));
+        __m512 p = _mm512_set1_ps(1.061405429f);
+        p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.453152027f));
+        p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.421413741f));
+        p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.284496736f));
+        p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.254829592f));
+        const __m512 e = op_m512_exp(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), a), a));
+        const __m512 erfc_a = _mm512_maskz_mul_ps((__mmask16)~tail, _mm512_mul_ps(p, t), e);
+        const __mmask16 neg = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ);
+        const __m512 f = _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(2.0f), erfc_a), erfc_a);
+        return (op_v16f)_mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), f);
+    }
+    case OP_ACT_GELU_TANH: {
+        const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+        const __m512 u = _mm512_mul_ps(_mm512_set1_ps(0.79788456080286536f),
+                                       _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), x3, x));
+        const __m512 e = op_m512_exp(_mm512_mul_ps(_mm512_set1_ps(-2.0f), u));
+        return (op_v16f)_mm512_div_ps(x, _mm512_add_ps(one, e));
+    }
+    case OP_ACT_SILU:
+        return (op_v16f)_mm512_div_ps(x, _mm512_add_ps(one, op_m512_exp(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+    default:  /* relu; max(0, x) returns x when x is NaN, and -0 for -0 */
+        return (op_v16f)_mm512_max_ps(_mm512_setzero_ps(), x);
+    }
+}
+#else
 OP_INLINE op_v16f op_v16_act(op_v16f x, int act)
 {
     switch (act) {
@@ -91,6 +150,8 @@ OP_INLINE op_v16f op_v16_act(op_v16f x, int act)
         return op_v16_sel(x < 0.0f, op_v16_splat(0.0f), x);
     }
 }
+
+#endif
 
 /* In-place activation of n elements at stride cs (used after a vector row store). */
 static OP_NOINLINE void op_act_row(float *c, int64_t cs, int n, int act)

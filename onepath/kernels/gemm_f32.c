@@ -183,7 +183,7 @@ OP_INLINE void op_avx512_row_out(float *cr, __m512 x0, __m512 x1, int full, __mm
 
 /* The epilogue of a row-contiguous 32-column AVX-512 write-out, prepared once per tile: the masks
    of the nr valid columns, a per-column bias as two vectors or a per-row bias pointer, and the
-   activation (relu in registers, the others through op_act_row). Shared with the bf16 kernels. */
+   activation (all in registers before the store). Shared with the bf16 kernels. */
 typedef struct {
     __mmask16 k0, k1;
     int full, bias, relu, slow_act;
@@ -227,8 +227,22 @@ OP_INLINE void op_epi512_row(const op_epi512 *e, float *cr, int i, __m512 x0, __
 {
     __m512 r0 = e->q0, r1 = e->q1;
     if (e->rowb) r0 = r1 = _mm512_set1_ps(e->rowb[i * e->rbs]);
+    if (e->slow_act) {  /* the activation in registers, before the one store (lanes past nr are masked) */
+        if (acc) {
+            x0 = _mm512_add_ps(x0, _mm512_maskz_loadu_ps(e->k0, cr));
+            x1 = _mm512_add_ps(x1, _mm512_maskz_loadu_ps(e->k1, cr + 16));
+        }
+        if (e->bias) {
+            x0 = _mm512_add_ps(x0, r0);
+            x1 = _mm512_add_ps(x1, r1);
+        }
+        x0 = (__m512)op_v16_act((op_v16f)x0, e->slow_act);
+        x1 = (__m512)op_v16_act((op_v16f)x1, e->slow_act);
+        op_avx512_row_out(cr, x0, x1, e->full, e->k0, e->k1, 0, 0, r0, r1, 0);
+        return;
+    }
+    (void)nr;
     op_avx512_row_out(cr, x0, x1, e->full, e->k0, e->k1, acc, e->bias, r0, r1, e->relu);
-    if (e->slow_act) op_act_row(cr, 1, nr, e->slow_act);
 }
 
 OP_INLINE void op_ukr_avx512_body(const int MRV, int64_t kc, const float *OP_RESTRICT a,
