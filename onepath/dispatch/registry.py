@@ -206,9 +206,12 @@ def conv_nchw_as_nhwc(row: Kernel, n: int, pixels: int, strided: bool = False,
 # "ksplit" gives each thread of the x @ W row stream a contiguous range of whole W rows (K), the
 # partial sums added at the end, instead of a column range (N). A host without a row runs neither.
 # zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), K = N = 4096, paired in one process
-# against numpy (OpenBLAS 0.3.31): prefetch_next M = 1 x @ W 1 thread 0.99 -> 1.14-1.17x, x @ W.T
-# 1.11 -> 1.39x, M = 4 x @ W 3.2 -> 4.3x; with ksplit at 2 threads M = 1 x @ W 0.98 -> 1.25x, x @ W.T
-# 0.98 -> 1.20x (each thread one sequential stream of 32 MiB instead of 8 KiB row segments).
+# against numpy (OpenBLAS 0.3.31), x numpy before -> after: 1 thread, prefetch_next: M = 1 x @ W
+# 0.99 -> 1.14-1.17, x @ W.T 1.11 -> 1.38-1.42, M = 4 x @ W 3.2 -> 4.3, x @ W.T 3.9 -> 4.8; 2 threads,
+# both: M = 1 x @ W 0.98 -> 1.19-1.28 (ksplit: each thread one sequential 32 MiB stream instead of
+# 8 KiB row segments; 63 -> 80 GB/s in a C loop), x @ W.T 0.98 -> 1.20 (when the VM's memory
+# bandwidth is contended both sides meet at the same limit: 1.03-1.07). M = 9..16 x @ W computes
+# enough per weight element that the prefetch only added L2 traffic: not used there (gemv_f32.c).
 # Unmeasured on Intel: its rows stay absent (the paths as before).
 GEMV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core"): ("prefetch_next", "ksplit"),

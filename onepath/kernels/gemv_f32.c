@@ -103,15 +103,15 @@ static void op_dot_tile_any(int R, int S, int64_t k, const float *a, int64_t rsa
 {
 #define OP_DOT_CASE_S(RR)                                                                        \
     switch (S) {                                                                                 \
-    case 1: op_dot_tile(RR, 1, k, a, rsa, b, csb, t, pf); return;                                   \
-    case 2: op_dot_tile(RR, 2, k, a, rsa, b, csb, t, pf); return;                                   \
-    case 3: op_dot_tile(RR, 3, k, a, rsa, b, csb, t, pf); return;                                   \
-    case 4: op_dot_tile(RR, 4, k, a, rsa, b, csb, t, pf); return;                                   \
+    case 1: op_dot_tile(RR, 1, k, a, rsa, b, csb, t, pf); return;                                \
+    case 2: op_dot_tile(RR, 2, k, a, rsa, b, csb, t, pf); return;                                \
+    case 3: op_dot_tile(RR, 3, k, a, rsa, b, csb, t, pf); return;                                \
+    case 4: op_dot_tile(RR, 4, k, a, rsa, b, csb, t, pf); return;                                \
     default:                                                                                     \
         if ((RR) <= 2) {                                                                         \
             for (int s0 = 0; s0 < S; s0 += 4) {                                                  \
                 const int ss = S - s0 < 4 ? S - s0 : 4;                                          \
-                op_dot_tile_any(RR, ss, k, a, rsa, b + s0 * csb, csb, t + s0, pf);                  \
+                op_dot_tile_any(RR, ss, k, a, rsa, b + s0 * csb, csb, t + s0, pf);               \
             }                                                                                    \
         }                                                                                        \
         return;                                                                                  \
