@@ -60,3 +60,50 @@ def test_row_stream_threads_split(level):
             assert_gemm_close(onepath.matmul(a, w), a, w)
     finally:
         onepath.set_num_threads(old)
+
+
+# ---- the per-microarchitecture options (registry.GEMV_F32_OPTIONS, op_gemv_f32_options): all off
+# and all on (independent code paths), on the module the forced level's float32 rows run, whatever
+# this host ships ----
+
+@pytest.fixture(params=[0, 3], ids=["opts_off", "prefetch+ksplit"])
+def gemv_opts(level, request):
+    from onepath.dispatch import registry
+    from onepath.kernels import load
+    lib = load(registry.select("matmul", "float32").level).lib
+    old = lib.op_gemv_f32_options(request.param)
+    yield request.param
+    lib.op_gemv_f32_options(old)
+
+
+def test_thin_options(gemv_opts, cpus):
+    cpus(4)
+    old = onepath.get_num_threads()
+    try:
+        for t in (1, 3):
+            onepath.set_num_threads(t)
+            # row stream (2 threads from 8 Mflop on): K split into parts of whole row blocks (k not a
+            # multiple of them, a short last part), column tails, one and several row groups
+            for m, k, n in ((1, 4100, 1100), (3, 1031, 2100), (8, 600, 1300), (12, 333, 1600), (16, 40, 7000),
+                            (5, 37, 300)):
+                a, w = rand(m, k), rand(k, n)
+                assert_gemm_close(onepath.matmul(a, w), a, w)
+            x, w, bias = rand(2, 2600), rand(2600, 900), rand(900)
+            y = onepath.linear(x, w.T, bias, activation="relu")
+            assert np.allclose(y, np.maximum(x.astype(np.float64) @ w + bias, 0), rtol=1e-4, atol=1e-4)
+            # batched (no K split) and the dot path x @ W.T with its next-block prefetch
+            ba, bw = rand(2, 1, 900), rand(2, 900, 300)
+            assert_gemm_close(onepath.matmul(ba, bw), ba, bw)
+            for m in (1, 2, 4):
+                a, w = rand(m, 700), rand(1001, 700)
+                assert_gemm_close(onepath.matmul(a, w.T), a, w.T)
+    finally:
+        onepath.set_num_threads(old)
+
+
+def test_thin_options_table():
+    from onepath.dispatch import registry
+    assert registry.gemv_f32_flags("avx512_core", uarch="zen4") == 3
+    assert registry.gemv_f32_flags("avx512_core", uarch="sapphirerapids") == 0
+    assert registry.gemv_f32_flags("avx2", uarch="zen4") == 0
+    assert all(o in registry.GEMV_F32_FLAGS for v in registry.GEMV_F32_OPTIONS.values() for o in v)

@@ -224,6 +224,33 @@ def conv_nchw_as_nhwc(row: Kernel, n: int, pixels: int, strided: bool = False,
     return n > 1 and pixels <= lim.get("1x1_batch", 0)
 
 
+# Options of the float32 thin-product paths (kernels/gemv_f32.c, op_gemv_f32_options), per
+# (uarch, level of the module): "prefetch_next" prefetches the next block of streamed weight rows
+# into L2 while the current block is in use (x @ W row stream with M <= 8, and x @ W.T dot path);
+# "ksplit" gives each thread of the x @ W row stream a contiguous range of whole W rows (K), the
+# partial sums added at the end, instead of a column range (N). A host without a row runs neither.
+# zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), K = N = 4096, paired in one process
+# against numpy (OpenBLAS 0.3.31), x numpy before -> after: 1 thread, prefetch_next: M = 1 x @ W
+# 0.99 -> 1.14-1.17, x @ W.T 1.11 -> 1.38-1.42, M = 4 x @ W 3.2 -> 4.3, x @ W.T 3.9 -> 4.8; 2 threads,
+# both: M = 1 x @ W 0.98 -> 1.19-1.28 (ksplit: each thread one sequential 32 MiB stream instead of
+# 8 KiB row segments; 63 -> 80 GB/s in a C loop), x @ W.T 0.98 -> 1.20 (when the VM's memory
+# bandwidth is contended both sides meet at the same limit: 1.03-1.07). M = 9..16 x @ W computes
+# enough per weight element that the prefetch only added L2 traffic: not used there (gemv_f32.c).
+# Unmeasured on Intel: its rows stay absent (the paths as before).
+GEMV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("zen4", "avx512_core"): ("prefetch_next", "ksplit"),
+}
+GEMV_F32_FLAGS = {"prefetch_next": 1, "ksplit": 2}  # the bits of op_gemv_f32_options
+
+
+def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
+    """The ``op_gemv_f32_options`` bit set for the module of ``level`` on ``uarch`` (default: this
+    host's), from ``GEMV_F32_OPTIONS`` (0 without a row)."""
+    if uarch is None:
+        uarch = _probe().uarch
+    return sum(GEMV_F32_FLAGS[o] for o in GEMV_F32_OPTIONS.get((uarch, level), ()))
+
+
 def blocking_for(row: Kernel, caches: dict, elem_size: int | None = None) -> tuple[int, int, int]:
     """Derive (MC, KC, NC) from cache sizes in bytes, after the BLIS analytical model
     (Low et al., "Analytical Modeling Is Enough for High-Performance BLIS", ACM TOMS 43(2), 2016):

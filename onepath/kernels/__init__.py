@@ -39,5 +39,7 @@ def load(build: str):
         mod = _loaded.get(build)
         if mod is None:
             mod = importlib.import_module(f"onepath.kernels._op_{build}")
+            from ..dispatch.registry import gemv_f32_flags  # per-uarch thin-product options
+            mod.lib.op_gemv_f32_options(gemv_f32_flags(build))
             _loaded[build] = mod
     return mod

@@ -43,6 +43,12 @@ int op_gemm_f32_mr(void);
 int op_gemm_f32_nr(void);
 const char *op_gemm_f32_kernel_name(void);
 
+/* Options of the float32 thin-product paths of this module (kernels/gemv_f32.c), a bit set:
+   1 prefetch the next block of streamed rows into L2, 2 split x W's K (not N) across threads.
+   flags < 0 only reads them. Returns the options before the call. The loader sets them per
+   microarchitecture (onepath/dispatch/registry.py, GEMV_F32_OPTIONS); default 0. */
+int op_gemv_f32_options(int flags);
+
 /* Name of the ISA level this module was compiled for ("generic", "avx2", ...). */
 const char *op_level_name(void);
 

@@ -7,7 +7,10 @@
    AVX2: 8, portable: 4 through GCC vector extensions). Threads split the large side.
    The row-stream path (op_kn_f32, below) takes the other thin shape, x W with a row-major W
    (csb == 1, M <= OP_KN_MAX_M): W's rows are streamed once, in blocks of a few rows swept across the
-   thread's columns, into float32 partial sums of C kept in a per-thread buffer (L1/L2). */
+   thread's columns, into float32 partial sums of C kept in a per-thread buffer (L1/L2).
+   Per microarchitecture (op_gemv_f32_options): the next block of streamed rows is prefetched into
+   L2 while the current one is read, and the row stream's threads may split K (each a contiguous
+   range of whole W rows, the partial sums added at the end) instead of N. */
 
 #if defined(OP_HAS_AVX512)
 #define OP_DV_W 16
@@ -48,11 +51,29 @@ OP_INLINE void op_dv_store(float *p, op_dv v) { memcpy(p, &v, sizeof v); }
 #endif
 
 #define OP_DOT_MAX 8   /* the largest block on either side */
+#define OP_DV_PF_STEP (64 / (4 * OP_DV_W) > 0 ? 64 / (4 * OP_DV_W) : 1)  /* vectors per cache line */
+
+/* Per-microarchitecture options of this file (op_gemv_f32_options, api_gemm.h; set by the loader
+   from the registry's GEMV_F32_OPTIONS for the host): OP_GEMV_PF_NEXT prefetches the next block of
+   streamed rows into L2 while the current one is in use (row stream and dot path), OP_GEMV_KSPLIT
+   splits the row stream's K across threads (each a contiguous range of whole B rows, partial sums
+   added at the end) instead of its N. Default 0: both off. */
+#define OP_GEMV_PF_NEXT 1
+#define OP_GEMV_KSPLIT 2
+static int op_gemv_opts = 0;
+
+int op_gemv_f32_options(int flags)
+{
+    const int old = op_gemv_opts;
+    if (flags >= 0) op_gemv_opts = flags & (OP_GEMV_PF_NEXT | OP_GEMV_KSPLIT);
+    return old;
+}
 
 /* t[r][s] = sum_p A[r, p] B[p, s] for an R x S tile; A rows at a + r * rsa, B columns at b + s * csb,
-   both contiguous along p. R and S are compile-time constants at every call site. */
+   both contiguous along p. R and S are compile-time constants at every call site. pf != 0: prefetch
+   (into L2) the B columns pf elements further on, the next tile's, as this tile's are read. */
 OP_INLINE void op_dot_tile(const int R, const int S, int64_t k, const float *a, int64_t rsa,
-                           const float *b, int64_t csb, float *t)
+                           const float *b, int64_t csb, float *t, int64_t pf)
 {
     op_dv acc[OP_DOT_MAX][OP_DOT_MAX];
     for (int r = 0; r < R; r++)
@@ -61,6 +82,8 @@ OP_INLINE void op_dot_tile(const int R, const int S, int64_t k, const float *a, 
     for (; p + OP_DV_W <= k; p += OP_DV_W) {
         op_dv bv[OP_DOT_MAX];
         for (int s = 0; s < S; s++) bv[s] = op_dv_load(b + s * csb + p);
+        if (pf && p % (OP_DV_W * OP_DV_PF_STEP) == 0)
+            for (int s = 0; s < S; s++) __builtin_prefetch(b + s * csb + p + pf, 0, 2);
         for (int r = 0; r < R; r++) {
             const op_dv av = op_dv_load(a + r * rsa + p);
             for (int s = 0; s < S; s++) acc[r][s] = op_dv_fma(av, bv[s], acc[r][s]);
@@ -76,19 +99,19 @@ OP_INLINE void op_dot_tile(const int R, const int S, int64_t k, const float *a, 
 
 /* Dispatch a run-time R x S (1..OP_DOT_MAX each, within the register budget) to an instantiation. */
 static void op_dot_tile_any(int R, int S, int64_t k, const float *a, int64_t rsa, const float *b,
-                            int64_t csb, float *t)
+                            int64_t csb, float *t, int64_t pf)
 {
 #define OP_DOT_CASE_S(RR)                                                                        \
     switch (S) {                                                                                 \
-    case 1: op_dot_tile(RR, 1, k, a, rsa, b, csb, t); return;                                   \
-    case 2: op_dot_tile(RR, 2, k, a, rsa, b, csb, t); return;                                   \
-    case 3: op_dot_tile(RR, 3, k, a, rsa, b, csb, t); return;                                   \
-    case 4: op_dot_tile(RR, 4, k, a, rsa, b, csb, t); return;                                   \
+    case 1: op_dot_tile(RR, 1, k, a, rsa, b, csb, t, pf); return;                                \
+    case 2: op_dot_tile(RR, 2, k, a, rsa, b, csb, t, pf); return;                                \
+    case 3: op_dot_tile(RR, 3, k, a, rsa, b, csb, t, pf); return;                                \
+    case 4: op_dot_tile(RR, 4, k, a, rsa, b, csb, t, pf); return;                                \
     default:                                                                                     \
         if ((RR) <= 2) {                                                                         \
             for (int s0 = 0; s0 < S; s0 += 4) {                                                  \
                 const int ss = S - s0 < 4 ? S - s0 : 4;                                          \
-                op_dot_tile_any(RR, ss, k, a, rsa, b + s0 * csb, csb, t + s0);                  \
+                op_dot_tile_any(RR, ss, k, a, rsa, b + s0 * csb, csb, t + s0, pf);               \
             }                                                                                    \
         }                                                                                        \
         return;                                                                                  \
@@ -96,14 +119,14 @@ static void op_dot_tile_any(int R, int S, int64_t k, const float *a, int64_t rsa
     if (R <= 2 && S > 4) {
         /* wide tiles for one or two rows: more independent accumulators hide the FMA latency */
         switch (R * 16 + S) {
-        case 16 + 5: op_dot_tile(1, 5, k, a, rsa, b, csb, t); return;
-        case 16 + 6: op_dot_tile(1, 6, k, a, rsa, b, csb, t); return;
-        case 16 + 7: op_dot_tile(1, 7, k, a, rsa, b, csb, t); return;
-        case 16 + 8: op_dot_tile(1, 8, k, a, rsa, b, csb, t); return;
-        case 32 + 5: op_dot_tile(2, 5, k, a, rsa, b, csb, t); return;
-        case 32 + 6: op_dot_tile(2, 6, k, a, rsa, b, csb, t); return;
-        case 32 + 7: op_dot_tile(2, 7, k, a, rsa, b, csb, t); return;
-        case 32 + 8: op_dot_tile(2, 8, k, a, rsa, b, csb, t); return;
+        case 16 + 5: op_dot_tile(1, 5, k, a, rsa, b, csb, t, pf); return;
+        case 16 + 6: op_dot_tile(1, 6, k, a, rsa, b, csb, t, pf); return;
+        case 16 + 7: op_dot_tile(1, 7, k, a, rsa, b, csb, t, pf); return;
+        case 16 + 8: op_dot_tile(1, 8, k, a, rsa, b, csb, t, pf); return;
+        case 32 + 5: op_dot_tile(2, 5, k, a, rsa, b, csb, t, pf); return;
+        case 32 + 6: op_dot_tile(2, 6, k, a, rsa, b, csb, t, pf); return;
+        case 32 + 7: op_dot_tile(2, 7, k, a, rsa, b, csb, t, pf); return;
+        case 32 + 8: op_dot_tile(2, 8, k, a, rsa, b, csb, t, pf); return;
         default: break;
         }
     }
@@ -116,7 +139,7 @@ static void op_dot_tile_any(int R, int S, int64_t k, const float *a, int64_t rsa
         /* more than 4 rows: only reached with S <= 2 (the transposed use), split the rows */
         for (int r0 = 0; r0 < R; r0 += 4) {
             const int rr = R - r0 < 4 ? R - r0 : 4;
-            op_dot_tile_any(rr, S, k, a + r0 * rsa, rsa, b, csb, t + r0 * OP_DOT_MAX);
+            op_dot_tile_any(rr, S, k, a + r0 * rsa, rsa, b, csb, t + r0 * OP_DOT_MAX, 0);
         }
         return;
     }
@@ -148,7 +171,10 @@ static void op_dot_task(void *vctx, int64_t task, int tid)
         int R, S;
         if (x->rows_small) { i0 = 0; j0 = q; R = small; S = nb; }
         else { i0 = q; j0 = 0; R = nb; S = small; }
-        op_dot_tile_any(R, S, g->k, a + i0 * g->rsa, g->rsa, b + j0 * g->csb, g->csb, t);
+        /* prefetch the next block of B columns (rows of W for x W^T) while this one streams */
+        const int64_t pf = (op_gemv_opts & OP_GEMV_PF_NEXT) && x->rows_small && j0 + 2 * nb <= g->n
+                           ? nb * g->csb : 0;
+        op_dot_tile_any(R, S, g->k, a + i0 * g->rsa, g->rsa, b + j0 * g->csb, g->csb, t, pf);
         op_epilogue e, *ep = NULL;
         if (g->epi) {
             e = *g->epi;
@@ -184,9 +210,10 @@ static void op_dot_task(void *vctx, int64_t task, int tid)
 #define OP_KN_CB 256            /* columns per sweep step (a multiple of every tile width) */
 
 /* acc[R x NV vectors] (row stride lda) (+)= A[R rows, p0..p1) B[p0..p1, NV vectors); A transposed:
-   A[r][p] at a[p * lat + r] */
+   A[r][p] at a[p * lat + r]. pf != 0: prefetch (into L2) the B elements pf further on (the same
+   columns of the next row block) as these are read. */
 OP_INLINE void op_kn_tile(const int R, const int NV, int64_t p0, int64_t p1, const float *a, int64_t lat,
-                          const float *b, int64_t rsb, float *acc, int64_t lda, int first)
+                          const float *b, int64_t rsb, float *acc, int64_t lda, int first, int64_t pf)
 {
     op_dv c[OP_KN_MAX_G][4];
 #pragma GCC unroll 16
@@ -198,6 +225,9 @@ OP_INLINE void op_kn_tile(const int R, const int NV, int64_t p0, int64_t p1, con
         op_dv bv[4];
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++) bv[v] = op_dv_load(bp + v * OP_DV_W);
+        if (pf)
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v += OP_DV_PF_STEP) __builtin_prefetch(bp + v * OP_DV_W + pf, 0, 2);
 #pragma GCC unroll 16
         for (int r = 0; r < R; r++) {
             const op_dv av = op_dv_set1(a[p * lat + r]);
@@ -214,13 +244,14 @@ OP_INLINE void op_kn_tile(const int R, const int NV, int64_t p0, int64_t p1, con
 /* acc[R x w] (row stride lda) (+)= A[R rows, p0..p1) B[p0..p1, 0..w): tiles of NV vectors, then
    single vectors, then scalar columns. */
 OP_INLINE void op_kn_body(const int R, const int NV, int64_t p0, int64_t p1, const float *a, int64_t lat,
-                          const float *b, int64_t rsb, float *acc, int64_t lda, int64_t w, int first)
+                          const float *b, int64_t rsb, float *acc, int64_t lda, int64_t w, int first,
+                          int64_t pf)
 {
     int64_t j = 0;
     for (; j + NV * OP_DV_W <= w; j += NV * OP_DV_W)
-        op_kn_tile(R, NV, p0, p1, a, lat, b + j, rsb, acc + j, lda, first);
+        op_kn_tile(R, NV, p0, p1, a, lat, b + j, rsb, acc + j, lda, first, pf);
     for (; j + OP_DV_W <= w; j += OP_DV_W)
-        op_kn_tile(R, 1, p0, p1, a, lat, b + j, rsb, acc + j, lda, first);
+        op_kn_tile(R, 1, p0, p1, a, lat, b + j, rsb, acc + j, lda, first, pf);
     for (; j < w; j++)
         for (int r = 0; r < R; r++) {
             float v = first ? 0.0f : acc[r * lda + j];
@@ -232,9 +263,9 @@ OP_INLINE void op_kn_body(const int R, const int NV, int64_t p0, int64_t p1, con
 #define OP_KN_INST(R)                                                                              \
     static OP_NOINLINE void op_kn_g##R(int64_t p0, int64_t p1, const float *a, int64_t lat,         \
                                        const float *b, int64_t rsb, float *acc, int64_t lda,        \
-                                       int64_t w, int first)                                        \
+                                       int64_t w, int first, int64_t pf)                            \
     {                                                                                              \
-        op_kn_body(R, OP_KN_NV(R), p0, p1, a, lat, b, rsb, acc, lda, w, first);                    \
+        op_kn_body(R, OP_KN_NV(R), p0, p1, a, lat, b, rsb, acc, lda, w, first, pf);                \
     }
 OP_KN_INST(1) OP_KN_INST(2) OP_KN_INST(3) OP_KN_INST(4) OP_KN_INST(5) OP_KN_INST(6) OP_KN_INST(7)
 OP_KN_INST(8)
@@ -245,9 +276,11 @@ OP_KN_INST(16)
 
 typedef struct {
     const op_gemm_args *g;
-    int64_t cols, parts;    /* columns per task (multiple of OP_KN_CB), tasks per batch entry */
-    int64_t lda;            /* row stride of a thread's partial-sum buffer */
-    float *acc;             /* per thread: m x lda floats */
+    int64_t cols, parts;    /* columns per task (multiple of OP_KN_CB), column parts per batch entry */
+    int64_t kparts, kchunk; /* K split (OP_GEMV_KSPLIT, one batch entry): parts of kchunk B rows */
+    int64_t lda;            /* row stride of a partial-sum buffer */
+    float *acc;             /* per thread (per task with a K split): m x lda floats + OP_KN_SKEW */
+    float **accp;           /* K split: where each K part left its partial sums */
     float *at;              /* A transposed, per batch entry k x m floats: A[i][p] at at[p * m + i] */
 } op_kn_ctx;
 
@@ -255,22 +288,29 @@ static void op_kn_task(void *vctx, int64_t task, int tid)
 {
     const op_kn_ctx *x = (const op_kn_ctx *)vctx;
     const op_gemm_args *g = x->g;
-    const int64_t bi = task / x->parts, c0 = (task % x->parts) * x->cols;
+    const int64_t kp = task % x->kparts, ct = task / x->kparts;
+    const int64_t bi = ct / x->parts, c0 = (ct % x->parts) * x->cols;
     const int64_t w = op_min64(x->cols, g->n - c0);
-    if (w <= 0) return;
-    const int64_t m = g->m, k = g->k, rsb = g->rsb, lda = x->lda;
-    const float *A = x->at + bi * k * m;
+    const int64_t m = g->m, rsb = g->rsb, lda = x->lda;
+    const int64_t ks = kp * x->kchunk, ke = op_min64(g->k, ks + x->kchunk);
+    if (w <= 0 || ks >= ke) return;
+    const float *A = x->at + bi * g->k * m;
     const float *B = (const float *)g->b + (g->b_off ? g->b_off[bi] : 0) + c0;
     /* the partial sums start half a 4 KiB page away from the B columns (mod 4 KiB): with B rows a
        multiple of 4 KiB apart, every B load otherwise shares its low 12 address bits with a recent
        store of the sums, and the loads wait on those stores (4K aliasing; Zen 4, K = N = 4096, m = 1:
        29 -> 31 GB/s, as fast as with B rows padded) */
-    float *acc = x->acc + (size_t)tid * (size_t)(m * lda + OP_KN_SKEW);
+    float *acc = x->acc + (size_t)(x->kparts > 1 ? kp : tid) * (size_t)(m * lda + OP_KN_SKEW);
     acc += (((uintptr_t)(B + 512) - (uintptr_t)acc) & 4095u) / 64u * 16u;
     const int64_t kb = OP_KN_KB(m);
-    for (int64_t p0 = 0; p0 < k; p0 += kb) {
-        const int64_t p1 = op_min64(k, p0 + kb);
-        const int first = p0 == 0;
+    /* M > 8: the FMAs per B element hide the memory latency; there the prefetches only added L2
+       traffic (Zen 4, 2 threads, M = 12 and 16: 5-15% slower) */
+    const int pfn = (op_gemv_opts & OP_GEMV_PF_NEXT) && m <= 8;
+    for (int64_t p0 = ks; p0 < ke; p0 += kb) {
+        const int64_t p1 = op_min64(ke, p0 + kb);
+        const int first = p0 == ks;
+        /* the next block's rows into L2 while this block streams (one row group issues them) */
+        const int64_t pf = pfn && p1 + kb <= ke ? kb * rsb : 0;
         for (int64_t jb = 0; jb < w; jb += OP_KN_CB) {
             const int64_t wb = op_min64(OP_KN_CB, w - jb);
             for (int64_t i0 = 0; i0 < m;) {
@@ -278,7 +318,8 @@ static void op_kn_task(void *vctx, int64_t task, int tid)
                 const int R = rem >= 16 && OP_KN_MAX_G >= 16 ? 16 : rem >= 8 ? 8 : (int)rem;
                 const float *ai = A + i0;
                 float *ac = acc + i0 * lda + jb;
-#define OP_KN_CALL(RR) op_kn_g##RR(p0, p1, ai, m, B + jb, rsb, ac, lda, wb, first)
+                const int64_t pfi = i0 == 0 ? pf : 0;
+#define OP_KN_CALL(RR) op_kn_g##RR(p0, p1, ai, m, B + jb, rsb, ac, lda, wb, first, pfi)
                 switch (R) {
                 case 1: OP_KN_CALL(1); break;
                 case 2: OP_KN_CALL(2); break;
@@ -297,6 +338,10 @@ static void op_kn_task(void *vctx, int64_t task, int tid)
             }
         }
     }
+    if (x->kparts > 1) {  /* K split: op_kn_reduce adds the parts and writes C */
+        x->accp[kp] = acc;
+        return;
+    }
     op_epilogue e, *ep = NULL;
     if (g->epi && (g->epi->bias || g->epi->act != OP_ACT_NONE)) {
         e = *g->epi;
@@ -306,6 +351,37 @@ static void op_kn_task(void *vctx, int64_t task, int tid)
     float *C = g->c + (g->c_off ? g->c_off[bi] : 0) + c0 * g->csc;
     op_tile_store(acc, lda, (int)m, (int)w, C, g->rsc, g->csc, 0, ep);
 }
+
+#define OP_KN_RCOLS 512  /* columns per reduction task (K split) */
+
+/* K split: C[:, j0..j1) = the sum of the K parts' partial sums (added into part 0's), epilogue. */
+static void op_kn_reduce(void *vctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_kn_ctx *x = (const op_kn_ctx *)vctx;
+    const op_gemm_args *g = x->g;
+    const int64_t j0 = task * OP_KN_RCOLS, w = op_min64(OP_KN_RCOLS, g->n - j0);
+    float *s = x->accp[0] + j0;
+    for (int64_t i = 0; i < g->m; i++) {
+        float *si = s + i * x->lda;
+        for (int64_t q = 1; q < x->kparts; q++) {
+            const float *t = x->accp[q] + j0 + i * x->lda;
+            int64_t j = 0;
+            for (; j + OP_DV_W <= w; j += OP_DV_W) op_dv_store(si + j, op_dv_load(si + j) + op_dv_load(t + j));
+            for (; j < w; j++) si[j] += t[j];
+        }
+    }
+    op_epilogue e, *ep = NULL;
+    if (g->epi && (g->epi->bias || g->epi->act != OP_ACT_NONE)) {
+        e = *g->epi;
+        if (e.bias && e.bias_axis != 0) e.bias += j0 * e.bias_stride;
+        ep = &e;
+    }
+    op_tile_store(s, x->lda, (int)g->m, (int)w, g->c + (g->c_off ? g->c_off[0] : 0) + j0 * g->csc, g->rsc,
+                  g->csc, 0, ep);
+}
+
+#define OP_KN_KSPLIT_MAX_ACC (512 * 1024)  /* bytes of partial sums per K part (L2) */
 
 /* The row-stream path for x W (returns threads used, -1 on allocation failure), else 0. */
 static int op_kn_f32(const op_gemm_args *g, int nthreads)
@@ -317,17 +393,33 @@ static int op_kn_f32(const op_gemm_args *g, int nthreads)
     if (T < 1) T = 1;
     op_kn_ctx x;
     x.g = g;
-    /* one column range per thread and batch entry (long row segments keep the prefetchers on) */
-    const int64_t want = g->batch >= T ? 1 : op_cdiv64(T, g->batch);
-    x.cols = op_roundup64(op_cdiv64(g->n, want), OP_KN_CB);
-    x.parts = op_cdiv64(g->n, x.cols);
-    if (T > g->batch * x.parts) T = g->batch * x.parts;
+    const int64_t kb = OP_KN_KB(g->m);
+    x.kparts = 1;
+    x.kchunk = g->k;
+    if ((op_gemv_opts & OP_GEMV_KSPLIT) && T > 1 && g->batch == 1 && g->k >= 2 * kb &&
+        (double)g->m * (double)op_roundup64(g->n, OP_KN_CB) * 4.0 <= OP_KN_KSPLIT_MAX_ACC) {
+        /* each thread a contiguous range of whole B rows (one sequential region of memory) */
+        x.kchunk = op_roundup64(op_cdiv64(g->k, T), kb);
+        x.kparts = op_cdiv64(g->k, x.kchunk);
+        x.cols = op_roundup64(g->n, OP_KN_CB);
+        x.parts = 1;
+        T = x.kparts;
+    } else {
+        /* one column range per thread and batch entry (long row segments keep the prefetchers on) */
+        const int64_t want = g->batch >= T ? 1 : op_cdiv64(T, g->batch);
+        x.cols = op_roundup64(op_cdiv64(g->n, want), OP_KN_CB);
+        x.parts = op_cdiv64(g->n, x.cols);
+        if (T > g->batch * x.parts) T = g->batch * x.parts;
+    }
     x.lda = op_roundup64(x.cols, 16) + 16;  /* +16: rows not a multiple of 4 KiB apart */
-    x.acc = (float *)op_aligned_alloc((size_t)(T * (g->m * x.lda + OP_KN_SKEW)) * sizeof(float));
+    const int64_t nbuf = x.kparts > 1 ? x.kparts : T;
+    x.acc = (float *)op_aligned_alloc((size_t)(nbuf * (g->m * x.lda + OP_KN_SKEW)) * sizeof(float));
     x.at = (float *)op_aligned_alloc((size_t)(g->batch * g->k * g->m) * sizeof(float));
-    if (!x.acc || !x.at) {
+    x.accp = (float **)malloc((size_t)x.kparts * sizeof(float *));
+    if (!x.acc || !x.at || !x.accp) {
         op_aligned_free(x.acc);
         op_aligned_free(x.at);
+        free(x.accp);
         return -1;
     }
     for (int64_t bi = 0; bi < g->batch; bi++) {
@@ -336,9 +428,14 @@ static int op_kn_f32(const op_gemm_args *g, int nthreads)
         for (int64_t i = 0; i < g->m; i++)
             for (int64_t p = 0; p < g->k; p++) d[p * g->m + i] = A[i * g->rsa + p * g->csa];
     }
-    const int used = op_parallel_for((int)T, g->batch * x.parts, op_kn_task, &x);
+    int used = op_parallel_for((int)T, g->batch * x.parts * x.kparts, op_kn_task, &x);
+    if (x.kparts > 1) {
+        const int r = op_parallel_for((int)T, op_cdiv64(g->n, OP_KN_RCOLS), op_kn_reduce, &x);
+        if (r > used) used = r;
+    }
     op_aligned_free(x.acc);
     op_aligned_free(x.at);
+    free(x.accp);
     return used;
 }
 
