@@ -193,12 +193,25 @@ def test_registry_rows_match_modules():
     assert (emu.op_gemm_bf16_mr(), emu.op_gemm_bf16_nr()) == (32, 32)
 
 
+@pytest.fixture(params=["widen", "vdpbf16ps"])
+def decode_variant(request, level):
+    """The small-M loops both ways at the levels with VDPBF16PS (registry.BF16_DECODE_DP picks one
+    per microarchitecture): widened to float32 + FMA, and VDPBF16PS."""
+    from onepath.ops import _bf16
+    if request.param == "vdpbf16ps" and level not in ("avx512_core_bf16", "avx512_core_amx"):
+        pytest.skip("no VDPBF16PS at this level")
+    _bf16.set_decode_dp(level, request.param == "vdpbf16ps")
+    yield request.param
+    _bf16.set_decode_dp(level)  # back to the registry's rule
+
+
 # Small M (decode, m <= 4 at the AVX-512 levels): B read in place as row-major (k, n) (matmul), as a
 # raw (n, k) weight (linear: B = W^T) and prepacked; K and N edges, bfloat16 / float32 C, B a column
 # slice of a wider array, epilogue, batches, and m = 5 next to it (the tile / register-block driver).
+# (2100, 2100): K over several depth chunks of the VDPBF16PS raw-weight loop, N over several tiles.
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5])
-@pytest.mark.parametrize("n,k", [(1, 1), (31, 33), (65, 67), (100, 1100), (64, 4)])
-def test_small_m_forms(level, m, n, k):
+@pytest.mark.parametrize("n,k", [(1, 1), (31, 33), (65, 67), (100, 1100), (64, 4), (70, 2100)])
+def test_small_m_forms(level, decode_variant, m, n, k):
     rng = np.random.default_rng(m * 7919 + n * 31 + k)
     x, w = _rand_bf16(rng, (m, k)), _rand_bf16(rng, (n, k))
     b_kn = np.ascontiguousarray(w.T)
@@ -217,7 +230,7 @@ def test_small_m_forms(level, m, n, k):
 
 @pytest.mark.parametrize("m", [1, 4])
 @pytest.mark.parametrize("act", ["relu", "gelu", "silu"])
-def test_small_m_epilogue_and_batch(level, m, act):
+def test_small_m_epilogue_and_batch(level, decode_variant, m, act):
     rng = np.random.default_rng(m + len(act))
     n, k = 77, 130
     x, w = _rand_bf16(rng, (m, k)), _rand_bf16(rng, (n, k))
@@ -239,7 +252,7 @@ def test_small_m_epilogue_and_batch(level, m, act):
 
 
 @pytest.mark.parametrize("k", [256, 1024, 4096])
-def test_small_m_ones_exact(level, k):
+def test_small_m_ones_exact(level, decode_variant, k):
     for m in (1, 4):
         x = np.ones((m, k), BF16)
         w = np.ones((40, k), BF16)

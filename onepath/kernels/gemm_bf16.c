@@ -27,6 +27,12 @@
 
 #define OP_K32_NR 32
 
+#if defined(OP_BF16_HAS_DP)
+/* Whether the small-M forms NK and PACKED multiply with VDPBF16PS (op_gemm_bf16_set_decode_dp; set
+   by onepath.ops._bf16 from the registry's BF16_DECODE_DP rule for the host's microarchitecture). */
+static int op_sm_dp = 0;
+#endif
+
 /* ---------------------------------------------------------------- tile write-out */
 
 /* C (+)= t[mr x nr] (row stride ldt) then the epilogue; AVX-512 rows when C rows are contiguous. */
@@ -427,6 +433,9 @@ const char *op_gemm_bf16_kernel_for(int64_t m)
 #if defined(OP_HAS_AVX512)
     /* m <= OP_SM_MAX_M (below): the small-M loops reading B in place (prepacked: AMX tiles at the
        AMX level); a B that fits none of their forms still takes the driver (rare: strided both ways) */
+#if defined(OP_BF16_HAS_DP)
+    if (m >= 1 && m <= 4 && op_sm_dp) return "gemm_bf16_decode_vdpbf16ps_" OP_LEVEL_NAME "_m4";
+#endif
     if (m >= 1 && m <= 4) return "gemm_bf16_decode_" OP_LEVEL_NAME "_m4";
 #endif
 #if defined(OP_LEVEL_AVX512_CORE_AMX)
@@ -489,8 +498,11 @@ typedef struct {
     int c_dtype;
     int64_t parts, cols;     /* tasks per batch entry, columns per task (multiple of 32) */
     float *scratch;          /* OP_SM_KN: per thread, m x cols floats */
-    const uint16_t *xb;      /* AMX PACKED: A as bfloat16, m rows of kp, zero padded */
+    const uint16_t *xb;      /* AMX PACKED and the VDPBF16PS forms: A as bfloat16, m rows of kp,
+                                zero padded */
+    int dp;                  /* 1: the VDPBF16PS forms of OP_SM_NK and OP_SM_PACKED (op_sm_dp) */
 } op_sm_ctx;
+
 
 /* Writes t[mr x nr] (row stride 32) to C rows 0..mr-1, columns j..j+nr-1 of entry bi, epilogue and
    (bfloat16 C) the single rounding included. */
@@ -627,6 +639,137 @@ OP_INLINE void op_sm_nk_body(const int MRV, const int JV, const op_sm_ctx *x, in
     }
 }
 
+#if defined(OP_BF16_HAS_DP)
+/* ---- VDPBF16PS forms of OP_SM_NK and OP_SM_PACKED (x->dp, the registry's BF16_DECODE_DP rule for
+   the host's microarchitecture): A kept in bfloat16 (x->xb, natural order), one VDPBF16PS per 32
+   products of a row instead of a widen and two FMAs. Where VDPBF16PS issues at the FMA rate (Zen 4:
+   one 512-bit VDPBF16PS per cycle) this halves the arithmetic of m = 2..4; where it issues at half
+   that rate (Sapphire Rapids) the widening loops above are the faster ones. Products are exact as
+   in the widening loops; the two products of a K pair are added before the accumulation, and
+   subnormal inputs count as zero (the level's documented VDPBF16PS behaviour).
+   Zen 4 (EPYC, 1 thread, K = N = 4096, 2026-11-30): raw weight m = 1 / 4 from 26 / 67 to 38 / 100
+   GFLOP/s, prepacked m = 4 from 97 to 160; prepacked m = 1 keeps the widening loop (VDPBF16PS
+   read 27-31 against its 33-38 GB/s: the stream is at the core's memory limit either way). */
+#define OP_SM_DP_KCH 1024       /* OP_SM_NK, m >= 2: depth chunk (m x 2 KiB of x stay in L1; all of
+                                   K: x re-read from L2 per JV rows of W, 89 -> 99 GFLOP/s at m = 4) */
+#define OP_SM_DP_PPF 12288      /* OP_SM_PACKED: prefetch distance (elements, 24 KiB), into L2 (the
+                                   widening loop's 3072 gave 132 GFLOP/s at m = 4, 12288 159) */
+
+OP_INLINE void op_sm_nk_dp_body(const int MRV, const int JV, const op_sm_ctx *x, int64_t bi,
+                                int64_t j0, int64_t j1)
+{
+    const op_gemm_args *g = x->g;
+    const int64_t kp = x->kp, m = g->m, n = g->n, k = g->k, ldw = g->csb;
+    const uint16_t *xb = x->xb + bi * m * kp;
+    const uint16_t *W = (const uint16_t *)g->b + (g->b_off ? g->b_off[bi] : 0);
+    const int64_t kfull = k / 32 * 32;
+    const __mmask32 tail = (__mmask32)((1ull << (k - kfull)) - 1ull);
+    /* K in chunks whose MRV rows of x stay in L1 beside the W lines (x is re-read for every JV rows
+       of W); the accumulators of the 32 rows of W of a tile wait in s between chunks */
+    const int64_t kch = MRV == 1 ? k : OP_SM_DP_KCH;
+    __m512 s[32 / JV][JV][MRV];
+    float t[OP_SM_MAX_M * 32] OP_ALIGNED(64);
+    for (int64_t jc = j0; jc < j1; jc += 32) {
+        const int nr = (int)op_min64(32, n - jc);
+        for (int64_t p0 = 0; p0 < k; p0 += kch) {
+            const int64_t p1 = op_min64(k, p0 + kch);
+            for (int jj = 0; jj < nr; jj += JV) {
+                const uint16_t *w[8];
+#pragma GCC unroll 8
+                for (int q = 0; q < JV; q++) w[q] = W + op_min64(jc + jj + q, n - 1) * ldw;
+                /* prefetch into L2: what the next group of JV rows reads at the same depths (after
+                   a chunk's last group, the next chunk of the tile's first rows); at m = 1 this
+                   ran 35 -> 39 GB/s against a prefetch 2 KiB ahead along the same rows */
+                const int64_t pfo = jj + JV < nr || p1 >= k ? JV * ldw : kch - jj * ldw;
+                __m512 acc[8][OP_SM_MAX_M];
+#pragma GCC unroll 8
+                for (int q = 0; q < JV; q++)
+#pragma GCC unroll 4
+                    for (int i = 0; i < MRV; i++) acc[q][i] = p0 ? s[jj / JV][q][i] : _mm512_setzero_ps();
+                for (int64_t p = p0; p < p1; p += 32) {
+                    __m512i wv[8], xv[OP_SM_MAX_M];
+                    if (p < kfull) {
+#pragma GCC unroll 8
+                        for (int q = 0; q < JV; q++) {
+                            _mm_prefetch((const char *)(w[q] + p + pfo), _MM_HINT_T1);
+                            wv[q] = _mm512_loadu_si512((const void *)(w[q] + p));
+                        }
+                    } else {
+#pragma GCC unroll 8
+                        for (int q = 0; q < JV; q++) wv[q] = _mm512_maskz_loadu_epi16(tail, (const void *)(w[q] + p));
+                    }
+#pragma GCC unroll 4
+                    for (int i = 0; i < MRV; i++) xv[i] = _mm512_load_si512((const void *)(xb + i * kp + p));
+#pragma GCC unroll 8
+                    for (int q = 0; q < JV; q++)
+#pragma GCC unroll 4
+                        for (int i = 0; i < MRV; i++)
+                            acc[q][i] = _mm512_dpbf16_ps(acc[q][i], (__m512bh)xv[i], (__m512bh)wv[q]);
+                }
+                if (p1 < k) {
+#pragma GCC unroll 8
+                    for (int q = 0; q < JV; q++)
+#pragma GCC unroll 4
+                        for (int i = 0; i < MRV; i++) s[jj / JV][q][i] = acc[q][i];
+                } else {
+#pragma GCC unroll 8
+                    for (int q = 0; q < JV; q++)
+#pragma GCC unroll 4
+                        for (int i = 0; i < MRV; i++) t[i * 32 + jj + q] = _mm512_reduce_add_ps(acc[q][i]);
+                }
+            }
+        }
+        op_sm_out(x, bi, jc, MRV, nr, t);
+    }
+}
+
+/* one 32-column panel: per K pair, the pair of each row broadcast against the panel's two
+   16-column halves; even and odd pairs in separate accumulators (two chains per output vector) */
+OP_INLINE void op_sm_packed_dp_body(const int MRV, const op_sm_ctx *x, int64_t bi, int64_t j0, int64_t j1)
+{
+    const int64_t kp = x->kp, m = x->g->m;
+    const uint16_t *xb = x->xb + bi * m * kp;
+    const uint16_t *B = (const uint16_t *)x->g->b;
+    float t[OP_SM_MAX_M * 32] OP_ALIGNED(64);
+    for (int64_t j = j0; j < j1; j += 32) {
+        const uint16_t *bp = B + j * kp;
+        __m512 ce[OP_SM_MAX_M][2], co[OP_SM_MAX_M][2];
+#pragma GCC unroll 4
+        for (int i = 0; i < MRV; i++) ce[i][0] = ce[i][1] = co[i][0] = co[i][1] = _mm512_setzero_ps();
+        for (int64_t kb = 0; kb < kp; kb += 32, bp += 1024) {
+#pragma GCC unroll 16
+            for (int pr = 0; pr < 16; pr += 2) {
+                _mm_prefetch((const char *)(bp + OP_SM_DP_PPF + pr * 32), _MM_HINT_T1);
+                _mm_prefetch((const char *)(bp + OP_SM_DP_PPF + 512 + pr * 32), _MM_HINT_T1);
+                _mm_prefetch((const char *)(bp + OP_SM_DP_PPF + (pr + 1) * 32), _MM_HINT_T1);
+                _mm_prefetch((const char *)(bp + OP_SM_DP_PPF + 512 + (pr + 1) * 32), _MM_HINT_T1);
+                const __m512i v0 = _mm512_load_si512((const void *)(bp + pr * 32));
+                const __m512i v1 = _mm512_load_si512((const void *)(bp + 512 + pr * 32));
+                const __m512i u0 = _mm512_load_si512((const void *)(bp + (pr + 1) * 32));
+                const __m512i u1 = _mm512_load_si512((const void *)(bp + 512 + (pr + 1) * 32));
+#pragma GCC unroll 4
+                for (int i = 0; i < MRV; i++) {
+                    int32_t a0, a1;
+                    memcpy(&a0, xb + i * kp + kb + 2 * pr, 4);
+                    memcpy(&a1, xb + i * kp + kb + 2 * pr + 2, 4);
+                    const __m512i s0 = _mm512_set1_epi32(a0), s1 = _mm512_set1_epi32(a1);
+                    ce[i][0] = _mm512_dpbf16_ps(ce[i][0], (__m512bh)s0, (__m512bh)v0);
+                    ce[i][1] = _mm512_dpbf16_ps(ce[i][1], (__m512bh)s0, (__m512bh)v1);
+                    co[i][0] = _mm512_dpbf16_ps(co[i][0], (__m512bh)s1, (__m512bh)u0);
+                    co[i][1] = _mm512_dpbf16_ps(co[i][1], (__m512bh)s1, (__m512bh)u1);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < MRV; i++) {
+            _mm512_store_ps(t + i * 32, _mm512_add_ps(ce[i][0], co[i][0]));
+            _mm512_store_ps(t + i * 32 + 16, _mm512_add_ps(ce[i][1], co[i][1]));
+        }
+        op_sm_out(x, bi, j, MRV, (int)op_min64(32, x->g->n - j), t);
+    }
+}
+#endif
+
 /* ---- OP_SM_KN: B rows in place; even / odd columns widened in separate accumulators */
 OP_INLINE void op_sm_kn_body(const int MRV, const op_sm_ctx *x, int64_t bi, int64_t j0, int64_t j1,
                              float *acc)
@@ -724,6 +867,22 @@ OP_INLINE void op_sm_kn_body(const int MRV, const op_sm_ctx *x, int64_t bi, int6
 OP_SM_INST(1) OP_SM_INST(2) OP_SM_INST(3) OP_SM_INST(4)
 #undef OP_SM_INST
 
+#if defined(OP_BF16_HAS_DP)
+#define OP_SM_DP_INST(MRV)                                                                       \
+    static OP_NOINLINE void op_sm_packed_dp_m##MRV(const op_sm_ctx *x, int64_t bi, int64_t j0,   \
+                                                   int64_t j1)                                   \
+    {                                                                                            \
+        op_sm_packed_dp_body(MRV, x, bi, j0, j1);                                                \
+    }                                                                                            \
+    static OP_NOINLINE void op_sm_nk_dp_m##MRV(const op_sm_ctx *x, int64_t bi, int64_t j0,       \
+                                               int64_t j1)                                       \
+    {                                                                                            \
+        op_sm_nk_dp_body(MRV, MRV <= 2 ? 8 : 4, x, bi, j0, j1);                                  \
+    }
+OP_SM_DP_INST(1) OP_SM_DP_INST(2) OP_SM_DP_INST(3) OP_SM_DP_INST(4)
+#undef OP_SM_DP_INST
+#endif
+
 #if defined(OP_LEVEL_AVX512_CORE_AMX)
 /* ---- AMX small M, prepacked B (real tiles only): the k32 panels are B tiles as they lie. C tiles 0/1
    (m rows x 16 columns), A tile 4 = x (m rows of 32 bfloat16, from a zero-padded copy), B tiles 6/7 =
@@ -786,6 +945,26 @@ static void op_sm_task(void *ctx, int64_t task, int tid)
     const int64_t j1 = op_min64(x->g->n, j0 + x->cols);
     if (j0 >= j1) return;
     const int m = (int)x->g->m;
+#if defined(OP_BF16_HAS_DP)
+    if (x->dp && x->form == OP_SM_PACKED) {
+        switch (m) {
+        case 1: op_sm_packed_dp_m1(x, bi, j0, j1); break;
+        case 2: op_sm_packed_dp_m2(x, bi, j0, j1); break;
+        case 3: op_sm_packed_dp_m3(x, bi, j0, j1); break;
+        default: op_sm_packed_dp_m4(x, bi, j0, j1); break;
+        }
+        return;
+    }
+    if (x->dp && x->form == OP_SM_NK) {
+        switch (m) {
+        case 1: op_sm_nk_dp_m1(x, bi, j0, j1); break;
+        case 2: op_sm_nk_dp_m2(x, bi, j0, j1); break;
+        case 3: op_sm_nk_dp_m3(x, bi, j0, j1); break;
+        default: op_sm_nk_dp_m4(x, bi, j0, j1); break;
+        }
+        return;
+    }
+#endif
     switch (x->form) {
     case OP_SM_PACKED:
 #if defined(OP_LEVEL_AVX512_CORE_AMX)
@@ -847,25 +1026,37 @@ static int op_sm_run(int form, const op_gemm_args *g, void *c, const int64_t *c_
     x.parts = g->batch >= T ? 1 : op_cdiv64(T, g->batch);
     x.cols = op_roundup64(op_cdiv64(n, x.parts), 32);
     x.parts = op_cdiv64(n, x.cols);
-    float *xa = (float *)op_aligned_alloc((size_t)(g->batch * m * x.kp) * sizeof(float));
-    if (!xa) return -1;
-    for (int64_t bi = 0; bi < g->batch; bi++) {
-        const uint16_t *A = (const uint16_t *)g->a + (g->a_off ? g->a_off[bi] : 0);
-        for (int64_t i = 0; i < m; i++) {
-            float *d = xa + (bi * m + i) * x.kp;
-            const uint16_t *s = A + i * g->rsa;
-            for (int64_t p = 0; p < x.kp; p++) {
-                const float v = p < k ? op_bf16_to_f32_1(s[p * g->csa]) : 0.0f;
-                /* NK: per 32-block, the 16 even depths then the 16 odd ones */
-                const int64_t q = form == OP_SM_NK ? (p & ~(int64_t)31) + ((p & 1) << 4) + ((p & 31) >> 1) : p;
-                d[q] = v;
+#if defined(OP_BF16_HAS_DP) && !defined(OP_LEVEL_AVX512_CORE_AMX)
+    x.dp = op_sm_dp && form != OP_SM_KN && (m > 1 || form == OP_SM_NK);
+#elif defined(OP_BF16_HAS_DP)
+    x.dp = op_sm_dp && form == OP_SM_NK;   /* the AMX level's prepacked form runs the tiles */
+#endif
+    /* A once per call: bfloat16 as it is (xb: the tiles, the VDPBF16PS forms) or widened (xa) */
+    int need_xb = x.dp;
+#if defined(OP_LEVEL_AVX512_CORE_AMX)
+    need_xb |= form == OP_SM_PACKED;
+#endif
+    float *xa = NULL;
+    if (!x.dp) {
+        xa = (float *)op_aligned_alloc((size_t)(g->batch * m * x.kp) * sizeof(float));
+        if (!xa) return -1;
+        for (int64_t bi = 0; bi < g->batch; bi++) {
+            const uint16_t *A = (const uint16_t *)g->a + (g->a_off ? g->a_off[bi] : 0);
+            for (int64_t i = 0; i < m; i++) {
+                float *d = xa + (bi * m + i) * x.kp;
+                const uint16_t *s = A + i * g->rsa;
+                for (int64_t p = 0; p < x.kp; p++) {
+                    const float v = p < k ? op_bf16_to_f32_1(s[p * g->csa]) : 0.0f;
+                    /* NK: per 32-block, the 16 even depths then the 16 odd ones */
+                    const int64_t q = form == OP_SM_NK ? (p & ~(int64_t)31) + ((p & 1) << 4) + ((p & 31) >> 1) : p;
+                    d[q] = v;
+                }
             }
         }
     }
     x.xa = xa;
     uint16_t *xb = NULL;
-#if defined(OP_LEVEL_AVX512_CORE_AMX)
-    if (form == OP_SM_PACKED) {
+    if (need_xb) {
         xb = (uint16_t *)op_aligned_alloc((size_t)(g->batch * m * x.kp) * 2);
         if (!xb) {
             op_aligned_free(xa);
@@ -879,7 +1070,6 @@ static int op_sm_run(int form, const op_gemm_args *g, void *c, const int64_t *c_
         }
         x.xb = xb;
     }
-#endif
     if (form == OP_SM_KN) {
         x.scratch = (float *)op_aligned_alloc((size_t)(T * m * x.cols) * sizeof(float));
         if (!x.scratch) {
@@ -894,6 +1084,17 @@ static int op_sm_run(int form, const op_gemm_args *g, void *c, const int64_t *c_
     return used;
 }
 #endif /* OP_HAS_AVX512 */
+
+int op_gemm_bf16_set_decode_dp(int on)
+{
+#if defined(OP_BF16_HAS_DP)
+    op_sm_dp = on ? 1 : 0;
+    return op_sm_dp;
+#else
+    (void)on;
+    return 0;
+#endif
+}
 
 /* ---------------------------------------------------------------- driver call */
 

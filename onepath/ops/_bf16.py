@@ -36,11 +36,30 @@ def _epilogue(ffi, bias, bias_axis, activation):
     return epi, keep
 
 
+_DECODE_DP: dict = {}  # level -> the small-M variant set in its module (registry.BF16_DECODE_DP)
+
+
+def set_decode_dp(level: str, on: bool | None = None) -> bool:
+    """Set whether small-M (decode, m <= 4) bfloat16 products of ``level``'s module multiply with
+    VDPBF16PS (``on``; None: the registry's ``BF16_DECODE_DP`` rule for this host). Returns the
+    previous setting (False before the first call). A level without VDPBF16PS stays False."""
+    prev = _DECODE_DP.get(level, False)
+    want = registry.bf16_decode_dp(level) if on is None else bool(on)
+    _DECODE_DP[level] = bool(load(level).lib.op_gemm_bf16_set_decode_dp(int(want)))
+    return prev
+
+
+def _module(level: str):
+    if level not in _DECODE_DP:
+        set_decode_dp(level)
+    return load(level)
+
+
 def _row_and_module(op: str, build: str | None, dtype: str = "bfloat16"):
     if build is None:
         row = registry.select(op, dtype)
-        return row, row.level, load(row.level)
-    return None, build, load(build)
+        return row, row.level, _module(row.level)
+    return None, build, _module(build)
 
 
 def _blocking(ffi, row):
@@ -107,7 +126,7 @@ def pack_weight(level: str, b_dtype: np.dtype, wt: np.ndarray) -> tuple[np.ndarr
 def run_gemm_packed(op: str, level: str, row, b_dtype: np.dtype, a: np.ndarray, packed: np.ndarray,
                     n: int, c: np.ndarray, *, bias=None, activation=None, shapes: str = "") -> None:
     """C[M, N] = A[M, K] @ Bpacked (+ bias over columns, activation); A has the packed dtype."""
-    mod = load(level)
+    mod = _module(level)
     ffi, lib = mod.ffi, mod.lib
     m, k = a.shape
     ia, ic = a.itemsize, c.itemsize
