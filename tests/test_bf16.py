@@ -195,14 +195,14 @@ def test_registry_rows_match_modules():
 
 @pytest.fixture(params=["widen", "vdpbf16ps"])
 def decode_variant(request, level):
-    """The small-M loops both ways at the levels with VDPBF16PS (registry.BF16_DECODE_DP picks one
+    """The small-M loops both ways at the levels with VDPBF16PS (registry.BF16_VARIANTS picks one
     per microarchitecture): widened to float32 + FMA, and VDPBF16PS."""
     from onepath.ops import _bf16
     if request.param == "vdpbf16ps" and level not in ("avx512_core_bf16", "avx512_core_amx"):
         pytest.skip("no VDPBF16PS at this level")
-    _bf16.set_decode_dp(level, request.param == "vdpbf16ps")
+    _bf16.set_variants(level, {"decode_vdpbf16ps"} if request.param == "vdpbf16ps" else ())
     yield request.param
-    _bf16.set_decode_dp(level)  # back to the registry's rule
+    _bf16.set_variants(level)  # back to the registry's rule
 
 
 # Small M (decode, m <= 4 at the AVX-512 levels): B read in place as row-major (k, n) (matmul), as a
@@ -294,6 +294,37 @@ def test_bf16_output_over_several_kc_blocks(level, shape):
     assert np.array_equal(l16.view(np.uint16), l32.astype(BF16).view(np.uint16))
     p16 = onepath.linear(a, onepath.prepack(w), bias, activation="gelu")
     assert np.array_equal(p16.view(np.uint16), l32.astype(BF16).view(np.uint16))
+
+
+@pytest.mark.parametrize("a_in_place", [False, True])
+def test_vdpbf16ps_gemm_reads_a_in_place(a_in_place):
+    """The VDPBF16PS GEMM with A packed and read in place (registry.BF16_VARIANTS picks one per
+    microarchitecture): full 14-row panels in place, the tail packed; aligned and unaligned A, K a
+    multiple of 32 or not (in place only without depth padding), several KC blocks, an epilogue,
+    bfloat16 C."""
+    from onepath.ops import _bf16
+    level = "avx512_core_bf16"
+    if level not in onepath.available_isas():
+        pytest.skip(f"{level} cannot run on this host")
+    rng = np.random.default_rng(17)
+    _bf16.set_variants(level, {"a_in_place"} if a_in_place else ())
+    try:
+        with onepath.max_isa(level):
+            for m, n, k in [(45, 71, 128), (64, 96, 96), (29, 40, 2100), (33, 31, 33), (130, 50, 320)]:
+                a, b = _rand_bf16(rng, (m, k)), _rand_bf16(rng, (k, n))
+                _assert_f32(onepath.matmul(a, b, dtype=np.float32), a, b)
+                _assert_bf16(onepath.matmul(a, b), a, b)
+                wide = np.zeros((m, k + 1), BF16)  # rows 2 bytes off 64-byte alignment
+                wide[:, 1:] = a
+                _assert_f32(onepath.matmul(wide[:, 1:], b, dtype=np.float32), a, b)
+            a, w = _rand_bf16(rng, (70, 256)), _rand_bf16(rng, (90, 256))
+            bias = rng.standard_normal(90).astype(np.float32)
+            ref = np.maximum(a.astype(np.float64) @ w.astype(np.float64).T + bias, 0)
+            for wt in (w, onepath.prepack(w)):
+                got = onepath.linear(a, wt, bias, activation="relu", dtype=np.float32)
+                np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3 * np.abs(ref).max())
+    finally:
+        _bf16.set_variants(level)
 
 
 def test_bf16_output_emulated_several_kc_blocks():

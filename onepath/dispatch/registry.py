@@ -180,25 +180,32 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
     ("zen4", "avx512_core_bf16"): {"kxk": 196, "1x1_batch": 49, "1x1_stride": 784},
 }
 
-# Small-M bfloat16 products (decode: m <= 4 rows, a raw (N, K) or prepacked weight) per
-# (uarch, level): True multiplies with VDPBF16PS (one instruction per 32 products of a row;
-# kernels/gemm_bf16.c, op_gemm_bf16_set_decode_dp), absent or False widens the weight to float32 in
-# register and runs two FMAs instead. Sapphire Rapids issues a 512-bit VDPBF16PS once per 2 cycles
-# (the widening loops were measured faster there); Zen 4 issues one per cycle.
-# zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), K = N = 4096 paired against torch 2.13
-# in one process at 1 thread: raw weight m = 1 / 4 from 26 / 67 to 38 / 100 GFLOP/s, prepacked
-# m = 4 from 97 to 160 (prepacked m = 1 keeps the widening loop, which the VDPBF16PS one did not beat).
-BF16_DECODE_DP: dict[tuple[str, str], bool] = {
-    ("zen4", "avx512_core_bf16"): True,
+# Variants of the bfloat16 kernels per (uarch, level) (kernels/gemm_bf16.c, op_gemm_bf16_set_variants;
+# a host without a row runs neither):
+#   "decode_vdpbf16ps"  small-M products (decode: m <= 4 rows, a raw (N, K) or prepacked weight)
+#                       multiply with VDPBF16PS, one instruction per 32 products of a row, instead of
+#                       widening the weight to float32 in register for two FMAs. Sapphire Rapids
+#                       issues a 512-bit VDPBF16PS once per 2 cycles (the widening loops were measured
+#                       faster there); Zen 4 issues one per cycle.
+#   "a_in_place"        the VDPBF16PS GEMM (14 x 32) reads a row-major A in place instead of packing
+#                       it: every thread packed the whole of A (its C block spans all rows when the
+#                       threads split N), a cost that grows with the threads.
+# zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), paired against torch 2.13 in one
+# process: decode K = N = 4096 at 1 thread, raw weight m = 1 / 4 from 26 / 67 to 38 / 100 GFLOP/s,
+# prepacked m = 4 from 97 to 160 (prepacked m = 1 keeps the widening loop, which the VDPBF16PS one
+# did not beat); A in place, squares at 2 threads: 512^3 0.83 -> 0.99x torch, 2048^3 0.84 -> 0.97x
+# (1 thread: +0..1%).
+BF16_VARIANTS: dict[tuple[str, str], frozenset[str]] = {
+    ("zen4", "avx512_core_bf16"): frozenset({"decode_vdpbf16ps", "a_in_place"}),
 }
 
 
-def bf16_decode_dp(level: str, uarch: str | None = None) -> bool:
-    """Whether small-M bfloat16 products at ``level`` multiply with VDPBF16PS on ``uarch`` (default:
-    this host's), per ``BF16_DECODE_DP``."""
+def bf16_variants(level: str, uarch: str | None = None) -> frozenset[str]:
+    """The bfloat16 kernel variants ``level`` runs on ``uarch`` (default: this host's), per
+    ``BF16_VARIANTS``."""
     if uarch is None:
         uarch = _probe().uarch
-    return bool(BF16_DECODE_DP.get((uarch, level), False))
+    return BF16_VARIANTS.get((uarch, level), frozenset())
 
 
 def conv_nchw_as_nhwc(row: Kernel, n: int, pixels: int, strided: bool = False,

@@ -28,8 +28,8 @@
 #define OP_K32_NR 32
 
 #if defined(OP_BF16_HAS_DP)
-/* Whether the small-M forms NK and PACKED multiply with VDPBF16PS (op_gemm_bf16_set_decode_dp; set
-   by onepath.ops._bf16 from the registry's BF16_DECODE_DP rule for the host's microarchitecture). */
+/* Whether the small-M forms NK and PACKED multiply with VDPBF16PS (op_gemm_bf16_set_variants flag 1;
+   set by onepath.ops._bf16 from the registry's BF16_VARIANTS rule for the host's microarchitecture). */
 static int op_sm_dp = 0;
 #endif
 
@@ -249,11 +249,14 @@ static void op_pack_a_dp(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t 
 
 /* 14 x 32: per K-pair, two B vectors (16 columns x 2 depths each), one 32-bit broadcast of an A
    pair per row, 28 VDPBF16PS. Rows <= 4 (decode) use a second accumulator set for odd pairs to
-   halve the dependency chains. */
+   halve the dependency chains. lda = 0: a is a packed micro-panel; lda > 0: a = &A[i0][p0] of a
+   row-major A read in place (rows lda elements apart, kcp == kc: no depth padding). */
 OP_INLINE void op_ukr_dp_body(const int MRV, int64_t kcp, const uint16_t *OP_RESTRICT a,
-                              const uint16_t *OP_RESTRICT b, float *c, int64_t rsc, int64_t csc,
-                              int nr, int acc, const op_epilogue *epi)
+                              const int64_t lda, const uint16_t *OP_RESTRICT b, float *c,
+                              int64_t rsc, int64_t csc, int nr, int acc, const op_epilogue *epi)
 {
+    const int64_t ars = lda ? lda : 32;                 /* A row stride, elements */
+    const int64_t astep = lda ? 32 : OP_DP_MR * 32;     /* A advance per 32-deep block */
     __m512 c0_0 = _mm512_setzero_ps(), c0_1 = c0_0, c1_0 = c0_0, c1_1 = c0_0, c2_0 = c0_0,
            c2_1 = c0_0, c3_0 = c0_0, c3_1 = c0_0, c4_0 = c0_0, c4_1 = c0_0, c5_0 = c0_0,
            c5_1 = c0_0, c6_0 = c0_0, c6_1 = c0_0, c7_0 = c0_0, c7_1 = c0_0, c8_0 = c0_0,
@@ -273,7 +276,7 @@ OP_INLINE void op_ukr_dp_body(const int MRV, int64_t kcp, const uint16_t *OP_RES
 #define OP_R(i, PR, ACC)                                                                  \
     if (MRV > i) {                                                                        \
         int32_t av;                                                                       \
-        memcpy(&av, a + i * 32 + 2 * (PR), 4);                                            \
+        memcpy(&av, a + i * ars + 2 * (PR), 4);                                           \
         const __m512i ai = _mm512_set1_epi32(av);                                         \
         ACC##i##_0 = _mm512_dpbf16_ps(ACC##i##_0, OP_BH(ai), OP_BH(b0));                  \
         ACC##i##_1 = _mm512_dpbf16_ps(ACC##i##_1, OP_BH(ai), OP_BH(b1));                  \
@@ -283,7 +286,7 @@ OP_INLINE void op_ukr_dp_body(const int MRV, int64_t kcp, const uint16_t *OP_RES
        blocks (4 KiB) ahead. A KC-deep B micro-panel (32 KiB at KC 512) does not stay in a 32 KiB L1d
        beside A, so B streams from L2 on every call; Zen 4, KC 1024: +3-5% at 1024^3 and 2048^3 */
     for (int64_t kb = 0; kb * 32 < kcp; kb++) {
-        for (int i = 0; i < MRV; i++) _mm_prefetch((const char *)(a + OP_DP_MR * 32 + i * 32), _MM_HINT_T0);
+        for (int i = 0; i < MRV; i++) _mm_prefetch((const char *)(a + astep + i * ars), _MM_HINT_T0);
         for (int pr = 0; pr < 16; pr += 2) {
             _mm_prefetch((const char *)(b + OP_DP_BPF + pr * 32), _MM_HINT_T0);
             _mm_prefetch((const char *)(b + OP_DP_BPF + 512 + pr * 32), _MM_HINT_T0);
@@ -309,7 +312,7 @@ OP_INLINE void op_ukr_dp_body(const int MRV, int64_t kcp, const uint16_t *OP_RES
                 }
             }
         }
-        a += OP_DP_MR * 32;
+        a += astep;
         b += 1024;
     }
 #undef OP_RS
@@ -348,7 +351,7 @@ OP_INLINE void op_ukr_dp_body(const int MRV, int64_t kcp, const uint16_t *OP_RES
                                              float *c, int64_t rsc, int64_t csc, int nr,    \
                                              int acc, const op_epilogue *epi)               \
     {                                                                                       \
-        op_ukr_dp_body(MRV, kcp, a, b, c, rsc, csc, nr, acc, epi);                          \
+        op_ukr_dp_body(MRV, kcp, a, 0, b, c, rsc, csc, nr, acc, epi);                       \
     }
 OP_DP_INST(1) OP_DP_INST(2) OP_DP_INST(3) OP_DP_INST(4) OP_DP_INST(5) OP_DP_INST(6) OP_DP_INST(7)
 OP_DP_INST(8) OP_DP_INST(9) OP_DP_INST(10) OP_DP_INST(11) OP_DP_INST(12) OP_DP_INST(13)
@@ -377,6 +380,27 @@ static const op_gemm_ops op_bf16_dp_ops = {
     {168, 512, 2048},
     0,
 };
+
+/* A read in place (op_gemm_ops.ukr_a: full 14-row panels of a row-major A, kcp == kc), the rest as
+   op_bf16_dp_ops: no A packing; the pairs of a row are broadcast from where they lie. */
+static OP_NOINLINE void op_ukr_dp_a(int64_t kcp, const void *a, int64_t lda, const void *b, float *c,
+                                    int64_t rsc, int64_t csc, int mr, int nr, int acc,
+                                    const op_epilogue *epi)
+{
+    (void)mr;  /* always OP_DP_MR (full panels) */
+    op_ukr_dp_body(OP_DP_MR, kcp, (const uint16_t *)a, lda, (const uint16_t *)b, c, rsc, csc, nr, acc, epi);
+}
+
+static const op_gemm_ops op_bf16_dp_a_ops = {
+    OP_DP_MR, OP_K32_NR, 32, 2, 2,
+    op_pack_a_dp, op_pack_b_k32, op_ukr_dp,
+    0, 2 * OP_K32_NR,
+    {168, 512, 2048},
+    0, 0, op_ukr_dp_a,
+};
+
+/* op_gemm_bf16_set_variants flag 2: the GEMM reads a row-major A in place (op_bf16_dp_a_ops) */
+static int op_dp_a_inplace = 0;
 #endif
 
 /* ---------------------------------------------------------------- amx (real or emulated) */
@@ -421,7 +445,7 @@ static const op_gemm_ops *op_bf16_pick(int64_t m, int *amx)
     *amx = 1;
     return &op_bf16_amx_ops;
 #elif defined(OP_BF16_HAS_DP)
-    return &op_bf16_dp_ops;
+    return op_dp_a_inplace ? &op_bf16_dp_a_ops : &op_bf16_dp_ops;
 #else
     return &op_bf16_widen_ops;
 #endif
@@ -640,7 +664,7 @@ OP_INLINE void op_sm_nk_body(const int MRV, const int JV, const op_sm_ctx *x, in
 }
 
 #if defined(OP_BF16_HAS_DP)
-/* ---- VDPBF16PS forms of OP_SM_NK and OP_SM_PACKED (x->dp, the registry's BF16_DECODE_DP rule for
+/* ---- VDPBF16PS forms of OP_SM_NK and OP_SM_PACKED (x->dp: the registry's BF16_VARIANTS rule for
    the host's microarchitecture): A kept in bfloat16 (x->xb, natural order), one VDPBF16PS per 32
    products of a row instead of a widen and two FMAs. Where VDPBF16PS issues at the FMA rate (Zen 4:
    one 512-bit VDPBF16PS per cycle) this halves the arithmetic of m = 2..4; where it issues at half
@@ -1085,13 +1109,14 @@ static int op_sm_run(int form, const op_gemm_args *g, void *c, const int64_t *c_
 }
 #endif /* OP_HAS_AVX512 */
 
-int op_gemm_bf16_set_decode_dp(int on)
+int op_gemm_bf16_set_variants(int flags)
 {
 #if defined(OP_BF16_HAS_DP)
-    op_sm_dp = on ? 1 : 0;
-    return op_sm_dp;
+    op_sm_dp = (flags & 1) != 0;
+    op_dp_a_inplace = (flags & 2) != 0;
+    return op_sm_dp | op_dp_a_inplace << 1;
 #else
-    (void)on;
+    (void)flags;
     return 0;
 #endif
 }

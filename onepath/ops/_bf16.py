@@ -36,22 +36,32 @@ def _epilogue(ffi, bias, bias_axis, activation):
     return epi, keep
 
 
-_DECODE_DP: dict = {}  # level -> the small-M variant set in its module (registry.BF16_DECODE_DP)
+_VARIANTS: dict = {}  # level -> the variant flags set in its module (registry.BF16_VARIANTS)
+_FLAGS = {"decode_vdpbf16ps": 1, "a_in_place": 2}  # kernels/api_bf16.h, op_gemm_bf16_set_variants
 
 
-def set_decode_dp(level: str, on: bool | None = None) -> bool:
-    """Set whether small-M (decode, m <= 4) bfloat16 products of ``level``'s module multiply with
-    VDPBF16PS (``on``; None: the registry's ``BF16_DECODE_DP`` rule for this host). Returns the
-    previous setting (False before the first call). A level without VDPBF16PS stays False."""
-    prev = _DECODE_DP.get(level, False)
-    want = registry.bf16_decode_dp(level) if on is None else bool(on)
-    _DECODE_DP[level] = bool(load(level).lib.op_gemm_bf16_set_decode_dp(int(want)))
+def set_variants(level: str, names=None) -> frozenset:
+    """Set the per-microarchitecture kernel variants of ``level``'s bfloat16 module: ``names`` among
+    ``"decode_vdpbf16ps"`` (small-M products, m <= 4, multiply with VDPBF16PS instead of widening
+    to float32) and ``"a_in_place"`` (the VDPBF16PS GEMM reads a row-major A in place instead of
+    packing it); None: the registry's ``BF16_VARIANTS`` rule for this host. A level lacking one
+    keeps it off. Returns the previous set (empty before the first call).
+
+    Raises:
+        ValueError: an unknown variant name."""
+    prev = _VARIANTS.get(level, frozenset())
+    want = registry.bf16_variants(level) if names is None else frozenset(names)
+    bad = sorted(want - _FLAGS.keys())
+    if bad:
+        raise ValueError(f"unknown bfloat16 kernel variant(s) {bad}; known: {sorted(_FLAGS)}")
+    got = load(level).lib.op_gemm_bf16_set_variants(sum(_FLAGS[v] for v in want))
+    _VARIANTS[level] = frozenset(v for v, bit in _FLAGS.items() if got & bit)
     return prev
 
 
 def _module(level: str):
-    if level not in _DECODE_DP:
-        set_decode_dp(level)
+    if level not in _VARIANTS:
+        set_variants(level)
     return load(level)
 
 
