@@ -144,9 +144,13 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
     # B micro-panel streamed from L2 runs 4-10% faster (BLIS's zen4 sgemm config uses KC 480 for the
     # same reason). bfloat16 (VDPBF16PS): KC 1024 halves the float partial-sum passes of KC 512
     # (+7% at 1024^3, equal at 512^3 and 2048^3); the model's KC 320 was slower still (86 vs 119
-    # GFLOP/s at 1024^3).
+    # GFLOP/s at 1024^3). Then (2026-11-30, quiet VM, paired against torch 2.13 with A read in place,
+    # BF16_VARIANTS): KC 2048 holds all of a 2048-deep K in one block (no float partial sums through
+    # a 16 MiB scratch and a second pass): 2048^3 0.94 -> 1.03x torch at 2 threads, 1.015 -> 1.03x at
+    # 1; its 128 KiB B micro-panel streams from L2 as the 64 KiB one did. MC 112 (A block 448 KiB
+    # of the 1 MiB L2 beside that panel) against 168: +1..4% at 2 threads, equal at 1.
     **{("zen4", "avx512_core", op, "float32"): (126, 512, 3072) for op in ("matmul", "linear")},
-    **{("zen4", "avx512_core_bf16", op, "bfloat16"): (168, 1024, 2048) for op in ("matmul", "linear")},
+    **{("zen4", "avx512_core_bf16", op, "bfloat16"): (112, 2048, 2048) for op in ("matmul", "linear")},
     # conv2d and the widened bfloat16 rows: `python -m onepath tune --threads 1 --level avx512_core
     # --level avx512_core_bf16` (full search), then A/B through conv2d on ResNet-50 3x3 and 1x1
     # layers: the bf16 3x3 conv's larger MC/KC held up (+1..5%); the other picks were within noise or
