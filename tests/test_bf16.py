@@ -310,7 +310,8 @@ def test_vdpbf16ps_gemm_reads_a_in_place(a_in_place):
     _bf16.set_variants(level, {"a_in_place"} if a_in_place else ())
     try:
         with onepath.max_isa(level):
-            for m, n, k in [(45, 71, 128), (64, 96, 96), (29, 40, 2100), (33, 31, 33), (130, 50, 320)]:
+            for m, n, k in [(45, 71, 128), (64, 96, 96), (29, 40, 2100), (20, 40, 2176), (33, 31, 33),
+                            (130, 50, 320)]:
                 a, b = _rand_bf16(rng, (m, k)), _rand_bf16(rng, (k, n))
                 _assert_f32(onepath.matmul(a, b, dtype=np.float32), a, b)
                 _assert_bf16(onepath.matmul(a, b), a, b)

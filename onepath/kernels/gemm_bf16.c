@@ -380,6 +380,13 @@ OP_INLINE void op_ukr_dp_body(const int MRV, int64_t kcp, const uint16_t *OP_RES
                                              int acc, const op_epilogue *epi)               \
     {                                                                                       \
         op_ukr_dp_body(MRV, kcp, a, 0, b, c, rsc, csc, nr, acc, epi);                       \
+    }                                                                                       \
+    static OP_NOINLINE void op_ukr_dp_r_m##MRV(int64_t kcp, const uint16_t *a, int64_t lda,   \
+                                               const uint16_t *b, float *c, int64_t rsc,      \
+                                               int64_t csc, int nr, int acc,                  \
+                                               const op_epilogue *epi)                        \
+    {                                                                                       \
+        op_ukr_dp_body(MRV, kcp, a, lda, b, c, rsc, csc, nr, acc, epi);                     \
     }
 OP_DP_INST(1) OP_DP_INST(2) OP_DP_INST(3) OP_DP_INST(4) OP_DP_INST(5) OP_DP_INST(6) OP_DP_INST(7)
 OP_DP_INST(8) OP_DP_INST(9) OP_DP_INST(10) OP_DP_INST(11) OP_DP_INST(12) OP_DP_INST(13)
@@ -409,25 +416,52 @@ static const op_gemm_ops op_bf16_dp_ops = {
     0,
 };
 
-/* A read in place (op_gemm_ops.ukr_a: full 14-row panels of a row-major A, kcp == kc), the rest as
-   op_bf16_dp_ops: no A packing; the pairs of a row are broadcast from where they lie. */
-static OP_NOINLINE void op_ukr_dp_a(int64_t kcp, const void *a, int64_t lda, const void *b, float *c,
-                                    int64_t rsc, int64_t csc, int mr, int nr, int acc,
-                                    const op_epilogue *epi)
+/* A read in place ("aref" panels): for a row-major A (csa == 1) whose depth needs no padding (k a
+   multiple of 32, so every KC block is), the A "pack" writes per micro-panel only where its rows lie
+   in A (op_dp_aref, in the panel's slot of the A buffer) and the micro-kernel broadcasts the K pairs
+   from there: no copy of A, whatever its alignment (broadcasts of 4 bytes), edges included. */
+typedef struct {
+    const uint16_t *a;   /* &A[first row of the panel][p0] */
+    int64_t lda;         /* A's row stride (elements) */
+} op_dp_aref;
+
+static void op_pack_a_dp_ref(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc, int64_t p0,
+                             int64_t kc, int64_t kcp, void *dst)
 {
-    (void)mr;  /* always OP_DP_MR (full panels) */
-    op_ukr_dp_body(OP_DP_MR, kcp, (const uint16_t *)a, lda, (const uint16_t *)b, c, rsc, csc, nr, acc, epi);
+    (void)kc;
+    const uint16_t *A = (const uint16_t *)g->a + (g->a_off ? g->a_off[bi] : 0);
+    for (int64_t ir = 0; ir < mc; ir += OP_DP_MR) {
+        op_dp_aref *r = (op_dp_aref *)((uint16_t *)dst + ir * kcp);
+        r->a = A + (i0 + ir) * g->rsa + p0;
+        r->lda = g->rsa;
+    }
 }
 
-static const op_gemm_ops op_bf16_dp_a_ops = {
-    OP_DP_MR, OP_K32_NR, 32, 2, 2,
-    op_pack_a_dp, op_pack_b_k32, op_ukr_dp,
-    0, 2 * OP_K32_NR,
-    {168, 512, 2048},
-    0, 0, op_ukr_dp_a,
+typedef void (*op_ukr_dp_r_fn)(int64_t, const uint16_t *, int64_t, const uint16_t *, float *, int64_t,
+                               int64_t, int, int, const op_epilogue *);
+static const op_ukr_dp_r_fn op_ukr_dp_r_table[OP_DP_MR] = {
+    op_ukr_dp_r_m1, op_ukr_dp_r_m2, op_ukr_dp_r_m3, op_ukr_dp_r_m4, op_ukr_dp_r_m5, op_ukr_dp_r_m6,
+    op_ukr_dp_r_m7, op_ukr_dp_r_m8, op_ukr_dp_r_m9, op_ukr_dp_r_m10, op_ukr_dp_r_m11, op_ukr_dp_r_m12,
+    op_ukr_dp_r_m13, op_ukr_dp_r_m14,
 };
 
-/* op_gemm_bf16_set_variants flag 2: the GEMM reads a row-major A in place (op_bf16_dp_a_ops) */
+static void op_ukr_dp_ref(int64_t kcp, const void *a, const void *b, int64_t ldb, float *c,
+                          int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
+{
+    (void)ldb;
+    const op_dp_aref *r = (const op_dp_aref *)a;
+    op_ukr_dp_r_table[mr - 1](kcp, r->a, r->lda, (const uint16_t *)b, c, rsc, csc, nr, acc, epi);
+}
+
+static const op_gemm_ops op_bf16_dp_ref_ops = {
+    OP_DP_MR, OP_K32_NR, 32, 2, 2,
+    op_pack_a_dp_ref, op_pack_b_k32, op_ukr_dp_ref,
+    0, 2 * OP_K32_NR,
+    {168, 512, 2048},
+    0,
+};
+
+/* op_gemm_bf16_set_variants flag 2: the GEMM reads a row-major A in place (op_bf16_dp_ref_ops) */
 static int op_dp_a_inplace = 0;
 #endif
 
@@ -473,10 +507,21 @@ static const op_gemm_ops *op_bf16_pick(int64_t m, int *amx)
     *amx = 1;
     return &op_bf16_amx_ops;
 #elif defined(OP_BF16_HAS_DP)
-    return op_dp_a_inplace ? &op_bf16_dp_a_ops : &op_bf16_dp_ops;
+    return &op_bf16_dp_ops;
 #else
     return &op_bf16_widen_ops;
 #endif
+}
+
+/* op_bf16_pick, with the VDPBF16PS kernel reading A in place where the variant is on and A allows
+   it (row-major, k a multiple of 32: no depth padding in any KC block) */
+static const op_gemm_ops *op_bf16_pick_for(const op_gemm_args *g, int *amx)
+{
+    const op_gemm_ops *ops = op_bf16_pick(g->m, amx);
+#if defined(OP_BF16_HAS_DP)
+    if (ops == &op_bf16_dp_ops && op_dp_a_inplace && g->csa == 1 && g->k % 32 == 0) return &op_bf16_dp_ref_ops;
+#endif
+    return ops;
 }
 
 const char *op_gemm_bf16_kernel_for(int64_t m)
@@ -1197,7 +1242,7 @@ int op_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k,
     }
 #endif
     int amx;
-    const op_gemm_ops *ops = op_bf16_pick(m, &amx);
+    const op_gemm_ops *ops = op_bf16_pick_for(&g, &amx);
     return op_bf16_run(ops, &g, amx, c, c_off, rsc, csc, c_dtype, blk, nthreads);
 }
 
@@ -1283,7 +1328,7 @@ int op_gemm_packed(int b_dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
         return op_sm_run(OP_SM_PACKED, &g, c, c_off, rsc, csc, c_dtype, nthreads);
 #endif
     int amx = 0;
-    op_gemm_ops ops = b_dtype == 1 ? *op_bf16_pick(m, &amx) : op_gemm_f32_ops;
+    op_gemm_ops ops = b_dtype == 1 ? *op_bf16_pick_for(&g, &amx) : op_gemm_f32_ops;
     ops.direct_b = 0;
     ops.b_prepacked = 1;
     return op_bf16_run(&ops, &g, amx, c, c_off, rsc, csc, c_dtype, blk, nthreads);
