@@ -190,15 +190,16 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
 #                       multiply with VDPBF16PS, one instruction per 32 products of a row, instead of
 #                       widening the weight to float32 in register for two FMAs. Sapphire Rapids
 #                       issues a 512-bit VDPBF16PS once per 2 cycles (the widening loops were measured
-#                       faster there); Zen 4 issues one per cycle.
+#                       faster there); Zen 4 issues one per cycle. Prepacked m = 1 keeps the
+#                       widening loop, its far prefetch into L2 moved from 6 to 32 KiB ahead.
 #   "a_in_place"        the VDPBF16PS GEMM (14 x 32) reads a row-major A in place instead of packing
 #                       it: every thread packed the whole of A (its C block spans all rows when the
 #                       threads split N), a cost that grows with the threads.
 # zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), paired against torch 2.13 in one
-# process: decode K = N = 4096 at 1 thread, raw weight m = 1 / 4 from 26 / 67 to 38 / 100 GFLOP/s,
-# prepacked m = 4 from 97 to 160 (prepacked m = 1 keeps the widening loop, which the VDPBF16PS one
-# did not beat); A in place, squares at 2 threads: 512^3 0.83 -> 0.99x torch, 2048^3 0.84 -> 0.97x
-# (1 thread: +0..1%).
+# process: decode K = N = 4096 at 1 thread, raw weight m = 1 / 4 from 26 / 67 to 45 / 100 GFLOP/s,
+# prepacked m = 1 / 4 from 36 / 97 to 43-50 / 165-185 (m = 1: the prefetch distance); A in place
+# (no copy of A, whose rows every thread packed whole when the threads split N): 512^3 +0.5%
+# at 1 thread, +2% at 2.
 BF16_VARIANTS: dict[tuple[str, str], frozenset[str]] = {
     ("zen4", "avx512_core_bf16"): frozenset({"decode_vdpbf16ps", "a_in_place"}),
 }

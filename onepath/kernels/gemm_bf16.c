@@ -598,6 +598,7 @@ typedef struct {
     const uint16_t *xb;      /* AMX PACKED and the VDPBF16PS forms: A as bfloat16, m rows of kp,
                                 zero padded */
     int dp;                  /* 1: the VDPBF16PS forms of OP_SM_NK and OP_SM_PACKED (op_sm_dp) */
+    int64_t ppf;             /* OP_SM_PACKED widening loop: prefetch distance (elements) */
 } op_sm_ctx;
 
 
@@ -646,6 +647,7 @@ OP_INLINE void op_sm_packed_body(const int MRV, const op_sm_ctx *x, int64_t bi, 
     const float *xa = x->xa + bi * m * kp;
     const uint16_t *B = (const uint16_t *)x->g->b;
     float t[OP_SM_MAX_M * 32] OP_ALIGNED(64);
+    const int64_t ppf = x->ppf;
     for (int64_t j = j0; j < j1; j += 32) {
         const uint16_t *bp = B + j * kp;
         __m512 ce[OP_SM_MAX_M][2], co[OP_SM_MAX_M][2];
@@ -654,8 +656,8 @@ OP_INLINE void op_sm_packed_body(const int MRV, const op_sm_ctx *x, int64_t bi, 
         for (int64_t kb = 0; kb < kp; kb += 32, bp += 1024) {
 #pragma GCC unroll 16
             for (int pr = 0; pr < 16; pr++) {
-                _mm_prefetch((const char *)(bp + OP_SM_PPF + pr * 32), _MM_HINT_T1);
-                _mm_prefetch((const char *)(bp + OP_SM_PPF + 512 + pr * 32), _MM_HINT_T1);
+                _mm_prefetch((const char *)(bp + ppf + pr * 32), _MM_HINT_T1);
+                _mm_prefetch((const char *)(bp + ppf + 512 + pr * 32), _MM_HINT_T1);
                 const __m512i v0 = _mm512_load_si512((const void *)(bp + pr * 32));
                 const __m512i v1 = _mm512_load_si512((const void *)(bp + 512 + pr * 32));
                 const __m512 e0 = op_sm_even(v0), o0 = op_sm_odd(v0);
@@ -744,13 +746,17 @@ OP_INLINE void op_sm_nk_body(const int MRV, const int JV, const op_sm_ctx *x, in
    that rate (Sapphire Rapids) the widening loops above are the faster ones. Products are exact as
    in the widening loops; the two products of a K pair are added before the accumulation, and
    subnormal inputs count as zero (the level's documented VDPBF16PS behaviour).
-   Zen 4 (EPYC, 1 thread, K = N = 4096, 2026-11-30): raw weight m = 1 / 4 from 26 / 67 to 38 / 100
-   GFLOP/s, prepacked m = 4 from 97 to 160; prepacked m = 1 keeps the widening loop (VDPBF16PS
-   read 27-31 against its 33-38 GB/s: the stream is at the core's memory limit either way). */
+   Zen 4 (EPYC, 1 thread, K = N = 4096, 2026-11-30): raw weight m = 1 / 4 from 26 / 67 to 38-47 /
+   100 GFLOP/s, prepacked m = 4 from 97 to 160-185; prepacked m = 1 keeps the widening loop (its
+   VDPBF16PS form read 27-31 GB/s against 33-38), with the far prefetch at 32 KiB (OP_SM_DP_PPF1:
+   43-50 GB/s) where this variant is on. */
 #define OP_SM_DP_KCH 1024       /* OP_SM_NK, m >= 2: depth chunk (m x 2 KiB of x stay in L1; all of
                                    K: x re-read from L2 per JV rows of W, 89 -> 99 GFLOP/s at m = 4) */
 #define OP_SM_DP_PPF 12288      /* OP_SM_PACKED: prefetch distance (elements, 24 KiB), into L2 (the
                                    widening loop's 3072 gave 132 GFLOP/s at m = 4, 12288 159) */
+#define OP_SM_DP_PPF1 16384     /* OP_SM_PACKED, m = 1 (the widening loop) where the VDPBF16PS variant
+                                   is on: prefetch distance 32 KiB into L2 (3072: 36-38 GB/s, below
+                                   the raw weight's VDPBF16PS loop at 45-48; 16384: 43-50) */
 
 OP_INLINE void op_sm_nk_dp_body(const int MRV, const int JV, const op_sm_ctx *x, int64_t bi,
                                 int64_t j0, int64_t j1)
@@ -1127,6 +1133,10 @@ static int op_sm_run(int form, const op_gemm_args *g, void *c, const int64_t *c_
     x.dp = op_sm_dp && form != OP_SM_KN && (m > 1 || form == OP_SM_NK);
 #elif defined(OP_BF16_HAS_DP)
     x.dp = op_sm_dp && form == OP_SM_NK;   /* the AMX level's prepacked form runs the tiles */
+#endif
+    x.ppf = OP_SM_PPF;
+#if defined(OP_BF16_HAS_DP)
+    if (op_sm_dp) x.ppf = OP_SM_DP_PPF1;   /* the hosts of the VDPBF16PS variant (Zen 4) */
 #endif
     /* A once per call: bfloat16 as it is (xb: the tiles, the VDPBF16PS forms) or widened (xa) */
     int need_xb = x.dp;
