@@ -193,12 +193,25 @@ def test_registry_rows_match_modules():
     assert (emu.op_gemm_bf16_mr(), emu.op_gemm_bf16_nr()) == (32, 32)
 
 
+@pytest.fixture(params=["widen", "vdpbf16ps"])
+def decode_variant(request, level):
+    """The small-M loops both ways at the levels with VDPBF16PS (registry.BF16_VARIANTS picks one
+    per microarchitecture): widened to float32 + FMA, and VDPBF16PS."""
+    from onepath.ops import _bf16
+    if request.param == "vdpbf16ps" and level not in ("avx512_core_bf16", "avx512_core_amx"):
+        pytest.skip("no VDPBF16PS at this level")
+    _bf16.set_variants(level, {"decode_vdpbf16ps"} if request.param == "vdpbf16ps" else ())
+    yield request.param
+    _bf16.set_variants(level)  # back to the registry's rule
+
+
 # Small M (decode, m <= 4 at the AVX-512 levels): B read in place as row-major (k, n) (matmul), as a
 # raw (n, k) weight (linear: B = W^T) and prepacked; K and N edges, bfloat16 / float32 C, B a column
 # slice of a wider array, epilogue, batches, and m = 5 next to it (the tile / register-block driver).
+# (2100, 2100): K over several depth chunks of the VDPBF16PS raw-weight loop, N over several tiles.
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5])
-@pytest.mark.parametrize("n,k", [(1, 1), (31, 33), (65, 67), (100, 1100), (64, 4)])
-def test_small_m_forms(level, m, n, k):
+@pytest.mark.parametrize("n,k", [(1, 1), (31, 33), (65, 67), (100, 1100), (64, 4), (70, 2100)])
+def test_small_m_forms(level, decode_variant, m, n, k):
     rng = np.random.default_rng(m * 7919 + n * 31 + k)
     x, w = _rand_bf16(rng, (m, k)), _rand_bf16(rng, (n, k))
     b_kn = np.ascontiguousarray(w.T)
@@ -217,7 +230,7 @@ def test_small_m_forms(level, m, n, k):
 
 @pytest.mark.parametrize("m", [1, 4])
 @pytest.mark.parametrize("act", ["relu", "gelu", "silu"])
-def test_small_m_epilogue_and_batch(level, m, act):
+def test_small_m_epilogue_and_batch(level, decode_variant, m, act):
     rng = np.random.default_rng(m + len(act))
     n, k = 77, 130
     x, w = _rand_bf16(rng, (m, k)), _rand_bf16(rng, (n, k))
@@ -239,7 +252,7 @@ def test_small_m_epilogue_and_batch(level, m, act):
 
 
 @pytest.mark.parametrize("k", [256, 1024, 4096])
-def test_small_m_ones_exact(level, k):
+def test_small_m_ones_exact(level, decode_variant, k):
     for m in (1, 4):
         x = np.ones((m, k), BF16)
         w = np.ones((40, k), BF16)
@@ -281,6 +294,38 @@ def test_bf16_output_over_several_kc_blocks(level, shape):
     assert np.array_equal(l16.view(np.uint16), l32.astype(BF16).view(np.uint16))
     p16 = onepath.linear(a, onepath.prepack(w), bias, activation="gelu")
     assert np.array_equal(p16.view(np.uint16), l32.astype(BF16).view(np.uint16))
+
+
+@pytest.mark.parametrize("a_in_place", [False, True])
+def test_vdpbf16ps_gemm_reads_a_in_place(a_in_place):
+    """The VDPBF16PS GEMM with A packed and read in place (registry.BF16_VARIANTS picks one per
+    microarchitecture): full 14-row panels in place, the tail packed; aligned and unaligned A, K a
+    multiple of 32 or not (in place only without depth padding), several KC blocks, an epilogue,
+    bfloat16 C."""
+    from onepath.ops import _bf16
+    level = "avx512_core_bf16"
+    if level not in onepath.available_isas():
+        pytest.skip(f"{level} cannot run on this host")
+    rng = np.random.default_rng(17)
+    _bf16.set_variants(level, {"a_in_place"} if a_in_place else ())
+    try:
+        with onepath.max_isa(level):
+            for m, n, k in [(45, 71, 128), (64, 96, 96), (29, 40, 2100), (20, 40, 2176), (33, 31, 33),
+                            (130, 50, 320)]:
+                a, b = _rand_bf16(rng, (m, k)), _rand_bf16(rng, (k, n))
+                _assert_f32(onepath.matmul(a, b, dtype=np.float32), a, b)
+                _assert_bf16(onepath.matmul(a, b), a, b)
+                wide = np.zeros((m, k + 1), BF16)  # rows 2 bytes off 64-byte alignment
+                wide[:, 1:] = a
+                _assert_f32(onepath.matmul(wide[:, 1:], b, dtype=np.float32), a, b)
+            a, w = _rand_bf16(rng, (70, 256)), _rand_bf16(rng, (90, 256))
+            bias = rng.standard_normal(90).astype(np.float32)
+            ref = np.maximum(a.astype(np.float64) @ w.astype(np.float64).T + bias, 0)
+            for wt in (w, onepath.prepack(w)):
+                got = onepath.linear(a, wt, bias, activation="relu", dtype=np.float32)
+                np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3 * np.abs(ref).max())
+    finally:
+        _bf16.set_variants(level)
 
 
 def test_bf16_output_emulated_several_kc_blocks():

@@ -150,9 +150,13 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
     # B micro-panel streamed from L2 runs 4-10% faster (BLIS's zen4 sgemm config uses KC 480 for the
     # same reason). bfloat16 (VDPBF16PS): KC 1024 halves the float partial-sum passes of KC 512
     # (+7% at 1024^3, equal at 512^3 and 2048^3); the model's KC 320 was slower still (86 vs 119
-    # GFLOP/s at 1024^3).
+    # GFLOP/s at 1024^3). Then (2026-11-30, quiet VM, paired against torch 2.13 with A read in place,
+    # BF16_VARIANTS): KC 2048 holds all of a 2048-deep K in one block (no float partial sums through
+    # a 16 MiB scratch and a second pass): 2048^3 0.94 -> 1.03x torch at 2 threads, 1.015 -> 1.03x at
+    # 1; its 128 KiB B micro-panel streams from L2 as the 64 KiB one did. MC 112 (A block 448 KiB
+    # of the 1 MiB L2 beside that panel) against 168: +1..4% at 2 threads, equal at 1.
     **{("zen4", "avx512_core", op, "float32"): (126, 512, 3072) for op in ("matmul", "linear")},
-    **{("zen4", "avx512_core_bf16", op, "bfloat16"): (168, 1024, 2048) for op in ("matmul", "linear")},
+    **{("zen4", "avx512_core_bf16", op, "bfloat16"): (112, 2048, 2048) for op in ("matmul", "linear")},
     # conv2d and the widened bfloat16 rows: `python -m onepath tune --threads 1 --level avx512_core
     # --level avx512_core_bf16` (full search), then A/B through conv2d on ResNet-50 3x3 and 1x1
     # layers: the bf16 3x3 conv's larger MC/KC held up (+1..5%); the other picks were within noise or
@@ -185,6 +189,34 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
     ("zen4", "avx512_core"): {"kxk": 196, "1x1_batch": 49, "1x1_stride": 784},
     ("zen4", "avx512_core_bf16"): {"kxk": 196, "1x1_batch": 49, "1x1_stride": 784},
 }
+
+# Variants of the bfloat16 kernels per (uarch, level) (kernels/gemm_bf16.c, op_gemm_bf16_set_variants;
+# a host without a row runs neither):
+#   "decode_vdpbf16ps"  small-M products (decode: m <= 4 rows, a raw (N, K) or prepacked weight)
+#                       multiply with VDPBF16PS, one instruction per 32 products of a row, instead of
+#                       widening the weight to float32 in register for two FMAs. Sapphire Rapids
+#                       issues a 512-bit VDPBF16PS once per 2 cycles (the widening loops were measured
+#                       faster there); Zen 4 issues one per cycle. Prepacked m = 1 keeps the
+#                       widening loop, its far prefetch into L2 moved from 6 to 32 KiB ahead.
+#   "a_in_place"        the VDPBF16PS GEMM (14 x 32) reads a row-major A in place instead of packing
+#                       it: every thread packed the whole of A (its C block spans all rows when the
+#                       threads split N), a cost that grows with the threads.
+# zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), paired against torch 2.13 in one
+# process: decode K = N = 4096 at 1 thread, raw weight m = 1 / 4 from 26 / 67 to 45 / 100 GFLOP/s,
+# prepacked m = 1 / 4 from 36 / 97 to 43-50 / 165-185 (m = 1: the prefetch distance); A in place
+# (no copy of A, whose rows every thread packed whole when the threads split N): 512^3 +0.5%
+# at 1 thread, +2% at 2.
+BF16_VARIANTS: dict[tuple[str, str], frozenset[str]] = {
+    ("zen4", "avx512_core_bf16"): frozenset({"decode_vdpbf16ps", "a_in_place"}),
+}
+
+
+def bf16_variants(level: str, uarch: str | None = None) -> frozenset[str]:
+    """The bfloat16 kernel variants ``level`` runs on ``uarch`` (default: this host's), per
+    ``BF16_VARIANTS``."""
+    if uarch is None:
+        uarch = _probe().uarch
+    return BF16_VARIANTS.get((uarch, level), frozenset())
 
 
 def conv_as_nhwc_limits(level: str, dtype: str, uarch: str | None = None) -> tuple[dict, str]:

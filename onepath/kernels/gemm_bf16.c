@@ -27,6 +27,12 @@
 
 #define OP_K32_NR 32
 
+#if defined(OP_BF16_HAS_DP)
+/* Whether the small-M forms NK and PACKED multiply with VDPBF16PS (op_gemm_bf16_set_variants flag 1;
+   set by onepath.ops._bf16 from the registry's BF16_VARIANTS rule for the host's microarchitecture). */
+static int op_sm_dp = 0;
+#endif
+
 /* ---------------------------------------------------------------- tile write-out */
 
 /* C (+)= t[mr x nr] (row stride ldt) then the epilogue; AVX-512 rows when C rows are contiguous. */
@@ -162,10 +168,38 @@ static void op_pack_b_k32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t
                                             39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
 #endif
+    /* row-major B (csb == 1): the full 32-deep blocks of groups of four full panels first, each
+       row pair read as 256 contiguous bytes (one 64-byte column strip per panel at a time read
+       B at 16-21 GB/s on Zen 4); the loop below does the rest (kb from kdone for those panels) */
+    int64_t gcols = 0, kdone = 0;
+#if defined(OP_HAS_AVX512)
+    if (csb == 1 && kc >= 32) {
+        enum { G = 4 };
+        kdone = kc / 32;
+        gcols = nc / (G * OP_K32_NR) * (G * OP_K32_NR);
+        for (int64_t jg = 0; jg < gcols; jg += G * OP_K32_NR) {
+            const uint16_t *src = B + p0 * rsb + j0 + jg;
+            uint16_t *dg = d + jg * kcp;
+            for (int64_t kb = 0; kb < kdone; kb++) {
+                for (int pr = 0; pr < 16; pr++) {
+                    const uint16_t *r0 = src + (kb * 32 + 2 * pr) * rsb;
+#pragma GCC unroll 4
+                    for (int q = 0; q < G; q++) {
+                        const __m512i x0 = _mm512_loadu_si512((const void *)(r0 + q * 32));
+                        const __m512i x1 = _mm512_loadu_si512((const void *)(r0 + rsb + q * 32));
+                        uint16_t *o = dg + q * OP_K32_NR * kcp + kb * 1024 + pr * 32;
+                        _mm512_storeu_si512((void *)o, _mm512_permutex2var_epi16(x0, lo_idx, x1));
+                        _mm512_storeu_si512((void *)(o + 512), _mm512_permutex2var_epi16(x0, hi_idx, x1));
+                    }
+                }
+            }
+        }
+    }
+#endif
     for (int64_t jr = 0; jr < nc; jr += OP_K32_NR, d += OP_K32_NR * kcp) {
         const int nr = (int)op_min64(OP_K32_NR, nc - jr);
         const uint16_t *src = B + p0 * rsb + (j0 + jr) * csb;
-        for (int64_t kb = 0; kb * 32 < kcp; kb++) {
+        for (int64_t kb = jr < gcols ? kdone : 0; kb * 32 < kcp; kb++) {
             uint16_t *blk = d + kb * 1024;
             const int64_t kk0 = kb * 32;
             const int klen = (int)op_max64(0, op_min64(32, kc - kk0));
@@ -243,11 +277,14 @@ static void op_pack_a_dp(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t 
 
 /* 14 x 32: per K-pair, two B vectors (16 columns x 2 depths each), one 32-bit broadcast of an A
    pair per row, 28 VDPBF16PS. Rows <= 4 (decode) use a second accumulator set for odd pairs to
-   halve the dependency chains. */
+   halve the dependency chains. lda = 0: a is a packed micro-panel; lda > 0: a = &A[i0][p0] of a
+   row-major A read in place (rows lda elements apart, kcp == kc: no depth padding). */
 OP_INLINE void op_ukr_dp_body(const int MRV, int64_t kcp, const uint16_t *OP_RESTRICT a,
-                              const uint16_t *OP_RESTRICT b, float *c, int64_t rsc, int64_t csc,
-                              int nr, int acc, const op_epilogue *epi)
+                              const int64_t lda, const uint16_t *OP_RESTRICT b, float *c,
+                              int64_t rsc, int64_t csc, int nr, int acc, const op_epilogue *epi)
 {
+    const int64_t ars = lda ? lda : 32;                 /* A row stride, elements */
+    const int64_t astep = lda ? 32 : OP_DP_MR * 32;     /* A advance per 32-deep block */
     __m512 c0_0 = _mm512_setzero_ps(), c0_1 = c0_0, c1_0 = c0_0, c1_1 = c0_0, c2_0 = c0_0,
            c2_1 = c0_0, c3_0 = c0_0, c3_1 = c0_0, c4_0 = c0_0, c4_1 = c0_0, c5_0 = c0_0,
            c5_1 = c0_0, c6_0 = c0_0, c6_1 = c0_0, c7_0 = c0_0, c7_1 = c0_0, c8_0 = c0_0,
@@ -267,7 +304,7 @@ OP_INLINE void op_ukr_dp_body(const int MRV, int64_t kcp, const uint16_t *OP_RES
 #define OP_R(i, PR, ACC)                                                                  \
     if (MRV > i) {                                                                        \
         int32_t av;                                                                       \
-        memcpy(&av, a + i * 32 + 2 * (PR), 4);                                            \
+        memcpy(&av, a + i * ars + 2 * (PR), 4);                                           \
         const __m512i ai = _mm512_set1_epi32(av);                                         \
         ACC##i##_0 = _mm512_dpbf16_ps(ACC##i##_0, OP_BH(ai), OP_BH(b0));                  \
         ACC##i##_1 = _mm512_dpbf16_ps(ACC##i##_1, OP_BH(ai), OP_BH(b1));                  \
@@ -277,7 +314,7 @@ OP_INLINE void op_ukr_dp_body(const int MRV, int64_t kcp, const uint16_t *OP_RES
        blocks (4 KiB) ahead. A KC-deep B micro-panel (32 KiB at KC 512) does not stay in a 32 KiB L1d
        beside A, so B streams from L2 on every call; Zen 4, KC 1024: +3-5% at 1024^3 and 2048^3 */
     for (int64_t kb = 0; kb * 32 < kcp; kb++) {
-        for (int i = 0; i < MRV; i++) _mm_prefetch((const char *)(a + OP_DP_MR * 32 + i * 32), _MM_HINT_T0);
+        for (int i = 0; i < MRV; i++) _mm_prefetch((const char *)(a + astep + i * ars), _MM_HINT_T0);
         for (int pr = 0; pr < 16; pr += 2) {
             _mm_prefetch((const char *)(b + OP_DP_BPF + pr * 32), _MM_HINT_T0);
             _mm_prefetch((const char *)(b + OP_DP_BPF + 512 + pr * 32), _MM_HINT_T0);
@@ -303,7 +340,7 @@ OP_INLINE void op_ukr_dp_body(const int MRV, int64_t kcp, const uint16_t *OP_RES
                 }
             }
         }
-        a += OP_DP_MR * 32;
+        a += astep;
         b += 1024;
     }
 #undef OP_RS
@@ -342,7 +379,14 @@ OP_INLINE void op_ukr_dp_body(const int MRV, int64_t kcp, const uint16_t *OP_RES
                                              float *c, int64_t rsc, int64_t csc, int nr,    \
                                              int acc, const op_epilogue *epi)               \
     {                                                                                       \
-        op_ukr_dp_body(MRV, kcp, a, b, c, rsc, csc, nr, acc, epi);                          \
+        op_ukr_dp_body(MRV, kcp, a, 0, b, c, rsc, csc, nr, acc, epi);                       \
+    }                                                                                       \
+    static OP_NOINLINE void op_ukr_dp_r_m##MRV(int64_t kcp, const uint16_t *a, int64_t lda,   \
+                                               const uint16_t *b, float *c, int64_t rsc,      \
+                                               int64_t csc, int nr, int acc,                  \
+                                               const op_epilogue *epi)                        \
+    {                                                                                       \
+        op_ukr_dp_body(MRV, kcp, a, lda, b, c, rsc, csc, nr, acc, epi);                     \
     }
 OP_DP_INST(1) OP_DP_INST(2) OP_DP_INST(3) OP_DP_INST(4) OP_DP_INST(5) OP_DP_INST(6) OP_DP_INST(7)
 OP_DP_INST(8) OP_DP_INST(9) OP_DP_INST(10) OP_DP_INST(11) OP_DP_INST(12) OP_DP_INST(13)
@@ -371,6 +415,54 @@ static const op_gemm_ops op_bf16_dp_ops = {
     {168, 512, 2048},
     0,
 };
+
+/* A read in place ("aref" panels): for a row-major A (csa == 1) whose depth needs no padding (k a
+   multiple of 32, so every KC block is), the A "pack" writes per micro-panel only where its rows lie
+   in A (op_dp_aref, in the panel's slot of the A buffer) and the micro-kernel broadcasts the K pairs
+   from there: no copy of A, whatever its alignment (broadcasts of 4 bytes), edges included. */
+typedef struct {
+    const uint16_t *a;   /* &A[first row of the panel][p0] */
+    int64_t lda;         /* A's row stride (elements) */
+} op_dp_aref;
+
+static void op_pack_a_dp_ref(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc, int64_t p0,
+                             int64_t kc, int64_t kcp, void *dst)
+{
+    (void)kc;
+    const uint16_t *A = (const uint16_t *)g->a + (g->a_off ? g->a_off[bi] : 0);
+    for (int64_t ir = 0; ir < mc; ir += OP_DP_MR) {
+        op_dp_aref *r = (op_dp_aref *)((uint16_t *)dst + ir * kcp);
+        r->a = A + (i0 + ir) * g->rsa + p0;
+        r->lda = g->rsa;
+    }
+}
+
+typedef void (*op_ukr_dp_r_fn)(int64_t, const uint16_t *, int64_t, const uint16_t *, float *, int64_t,
+                               int64_t, int, int, const op_epilogue *);
+static const op_ukr_dp_r_fn op_ukr_dp_r_table[OP_DP_MR] = {
+    op_ukr_dp_r_m1, op_ukr_dp_r_m2, op_ukr_dp_r_m3, op_ukr_dp_r_m4, op_ukr_dp_r_m5, op_ukr_dp_r_m6,
+    op_ukr_dp_r_m7, op_ukr_dp_r_m8, op_ukr_dp_r_m9, op_ukr_dp_r_m10, op_ukr_dp_r_m11, op_ukr_dp_r_m12,
+    op_ukr_dp_r_m13, op_ukr_dp_r_m14,
+};
+
+static void op_ukr_dp_ref(int64_t kcp, const void *a, const void *b, int64_t ldb, float *c,
+                          int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
+{
+    (void)ldb;
+    const op_dp_aref *r = (const op_dp_aref *)a;
+    op_ukr_dp_r_table[mr - 1](kcp, r->a, r->lda, (const uint16_t *)b, c, rsc, csc, nr, acc, epi);
+}
+
+static const op_gemm_ops op_bf16_dp_ref_ops = {
+    OP_DP_MR, OP_K32_NR, 32, 2, 2,
+    op_pack_a_dp_ref, op_pack_b_k32, op_ukr_dp_ref,
+    0, 2 * OP_K32_NR,
+    {168, 512, 2048},
+    0,
+};
+
+/* op_gemm_bf16_set_variants flag 2: the GEMM reads a row-major A in place (op_bf16_dp_ref_ops) */
+static int op_dp_a_inplace = 0;
 #endif
 
 /* ---------------------------------------------------------------- amx (real or emulated) */
@@ -421,12 +513,29 @@ static const op_gemm_ops *op_bf16_pick(int64_t m, int *amx)
 #endif
 }
 
+/* op_bf16_pick, with the VDPBF16PS kernel reading A in place where the variant is on and A allows
+   it: row-major, k a multiple of 32 (no depth padding in any KC block), and rows not a multiple of
+   2 KiB apart (the 14 rows of a panel would share one or two L1 sets of a 32 KiB 8-way L1d:
+   2048^3 at 4 KiB rows ran 0.76x torch in place against 1.02x packed on Zen 4) */
+static const op_gemm_ops *op_bf16_pick_for(const op_gemm_args *g, int *amx)
+{
+    const op_gemm_ops *ops = op_bf16_pick(g->m, amx);
+#if defined(OP_BF16_HAS_DP)
+    if (ops == &op_bf16_dp_ops && op_dp_a_inplace && g->csa == 1 && g->k % 32 == 0 && (g->rsa * 2) % 2048 != 0)
+        return &op_bf16_dp_ref_ops;
+#endif
+    return ops;
+}
+
 const char *op_gemm_bf16_kernel_for(int64_t m)
 {
     (void)m;
 #if defined(OP_HAS_AVX512)
     /* m <= OP_SM_MAX_M (below): the small-M loops reading B in place (prepacked: AMX tiles at the
        AMX level); a B that fits none of their forms still takes the driver (rare: strided both ways) */
+#if defined(OP_BF16_HAS_DP)
+    if (m >= 1 && m <= 4 && op_sm_dp) return "gemm_bf16_decode_vdpbf16ps_" OP_LEVEL_NAME "_m4";
+#endif
     if (m >= 1 && m <= 4) return "gemm_bf16_decode_" OP_LEVEL_NAME "_m4";
 #endif
 #if defined(OP_LEVEL_AVX512_CORE_AMX)
@@ -489,8 +598,12 @@ typedef struct {
     int c_dtype;
     int64_t parts, cols;     /* tasks per batch entry, columns per task (multiple of 32) */
     float *scratch;          /* OP_SM_KN: per thread, m x cols floats */
-    const uint16_t *xb;      /* AMX PACKED: A as bfloat16, m rows of kp, zero padded */
+    const uint16_t *xb;      /* AMX PACKED and the VDPBF16PS forms: A as bfloat16, m rows of kp,
+                                zero padded */
+    int dp;                  /* 1: the VDPBF16PS forms of OP_SM_NK and OP_SM_PACKED (op_sm_dp) */
+    int64_t ppf;             /* OP_SM_PACKED widening loop: prefetch distance (elements) */
 } op_sm_ctx;
+
 
 /* Writes t[mr x nr] (row stride 32) to C rows 0..mr-1, columns j..j+nr-1 of entry bi, epilogue and
    (bfloat16 C) the single rounding included. */
@@ -537,6 +650,7 @@ OP_INLINE void op_sm_packed_body(const int MRV, const op_sm_ctx *x, int64_t bi, 
     const float *xa = x->xa + bi * m * kp;
     const uint16_t *B = (const uint16_t *)x->g->b;
     float t[OP_SM_MAX_M * 32] OP_ALIGNED(64);
+    const int64_t ppf = x->ppf;
     for (int64_t j = j0; j < j1; j += 32) {
         const uint16_t *bp = B + j * kp;
         __m512 ce[OP_SM_MAX_M][2], co[OP_SM_MAX_M][2];
@@ -545,8 +659,8 @@ OP_INLINE void op_sm_packed_body(const int MRV, const op_sm_ctx *x, int64_t bi, 
         for (int64_t kb = 0; kb < kp; kb += 32, bp += 1024) {
 #pragma GCC unroll 16
             for (int pr = 0; pr < 16; pr++) {
-                _mm_prefetch((const char *)(bp + OP_SM_PPF + pr * 32), _MM_HINT_T1);
-                _mm_prefetch((const char *)(bp + OP_SM_PPF + 512 + pr * 32), _MM_HINT_T1);
+                _mm_prefetch((const char *)(bp + ppf + pr * 32), _MM_HINT_T1);
+                _mm_prefetch((const char *)(bp + ppf + 512 + pr * 32), _MM_HINT_T1);
                 const __m512i v0 = _mm512_load_si512((const void *)(bp + pr * 32));
                 const __m512i v1 = _mm512_load_si512((const void *)(bp + 512 + pr * 32));
                 const __m512 e0 = op_sm_even(v0), o0 = op_sm_odd(v0);
@@ -626,6 +740,141 @@ OP_INLINE void op_sm_nk_body(const int MRV, const int JV, const op_sm_ctx *x, in
         op_sm_out(x, bi, jc, MRV, nr, t);
     }
 }
+
+#if defined(OP_BF16_HAS_DP)
+/* ---- VDPBF16PS forms of OP_SM_NK and OP_SM_PACKED (x->dp: the registry's BF16_VARIANTS rule for
+   the host's microarchitecture): A kept in bfloat16 (x->xb, natural order), one VDPBF16PS per 32
+   products of a row instead of a widen and two FMAs. Where VDPBF16PS issues at the FMA rate (Zen 4:
+   one 512-bit VDPBF16PS per cycle) this halves the arithmetic of m = 2..4; where it issues at half
+   that rate (Sapphire Rapids) the widening loops above are the faster ones. Products are exact as
+   in the widening loops; the two products of a K pair are added before the accumulation, and
+   subnormal inputs count as zero (the level's documented VDPBF16PS behaviour).
+   Zen 4 (EPYC, 1 thread, K = N = 4096, 2026-11-30): raw weight m = 1 / 4 from 26 / 67 to 38-47 /
+   100 GFLOP/s, prepacked m = 4 from 97 to 160-185; prepacked m = 1 keeps the widening loop (its
+   VDPBF16PS form read 27-31 GB/s against 33-38), with the far prefetch at 32 KiB (OP_SM_DP_PPF1:
+   43-50 GB/s) where this variant is on. */
+#define OP_SM_DP_KCH 1024       /* OP_SM_NK, m >= 2: depth chunk (m x 2 KiB of x stay in L1; all of
+                                   K: x re-read from L2 per JV rows of W, 89 -> 99 GFLOP/s at m = 4) */
+#define OP_SM_DP_PPF 12288      /* OP_SM_PACKED: prefetch distance (elements, 24 KiB), into L2 (the
+                                   widening loop's 3072 gave 132 GFLOP/s at m = 4, 12288 159) */
+#define OP_SM_DP_PPF1 16384     /* OP_SM_PACKED, m = 1 (the widening loop) where the VDPBF16PS variant
+                                   is on: prefetch distance 32 KiB into L2 (3072: 36-38 GB/s, below
+                                   the raw weight's VDPBF16PS loop at 45-48; 16384: 43-50) */
+
+OP_INLINE void op_sm_nk_dp_body(const int MRV, const int JV, const op_sm_ctx *x, int64_t bi,
+                                int64_t j0, int64_t j1)
+{
+    const op_gemm_args *g = x->g;
+    const int64_t kp = x->kp, m = g->m, n = g->n, k = g->k, ldw = g->csb;
+    const uint16_t *xb = x->xb + bi * m * kp;
+    const uint16_t *W = (const uint16_t *)g->b + (g->b_off ? g->b_off[bi] : 0);
+    const int64_t kfull = k / 32 * 32;
+    const __mmask32 tail = (__mmask32)((1ull << (k - kfull)) - 1ull);
+    /* K in chunks whose MRV rows of x stay in L1 beside the W lines (x is re-read for every JV rows
+       of W); the accumulators of the 32 rows of W of a tile wait in s between chunks */
+    const int64_t kch = MRV == 1 ? k : OP_SM_DP_KCH;
+    __m512 s[32 / JV][JV][MRV];
+    float t[OP_SM_MAX_M * 32] OP_ALIGNED(64);
+    for (int64_t jc = j0; jc < j1; jc += 32) {
+        const int nr = (int)op_min64(32, n - jc);
+        for (int64_t p0 = 0; p0 < k; p0 += kch) {
+            const int64_t p1 = op_min64(k, p0 + kch);
+            for (int jj = 0; jj < nr; jj += JV) {
+                const uint16_t *w[8];
+#pragma GCC unroll 8
+                for (int q = 0; q < JV; q++) w[q] = W + op_min64(jc + jj + q, n - 1) * ldw;
+                /* prefetch into L2: what the next group of JV rows reads at the same depths (after
+                   a chunk's last group, the next chunk of the tile's first rows); at m = 1 this
+                   ran 35 -> 39 GB/s against a prefetch 2 KiB ahead along the same rows */
+                const int64_t pfo = jj + JV < nr || p1 >= k ? JV * ldw : kch - jj * ldw;
+                __m512 acc[8][OP_SM_MAX_M];
+#pragma GCC unroll 8
+                for (int q = 0; q < JV; q++)
+#pragma GCC unroll 4
+                    for (int i = 0; i < MRV; i++) acc[q][i] = p0 ? s[jj / JV][q][i] : _mm512_setzero_ps();
+                for (int64_t p = p0; p < p1; p += 32) {
+                    __m512i wv[8], xv[OP_SM_MAX_M];
+                    if (p < kfull) {
+#pragma GCC unroll 8
+                        for (int q = 0; q < JV; q++) {
+                            _mm_prefetch((const char *)(w[q] + p + pfo), _MM_HINT_T1);
+                            wv[q] = _mm512_loadu_si512((const void *)(w[q] + p));
+                        }
+                    } else {
+#pragma GCC unroll 8
+                        for (int q = 0; q < JV; q++) wv[q] = _mm512_maskz_loadu_epi16(tail, (const void *)(w[q] + p));
+                    }
+#pragma GCC unroll 4
+                    for (int i = 0; i < MRV; i++) xv[i] = _mm512_load_si512((const void *)(xb + i * kp + p));
+#pragma GCC unroll 8
+                    for (int q = 0; q < JV; q++)
+#pragma GCC unroll 4
+                        for (int i = 0; i < MRV; i++)
+                            acc[q][i] = _mm512_dpbf16_ps(acc[q][i], (__m512bh)xv[i], (__m512bh)wv[q]);
+                }
+                if (p1 < k) {
+#pragma GCC unroll 8
+                    for (int q = 0; q < JV; q++)
+#pragma GCC unroll 4
+                        for (int i = 0; i < MRV; i++) s[jj / JV][q][i] = acc[q][i];
+                } else {
+#pragma GCC unroll 8
+                    for (int q = 0; q < JV; q++)
+#pragma GCC unroll 4
+                        for (int i = 0; i < MRV; i++) t[i * 32 + jj + q] = _mm512_reduce_add_ps(acc[q][i]);
+                }
+            }
+        }
+        op_sm_out(x, bi, jc, MRV, nr, t);
+    }
+}
+
+/* one 32-column panel: per K pair, the pair of each row broadcast against the panel's two
+   16-column halves; even and odd pairs in separate accumulators (two chains per output vector) */
+OP_INLINE void op_sm_packed_dp_body(const int MRV, const op_sm_ctx *x, int64_t bi, int64_t j0, int64_t j1)
+{
+    const int64_t kp = x->kp, m = x->g->m;
+    const uint16_t *xb = x->xb + bi * m * kp;
+    const uint16_t *B = (const uint16_t *)x->g->b;
+    float t[OP_SM_MAX_M * 32] OP_ALIGNED(64);
+    for (int64_t j = j0; j < j1; j += 32) {
+        const uint16_t *bp = B + j * kp;
+        __m512 ce[OP_SM_MAX_M][2], co[OP_SM_MAX_M][2];
+#pragma GCC unroll 4
+        for (int i = 0; i < MRV; i++) ce[i][0] = ce[i][1] = co[i][0] = co[i][1] = _mm512_setzero_ps();
+        for (int64_t kb = 0; kb < kp; kb += 32, bp += 1024) {
+#pragma GCC unroll 16
+            for (int pr = 0; pr < 16; pr += 2) {
+                _mm_prefetch((const char *)(bp + OP_SM_DP_PPF + pr * 32), _MM_HINT_T1);
+                _mm_prefetch((const char *)(bp + OP_SM_DP_PPF + 512 + pr * 32), _MM_HINT_T1);
+                _mm_prefetch((const char *)(bp + OP_SM_DP_PPF + (pr + 1) * 32), _MM_HINT_T1);
+                _mm_prefetch((const char *)(bp + OP_SM_DP_PPF + 512 + (pr + 1) * 32), _MM_HINT_T1);
+                const __m512i v0 = _mm512_load_si512((const void *)(bp + pr * 32));
+                const __m512i v1 = _mm512_load_si512((const void *)(bp + 512 + pr * 32));
+                const __m512i u0 = _mm512_load_si512((const void *)(bp + (pr + 1) * 32));
+                const __m512i u1 = _mm512_load_si512((const void *)(bp + 512 + (pr + 1) * 32));
+#pragma GCC unroll 4
+                for (int i = 0; i < MRV; i++) {
+                    int32_t a0, a1;
+                    memcpy(&a0, xb + i * kp + kb + 2 * pr, 4);
+                    memcpy(&a1, xb + i * kp + kb + 2 * pr + 2, 4);
+                    const __m512i s0 = _mm512_set1_epi32(a0), s1 = _mm512_set1_epi32(a1);
+                    ce[i][0] = _mm512_dpbf16_ps(ce[i][0], (__m512bh)s0, (__m512bh)v0);
+                    ce[i][1] = _mm512_dpbf16_ps(ce[i][1], (__m512bh)s0, (__m512bh)v1);
+                    co[i][0] = _mm512_dpbf16_ps(co[i][0], (__m512bh)s1, (__m512bh)u0);
+                    co[i][1] = _mm512_dpbf16_ps(co[i][1], (__m512bh)s1, (__m512bh)u1);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < MRV; i++) {
+            _mm512_store_ps(t + i * 32, _mm512_add_ps(ce[i][0], co[i][0]));
+            _mm512_store_ps(t + i * 32 + 16, _mm512_add_ps(ce[i][1], co[i][1]));
+        }
+        op_sm_out(x, bi, j, MRV, (int)op_min64(32, x->g->n - j), t);
+    }
+}
+#endif
 
 /* ---- OP_SM_KN: B rows in place; even / odd columns widened in separate accumulators */
 OP_INLINE void op_sm_kn_body(const int MRV, const op_sm_ctx *x, int64_t bi, int64_t j0, int64_t j1,
@@ -724,6 +973,22 @@ OP_INLINE void op_sm_kn_body(const int MRV, const op_sm_ctx *x, int64_t bi, int6
 OP_SM_INST(1) OP_SM_INST(2) OP_SM_INST(3) OP_SM_INST(4)
 #undef OP_SM_INST
 
+#if defined(OP_BF16_HAS_DP)
+#define OP_SM_DP_INST(MRV)                                                                       \
+    static OP_NOINLINE void op_sm_packed_dp_m##MRV(const op_sm_ctx *x, int64_t bi, int64_t j0,   \
+                                                   int64_t j1)                                   \
+    {                                                                                            \
+        op_sm_packed_dp_body(MRV, x, bi, j0, j1);                                                \
+    }                                                                                            \
+    static OP_NOINLINE void op_sm_nk_dp_m##MRV(const op_sm_ctx *x, int64_t bi, int64_t j0,       \
+                                               int64_t j1)                                       \
+    {                                                                                            \
+        op_sm_nk_dp_body(MRV, MRV <= 2 ? 8 : 4, x, bi, j0, j1);                                  \
+    }
+OP_SM_DP_INST(1) OP_SM_DP_INST(2) OP_SM_DP_INST(3) OP_SM_DP_INST(4)
+#undef OP_SM_DP_INST
+#endif
+
 #if defined(OP_LEVEL_AVX512_CORE_AMX)
 /* ---- AMX small M, prepacked B (real tiles only): the k32 panels are B tiles as they lie. C tiles 0/1
    (m rows x 16 columns), A tile 4 = x (m rows of 32 bfloat16, from a zero-padded copy), B tiles 6/7 =
@@ -786,6 +1051,26 @@ static void op_sm_task(void *ctx, int64_t task, int tid)
     const int64_t j1 = op_min64(x->g->n, j0 + x->cols);
     if (j0 >= j1) return;
     const int m = (int)x->g->m;
+#if defined(OP_BF16_HAS_DP)
+    if (x->dp && x->form == OP_SM_PACKED) {
+        switch (m) {
+        case 1: op_sm_packed_dp_m1(x, bi, j0, j1); break;
+        case 2: op_sm_packed_dp_m2(x, bi, j0, j1); break;
+        case 3: op_sm_packed_dp_m3(x, bi, j0, j1); break;
+        default: op_sm_packed_dp_m4(x, bi, j0, j1); break;
+        }
+        return;
+    }
+    if (x->dp && x->form == OP_SM_NK) {
+        switch (m) {
+        case 1: op_sm_nk_dp_m1(x, bi, j0, j1); break;
+        case 2: op_sm_nk_dp_m2(x, bi, j0, j1); break;
+        case 3: op_sm_nk_dp_m3(x, bi, j0, j1); break;
+        default: op_sm_nk_dp_m4(x, bi, j0, j1); break;
+        }
+        return;
+    }
+#endif
     switch (x->form) {
     case OP_SM_PACKED:
 #if defined(OP_LEVEL_AVX512_CORE_AMX)
@@ -847,25 +1132,41 @@ static int op_sm_run(int form, const op_gemm_args *g, void *c, const int64_t *c_
     x.parts = g->batch >= T ? 1 : op_cdiv64(T, g->batch);
     x.cols = op_roundup64(op_cdiv64(n, x.parts), 32);
     x.parts = op_cdiv64(n, x.cols);
-    float *xa = (float *)op_aligned_alloc((size_t)(g->batch * m * x.kp) * sizeof(float));
-    if (!xa) return -1;
-    for (int64_t bi = 0; bi < g->batch; bi++) {
-        const uint16_t *A = (const uint16_t *)g->a + (g->a_off ? g->a_off[bi] : 0);
-        for (int64_t i = 0; i < m; i++) {
-            float *d = xa + (bi * m + i) * x.kp;
-            const uint16_t *s = A + i * g->rsa;
-            for (int64_t p = 0; p < x.kp; p++) {
-                const float v = p < k ? op_bf16_to_f32_1(s[p * g->csa]) : 0.0f;
-                /* NK: per 32-block, the 16 even depths then the 16 odd ones */
-                const int64_t q = form == OP_SM_NK ? (p & ~(int64_t)31) + ((p & 1) << 4) + ((p & 31) >> 1) : p;
-                d[q] = v;
+#if defined(OP_BF16_HAS_DP) && !defined(OP_LEVEL_AVX512_CORE_AMX)
+    x.dp = op_sm_dp && form != OP_SM_KN && (m > 1 || form == OP_SM_NK);
+#elif defined(OP_BF16_HAS_DP)
+    x.dp = op_sm_dp && form == OP_SM_NK;   /* the AMX level's prepacked form runs the tiles */
+#endif
+    x.ppf = OP_SM_PPF;
+#if defined(OP_BF16_HAS_DP)
+    if (op_sm_dp) x.ppf = OP_SM_DP_PPF1;   /* the hosts of the VDPBF16PS variant (Zen 4) */
+#endif
+    /* A once per call: bfloat16 as it is (xb: the tiles, the VDPBF16PS forms) or widened (xa) */
+    int need_xb = x.dp;
+#if defined(OP_LEVEL_AVX512_CORE_AMX)
+    need_xb |= form == OP_SM_PACKED;
+#endif
+    float *xa = NULL;
+    if (!x.dp) {
+        xa = (float *)op_aligned_alloc((size_t)(g->batch * m * x.kp) * sizeof(float));
+        if (!xa) return -1;
+        for (int64_t bi = 0; bi < g->batch; bi++) {
+            const uint16_t *A = (const uint16_t *)g->a + (g->a_off ? g->a_off[bi] : 0);
+            for (int64_t i = 0; i < m; i++) {
+                float *d = xa + (bi * m + i) * x.kp;
+                const uint16_t *s = A + i * g->rsa;
+                for (int64_t p = 0; p < x.kp; p++) {
+                    const float v = p < k ? op_bf16_to_f32_1(s[p * g->csa]) : 0.0f;
+                    /* NK: per 32-block, the 16 even depths then the 16 odd ones */
+                    const int64_t q = form == OP_SM_NK ? (p & ~(int64_t)31) + ((p & 1) << 4) + ((p & 31) >> 1) : p;
+                    d[q] = v;
+                }
             }
         }
     }
     x.xa = xa;
     uint16_t *xb = NULL;
-#if defined(OP_LEVEL_AVX512_CORE_AMX)
-    if (form == OP_SM_PACKED) {
+    if (need_xb) {
         xb = (uint16_t *)op_aligned_alloc((size_t)(g->batch * m * x.kp) * 2);
         if (!xb) {
             op_aligned_free(xa);
@@ -879,7 +1180,6 @@ static int op_sm_run(int form, const op_gemm_args *g, void *c, const int64_t *c_
         }
         x.xb = xb;
     }
-#endif
     if (form == OP_SM_KN) {
         x.scratch = (float *)op_aligned_alloc((size_t)(T * m * x.cols) * sizeof(float));
         if (!x.scratch) {
@@ -894,6 +1194,18 @@ static int op_sm_run(int form, const op_gemm_args *g, void *c, const int64_t *c_
     return used;
 }
 #endif /* OP_HAS_AVX512 */
+
+int op_gemm_bf16_set_variants(int flags)
+{
+#if defined(OP_BF16_HAS_DP)
+    op_sm_dp = (flags & 1) != 0;
+    op_dp_a_inplace = (flags & 2) != 0;
+    return op_sm_dp | op_dp_a_inplace << 1;
+#else
+    (void)flags;
+    return 0;
+#endif
+}
 
 /* ---------------------------------------------------------------- driver call */
 
@@ -943,7 +1255,7 @@ int op_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k,
     }
 #endif
     int amx;
-    const op_gemm_ops *ops = op_bf16_pick(m, &amx);
+    const op_gemm_ops *ops = op_bf16_pick_for(&g, &amx);
     return op_bf16_run(ops, &g, amx, c, c_off, rsc, csc, c_dtype, blk, nthreads);
 }
 
@@ -1029,7 +1341,7 @@ int op_gemm_packed(int b_dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
         return op_sm_run(OP_SM_PACKED, &g, c, c_off, rsc, csc, c_dtype, nthreads);
 #endif
     int amx = 0;
-    op_gemm_ops ops = b_dtype == 1 ? *op_bf16_pick(m, &amx) : op_gemm_f32_ops;
+    op_gemm_ops ops = b_dtype == 1 ? *op_bf16_pick_for(&g, &amx) : op_gemm_f32_ops;
     ops.direct_b = 0;
     ops.b_prepacked = 1;
     return op_bf16_run(&ops, &g, amx, c, c_off, rsc, csc, c_dtype, blk, nthreads);

@@ -6,6 +6,7 @@ rounded once); ``run_gemm_packed`` multiplies by a prepacked weight (``onepath.p
 """
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -36,24 +37,77 @@ def _epilogue(ffi, bias, bias_axis, activation):
     return epi, keep
 
 
+_VARIANTS: dict = {}  # level -> the variant flags set in its module (registry.BF16_VARIANTS)
+_FLAGS = {"decode_vdpbf16ps": 1, "a_in_place": 2}  # kernels/api_bf16.h, op_gemm_bf16_set_variants
+
+
+def set_variants(level: str, names=None) -> frozenset:
+    """Set the per-microarchitecture kernel variants of ``level``'s bfloat16 module: ``names`` among
+    ``"decode_vdpbf16ps"`` (small-M products, m <= 4, multiply with VDPBF16PS instead of widening
+    to float32) and ``"a_in_place"`` (the VDPBF16PS GEMM reads a row-major A in place instead of
+    packing it); None: the registry's ``BF16_VARIANTS`` rule for this host. A level lacking one
+    keeps it off. Returns the previous set (empty before the first call).
+
+    Raises:
+        ValueError: an unknown variant name."""
+    prev = _VARIANTS.get(level, frozenset())
+    want = registry.bf16_variants(level) if names is None else frozenset(names)
+    bad = sorted(want - _FLAGS.keys())
+    if bad:
+        raise ValueError(f"unknown bfloat16 kernel variant(s) {bad}; known: {sorted(_FLAGS)}")
+    got = load(level).lib.op_gemm_bf16_set_variants(sum(_FLAGS[v] for v in want))
+    _VARIANTS[level] = frozenset(v for v, bit in _FLAGS.items() if got & bit)
+    return prev
+
+
+def _module(level: str):
+    if level not in _VARIANTS:
+        set_variants(level)
+    return load(level)
+
+
 def _row_and_module(op: str, build: str | None, dtype: str = "bfloat16"):
     if build is None:
         row = registry.select(op, dtype)
-        return row, row.level, load(row.level)
-    return None, build, load(build)
+        return row, row.level, _module(row.level)
+    return None, build, _module(build)
+
+
+_BLK: dict = {}  # registry row -> its op_blocking struct (built once)
 
 
 def _blocking(ffi, row):
     if row is None:
         return ffi.NULL
-    return ffi.new("op_blocking *", {"mc": row.mc, "kc": row.kc, "nc": row.nc})
+    blk = _BLK.get(row)
+    if blk is None:
+        blk = _BLK[row] = ffi.new("op_blocking *", {"mc": row.mc, "kc": row.kc, "nc": row.nc})
+    return blk
 
 
 def _check(used, name, shapes):
+    """Raise for a negative thread count from the kernel; ``name()`` gives the kernel's name."""
+    if used >= 0:
+        return
     if used == -2:
-        raise RuntimeError(f"{name}: the emulated AMX tile unit reported a fault (tile misuse) for {shapes}")
-    if used < 0:
-        raise MemoryError(f"{name}: could not allocate packing buffers for {shapes}")
+        raise RuntimeError(f"{name()}: the emulated AMX tile unit reported a fault (tile misuse) for {shapes}")
+    raise MemoryError(f"{name()}: could not allocate packing buffers for {shapes}")
+
+
+def _data(ffi, x: np.ndarray, elem: str = "uint16_t"):
+    """Pointer to x's first element: ``from_buffer`` for C-contiguous arrays (about 0.3 us against
+    1.2 for numpy's ``ctypes.data``), else the address numpy reports (strided views)."""
+    if x.flags.c_contiguous and x.size:
+        return ffi.from_buffer(elem + "[]", x, require_writable=False)
+    return ffi.cast(elem + " *", x.ctypes.data)
+
+
+def _offsets(ffi, x: np.ndarray, batch_shape: tuple, keep: list):
+    off = batch_offsets(x, batch_shape)
+    if off is None:
+        return ffi.NULL
+    keep.append(off)
+    return ffi.cast("const int64_t *", off.ctypes.data)
 
 
 def run_gemm_bf16(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, *, bias=None, bias_axis=1,
@@ -64,25 +118,29 @@ def run_gemm_bf16(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, *, bias=
     row, level, mod = _row_and_module(op, build)
     ffi, lib = mod.ffi, mod.lib
     batch_shape = c.shape[:-2]
-    nbatch = int(np.prod(batch_shape, dtype=np.int64))
     m, n = c.shape[-2:]
     k = a.shape[-1]
     ia, ib, ic = a.itemsize, b.itemsize, c.itemsize
-    a_off, b_off, c_off = (batch_offsets(x, batch_shape) for x in (a, b, c))
-    ptr = lambda arr: ffi.NULL if arr is None else ffi.cast("const int64_t *", arr.ctypes.data)
+    keep: list = []  # batch offset arrays, alive until the call returns
+    if batch_shape:
+        nbatch = math.prod(batch_shape)
+        a_off, b_off, c_off = (_offsets(ffi, x, batch_shape, keep) for x in (a, b, c))
+    else:
+        nbatch, a_off, b_off, c_off = 1, ffi.NULL, ffi.NULL, ffi.NULL
     epi, _keep = _epilogue(ffi, bias, bias_axis, activation)
     verbose = _verbose.enabled()
     t0 = time.perf_counter() if verbose else 0.0
+    sa, sb, sc = a.strides, b.strides, c.strides
     used = lib.op_gemm_bf16(
         nbatch, m, n, k,
-        ffi.cast("const uint16_t *", a.ctypes.data), ptr(a_off), a.strides[-2] // ia, a.strides[-1] // ia,
-        ffi.cast("const uint16_t *", b.ctypes.data), ptr(b_off), b.strides[-2] // ib, b.strides[-1] // ib,
-        ffi.cast("void *", c.ctypes.data), ptr(c_off), c.strides[-2] // ic, c.strides[-1] // ic,
+        _data(ffi, a), a_off, sa[-2] // ia, sa[-1] // ia,
+        _data(ffi, b), b_off, sb[-2] // ib, sb[-1] // ib,
+        _data(ffi, c, "char"), c_off, sc[-2] // ic, sc[-1] // ic,
         1 if c.dtype == BF16 else 0, _blocking(ffi, row), epi, _threads.get_num_threads())
-    name = ffi.string(lib.op_gemm_bf16_kernel_for(m)).decode()
     _stats.record(op, "bfloat16", level, row.algorithm if row is not None else None)
-    _check(used, name, shapes or (m, n, k))
+    _check(used, lambda: ffi.string(lib.op_gemm_bf16_kernel_for(m)).decode(), shapes or (m, n, k))
     if verbose:
+        name = ffi.string(lib.op_gemm_bf16_kernel_for(m)).decode()
         _verbose.emit(op, f"bf16:bf16:{_TAG[c.dtype]}", level, name, shapes, used, time.perf_counter() - t0)
     return level
 
@@ -107,15 +165,16 @@ def pack_weight(level: str, b_dtype: np.dtype, wt: np.ndarray) -> tuple[np.ndarr
 def run_gemm_packed(op: str, level: str, row, b_dtype: np.dtype, a: np.ndarray, packed: np.ndarray,
                     n: int, c: np.ndarray, *, bias=None, activation=None, shapes: str = "") -> None:
     """C[M, N] = A[M, K] @ Bpacked (+ bias over columns, activation); A has the packed dtype."""
-    mod = load(level)
+    mod = _module(level)
     ffi, lib = mod.ffi, mod.lib
     m, k = a.shape
     ia, ic = a.itemsize, c.itemsize
     code = 1 if b_dtype == BF16 else 0
     epi, _keep = _epilogue(ffi, bias, 1, activation)
     blk = _blocking(ffi, row)
-    if m <= 16 and blk != ffi.NULL:
-        blk.kc = max(blk.kc, k)  # decode: each weight panel streamed once, front to back
+    if m <= 16 and blk != ffi.NULL and blk.kc < k:
+        # decode: each weight panel streamed once, front to back (a copy: the row's struct is shared)
+        blk = ffi.new("op_blocking *", {"mc": row.mc, "kc": k, "nc": row.nc})
     verbose = _verbose.enabled()
     t0 = time.perf_counter() if verbose else 0.0
     used = lib.op_gemm_packed(
@@ -124,10 +183,11 @@ def run_gemm_packed(op: str, level: str, row, b_dtype: np.dtype, a: np.ndarray, 
         ffi.cast("void *", c.ctypes.data), ffi.NULL, c.strides[0] // ic, c.strides[1] // ic,
         1 if c.dtype == BF16 else 0, blk, epi, _threads.get_num_threads())
     dname = "bfloat16" if code else "float32"
-    name = (ffi.string(lib.op_gemm_bf16_kernel_for(m)).decode() if code
-            else ffi.string(lib.op_gemm_f32_kernel_name()).decode())
+    name = lambda: (ffi.string(lib.op_gemm_bf16_kernel_for(m)).decode() if code  # noqa: E731
+                    else ffi.string(lib.op_gemm_f32_kernel_name()).decode())
     _stats.record(op, dname, level, row.algorithm if row is not None else None)
     _check(used, name, shapes or (m, n, k))
     if verbose:
+        name = name()
         _verbose.emit(op, f"{_TAG[a.dtype]}:packed:{_TAG[c.dtype]}", level, name + ",prepacked", shapes,
                       used, time.perf_counter() - t0)
