@@ -211,12 +211,21 @@ BF16_VARIANTS: dict[tuple[str, str], frozenset[str]] = {
 }
 
 
+BF16_VARIANT_FLAGS = {"decode_vdpbf16ps": 1, "a_in_place": 2}  # the bits of op_gemm_bf16_set_variants
+
+
 def bf16_variants(level: str, uarch: str | None = None) -> frozenset[str]:
     """The bfloat16 kernel variants ``level`` runs on ``uarch`` (default: this host's), per
     ``BF16_VARIANTS``."""
     if uarch is None:
         uarch = _probe().uarch
     return BF16_VARIANTS.get((uarch, level), frozenset())
+
+
+def bf16_variant_flags(level: str, uarch: str | None = None) -> int:
+    """``bf16_variants`` as the flags of ``op_gemm_bf16_set_variants`` (what the kernel loader sets
+    when it loads ``level``'s module, so every caller, ``tune`` included, runs them)."""
+    return sum(BF16_VARIANT_FLAGS[v] for v in bf16_variants(level, uarch))
 
 
 def conv_as_nhwc_limits(level: str, dtype: str, uarch: str | None = None) -> tuple[dict, str]:

@@ -39,7 +39,9 @@ def load(build: str):
         mod = _loaded.get(build)
         if mod is None:
             mod = importlib.import_module(f"onepath.kernels._op_{build}")
-            from ..dispatch.registry import gemv_f32_flags  # per-uarch thin-product options
+            # the per-uarch options of the thin-product and bfloat16 kernels (registry rules)
+            from ..dispatch.registry import bf16_variant_flags, gemv_f32_flags
             mod.lib.op_gemv_f32_options(gemv_f32_flags(build))
+            mod.lib.op_gemm_bf16_set_variants(bf16_variant_flags(build))
             _loaded[build] = mod
     return mod

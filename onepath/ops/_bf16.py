@@ -38,7 +38,7 @@ def _epilogue(ffi, bias, bias_axis, activation):
 
 
 _VARIANTS: dict = {}  # level -> the variant flags set in its module (registry.BF16_VARIANTS)
-_FLAGS = {"decode_vdpbf16ps": 1, "a_in_place": 2}  # kernels/api_bf16.h, op_gemm_bf16_set_variants
+_FLAGS = registry.BF16_VARIANT_FLAGS  # kernels/api_bf16.h, op_gemm_bf16_set_variants
 
 
 def set_variants(level: str, names=None) -> frozenset:
