@@ -20,6 +20,8 @@ EPS32 = np.finfo(np.float32).eps
 # padding 0 / 1 / 2, odd widths, output rows past one vector
 CASES = [
     (3, 7, 17, 1, (1, 1), 1),
+    (3, 6, 14, 1, (1, 1), 1),   # bfloat16 rows of 9..16 columns: the plane widened first
+    (2, 5, 9, 1, (0, 1), 2),
     (2, 13, 56, 1, (1, 1), 2),
     (2, 6, 65, 1, (0, 1), 1),
     (2, 9, 33, 1, (2, 1), 1),
@@ -84,7 +86,8 @@ def test_dw_row_kernels_rule():
                           algorithm="depthwise")
     assert registry.dw_row_kernels(row, (1, 1), 112, False, uarch="zen4")
     assert registry.dw_row_kernels(row, (2, 2), 56, True, uarch="zen4")
-    assert not registry.dw_row_kernels(row, (1, 1), 112, True, uarch="zen4")   # bfloat16 stride 1
+    assert registry.dw_row_kernels(row, (1, 1), 14, True, uarch="zen4")
+    assert not registry.dw_row_kernels(row, (1, 1), 8, True, uarch="zen4")
     assert not registry.dw_row_kernels(row, (1, 1), 14, False, uarch="zen4")
     assert not registry.dw_row_kernels(row, (2, 1), 112, False, uarch="zen4")
     assert not registry.dw_row_kernels(row, (1, 1), 112, False, uarch="sapphirerapids")

@@ -207,9 +207,11 @@ def conv_nchw_as_nhwc(row: Kernel, n: int, pixels: int, strided: bool = False,
 # stride 1 float32 W 112 / 56 1.33x / 1.35x faster than the whole-row kernel (op_dw3_rowv, whose lane
 # shifts share Zen 4's FMA pipes), W 28 equal, W 14 0.84x; stride 2 float32 and bfloat16 W 112 / 56 /
 # 28 1.2-1.37x faster than op_dw3_plane, W 14 (the phase-plane kernel) 0.83x / 1.04x; bfloat16 stride 1
-# equal or slower than the even / odd and flat kernels. Not measured on Intel: no row, its default.
+# (the kernel takes rows of 9..16 columns only: the plane widened once, then whole rows) W 14 1.08x
+# faster than the flat kernel at 2 threads (W 28: 0.85x, hence the cap). Not measured on Intel: no
+# row, its default.
 DW_ROW_KERNELS: dict[tuple[str, str], dict[str, int]] = {
-    ("zen4", "avx512_core"): {"s1_float32": 56, "s2_float32": 28, "s2_bfloat16": 28},
+    ("zen4", "avx512_core"): {"s1_float32": 56, "s1_bfloat16": 9, "s2_float32": 28, "s2_bfloat16": 28},
 }
 
 

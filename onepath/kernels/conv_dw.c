@@ -518,9 +518,9 @@ OP_INLINE void op_dw3_s2(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_R
    neighbouring vector's edge lane, or a zero for the padding column, so each input row costs NV
    loads and 2 NV shifts however many output rows use it (no split-line tap loads, no padded copy).
    R output rows per block, R NV <= 8 accumulators. Rows in the top/bottom padding load as zeros. */
-OP_INLINE void op_dw3_rowv_blk(const op_dw_ctx *c, int64_t plane, const __m512 *wv, __m512 bv,
-                               int64_t yplane, int64_t oh0, const __mmask16 *lm, const int R,
-                               const int NV, const int BF16, const int YB)
+OP_INLINE void op_dw3_rowv_blk(const op_dw_ctx *c, const void *xs, int64_t plane, const __m512 *wv,
+                               __m512 bv, int64_t yplane, int64_t oh0, const __mmask16 *lm,
+                               const int R, const int NV, const int BF16, const int YB)
 {
     const op_conv_desc *d = c->d;
     const int64_t H = d->h, W = d->w;
@@ -535,7 +535,7 @@ OP_INLINE void op_dw3_rowv_blk(const op_dw_ctx *c, int64_t plane, const __m512 *
         __m512i v[8];
 #pragma GCC unroll 8
         for (int j = 0; j < NV; j++)
-            v[j] = _mm512_castps_si512(op_dw_vld(c->x, plane + (ok ? ih : 0) * W + 16 * j,
+            v[j] = _mm512_castps_si512(op_dw_vld(xs, plane + (ok ? ih : 0) * W + 16 * j,
                                                  ok ? lm[j] : (__mmask16)0, BF16));
 #pragma GCC unroll 8
         for (int j = 0; j < NV; j++) {
@@ -588,12 +588,54 @@ OP_INLINE void op_dw3_rowv(const op_dw_ctx *c, int64_t p0, int64_t p1, const int
         op_dw3_row_setup(c, n, oc, HW, OH * W, &plane, &yplane, wv, &bv);
         int64_t oh0 = 0;
         for (; oh0 + R <= OH; oh0 += R)
-            op_dw3_rowv_blk(c, plane, wv, bv, yplane, oh0, lm, R, NV, BF16, YB);
+            op_dw3_rowv_blk(c, c->x, plane, wv, bv, yplane, oh0, lm, R, NV, BF16, YB);
         for (; oh0 < OH; oh0++)  /* (R > 1: the last rows one by one) */
-            op_dw3_rowv_blk(c, plane, wv, bv, yplane, oh0, lm, 1, NV, BF16, YB);
+            op_dw3_rowv_blk(c, c->x, plane, wv, bv, yplane, oh0, lm, 1, NV, BF16, YB);
         if (++oc == OC) { oc = 0; n++; }
     }
 }
+
+/* op_dw3_rowv for bfloat16 input on rows of 9 to 16 columns (row-register selection, op_conv_desc.dw_rows):
+   each plane is first widened once into the thread's float32 scratch (a 16-bit shift per element,
+   where op_dw3_rowv widens each row vector with a cross-lane shuffle at every use), then computed
+   as float32 whole rows. (The output may still be bfloat16: YB.) */
+/* plane p (= n * OC + oc) widened into s */
+OP_INLINE void op_dw3_widen(const op_dw_ctx *c, int64_t p, float *OP_RESTRICT s, int64_t HW)
+{
+    const int64_t OC = c->d->oc, oc = p % OC, ci = c->mult == 1 ? oc : oc / c->mult;
+    const uint16_t *xp = (const uint16_t *)c->x + ((p / OC) * c->d->c + ci) * HW;
+    const int64_t nb = HW / 16;
+    const __mmask16 tail = (__mmask16)((1u << (HW % 16)) - 1u);
+    for (int64_t b = 0; b < nb; b++) _mm512_store_ps(s + 16 * b, op_dw_vld(xp, 16 * b, 0xFFFF, 1));
+    if (tail) _mm512_store_ps(s + 16 * nb, op_dw_vld(xp, 16 * nb, tail, 1));
+}
+
+OP_INLINE void op_dw3_rowv_w(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_RESTRICT s,
+                             const int NV, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t OC = d->oc, OH = d->oh, W = d->w, HW = d->h * W, tot = op_roundup64(HW, 16) + 16;
+    const int R = NV <= 2 ? 4 : NV <= 4 ? 2 : 1;
+    __mmask16 lm[8];
+    for (int j = 0; j < NV; j++) lm[j] = op_dw_lanes(16 * j, W);
+    /* double-buffered as the flat kernel: the next plane is widened before this one is computed,
+       so the row loads (which straddle the widening's stores) never wait for those stores */
+    op_dw3_widen(c, p0, s, HW);
+    int64_t n = p0 / OC, oc = p0 % OC;
+    for (int64_t p = p0; p < p1; p++) {
+        const float *q = s + ((p - p0) & 1) * tot;
+        if (p + 1 < p1) op_dw3_widen(c, p + 1, s + ((p + 1 - p0) & 1) * tot, HW);
+        int64_t plane, yplane;
+        __m512 wv[9], bv;
+        op_dw3_row_setup(c, n, oc, HW, OH * W, &plane, &yplane, wv, &bv);
+        int64_t oh0 = 0;
+        for (; oh0 + R <= OH; oh0 += R) op_dw3_rowv_blk(c, q, 0, wv, bv, yplane, oh0, lm, R, NV, 0, YB);
+        for (; oh0 < OH; oh0++) op_dw3_rowv_blk(c, q, 0, wv, bv, yplane, oh0, lm, 1, NV, 0, YB);
+        if (++oc == OC) { oc = 0; n++; }
+    }
+}
+static OP_NOINLINE void op_dw3_rowv_w1(const op_dw_ctx *c, int64_t p0, int64_t p1, float *s) { op_dw3_rowv_w(c, p0, p1, s, 1, 0); }
+static OP_NOINLINE void op_dw3_rowv_w1_yb(const op_dw_ctx *c, int64_t p0, int64_t p1, float *s) { op_dw3_rowv_w(c, p0, p1, s, 1, 1); }
 
 /* 3x3, stride 1, padding 1 left and right (OW = W), bfloat16 input: even / odd columns. One
    512-bit load holds 32 bfloat16 columns; its even columns widen to float32 by a 16-bit shift of
@@ -1147,6 +1189,10 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
         else op_dw3_eo_bf16(c, p0, p1);
         return;
     }
+    if (c->direct3 == 10) {
+        (c->ybf16 ? op_dw3_rowv_w1_yb : op_dw3_rowv_w1)(c, p0, p1, buf);
+        return;
+    }
     if (c->direct3 == 8) {
         op_dw3_s1r_kernels[c->act != OP_ACT_NONE][op_dw_io(c)](c, p0, p1);
         return;
@@ -1230,7 +1276,10 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
     /* the row-register kernels, where the caller asks for them (op_conv_desc.dw_rows: chosen per
        microarchitecture by registry.dw_row_kernels) and the geometry fits them */
     if (c.direct3 && d->dw_rows && d->w <= OP_DW3_ZROW - 128) {
-        if (d->sw == 1 && d->pl == 1 && d->ow == d->w)
+        if (d->sw == 1 && d->pl == 1 && d->ow == d->w && x_bf16) {
+            if (d->w >= 9 && d->w <= 16)
+                c.direct3 = 10;  /* (wider bfloat16 rows keep the flat and even / odd kernels) */
+        } else if (d->sw == 1 && d->pl == 1 && d->ow == d->w)
             c.direct3 = 8;
         else if (d->sw == 2 && d->pl <= 15)
             c.direct3 = 9;
@@ -1265,6 +1314,8 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
             c.fm0[b] = (uint16_t)m0;
             c.fm2[b] = (uint16_t)m2;
         }
+    } else if (c.direct3 == 10) {
+        c.scratch_elems = 2 * (op_roundup64(d->h * d->w, 16) + 16);
     } else if (c.direct3 == 3) {
         c.scratch_elems = op_dw3_s2_scratch(d->oh);
         const int64_t G = d->oh * OP_DW3_S2_P;
