@@ -861,7 +861,9 @@ OP_INLINE void op_dw3_s2r_col(const op_dw_ctx *c, const char *const *rp, const _
             } else {
                 const __m512 ua = _mm512_maskz_loadu_ps(ma, q);
                 const __m512 ub = _mm512_maskz_loadu_ps(mb, q + 64);
-                const __m512 uc = _mm512_maskz_loadu_ps(mx, q + 128);
+                /* (column p + 32 only feeds lane 15 of kernel column 2: a broadcast, no line-split
+                   load; zero past the row) */
+                const __m512 uc = mx ? _mm512_set1_ps(*(const float *)(q + 128)) : _mm512_setzero_ps();
                 v0 = _mm512_permutex2var_ps(ua, ie, ub);
                 v1 = _mm512_permutex2var_ps(ua, io, ub);
                 v2 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(uc), _mm512_castps_si512(v0), 1));
