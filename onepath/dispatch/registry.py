@@ -292,6 +292,37 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
     return sum(GEMV_F32_FLAGS[o] for o in GEMV_F32_OPTIONS.get((uarch, level), ()))
 
 
+# Depthwise 3x3 NCHW: where the row-register kernels (kernels/conv_dw.c op_dw3_s1r / op_dw3_s2r,
+# op_conv_desc.dw_rows = 1) replace the default choice of the AVX-512 builds, per (uarch, level): the
+# smallest input width W per (stride, input dtype); a missing key keeps the default. Zen 4 (family 25
+# model 17, KVM guest, 2 cores), 2026-11-30, kernel-only best-of timings at 1 thread, this shared host:
+# stride 1 float32 W 112 / 56 1.33x / 1.35x faster than the whole-row kernel (op_dw3_rowv, whose lane
+# shifts share Zen 4's FMA pipes), W 28 equal, W 14 0.84x; stride 2 float32 and bfloat16 W 112 / 56 /
+# 28 1.2-1.37x faster than op_dw3_plane, W 14 (the phase-plane kernel) 0.83x / 1.04x; bfloat16 stride 1
+# (the kernel takes rows of 9..16 columns only: the plane widened once, then whole rows) W 14 1.08x
+# faster than the flat kernel at 2 threads (W 28: 0.85x, hence the cap). Not measured on Intel: no
+# row, its default.
+DW_ROW_KERNELS: dict[tuple[str, str], dict[str, int]] = {
+    ("zen4", "avx512_core"): {"s1_float32": 56, "s1_bfloat16": 9, "s2_float32": 28, "s2_bfloat16": 28},
+}
+
+
+def dw_row_kernels(row: Kernel, stride: tuple[int, int], w: int, x_bf16: bool,
+                   uarch: str | None = None) -> bool:
+    """Whether a depthwise NCHW problem on conv ``row`` (``stride`` (sh, sw), input width ``w``,
+    bfloat16 input when ``x_bf16``) asks for the row-register 3x3 kernels on ``uarch`` (default: this
+    host's), per ``DW_ROW_KERNELS`` (the kernel still checks that the geometry fits them)."""
+    if row.algorithm != "depthwise" or stride not in ((1, 1), (2, 2)):
+        return False
+    if uarch is None:
+        uarch = _probe().uarch
+    lim = DW_ROW_KERNELS.get((uarch, row.level))
+    if lim is None:
+        return False
+    key = f"s{stride[0]}_{'bfloat16' if x_bf16 else 'float32'}"
+    return key in lim and w >= lim[key]
+
+
 def blocking_for(row: Kernel, caches: dict, elem_size: int | None = None) -> tuple[int, int, int]:
     """Derive (MC, KC, NC) from cache sizes in bytes, after the BLIS analytical model
     (Low et al., "Analytical Modeling Is Enough for High-Performance BLIS", ACM TOMS 43(2), 2016):

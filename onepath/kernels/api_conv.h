@@ -18,6 +18,9 @@ typedef struct {
     int nhwc;                /* 0: x (N,C,H,W), y (N,OC,OH,OW); 1: x (N,H,W,C), y (N,OH,OW,OC);
                                 2: NCHW tensors computed in the NHWC formulation (op_conv2d_f32 and
                                 op_conv2d_bf16 only: the input and output transposed around it) */
+    int dw_rows;             /* op_conv2d_dw_f32, NCHW 3x3 at the AVX-512 levels: 1 runs the
+                                row-register kernels where the geometry fits them (stride 1 with
+                                padding 1 along W and OW = W, or stride 2), 0 the default choice */
 } op_conv_desc;
 
 /* Convolution as a GEMM through the level's GEMM driver and f32 micro-kernel (no im2col buffer):

@@ -12,7 +12,10 @@
        bfloat16 14x14 ... 56x56: op_dw3_flat),
      - phase planes (stride 2, output rows of <= 7 columns: op_dw3_s2),
      - register-blocked rows straight from the input (the rest of stride 1 / 2: op_dw3_plane;
-       bfloat16 stride 2 widens by integer ops alone, no shuffle).
+       bfloat16 stride 2 widens by integer ops alone, no shuffle),
+     - row-register kernels, when the caller asks for them (op_conv_desc.dw_rows, chosen per
+       microarchitecture by the registry): one 16-column vector of R output rows at a time
+       (stride 1 with padding 1 along W: op_dw3_s1r; stride 2: op_dw3_s2r).
    NHWC: one task per output row; the channel axis is the vector axis (acc[c] += w[c] x[c]); AVX-512
    builds run 3x3 multiplier-1 problems on op_dw_nhwc_row16 (weights and 4-8 output pixels in
    registers). bfloat16 input is widened while it is read (bfloat16 weights once per call). Bias and
@@ -35,7 +38,9 @@ typedef struct {
     int64_t scratch_elems;   /* per thread */
     int direct3;             /* AVX-512 kernels. NCHW 3x3 undilated, stride 1 or 2: 1 register-blocked
                                 rows, 2 flat (stride 1), 3 phase planes (stride 2), 5 whole rows in
-                                registers (stride 1); NHWC 3x3 multiplier 1: 4 channel vectors */
+                                registers (stride 1), 7 even / odd columns (bfloat16, stride 1),
+                                8 / 9 row-register vectors (stride 1 / 2); NHWC 3x3 multiplier 1:
+                                4 channel vectors */
     int64_t chunk;           /* NCHW: output planes per task (one division per task, not per plane) */
 #if defined(OP_HAS_AVX512)
     uint16_t fm0[1024], fm2[1024]; /* flat 3x3 kernel: per 16-lane block, lanes not in column 0 / W - 1 */
@@ -513,9 +518,9 @@ OP_INLINE void op_dw3_s2(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_R
    neighbouring vector's edge lane, or a zero for the padding column, so each input row costs NV
    loads and 2 NV shifts however many output rows use it (no split-line tap loads, no padded copy).
    R output rows per block, R NV <= 8 accumulators. Rows in the top/bottom padding load as zeros. */
-OP_INLINE void op_dw3_rowv_blk(const op_dw_ctx *c, int64_t plane, const __m512 *wv, __m512 bv,
-                               int64_t yplane, int64_t oh0, const __mmask16 *lm, const int R,
-                               const int NV, const int BF16, const int YB)
+OP_INLINE void op_dw3_rowv_blk(const op_dw_ctx *c, const void *xs, int64_t plane, const __m512 *wv,
+                               __m512 bv, int64_t yplane, int64_t oh0, const __mmask16 *lm,
+                               const int R, const int NV, const int BF16, const int YB)
 {
     const op_conv_desc *d = c->d;
     const int64_t H = d->h, W = d->w;
@@ -530,7 +535,7 @@ OP_INLINE void op_dw3_rowv_blk(const op_dw_ctx *c, int64_t plane, const __m512 *
         __m512i v[8];
 #pragma GCC unroll 8
         for (int j = 0; j < NV; j++)
-            v[j] = _mm512_castps_si512(op_dw_vld(c->x, plane + (ok ? ih : 0) * W + 16 * j,
+            v[j] = _mm512_castps_si512(op_dw_vld(xs, plane + (ok ? ih : 0) * W + 16 * j,
                                                  ok ? lm[j] : (__mmask16)0, BF16));
 #pragma GCC unroll 8
         for (int j = 0; j < NV; j++) {
@@ -583,12 +588,54 @@ OP_INLINE void op_dw3_rowv(const op_dw_ctx *c, int64_t p0, int64_t p1, const int
         op_dw3_row_setup(c, n, oc, HW, OH * W, &plane, &yplane, wv, &bv);
         int64_t oh0 = 0;
         for (; oh0 + R <= OH; oh0 += R)
-            op_dw3_rowv_blk(c, plane, wv, bv, yplane, oh0, lm, R, NV, BF16, YB);
+            op_dw3_rowv_blk(c, c->x, plane, wv, bv, yplane, oh0, lm, R, NV, BF16, YB);
         for (; oh0 < OH; oh0++)  /* (R > 1: the last rows one by one) */
-            op_dw3_rowv_blk(c, plane, wv, bv, yplane, oh0, lm, 1, NV, BF16, YB);
+            op_dw3_rowv_blk(c, c->x, plane, wv, bv, yplane, oh0, lm, 1, NV, BF16, YB);
         if (++oc == OC) { oc = 0; n++; }
     }
 }
+
+/* op_dw3_rowv for bfloat16 input on rows of 9 to 16 columns (row-register selection, op_conv_desc.dw_rows):
+   each plane is first widened once into the thread's float32 scratch (a 16-bit shift per element,
+   where op_dw3_rowv widens each row vector with a cross-lane shuffle at every use), then computed
+   as float32 whole rows. (The output may still be bfloat16: YB.) */
+/* plane p (= n * OC + oc) widened into s */
+OP_INLINE void op_dw3_widen(const op_dw_ctx *c, int64_t p, float *OP_RESTRICT s, int64_t HW)
+{
+    const int64_t OC = c->d->oc, oc = p % OC, ci = c->mult == 1 ? oc : oc / c->mult;
+    const uint16_t *xp = (const uint16_t *)c->x + ((p / OC) * c->d->c + ci) * HW;
+    const int64_t nb = HW / 16;
+    const __mmask16 tail = (__mmask16)((1u << (HW % 16)) - 1u);
+    for (int64_t b = 0; b < nb; b++) _mm512_store_ps(s + 16 * b, op_dw_vld(xp, 16 * b, 0xFFFF, 1));
+    if (tail) _mm512_store_ps(s + 16 * nb, op_dw_vld(xp, 16 * nb, tail, 1));
+}
+
+OP_INLINE void op_dw3_rowv_w(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_RESTRICT s,
+                             const int NV, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t OC = d->oc, OH = d->oh, W = d->w, HW = d->h * W, tot = op_roundup64(HW, 16) + 16;
+    const int R = NV <= 2 ? 4 : NV <= 4 ? 2 : 1;
+    __mmask16 lm[8];
+    for (int j = 0; j < NV; j++) lm[j] = op_dw_lanes(16 * j, W);
+    /* double-buffered as the flat kernel: the next plane is widened before this one is computed,
+       so the row loads (which straddle the widening's stores) never wait for those stores */
+    op_dw3_widen(c, p0, s, HW);
+    int64_t n = p0 / OC, oc = p0 % OC;
+    for (int64_t p = p0; p < p1; p++) {
+        const float *q = s + ((p - p0) & 1) * tot;
+        if (p + 1 < p1) op_dw3_widen(c, p + 1, s + ((p + 1 - p0) & 1) * tot, HW);
+        int64_t plane, yplane;
+        __m512 wv[9], bv;
+        op_dw3_row_setup(c, n, oc, HW, OH * W, &plane, &yplane, wv, &bv);
+        int64_t oh0 = 0;
+        for (; oh0 + R <= OH; oh0 += R) op_dw3_rowv_blk(c, q, 0, wv, bv, yplane, oh0, lm, R, NV, 0, YB);
+        for (; oh0 < OH; oh0++) op_dw3_rowv_blk(c, q, 0, wv, bv, yplane, oh0, lm, 1, NV, 0, YB);
+        if (++oc == OC) { oc = 0; n++; }
+    }
+}
+static OP_NOINLINE void op_dw3_rowv_w1(const op_dw_ctx *c, int64_t p0, int64_t p1, float *s) { op_dw3_rowv_w(c, p0, p1, s, 1, 0); }
+static OP_NOINLINE void op_dw3_rowv_w1_yb(const op_dw_ctx *c, int64_t p0, int64_t p1, float *s) { op_dw3_rowv_w(c, p0, p1, s, 1, 1); }
 
 /* 3x3, stride 1, padding 1 left and right (OW = W), bfloat16 input: even / odd columns. One
    512-bit load holds 32 bfloat16 columns; its even columns widen to float32 by a 16-bit shift of
@@ -679,6 +726,209 @@ OP_INLINE void op_dw3_eo(const op_dw_ctx *c, int64_t p0, int64_t p1, const int Y
 }
 static OP_NOINLINE void op_dw3_eo_bf16(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_eo(c, p0, p1, 0); }
 static OP_NOINLINE void op_dw3_eo_bf16_yb(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_eo(c, p0, p1, 1); }
+
+/* 3x3, stride 1, padding 1 left and right (OW = W), any padding along H: rows straight from the
+   input, R output rows per block (R = 8: 4-8% faster than 4 or 6 on Zen 4, 2026-11-30) and one
+   16-column vector at a time, so only the
+   R accumulators, the nine weights and three tap vectors are live (no spills at any width). Each
+   input row of the block costs three loads (columns j - 1, j, j + 1: unaligned, masked only at the
+   left / right edge, the masks fixed per column vector), each feeding up to three output rows: 9 FMAs
+   and 3 (R + 2) / R loads per output vector, no shuffle (on Zen 4 the lane shifts of op_dw3_rowv share
+   the FMA pipes). Rows in the top / bottom padding read a static zero row instead (no branch, no
+   mask). */
+enum { OP_DW3_ZROW = 1024 };  /* floats of the zero row: rows up to OP_DW3_ZROW - 128 columns */
+static const float op_dw3_zrow[OP_DW3_ZROW] __attribute__((aligned(64)));
+
+OP_INLINE void op_dw3_s1r_col(const op_dw_ctx *c, const char *const *rp, const __m512 *wv, __m512 bv,
+                              int64_t yrow, int64_t oh0, int64_t j0, __mmask16 ml, __mmask16 mc,
+                              __mmask16 mr, const int R, const int A2, const int ACT, const int BF16,
+                              const int YB)
+{
+    const int64_t W = c->d->w;
+    const int esz = BF16 ? 2 : 4;
+    {
+        __m512 acc[8], acd[8];
+        for (int i = 0; i < R; i++) {
+            acc[i] = bv;
+            if (A2) acd[i] = _mm512_setzero_ps();
+        }
+#pragma GCC unroll 10
+        for (int t = 0; t < R + 2; t++) {
+            const char *q = rp[t] + j0 * esz;
+            const __m512 a = op_dw_vld(q - esz, 0, ml, BF16);
+            const __m512 b = op_dw_vld(q, 0, mc, BF16);
+            const __m512 e = op_dw_vld(q + esz, 0, mr, BF16);
+#pragma GCC unroll 8
+            for (int i = 0; i < R; i++) {
+                const int ki = t - i;
+                if (ki < 0 || ki > 2) continue;
+                if (A2 && ki == 1) {
+                    acd[i] = _mm512_fmadd_ps(wv[ki * 3], a, acd[i]);
+                    acd[i] = _mm512_fmadd_ps(wv[ki * 3 + 1], b, acd[i]);
+                    acd[i] = _mm512_fmadd_ps(wv[ki * 3 + 2], e, acd[i]);
+                } else {
+                    acc[i] = _mm512_fmadd_ps(wv[ki * 3], a, acc[i]);
+                    acc[i] = _mm512_fmadd_ps(wv[ki * 3 + 1], b, acc[i]);
+                    acc[i] = _mm512_fmadd_ps(wv[ki * 3 + 2], e, acc[i]);
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++)
+            op_dw_vst(c->y, yrow + (oh0 + i) * W + j0, mc, A2 ? _mm512_add_ps(acc[i], acd[i]) : acc[i],
+                      ACT ? c->act : OP_ACT_NONE, YB);
+    }
+}
+
+OP_INLINE void op_dw3_s1r_blk(const op_dw_ctx *c, int64_t plane, const __m512 *wv, __m512 bv,
+                              int64_t yrow, int64_t oh0, const int R, const int A2, const int ACT,
+                              const int BF16, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t H = d->h, W = d->w;
+    const int esz = BF16 ? 2 : 4;
+    const char *rp[10];
+    for (int t = 0; t < R + 2; t++) {
+        const int64_t ih = oh0 - d->pt + t;
+        rp[t] = ih >= 0 && ih < H ? (const char *)c->x + (plane + ih * W) * esz
+                                  : (const char *)op_dw3_zrow + 64;
+    }
+    for (int64_t j0 = 0; j0 < W; j0 += 16) {
+        const __mmask16 mc = op_dw_lanes(j0, W), ml = op_dw_lanes(j0 - 1, W), mr = op_dw_lanes(j0 + 1, W);
+        op_dw3_s1r_col(c, rp, wv, bv, yrow, oh0, j0, ml, mc, mr, R, A2, ACT, BF16, YB);
+    }
+}
+
+OP_INLINE void op_dw3_s1r(const op_dw_ctx *c, int64_t p0, int64_t p1, const int R, const int A2,
+                          const int ACT, const int BF16, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t OC = d->oc, OH = d->oh, W = d->w, HW = d->h * W;
+    int64_t n = p0 / OC, oc = p0 % OC;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t plane, yplane;
+        __m512 wv[9], bv;
+        op_dw3_row_setup(c, n, oc, HW, OH * W, &plane, &yplane, wv, &bv);
+        int64_t oh0 = 0;
+        for (; oh0 + R <= OH; oh0 += R) op_dw3_s1r_blk(c, plane, wv, bv, yplane, oh0, R, A2, ACT, BF16, YB);
+        for (; oh0 + 2 <= OH; oh0 += 2) op_dw3_s1r_blk(c, plane, wv, bv, yplane, oh0, 2, A2, ACT, BF16, YB);
+        if (oh0 < OH) op_dw3_s1r_blk(c, plane, wv, bv, yplane, oh0, 1, A2, ACT, BF16, YB);
+        if (++oc == OC) { oc = 0; n++; }
+    }
+}
+/* float32 only (bfloat16 input: the even / odd, flat and widened whole-row kernels measured faster) */
+static OP_NOINLINE void op_dw3_s1r_f32(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_s1r(c, p0, p1, 8, 0, 1, 0, 0); }
+static OP_NOINLINE void op_dw3_s1r_f32_noact(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_s1r(c, p0, p1, 8, 0, 0, 0, 0); }
+
+/* 3x3, stride 2, padding 1 top / left (any size): as op_dw3_s1r, R output rows per block from
+   2 R + 1 input rows, one 16-output vector at a time. float32: the 32 input columns p .. p + 31
+   (p = 2 ow0 - 1) are two loads whose even / odd lanes (two permutes) are the taps of kernel columns
+   0 / 1, and kernel column 2 is the even lanes shifted by one with column p + 32 (one VALIGND of a
+   third load); bfloat16: one 32-column load widened by integer ops alone (even columns by a 16-bit
+   shift, odd ones by clearing the low half), kernel column 2 from a second load at p + 2. */
+OP_INLINE void op_dw3_s2r_col(const op_dw_ctx *c, const char *const *rp, const __m512 *wv, __m512 bv,
+                              int64_t yrow, int64_t oh0, int64_t j0, int64_t p, __mmask16 mc,
+                              __mmask16 ma, __mmask16 mb, __mmask16 mx, __mmask32 k0, __mmask32 k2,
+                              const int R, const int NA, const int ACT, const int BF16, const int YB)
+{
+    const int64_t OW = c->d->ow;
+    const int esz = BF16 ? 2 : 4;
+    const __m512i ie = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    {
+        __m512 acc[6][3];
+        for (int i = 0; i < R; i++) {
+            acc[i][0] = bv;
+            for (int k = 1; k < NA; k++) acc[i][k] = _mm512_setzero_ps();
+        }
+#pragma GCC unroll 13
+        for (int t = 0; t < 2 * R + 1; t++) {
+            const char *q = rp[t] + p * esz;
+            __m512 v0, v1, v2;
+            if (BF16) {
+                const __m512i u = _mm512_maskz_loadu_epi16(k0, q);
+                const __m512i u2 = _mm512_maskz_loadu_epi16(k2, q + 4);
+                v0 = _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+                v1 = _mm512_castsi512_ps(_mm512_and_si512(u, hi));
+                v2 = _mm512_castsi512_ps(_mm512_slli_epi32(u2, 16));
+            } else {
+                const __m512 ua = _mm512_maskz_loadu_ps(ma, q);
+                const __m512 ub = _mm512_maskz_loadu_ps(mb, q + 64);
+                /* (column p + 32 only feeds lane 15 of kernel column 2: a broadcast, no line-split
+                   load; zero past the row) */
+                const __m512 uc = mx ? _mm512_set1_ps(*(const float *)(q + 128)) : _mm512_setzero_ps();
+                v0 = _mm512_permutex2var_ps(ua, ie, ub);
+                v1 = _mm512_permutex2var_ps(ua, io, ub);
+                v2 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(uc), _mm512_castps_si512(v0), 1));
+            }
+#pragma GCC unroll 6
+            for (int i = 0; i < R; i++) {
+                const int ki = t - 2 * i;
+                if (ki < 0 || ki > 2) continue;
+                const int k = ki < NA ? ki : NA - 1;
+                acc[i][k] = _mm512_fmadd_ps(wv[ki * 3], v0, acc[i][k]);
+                acc[i][k] = _mm512_fmadd_ps(wv[ki * 3 + 1], v1, acc[i][k]);
+                acc[i][k] = _mm512_fmadd_ps(wv[ki * 3 + 2], v2, acc[i][k]);
+            }
+        }
+#pragma GCC unroll 6
+        for (int i = 0; i < R; i++) {
+            __m512 v = acc[i][0];
+            for (int k = 1; k < NA; k++) v = _mm512_add_ps(v, acc[i][k]);
+            op_dw_vst(c->y, yrow + (oh0 + i) * OW + j0, mc, v, ACT ? c->act : OP_ACT_NONE, YB);
+        }
+    }
+}
+
+OP_INLINE void op_dw3_s2r_blk(const op_dw_ctx *c, int64_t plane, const __m512 *wv, __m512 bv,
+                              int64_t yrow, int64_t oh0, const int R, const int NA, const int ACT,
+                              const int BF16, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t H = d->h, W = d->w, OW = d->ow;
+    const int esz = BF16 ? 2 : 4;
+    const char *rp[2 * 6 + 1];
+    for (int t = 0; t < 2 * R + 1; t++) {
+        const int64_t ih = oh0 * 2 - d->pt + t;
+        rp[t] = ih >= 0 && ih < H ? (const char *)c->x + (plane + ih * W) * esz
+                                  : (const char *)op_dw3_zrow + 64;
+    }
+    for (int64_t j0 = 0; j0 < OW; j0 += 16) {
+        const int64_t p = 2 * j0 - d->pl;
+        const __mmask16 mc = op_dw_lanes(j0, OW);
+        const __mmask16 ma = op_dw_lanes(p, W), mb = op_dw_lanes(p + 16, W), mx = op_dw_lanes(p + 32, W) & 1u;
+        const __mmask32 k0 = BF16 ? op_dw_lanes32(p, W) : 0, k2 = BF16 ? op_dw_lanes32(p + 2, W) : 0;
+        op_dw3_s2r_col(c, rp, wv, bv, yrow, oh0, j0, p, mc, ma, mb, mx, k0, k2, R, NA, ACT, BF16, YB);
+    }
+}
+
+OP_INLINE void op_dw3_s2r(const op_dw_ctx *c, int64_t p0, int64_t p1, const int R, const int NA,
+                          const int ACT, const int BF16, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t OC = d->oc, OH = d->oh, HW = d->h * d->w;
+    int64_t n = p0 / OC, oc = p0 % OC;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t plane, yplane;
+        __m512 wv[9], bv;
+        op_dw3_row_setup(c, n, oc, HW, OH * d->ow, &plane, &yplane, wv, &bv);
+        int64_t oh0 = 0;
+        for (; oh0 + R <= OH; oh0 += R) op_dw3_s2r_blk(c, plane, wv, bv, yplane, oh0, R, NA, ACT, BF16, YB);
+        for (; oh0 + 2 <= OH; oh0 += 2) op_dw3_s2r_blk(c, plane, wv, bv, yplane, oh0, 2, NA, ACT, BF16, YB);
+        if (oh0 < OH) op_dw3_s2r_blk(c, plane, wv, bv, yplane, oh0, 1, NA, ACT, BF16, YB);
+        if (++oc == OC) { oc = 0; n++; }
+    }
+}
+#define OP_DW3_S2R(SUF, ACT)                                                                      \
+    static OP_NOINLINE void op_dw3_s2r_f32##SUF(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_s2r(c, p0, p1, 6, 2, ACT, 0, 0); } \
+    static OP_NOINLINE void op_dw3_s2r_bf16##SUF(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_s2r(c, p0, p1, 6, 2, ACT, 1, 0); } \
+    static OP_NOINLINE void op_dw3_s2r_bf16_yb##SUF(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_s2r(c, p0, p1, 6, 2, ACT, 1, 1); }
+OP_DW3_S2R(, 1)
+OP_DW3_S2R(_noact, 0)
+static void (*const op_dw3_s2r_kernels[2][3])(const op_dw_ctx *, int64_t, int64_t) = {
+    {op_dw3_s2r_f32_noact, op_dw3_s2r_bf16_noact, op_dw3_s2r_bf16_yb_noact},
+    {op_dw3_s2r_f32, op_dw3_s2r_bf16, op_dw3_s2r_bf16_yb}};
 
 #define OP_DW3_ROWV(NV)                                                                            \
     static OP_NOINLINE void op_dw3_rowv##NV##_f32(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_rowv(c, p0, p1, NV, 0, 0); } \
@@ -935,6 +1185,18 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
         else op_dw3_eo_bf16(c, p0, p1);
         return;
     }
+    if (c->direct3 == 10) {
+        (c->ybf16 ? op_dw3_rowv_w1_yb : op_dw3_rowv_w1)(c, p0, p1, buf);
+        return;
+    }
+    if (c->direct3 == 8) {
+        (c->act != OP_ACT_NONE ? op_dw3_s1r_f32 : op_dw3_s1r_f32_noact)(c, p0, p1);
+        return;
+    }
+    if (c->direct3 == 9) {
+        op_dw3_s2r_kernels[c->act != OP_ACT_NONE][op_dw_io(c)](c, p0, p1);
+        return;
+    }
     if (c->direct3 == 5) {
         op_dw3_rowv_kernels[op_cdiv64(c->d->w, 16) - 1][op_dw_io(c)](c, p0, p1);
         return;
@@ -1007,6 +1269,17 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
        choice can be measured. */
     if (c.direct3 && x_bf16 && d->sw == 1 && d->pl == 1 && d->ow == d->w && d->w > 64)
         c.direct3 = 7;
+    /* the row-register kernels, where the caller asks for them (op_conv_desc.dw_rows: chosen per
+       microarchitecture by registry.dw_row_kernels) and the geometry fits them */
+    if (c.direct3 && d->dw_rows && d->w <= OP_DW3_ZROW - 128) {
+        if (d->sw == 1 && d->pl == 1 && d->ow == d->w && x_bf16) {
+            if (d->w >= 9 && d->w <= 16)
+                c.direct3 = 10;  /* (wider bfloat16 rows keep the flat and even / odd kernels) */
+        } else if (d->sw == 1 && d->pl == 1 && d->ow == d->w)
+            c.direct3 = 8;
+        else if (d->sw == 2 && d->pl <= 15)
+            c.direct3 = 9;
+    }
     if (d->nhwc && d->kh == 3 && d->kw == 3 && c.mult == 1 && d->dw == 1 && (d->sw == 1 || d->sw == 2))
         c.direct3 = 4;  /* NHWC: channel-vector kernel */
 #endif
@@ -1037,6 +1310,8 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
             c.fm0[b] = (uint16_t)m0;
             c.fm2[b] = (uint16_t)m2;
         }
+    } else if (c.direct3 == 10) {
+        c.scratch_elems = 2 * (op_roundup64(d->h * d->w, 16) + 16);
     } else if (c.direct3 == 3) {
         c.scratch_elems = op_dw3_s2_scratch(d->oh);
         const int64_t G = d->oh * OP_DW3_S2_P;

@@ -503,6 +503,8 @@ def _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc
     d.dh, d.dw = dl
     d.groups = groups
     d.nhwc = 1 if nhwc else (2 if registry.conv_nchw_as_nhwc(row, n, oh * ow, st != (1, 1)) else 0)
+    if algo == "depthwise" and not nhwc:
+        d.dw_rows = 1 if registry.dw_row_kernels(row, st, wd, bool(x_bf16)) else 0
     pl.desc = d
     pl.blk = ffi.new("op_blocking *", {"mc": row.mc, "kc": row.kc, "nc": row.nc})
     pl.wtype = "uint16_t[]" if native else "float[]"
@@ -533,18 +535,28 @@ def _input_operand(pl, x):
 
 def _run_dw(pl, x, w, b):
     """``_run_plan`` for depthwise plans (the per-call work kept to a minimum: small layers run in
-    tens of microseconds)."""
-    xk = _input_operand(pl, x)
-    # weight (OC, 1, KH, KW) -> NCHW (OC, KH, KW); NHWC (KH, KW, OC)
-    if pl.dw_wbits:
-        wk = w.view(np.uint16)[:, 0]
+    tens of microseconds). C-contiguous operands in the kernel's dtype (float32, or bfloat16 read as
+    its bits) go to the kernel as they are: an NCHW weight (OC, 1, KH, KW) is already (OC, KH, KW)."""
+    xd = x.dtype
+    if x.flags.c_contiguous and (xd is _F32 if pl.xmode == 0 else pl.xmode == 1 and xd == _BF16):
+        xk = x
     else:
-        wk = np.asarray(w, _F32)[:, 0]
-        if pl.wmode == 2:
-            wk = wk.astype(_BF16).astype(_F32)
-    if pl.nhwc:
-        wk = wk.transpose(1, 2, 0)
-    wk = np.ascontiguousarray(wk)
+        xk = _input_operand(pl, x)
+    wd = w.dtype
+    if not pl.nhwc and w.flags.c_contiguous and (
+            (pl.dw_wbits and wd == _BF16) or (wd is _F32 and pl.wmode != 2)):
+        wk = w
+    else:
+        # weight (OC, 1, KH, KW) -> NCHW (OC, KH, KW); NHWC (KH, KW, OC)
+        if pl.dw_wbits:
+            wk = w.view(np.uint16)[:, 0]
+        else:
+            wk = np.asarray(w, _F32)[:, 0]
+            if pl.wmode == 2:
+                wk = wk.astype(_BF16).astype(_F32)
+        if pl.nhwc:
+            wk = wk.transpose(1, 2, 0)
+        wk = np.ascontiguousarray(wk)
     ffi = pl.ffi
     ybf16 = pl.dw_ybf16
     y = np.empty(pl.yshape, np.uint16 if ybf16 else _F32)
