@@ -122,6 +122,74 @@ static void op_conv_pack_b_nchw_bf16(const op_gemm_args *g, int64_t bi, int64_t 
     op_conv_pack_b_nchw_impl(g, bi, p0, kc, kcp, j0, nc, dst, 1);
 }
 
+/* ---------------------------------------------------------------- A read in place (float32)
+
+   op_gemm_ops.ukr_a for the NHWC 1x1 stride-1 convolution (a plain GEMM, A = the input rows of C
+   floats): the 14 x 32 AVX-512 micro-kernel of gemm_f32.c with A broadcast straight from the input
+   rows (a[i*lda + p]) instead of from a packed micro-panel. With few output channels (N = OC/g of 64
+   or 128: each input row feeds only two to four B panels) packing A costs about a third of the
+   micro-kernel's time (perf, ResNet-50 res2 1x1 at batch 8 on Zen 4): the transposes that pack it
+   wait on the input's stream from memory. Broadcast loads need no alignment. Full MR-row panels
+   only (the driver packs the tail). */
+#if defined(OP_HAS_AVX512)
+static void op_conv_ukr_a_f32(int64_t kc, const void *a_, int64_t lda, const void *b_, float *c,
+                              int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
+{
+    (void)mr;   /* always OP_F32_MR (14) */
+    const float *OP_RESTRICT b = (const float *)b_;
+    const float *p0 = (const float *)a_, *p3 = p0 + 3 * lda, *p6 = p0 + 6 * lda, *p9 = p0 + 9 * lda,
+                *p12 = p0 + 12 * lda;
+    const int64_t l2 = 2 * lda;
+    __m512 c0_0 = _mm512_setzero_ps(), c0_1 = c0_0, c1_0 = c0_0, c1_1 = c0_0, c2_0 = c0_0,
+           c2_1 = c0_0, c3_0 = c0_0, c3_1 = c0_0, c4_0 = c0_0, c4_1 = c0_0, c5_0 = c0_0,
+           c5_1 = c0_0, c6_0 = c0_0, c6_1 = c0_0, c7_0 = c0_0, c7_1 = c0_0, c8_0 = c0_0,
+           c8_1 = c0_0, c9_0 = c0_0, c9_1 = c0_0, c10_0 = c0_0, c10_1 = c0_0, c11_0 = c0_0,
+           c11_1 = c0_0, c12_0 = c0_0, c12_1 = c0_0, c13_0 = c0_0, c13_1 = c0_0;
+    if (csc == 1)
+        for (int i = 0; i < OP_F32_MR; i++) {
+            _mm_prefetch((const char *)(c + i * rsc), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c + i * rsc + 31), _MM_HINT_T0);
+        }
+#define OP_RA(i, src)                                                    \
+    {                                                                    \
+        __m512 ai = _mm512_set1_ps(src);                                 \
+        c##i##_0 = _mm512_fmadd_ps(ai, b0, c##i##_0);                    \
+        c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1);                    \
+    }
+    /* the next 14 rows (the next panel: rows are contiguous in the input) are fetched a line per
+       k step, row p % 16 at depth p rounded down to 16 (rows 14, 15 of each 16 steps skip) */
+    const float *pf = p0 + OP_F32_MR * lda;
+    for (int64_t p = 0; p < kc; p++) {
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        if ((p & 15) < OP_F32_MR) _mm_prefetch((const char *)(pf + (p & 15) * lda + (p & ~(int64_t)15)), _MM_HINT_T0);
+        OP_RA(0, p0[p]) OP_RA(1, p0[lda + p]) OP_RA(2, p0[l2 + p])
+        OP_RA(3, p3[p]) OP_RA(4, p3[lda + p]) OP_RA(5, p3[l2 + p])
+        OP_RA(6, p6[p]) OP_RA(7, p6[lda + p]) OP_RA(8, p6[l2 + p])
+        OP_RA(9, p9[p]) OP_RA(10, p9[lda + p]) OP_RA(11, p9[l2 + p])
+        OP_RA(12, p12[p]) OP_RA(13, p12[lda + p])
+        b += OP_F32_NR;
+    }
+#undef OP_RA
+    if (OP_LIKELY(csc == 1)) {
+        op_epi512 e;
+        op_epi512_init(&e, nr, epi);
+#define OP_W(i) op_epi512_row(&e, c + i * rsc, i, c##i##_0, c##i##_1, nr, acc);
+        OP_W(0) OP_W(1) OP_W(2) OP_W(3) OP_W(4) OP_W(5) OP_W(6)
+        OP_W(7) OP_W(8) OP_W(9) OP_W(10) OP_W(11) OP_W(12) OP_W(13)
+#undef OP_W
+    } else {
+        float t[OP_F32_MR * 32] OP_ALIGNED(64);
+#define OP_T(i)                                         \
+    _mm512_store_ps(t + i * 32, c##i##_0);              \
+    _mm512_store_ps(t + i * 32 + 16, c##i##_1);
+        OP_T(0) OP_T(1) OP_T(2) OP_T(3) OP_T(4) OP_T(5) OP_T(6)
+        OP_T(7) OP_T(8) OP_T(9) OP_T(10) OP_T(11) OP_T(12) OP_T(13)
+#undef OP_T
+        op_tile_store(t, 32, OP_F32_MR, nr, c, rsc, csc, acc, epi);
+    }
+}
+#endif
+
 /* ---------------------------------------------------------------- NHWC over a padded input
 
    Shared by the float32 (below) and bfloat16 (conv_bf16.c) NHWC convolutions, depth order (kh, kw, c):
@@ -767,6 +835,10 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
                         d->pt == 0 && d->pl == 0 && d->oh == d->h && d->ow == d->w;
 
     op_gemm_ops ops = op_gemm_f32_ops;
+#if defined(OP_HAS_AVX512)
+    /* (rows 4 KiB apart, C a multiple of 1024, would put the 14 rows in one L1d set: packed) */
+    if (inplace && d->nhwc && d->c % 1024 != 0) ops.ukr_a = op_conv_ukr_a_f32;
+#endif
     if (!inplace) {
         ops.direct_b = 0;
         if (d->nhwc)

@@ -721,6 +721,8 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
        most two B panels pass (packing costs about a read and a write of A; measured on AMX with
        ResNet-50 NHWC 1x1 layers: N = 64 gains, N >= 128 loses) */
     const int a_aligned = ((uintptr_t)Ad % 64 == 0) && ((g->rsa * (int64_t)o->a_elem) % 64 == 0);
+    /* (a float32 ukr_a, conv_f32.c's, broadcasts single floats from A: no split loads, any alignment) */
+    const int a_anyalign = o->a_elem == 4;
     const int a_inplace = o->ukr_a && g->csa == 1;
 
     for (int64_t jc = n0; jc < n1; jc += x->nc) {
@@ -738,7 +740,7 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                 o->pack_b(g, bi, pc, kc, kcp, jc + nfull, nc - nfull, bbuf);
             for (int64_t ic = m0; ic < m1; ic += x->mc) {
                 const int64_t mc = op_min64(x->mc, m1 - ic);
-                const int64_t afull = a_inplace && kcp == kc && (a_aligned || nc <= 2 * NR) ? mc / MR * MR : 0;
+                const int64_t afull = a_inplace && kcp == kc && (a_aligned || a_anyalign || nc <= 2 * NR) ? mc / MR * MR : 0;
                 if (afull < mc) o->pack_a(g, bi, ic + afull, mc - afull, pc, kc, kcp, abuf);
                 for (int64_t jr = 0; jr < nc; jr += NR) {
                     const int nr = (int)op_min64(NR, nc - jr);
