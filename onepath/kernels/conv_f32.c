@@ -1040,7 +1040,10 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
     op_gemm_ops ops = op_gemm_f32_ops;
 #if defined(OP_HAS_AVX512)
     /* (rows 4 KiB apart, C a multiple of 1024, would put the 14 rows in one L1d set: packed) */
-    if (inplace && d->nhwc && d->c % 1024 != 0) ops.ukr_a = op_conv_ukr_a_f32;
+    if (inplace && d->nhwc && d->c % 1024 != 0) {
+        ops.ukr_a = op_conv_ukr_a_f32;
+        ops.ukr_a_bcast = 1;
+    }
 #endif
     if (!inplace) {
         ops.direct_b = 0;

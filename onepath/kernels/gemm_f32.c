@@ -138,6 +138,8 @@ typedef struct op_gemm_ops {
                           ceil(nc/nr)*nr*kcp elements, 64-byte aligned), per thread */
     op_ukr_a_fn ukr_a; /* non-NULL: used instead of pack_a + ukr for the full mr-row panels when A is
                           row-major (csa == 1) and the KC block needs no depth padding (kcp == kc) */
+    int ukr_a_bcast;   /* 1: ukr_a reads A only by scalar (or K-pair) broadcasts, never a split vector
+                          load, so it runs at any alignment of A (the conv kernels' ukr_a) */
 } op_gemm_ops;
 
 /* ---------------------------------------------------------------- f32 micro-kernels */
@@ -721,8 +723,7 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
        most two B panels pass (packing costs about a read and a write of A; measured on AMX with
        ResNet-50 NHWC 1x1 layers: N = 64 gains, N >= 128 loses) */
     const int a_aligned = ((uintptr_t)Ad % 64 == 0) && ((g->rsa * (int64_t)o->a_elem) % 64 == 0);
-    /* (a float32 ukr_a, conv_f32.c's, broadcasts single floats from A: no split loads, any alignment) */
-    const int a_anyalign = o->a_elem == 4;
+    const int a_anyalign = o->ukr_a_bcast;
     const int a_inplace = o->ukr_a && g->csa == 1;
 
     for (int64_t jc = n0; jc < n1; jc += x->nc) {
