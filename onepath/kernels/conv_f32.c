@@ -493,18 +493,20 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
 
    A float32 NHWC convolution (groups 1) whose output rows are whole 14-pixel micro-panels (OW a
    multiple of 14) and whose 16-depth blocks are each one contiguous piece of a pixel's padded input
-   (C/g a multiple of 16, or the joint kernel-row runs of C = 16), run as a batch-reduce GEMM
-   without packing A: the 14 pixels of a panel are sw*C floats apart in the padded copy (the same
-   tap of consecutive output pixels), so block b of pixel i is the 16 floats at
-   panel + seg[b].off + i*sw*C, and the micro-kernel (op_conv_ukr_brg_f32) broadcasts them in place
-   as op_conv_ukr_a_f32 does, switching the base pointer per block. The weight is packed once per
-   call for all K into NR-column panels (op_conv_pack_b_nhwc_f32, shared by the threads); threads
-   take blocks of pixels (MC) or, when those are too few, also parts of N; the loops of a block are
-   KC -> N panel -> pixel panel, so its C block stays in L2 between KC blocks. Packing the gathered A
-   cost about 30% of the micro-kernel's time at N = OC of 64-128 (perf, ResNet-50 3x3 at batch 8 on
-   Zen 4). */
+   (C/g a multiple of 16, or the joint kernel-row runs of C = 16) runs as a batch-reduce GEMM without
+   packing A: the pixels of a micro-panel are sw*C floats apart in the padded copy (the same tap of
+   consecutive output pixels), so block b of pixel i is the 16 floats at
+   panel + seg[b].off + i*sw*C, and the micro-kernel (op_conv_ukr_brg_f32; its second half of 7
+   rows from its own base, hoff) broadcasts them in place as op_conv_ukr_a_f32 does, switching its
+   base per block. The weight is packed once per call for all K into NR-column panels
+   (op_conv_pack_b_nhwc_f32, shared by the threads); threads take blocks of pixels (MC) or, when
+   those are too few, also parts of N; the loops of a block are KC -> N panel -> pixel panel, so its
+   C block stays in L2 between KC blocks. Packing the gathered A cost about 30% of the
+   micro-kernel's time at N = OC of 64-128 (perf, ResNet-50 res2 3x3 at batch 8, Zen 4, 1 thread:
+   78 -> 105 GFLOP/s). Measured slower, so left to the packing path: 7 x 7 outputs (OW 7, two
+   half panels; the weight, up to 9 MiB, streamed again for every few panels) and rows 4 KiB apart. */
 #if defined(OP_HAS_AVX512)
-static void op_conv_ukr_brg_f32(int64_t nb, const float *a, const int64_t *off, int64_t lda,
+static void op_conv_ukr_brg_f32(int64_t nb, const float *a, int64_t hoff, const int64_t *off, int64_t lda,
                                 const float *OP_RESTRICT b, float *c, int64_t rsc, int nr, int acc,
                                 const op_epilogue *epi)
 {
@@ -525,18 +527,19 @@ static void op_conv_ukr_brg_f32(int64_t nb, const float *a, const int64_t *off, 
         c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1);                    \
     }
     for (int64_t kb = 0; kb < nb; kb++) {
-        const float *p0 = a + off[kb], *p3 = p0 + 3 * lda, *p6 = p0 + 6 * lda, *p9 = p0 + 9 * lda,
-                    *p12 = p0 + 12 * lda;
+        const float *p0 = a + off[kb], *p3 = p0 + 3 * lda, *p6 = p0 + 6 * lda, *p7 = p0 + hoff,
+                    *p10 = p7 + 3 * lda, *p13 = p7 + 6 * lda;
         /* the block after next: one line per pixel */
         const float *pf = a + off[kb + 2 < nb ? kb + 2 : kb];
         for (int p = 0; p < 16; p++) {
             __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-            if (p < OP_F32_MR) _mm_prefetch((const char *)(pf + p * lda), _MM_HINT_T0);
+            if (p < 7) _mm_prefetch((const char *)(pf + p * lda), _MM_HINT_T0);
+            else if (p < 14) _mm_prefetch((const char *)(pf + hoff + (p - 7) * lda), _MM_HINT_T0);
             OP_RA(0, p0[p]) OP_RA(1, p0[lda + p]) OP_RA(2, p0[l2 + p])
             OP_RA(3, p3[p]) OP_RA(4, p3[lda + p]) OP_RA(5, p3[l2 + p])
-            OP_RA(6, p6[p]) OP_RA(7, p6[lda + p]) OP_RA(8, p6[l2 + p])
-            OP_RA(9, p9[p]) OP_RA(10, p9[lda + p]) OP_RA(11, p9[l2 + p])
-            OP_RA(12, p12[p]) OP_RA(13, p12[lda + p])
+            OP_RA(6, p6[p]) OP_RA(7, p7[p]) OP_RA(8, p7[lda + p])
+            OP_RA(9, p7[l2 + p]) OP_RA(10, p10[p]) OP_RA(11, p10[lda + p])
+            OP_RA(12, p10[l2 + p]) OP_RA(13, p13[p])
             b += OP_F32_NR;
         }
     }
@@ -589,10 +592,9 @@ static void op_convbrg_task(void *ctx, int64_t task, int tid)
             if (te.bias) te.bias += s * NR;
             const op_epilogue *tep = (last && has_epi) ? &te : NULL;
             for (int64_t pa = pa0; pa < pa1; pa++) {
-                const int64_t pix = pa * MR;
-                const float *a = X + op_convq_pixel(x->q, 0, pix);
-                op_conv_ukr_brg_f32(nb, a, x->off + kb0, lda, bpan, x->y + pix * OC + s * NR, OC, nr,
-                                    kb0 > 0, tep);
+                const int64_t pix = pa * MR, o0 = op_convq_pixel(x->q, 0, pix);
+                op_conv_ukr_brg_f32(nb, X + o0, op_convq_pixel(x->q, 0, pix + 7) - o0, x->off + kb0, lda,
+                                    bpan, x->y + pix * OC + s * NR, OC, nr, kb0 > 0, tep);
             }
         }
     }
@@ -619,7 +621,9 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
                                   int nthreads)
 {
     enum { MR = OP_F32_MR, NR = OP_F32_NR };
-    if (d->nhwc != 1 || d->groups != 1 || d->kh * d->kw < 2 || d->ow % MR != 0) return 0;
+    /* (rows 4 KiB apart, sw*C a multiple of 1024, would share one L1d set: the packing path) */
+    if (d->nhwc != 1 || d->groups != 1 || d->kh * d->kw < 2 || d->ow % MR != 0 || (d->sw * d->c) % 1024 == 0)
+        return 0;
     const int64_t K = d->c * d->kh * d->kw;
     if (K % 16 != 0) return 0;
     op_convq_geo q;
@@ -1029,7 +1033,7 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
         return r;
     }
 #if defined(OP_HAS_AVX512)
-    if (d->nhwc == 1 && !getenv("OPC_NOBRG")) {   /* k x k, A read in place (above) */
+    if (d->nhwc == 1) {   /* k x k, A read in place (above) */
         const int r = op_conv2d_nhwc_brg_f32(d, x, x_bf16, w, bias, y, act, blk, nthreads);
         if (r != 0) return r;
     }
