@@ -467,7 +467,7 @@ static int op_convb_gemm(const op_conv_desc *d, const op_gemm_ops *ops, int amx,
 static uint16_t *op_convb_reorder_w(const op_conv_desc *d, const uint16_t *w, int64_t cgp, int nthreads)
 {
     const int64_t cg = d->c / d->groups, khw = d->kh * d->kw, Kp = khw * cgp;
-    uint16_t *wr = (uint16_t *)op_aligned_alloc(sizeof(uint16_t) * (size_t)(d->oc * Kp));
+    uint16_t *wr = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(d->oc * Kp));
     if (!wr) return NULL;
     op_convx_wr_ctx wc = {w, wr, cg, cgp, khw, d->oc};
     op_parallel_for(d->oc * Kp >= (1 << 18) ? nthreads : 1, d->oc, op_convx_wr_task, &wc);
@@ -494,7 +494,7 @@ static int op_conv2d_bf16_xp(const op_conv_desc *d, const uint16_t *x, const uin
     ops.direct_b = 0;
     ops.b_prepacked = 0;
     ops.pack_b = op_conv_pack_b_nchw_xp;
-    uint32_t *xp = (uint32_t *)op_aligned_alloc(sizeof(uint32_t) * (size_t)(entries * cph * plane_c));
+    uint32_t *xp = (uint32_t *)op_conv_scratch_alloc(sizeof(uint32_t) * (size_t)(entries * cph * plane_c));
     uint16_t *wr = op_convb_reorder_w(d, w, cgp, nthreads);
     int64_t *tapoff = (int64_t *)malloc(sizeof(int64_t) * (size_t)khw);
     int used = -1;
@@ -516,8 +516,8 @@ static int op_conv2d_bf16_xp(const op_conv_desc *d, const uint16_t *x, const uin
                              op_convx_blk(blk, &ops, &bx), nthreads);
     }
     free(tapoff);
-    op_aligned_free(wr);
-    op_aligned_free(xp);
+    op_conv_scratch_free(wr);
+    op_conv_scratch_free(xp);
     return used;
 }
 
@@ -692,12 +692,12 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
         op_conv_desc dn;
         const size_t ysz = y_bf16 ? 2 : 4;
         void *xt = op_conv_as_nhwc_input(d, x, 2, nthreads, &dn);
-        void *yt = op_aligned_alloc(ysz * (size_t)(d->n * ohw * d->oc));
+        void *yt = op_conv_scratch_alloc(ysz * (size_t)(d->n * ohw * d->oc));
         int r = -1;
         if (xt && yt) r = op_conv2d_bf16(&dn, (const uint16_t *)xt, w, bias, yt, y_bf16, act, blk, nthreads);
         if (r > 0) op_conv_transpose(yt, y, d->n, ohw, d->oc, ysz, nthreads);
-        op_aligned_free(xt);
-        op_aligned_free(yt);
+        op_conv_scratch_free(xt);
+        op_conv_scratch_free(yt);
         return r;
     }
 #endif
@@ -733,7 +733,7 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
 #if defined(OP_BF16_HAS_DP)
     /* NHWC 1x1: A (the input rows) read in place by the VDPBF16PS kernel, as float32 does (rows
        2 KiB apart or a multiple of it, C % 1024 == 0, would share few L1d sets: packed) */
-    if (inplace && d->nhwc && !amx && d->c % 1024 != 0 && !getenv("OPC_NOUKRA")) {
+    if (inplace && d->nhwc && !amx && d->c % 1024 != 0) {
         ops.ukr_a = op_conv_ukr_a_dp;
         ops.ukr_a_bcast = 1;
     }
