@@ -949,24 +949,25 @@ typedef struct {
     const char *src;
     char *dst;
     int64_t rows, cols;   /* per image: src is rows x cols, dst cols x rows */
+    int64_t parts;        /* tasks per image (1: whole images, when there are enough of them) */
     size_t esz;           /* 2 or 4 bytes */
 } op_conv_tr_ctx;
 
-/* one task = 16 rows of one image (so that one image splits over the threads): dst[j][i] =
-   src[i][j], in 16 x 16 tiles */
+/* one task = one part of one image: dst[j][i] = src[i][j] for its destination rows j (whole rows:
+   the rows of a small plane, 49 pixels, share cache lines), in 16 x 16 tiles */
 static void op_conv_tr_task(void *ctx, int64_t task, int tid)
 {
     (void)tid;
     const op_conv_tr_ctx *t = (const op_conv_tr_ctx *)ctx;
-    const int64_t R = t->rows, C = t->cols, nib = op_cdiv64(R, 16);
+    const int64_t R = t->rows, C = t->cols, P = t->parts, njb = op_cdiv64(C, 16);
     const size_t img = (size_t)(R * C) * t->esz;
-    const char *s = t->src + (size_t)(task / nib) * img;
-    char *d = t->dst + (size_t)(task / nib) * img;
-    {
-        const int64_t i0 = task % nib * 16;
+    const char *s = t->src + (size_t)(task / P) * img;
+    char *d = t->dst + (size_t)(task / P) * img;
+    const int64_t jlo = njb * (task % P) / P * 16, jhi = op_min64(C, njb * (task % P + 1) / P * 16);
+    for (int64_t i0 = 0; i0 < R; i0 += 16) {
         const int64_t ni = op_min64(16, R - i0);
-        for (int64_t j0 = 0; j0 < C; j0 += 16) {
-            const int64_t nj = op_min64(16, C - j0);
+        for (int64_t j0 = jlo; j0 < jhi; j0 += 16) {
+            const int64_t nj = op_min64(16, jhi - j0);
             if (t->esz == 4) {
                 const float *sp = (const float *)(const void *)s + i0 * C + j0;
                 float *dp = (float *)(void *)d + j0 * R + i0;
@@ -997,8 +998,9 @@ static void op_conv_tr_task(void *ctx, int64_t task, int tid)
 static void op_conv_transpose(const void *src, void *dst, int64_t n, int64_t rows, int64_t cols, size_t esz,
                               int nthreads)
 {
-    op_conv_tr_ctx t = {(const char *)src, (char *)dst, rows, cols, esz};
-    op_parallel_for(n * rows * cols >= (1 << 16) ? nthreads : 1, n * op_cdiv64(rows, 16), op_conv_tr_task, &t);
+    const int T = n * rows * cols >= (1 << 16) ? nthreads : 1;
+    op_conv_tr_ctx t = {(const char *)src, (char *)dst, rows, cols, n >= 2 * T ? 1 : op_min64(op_cdiv64(cols, 16), 4 * T), esz};
+    op_parallel_for(T, n * t.parts, op_conv_tr_task, &t);
 }
 
 typedef struct {
