@@ -9,7 +9,9 @@
    with the f32 GEMM's own routine (op_pack_a_f32) with per-group offsets; NHWC reads a padded copy
    of the input in a channel-block depth order and packs the weight in place in that order (see
    "NHWC over a padded input" below, shared with conv_bf16.c). A 1x1 stride-1 unpadded float32
-   convolution reads the input in place through op_gemm_f32_ops.
+   convolution reads the input in place through op_gemm_f32_ops (NHWC at AVX-512: with A broadcast
+   straight from the input rows, op_conv_ukr_a_f32), and an NHWC k x k one whose output rows are
+   whole micro-panels reads its padded input in place as a batch-reduce GEMM (op_conv2d_nhwc_brg_f32).
    The micro-kernel (op_ukr_f32) applies bias and activation while writing the output.
    A float32 NCHW input that is not read in place is first copied into a padded, stride-phase-split
    layout (op_convx_prepare_f32, below), so that the B pack copies contiguous runs without border

@@ -21,6 +21,7 @@
          int b_prepacked;       B already packed (pack_b not called)
          size_t b_scratch;      bytes of per-thread scratch after the packed B block for pack_b
          op_ukr_a_fn ukr_a;     optional micro-kernel reading a row-major A in place (full panels)
+         int ukr_a_bcast;       1: ukr_a reads A by broadcasts only, so it runs at any alignment of A
      } op_gemm_ops;
 
    Packed layouts the driver assumes (it only does pointer arithmetic with them):
