@@ -722,3 +722,23 @@ def test_depthwise_entry_rejects_bf16_output_from_f32_input(level):
     xb = x.astype(bfloat16).view(np.uint16)
     assert lib.op_conv2d_dw_f32(d, ffi.from_buffer(xb), 1, *args[3:], 1, 0, 1) >= 1
     assert np.all(y.view(bfloat16).astype(np.float32)[0, :, 2:4, 2:4] == 9)
+
+
+# NHWC problems that take the kernels reading A in place (kernels/conv_f32.c, conv_bf16.c): 1x1
+# stride 1 (op_conv_ukr_a_*: full 14-row panels in place, the tail packed) and k x k with OW a
+# multiple of 14 and C of 16 (op_conv2d_nhwc_brg_f32), with output-channel tails; the odd blocking
+# splits K into several blocks. (n, c, h, w, oc, kh, kw, stride, padding)
+IN_PLACE_A = [
+    (2, 48, 7, 7, 40, 1, 1, 1, 0),       # 1x1: 98 rows, 7 panels
+    (1, 64, 5, 6, 33, 1, 1, 1, 0),       # 1x1: 30 rows, 2 panels and a tail
+    (2, 32, 14, 14, 40, 3, 3, 1, 1),     # 3x3 over the pixels of both images
+    (1, 16, 28, 28, 33, 3, 3, 2, 1),     # stride 2, C = 16 (kernel-row runs)
+    (1, 24, 14, 14, 16, 3, 3, 1, 1),     # C = 24: blocks span two taps, the packing path
+]
+
+
+@pytest.mark.parametrize("case", IN_PLACE_A)
+@pytest.mark.parametrize("dtype", [np.float32, bfloat16])
+def test_nhwc_a_in_place(level, case, dtype):
+    n, c, h, w, oc, kh, kw, s, p = case
+    run_case(n, c, h, w, oc, kh, kw, s, p, 1, 1, layout="NHWC", activation="relu", dtype=dtype)

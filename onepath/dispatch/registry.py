@@ -161,7 +161,10 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
     # --level avx512_core_bf16` (full search), then A/B through conv2d on ResNet-50 3x3 and 1x1
     # layers: the bf16 3x3 conv's larger MC/KC held up (+1..5%); the other picks were within noise or
     # slower, so those rows pin the cache model's values, now measured.
-    ("zen4", "avx512_core", "conv2d", "float32"): (126, 160, 3072),
+    # float32 conv2d KC 160 -> 256 (2026-11-30, same VM, 2 threads, ResNet-50 batch 8 paired with
+    # torch, after the in-place A kernels of conv_f32.c): a 1x1 layer's K of 256 in one block instead
+    # of 160 + 96 (the C block and the input stream pass once), +5-20% on the 1x1 layers, 3x3 equal.
+    ("zen4", "avx512_core", "conv2d", "float32"): (126, 256, 3072),
     ("zen4", "avx512_core", "matmul", "bfloat16"): (126, 160, 3072),   # widened to float32 panels
     ("zen4", "avx512_core", "linear", "bfloat16"): (126, 160, 3072),
     ("zen4", "avx512_core", "conv2d", "bfloat16"): (126, 160, 3072),
@@ -174,6 +177,7 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
 # reading only its sampled pixels). Keyed by (uarch, level of the conv row), per kind of problem
 # the largest output plane (OH*OW pixels per image) that takes it:
 #   "kxk"         kernels larger than 1x1 (implicit_gemm), any batch;
+#   "kxk_stride1" the same with stride 1 (the larger of the two limits applies);
 #   "1x1_batch"   1x1 kernels, stride 1, batch of 2 or more;
 #   "1x1_stride"  1x1 kernels with a stride > 1, any batch.
 # At small planes the NCHW GEMM's N = OH*OW leaves a ragged last micro-panel (196 pixels fill 6.1
@@ -184,9 +188,14 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
 # 1.20-1.33x (bfloat16, VDPBF16PS) at batch 1, more at batch 8; 28x28 and larger and the 7x7/s2
 # stem lose; stride-1 1x1 loses at batch 1 and at 14x14, gains 1.1-1.3x at 7x7 with batch 8; the
 # strided 1x1 (downsample) layers gain 1.07-1.19x (float32) and 1.06-1.17x (bfloat16; 28x28: 1.0).
+# zen4 float32 "kxk_stride1" 784, 2026-11-30 (same VM, 2 threads, paired with torch): with the NHWC
+# k x k kernel that reads its input in place (conv_f32.c, op_conv2d_nhwc_brg_f32), ResNet-50
+# res3_branch2b (28x28, stride 1) gains 0.86 -> 0.93x torch at batch 1 and 0.76 -> 0.88x at batch 8;
+# the strided res3a_branch2b (56x56 input) loses (0.80 -> 0.48x: the transposes of its 4x larger
+# input), hence stride 1 only.
 # Hosts without a row (the Intel AMX class: unmeasured) keep the NCHW formulation.
 CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
-    ("zen4", "avx512_core"): {"kxk": 196, "1x1_batch": 49, "1x1_stride": 784},
+    ("zen4", "avx512_core"): {"kxk": 196, "kxk_stride1": 784, "1x1_batch": 49, "1x1_stride": 784},
     ("zen4", "avx512_core_bf16"): {"kxk": 196, "1x1_batch": 49, "1x1_stride": 784},
 }
 
@@ -259,7 +268,7 @@ def conv_nchw_as_nhwc(row: Kernel, n: int, pixels: int, strided: bool = False,
     if not lim:
         return False
     if row.algorithm == "implicit_gemm":
-        return pixels <= lim.get("kxk", 0)
+        return pixels <= lim.get("kxk", 0) or (not strided and pixels <= lim.get("kxk_stride1", 0))
     if strided:
         return pixels <= lim.get("1x1_stride", 0)
     return n > 1 and pixels <= lim.get("1x1_batch", 0)

@@ -326,6 +326,77 @@ static void op_convx_wr_task(void *ctx, int64_t oc, int tid)
     }
 }
 
+/* ---------------------------------------------------------------- A read in place (VDPBF16PS)
+
+   op_gemm_ops.ukr_a for the NHWC 1x1 stride-1 bfloat16 convolution (a plain GEMM on the input rows):
+   gemm_bf16.c's 14 x 32 VDPBF16PS micro-kernel with each K-pair of A broadcast (32 bits) straight
+   from the input row instead of from a packed k32 micro-panel, as conv_f32.c's op_conv_ukr_a_f32
+   does for float32 (packing A costs a large share when OC/g is 64-256: each input row feeds only
+   2-8 B panels). The next 14 rows are prefetched a line per K-pair step. Full 14-row panels. */
+#if defined(OP_BF16_HAS_DP)
+static void op_conv_ukr_a_dp(int64_t kcp, const void *a_, int64_t lda, const void *b_, float *c,
+                             int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
+{
+    (void)mr;   /* always OP_DP_MR (14) */
+    const uint16_t *OP_RESTRICT b = (const uint16_t *)b_;
+    const uint16_t *p0 = (const uint16_t *)a_, *p3 = p0 + 3 * lda, *p6 = p0 + 6 * lda,
+                   *p9 = p0 + 9 * lda, *p12 = p0 + 12 * lda, *pf = p0 + OP_DP_MR * lda;
+    const int64_t l2 = 2 * lda;
+    __m512 c0_0 = _mm512_setzero_ps(), c0_1 = c0_0, c1_0 = c0_0, c1_1 = c0_0, c2_0 = c0_0,
+           c2_1 = c0_0, c3_0 = c0_0, c3_1 = c0_0, c4_0 = c0_0, c4_1 = c0_0, c5_0 = c0_0,
+           c5_1 = c0_0, c6_0 = c0_0, c6_1 = c0_0, c7_0 = c0_0, c7_1 = c0_0, c8_0 = c0_0,
+           c8_1 = c0_0, c9_0 = c0_0, c9_1 = c0_0, c10_0 = c0_0, c10_1 = c0_0, c11_0 = c0_0,
+           c11_1 = c0_0, c12_0 = c0_0, c12_1 = c0_0, c13_0 = c0_0, c13_1 = c0_0;
+    if (csc == 1)
+        for (int i = 0; i < OP_DP_MR; i++) {
+            _mm_prefetch((const char *)(c + i * rsc), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c + i * rsc + 31), _MM_HINT_T0);
+        }
+#define OP_BH(x) ((__m512bh)(x))
+#define OP_RA(i, src)                                                                     \
+    {                                                                                     \
+        int32_t av;                                                                       \
+        memcpy(&av, (src), 4);                                                            \
+        const __m512i ai = _mm512_set1_epi32(av);                                         \
+        c##i##_0 = _mm512_dpbf16_ps(c##i##_0, OP_BH(ai), OP_BH(b0));                      \
+        c##i##_1 = _mm512_dpbf16_ps(c##i##_1, OP_BH(ai), OP_BH(b1));                      \
+    }
+    for (int64_t kb = 0; kb * 32 < kcp; kb++) {
+        for (int pr = 0; pr < 16; pr++) {
+            const int64_t k = kb * 32 + 2 * pr;
+            const __m512i b0 = _mm512_loadu_si512((const void *)(b + pr * 32));
+            const __m512i b1 = _mm512_loadu_si512((const void *)(b + 512 + pr * 32));
+            if (pr < OP_DP_MR) _mm_prefetch((const char *)(pf + pr * lda + kb * 32), _MM_HINT_T0);
+            OP_RA(0, p0 + k) OP_RA(1, p0 + lda + k) OP_RA(2, p0 + l2 + k)
+            OP_RA(3, p3 + k) OP_RA(4, p3 + lda + k) OP_RA(5, p3 + l2 + k)
+            OP_RA(6, p6 + k) OP_RA(7, p6 + lda + k) OP_RA(8, p6 + l2 + k)
+            OP_RA(9, p9 + k) OP_RA(10, p9 + lda + k) OP_RA(11, p9 + l2 + k)
+            OP_RA(12, p12 + k) OP_RA(13, p12 + lda + k)
+        }
+        b += 1024;
+    }
+#undef OP_RA
+#undef OP_BH
+    if (OP_LIKELY(csc == 1)) {
+        op_epi512 e;
+        op_epi512_init(&e, nr, epi);
+#define OP_W(i) op_epi512_row(&e, c + i * rsc, i, c##i##_0, c##i##_1, nr, acc);
+        OP_W(0) OP_W(1) OP_W(2) OP_W(3) OP_W(4) OP_W(5) OP_W(6)
+        OP_W(7) OP_W(8) OP_W(9) OP_W(10) OP_W(11) OP_W(12) OP_W(13)
+#undef OP_W
+        return;
+    }
+    float t[OP_DP_MR * 32] OP_ALIGNED(64);
+#define OP_T(i)                                         \
+    _mm512_store_ps(t + i * 32, c##i##_0);              \
+    _mm512_store_ps(t + i * 32 + 16, c##i##_1);
+    OP_T(0) OP_T(1) OP_T(2) OP_T(3) OP_T(4) OP_T(5) OP_T(6)
+    OP_T(7) OP_T(8) OP_T(9) OP_T(10) OP_T(11) OP_T(12) OP_T(13)
+#undef OP_T
+    op_bf16_tile_out(t, 32, OP_DP_MR, nr, c, rsc, csc, acc, epi);
+}
+#endif
+
 /* ---------------------------------------------------------------- the GEMM calls
 
    One bfloat16 convolution GEMM through op_bf16_run: one driver call per group when the groups
@@ -396,7 +467,7 @@ static int op_convb_gemm(const op_conv_desc *d, const op_gemm_ops *ops, int amx,
 static uint16_t *op_convb_reorder_w(const op_conv_desc *d, const uint16_t *w, int64_t cgp, int nthreads)
 {
     const int64_t cg = d->c / d->groups, khw = d->kh * d->kw, Kp = khw * cgp;
-    uint16_t *wr = (uint16_t *)op_aligned_alloc(sizeof(uint16_t) * (size_t)(d->oc * Kp));
+    uint16_t *wr = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(d->oc * Kp));
     if (!wr) return NULL;
     op_convx_wr_ctx wc = {w, wr, cg, cgp, khw, d->oc};
     op_parallel_for(d->oc * Kp >= (1 << 18) ? nthreads : 1, d->oc, op_convx_wr_task, &wc);
@@ -423,7 +494,7 @@ static int op_conv2d_bf16_xp(const op_conv_desc *d, const uint16_t *x, const uin
     ops.direct_b = 0;
     ops.b_prepacked = 0;
     ops.pack_b = op_conv_pack_b_nchw_xp;
-    uint32_t *xp = (uint32_t *)op_aligned_alloc(sizeof(uint32_t) * (size_t)(entries * cph * plane_c));
+    uint32_t *xp = (uint32_t *)op_conv_scratch_alloc(sizeof(uint32_t) * (size_t)(entries * cph * plane_c));
     uint16_t *wr = op_convb_reorder_w(d, w, cgp, nthreads);
     int64_t *tapoff = (int64_t *)malloc(sizeof(int64_t) * (size_t)khw);
     int used = -1;
@@ -445,8 +516,8 @@ static int op_conv2d_bf16_xp(const op_conv_desc *d, const uint16_t *x, const uin
                              op_convx_blk(blk, &ops, &bx), nthreads);
     }
     free(tapoff);
-    op_aligned_free(wr);
-    op_aligned_free(xp);
+    op_conv_scratch_free(wr);
+    op_conv_scratch_free(xp);
     return used;
 }
 
@@ -621,12 +692,12 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
         op_conv_desc dn;
         const size_t ysz = y_bf16 ? 2 : 4;
         void *xt = op_conv_as_nhwc_input(d, x, 2, nthreads, &dn);
-        void *yt = op_aligned_alloc(ysz * (size_t)(d->n * ohw * d->oc));
+        void *yt = op_conv_scratch_alloc(ysz * (size_t)(d->n * ohw * d->oc));
         int r = -1;
         if (xt && yt) r = op_conv2d_bf16(&dn, (const uint16_t *)xt, w, bias, yt, y_bf16, act, blk, nthreads);
         if (r > 0) op_conv_transpose(yt, y, d->n, ohw, d->oc, ysz, nthreads);
-        op_aligned_free(xt);
-        op_aligned_free(yt);
+        op_conv_scratch_free(xt);
+        op_conv_scratch_free(yt);
         return r;
     }
 #endif
@@ -659,6 +730,14 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
     ops.direct_b = 0;
     ops.b_prepacked = 0;
     if (!inplace) ops.pack_b = op_conv_pack_b_nchw_k32;
+#if defined(OP_BF16_HAS_DP)
+    /* NHWC 1x1: A (the input rows) read in place by the VDPBF16PS kernel, as float32 does (rows
+       2 KiB apart or a multiple of it, C % 1024 == 0, would share few L1d sets: packed) */
+    if (inplace && d->nhwc && !amx && d->c % 1024 != 0) {
+        ops.ukr_a = op_conv_ukr_a_dp;
+        ops.ukr_a_bcast = 1;
+    }
+#endif
     op_convb_geo q;
     q.d = d;
     q.x = x;

@@ -9,11 +9,53 @@
    with the f32 GEMM's own routine (op_pack_a_f32) with per-group offsets; NHWC reads a padded copy
    of the input in a channel-block depth order and packs the weight in place in that order (see
    "NHWC over a padded input" below, shared with conv_bf16.c). A 1x1 stride-1 unpadded float32
-   convolution reads the input in place through op_gemm_f32_ops.
+   convolution reads the input in place through op_gemm_f32_ops (NHWC at AVX-512: with A broadcast
+   straight from the input rows, op_conv_ukr_a_f32), and an NHWC k x k one whose output rows are
+   whole micro-panels reads its padded input in place as a batch-reduce GEMM (op_conv2d_nhwc_brg_f32).
    The micro-kernel (op_ukr_f32) applies bias and activation while writing the output.
    A float32 NCHW input that is not read in place is first copied into a padded, stride-phase-split
    layout (op_convx_prepare_f32, below), so that the B pack copies contiguous runs without border
    tests, and the NC block is capped (OP_CONVX_NC) so the packed gather stays in L2. */
+
+/* ---------------------------------------------------------------- per-call scratch, kept
+
+   The large per-call buffers of the convolutions (padded / transposed inputs, packed weights,
+   NHWC results) come from op_conv_scratch_alloc: up to OP_CONV_SCRATCH_SLOTS freed blocks are kept
+   for the next call instead of going back to malloc, which hands blocks of this size back to the
+   OS (mmap, or trimming the heap top) and so made every call fault its scratch in anew (page faults,
+   cleared pages: 5-10% of a ResNet-50 layer at batch 1 on Zen 4, more with two threads faulting at
+   once). A block is taken by atomic exchange, so concurrent calls never share one; blocks larger
+   than OP_CONV_SCRATCH_MAX are not kept. The header before each block holds its size. */
+#define OP_CONV_SCRATCH_SLOTS 4
+#define OP_CONV_SCRATCH_MAX ((size_t)256 << 20)
+static _Atomic(void *) op_conv_scratch_slot[OP_CONV_SCRATCH_SLOTS];
+
+static void *op_conv_scratch_alloc(size_t size)
+{
+    size = (size + OP_ALIGN - 1) & ~(size_t)(OP_ALIGN - 1);
+    for (int i = 0; i < OP_CONV_SCRATCH_SLOTS; i++) {
+        char *p = (char *)atomic_exchange(&op_conv_scratch_slot[i], NULL);
+        if (!p) continue;
+        if (*(size_t *)(void *)p >= size) return p + OP_ALIGN;
+        free(p);   /* too small: its size will be allocated anew */
+    }
+    char *p = (char *)aligned_alloc(OP_ALIGN, size + OP_ALIGN);
+    if (!p) return NULL;
+    *(size_t *)(void *)p = size;
+    return p + OP_ALIGN;
+}
+
+static void op_conv_scratch_free(void *q)
+{
+    if (!q) return;
+    char *p = (char *)q - OP_ALIGN;
+    if (*(size_t *)(void *)p <= OP_CONV_SCRATCH_MAX)
+        for (int i = 0; i < OP_CONV_SCRATCH_SLOTS; i++) {
+            void *expect = NULL;
+            if (atomic_compare_exchange_strong(&op_conv_scratch_slot[i], &expect, (void *)p)) return;
+        }
+    free(p);
+}
 
 typedef struct {
     const op_conv_desc *d;
@@ -121,6 +163,74 @@ static void op_conv_pack_b_nchw_bf16(const op_gemm_args *g, int64_t bi, int64_t 
 {
     op_conv_pack_b_nchw_impl(g, bi, p0, kc, kcp, j0, nc, dst, 1);
 }
+
+/* ---------------------------------------------------------------- A read in place (float32)
+
+   op_gemm_ops.ukr_a for the NHWC 1x1 stride-1 convolution (a plain GEMM, A = the input rows of C
+   floats): the 14 x 32 AVX-512 micro-kernel of gemm_f32.c with A broadcast straight from the input
+   rows (a[i*lda + p]) instead of from a packed micro-panel. With few output channels (N = OC/g of 64
+   or 128: each input row feeds only two to four B panels) packing A costs about a third of the
+   micro-kernel's time (perf, ResNet-50 res2 1x1 at batch 8 on Zen 4): the transposes that pack it
+   wait on the input's stream from memory. Broadcast loads need no alignment. Full MR-row panels
+   only (the driver packs the tail). */
+#if defined(OP_HAS_AVX512)
+static void op_conv_ukr_a_f32(int64_t kc, const void *a_, int64_t lda, const void *b_, float *c,
+                              int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
+{
+    (void)mr;   /* always OP_F32_MR (14) */
+    const float *OP_RESTRICT b = (const float *)b_;
+    const float *p0 = (const float *)a_, *p3 = p0 + 3 * lda, *p6 = p0 + 6 * lda, *p9 = p0 + 9 * lda,
+                *p12 = p0 + 12 * lda;
+    const int64_t l2 = 2 * lda;
+    __m512 c0_0 = _mm512_setzero_ps(), c0_1 = c0_0, c1_0 = c0_0, c1_1 = c0_0, c2_0 = c0_0,
+           c2_1 = c0_0, c3_0 = c0_0, c3_1 = c0_0, c4_0 = c0_0, c4_1 = c0_0, c5_0 = c0_0,
+           c5_1 = c0_0, c6_0 = c0_0, c6_1 = c0_0, c7_0 = c0_0, c7_1 = c0_0, c8_0 = c0_0,
+           c8_1 = c0_0, c9_0 = c0_0, c9_1 = c0_0, c10_0 = c0_0, c10_1 = c0_0, c11_0 = c0_0,
+           c11_1 = c0_0, c12_0 = c0_0, c12_1 = c0_0, c13_0 = c0_0, c13_1 = c0_0;
+    if (csc == 1)
+        for (int i = 0; i < OP_F32_MR; i++) {
+            _mm_prefetch((const char *)(c + i * rsc), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c + i * rsc + 31), _MM_HINT_T0);
+        }
+#define OP_RA(i, src)                                                    \
+    {                                                                    \
+        __m512 ai = _mm512_set1_ps(src);                                 \
+        c##i##_0 = _mm512_fmadd_ps(ai, b0, c##i##_0);                    \
+        c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1);                    \
+    }
+    /* the next 14 rows (the next panel: rows are contiguous in the input) are fetched a line per
+       k step, row p % 16 at depth p rounded down to 16 (rows 14, 15 of each 16 steps skip) */
+    const float *pf = p0 + OP_F32_MR * lda;
+    for (int64_t p = 0; p < kc; p++) {
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        if ((p & 15) < OP_F32_MR) _mm_prefetch((const char *)(pf + (p & 15) * lda + (p & ~(int64_t)15)), _MM_HINT_T0);
+        OP_RA(0, p0[p]) OP_RA(1, p0[lda + p]) OP_RA(2, p0[l2 + p])
+        OP_RA(3, p3[p]) OP_RA(4, p3[lda + p]) OP_RA(5, p3[l2 + p])
+        OP_RA(6, p6[p]) OP_RA(7, p6[lda + p]) OP_RA(8, p6[l2 + p])
+        OP_RA(9, p9[p]) OP_RA(10, p9[lda + p]) OP_RA(11, p9[l2 + p])
+        OP_RA(12, p12[p]) OP_RA(13, p12[lda + p])
+        b += OP_F32_NR;
+    }
+#undef OP_RA
+    if (OP_LIKELY(csc == 1)) {
+        op_epi512 e;
+        op_epi512_init(&e, nr, epi);
+#define OP_W(i) op_epi512_row(&e, c + i * rsc, i, c##i##_0, c##i##_1, nr, acc);
+        OP_W(0) OP_W(1) OP_W(2) OP_W(3) OP_W(4) OP_W(5) OP_W(6)
+        OP_W(7) OP_W(8) OP_W(9) OP_W(10) OP_W(11) OP_W(12) OP_W(13)
+#undef OP_W
+    } else {
+        float t[OP_F32_MR * 32] OP_ALIGNED(64);
+#define OP_T(i)                                         \
+    _mm512_store_ps(t + i * 32, c##i##_0);              \
+    _mm512_store_ps(t + i * 32 + 16, c##i##_1);
+        OP_T(0) OP_T(1) OP_T(2) OP_T(3) OP_T(4) OP_T(5) OP_T(6)
+        OP_T(7) OP_T(8) OP_T(9) OP_T(10) OP_T(11) OP_T(12) OP_T(13)
+#undef OP_T
+        op_tile_store(t, 32, OP_F32_MR, nr, c, rsc, csc, acc, epi);
+    }
+}
+#endif
 
 /* ---------------------------------------------------------------- NHWC over a padded input
 
@@ -290,7 +400,7 @@ static int op_convq_prepare(const op_conv_desc *d, const void *x, int x_bf16, in
     const int64_t wq = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
     const int copy = widen || d->pt > 0 || d->pl > 0 || hq > d->h || wq > d->w;
     const size_t esz = widen ? 4 : x_bf16 ? 2 : 4;
-    b->xq = copy ? op_aligned_alloc(esz * (size_t)(d->n * hq * wq * C)) : NULL;
+    b->xq = copy ? op_conv_scratch_alloc(esz * (size_t)(d->n * hq * wq * C)) : NULL;
     b->bseg = (int64_t *)malloc(sizeof(int64_t) * (size_t)(nblk + 1));
     b->seg = (op_convq_seg *)malloc(sizeof(op_convq_seg) * (size_t)(nblk + op_convq_nruns(d, bk)));
     if ((copy && !b->xq) || !b->bseg || !b->seg) return -1;
@@ -318,7 +428,7 @@ static int op_convq_prepare(const op_conv_desc *d, const void *x, int x_bf16, in
 
 static void op_convq_free(op_convq_buf *b)
 {
-    op_aligned_free(b->xq);
+    op_conv_scratch_free(b->xq);
     free(b->bseg);
     free(b->seg);
 }
@@ -420,6 +530,207 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
             for (int j = 0; j < NR; j++) d[p * NR + j] = 0.0f;
     }
 }
+
+/* ---------------------------------------------------------------- NHWC k x k, A read in place
+
+   A float32 NHWC convolution (groups 1) whose output rows are whole 14-pixel micro-panels (OW a
+   multiple of 14) and whose 16-depth blocks are each one contiguous piece of a pixel's padded input
+   (C/g a multiple of 16, or the joint kernel-row runs of C = 16) runs as a batch-reduce GEMM without
+   packing A: the pixels of a micro-panel are sw*C floats apart in the padded copy (the same tap of
+   consecutive output pixels), so block b of pixel i is the 16 floats at
+   panel + seg[b].off + i*sw*C, and the micro-kernel (op_conv_ukr_brg_f32; its second half of 7
+   rows from its own base, hoff) broadcasts them in place as op_conv_ukr_a_f32 does, switching its
+   base per block. The weight is packed once per call for all K into NR-column panels
+   (op_conv_pack_b_nhwc_f32, shared by the threads); threads take blocks of pixels (MC) or, when
+   those are too few, also parts of N; the loops of a block are KC -> N panel -> pixel panel, so its
+   C block stays in L2 between KC blocks. Packing the gathered A cost about 30% of the
+   micro-kernel's time at N = OC of 64-128 (perf, ResNet-50 res2 3x3 at batch 8, Zen 4, 1 thread:
+   78 -> 105 GFLOP/s). Measured slower, so left to the packing path: 7 x 7 outputs (OW 7, two
+   half panels; the weight, up to 9 MiB, streamed again for every few panels) and rows 4 KiB apart. */
+#if defined(OP_HAS_AVX512)
+static void op_conv_ukr_brg_f32(int64_t nb, const float *a, int64_t hoff, const int64_t *off, int64_t lda,
+                                const float *OP_RESTRICT b, float *c, int64_t rsc, int nr, int acc,
+                                const op_epilogue *epi)
+{
+    __m512 c0_0 = _mm512_setzero_ps(), c0_1 = c0_0, c1_0 = c0_0, c1_1 = c0_0, c2_0 = c0_0,
+           c2_1 = c0_0, c3_0 = c0_0, c3_1 = c0_0, c4_0 = c0_0, c4_1 = c0_0, c5_0 = c0_0,
+           c5_1 = c0_0, c6_0 = c0_0, c6_1 = c0_0, c7_0 = c0_0, c7_1 = c0_0, c8_0 = c0_0,
+           c8_1 = c0_0, c9_0 = c0_0, c9_1 = c0_0, c10_0 = c0_0, c10_1 = c0_0, c11_0 = c0_0,
+           c11_1 = c0_0, c12_0 = c0_0, c12_1 = c0_0, c13_0 = c0_0, c13_1 = c0_0;
+    for (int i = 0; i < OP_F32_MR; i++) {
+        _mm_prefetch((const char *)(c + i * rsc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + i * rsc + 31), _MM_HINT_T0);
+    }
+    const int64_t l2 = 2 * lda;
+#define OP_RA(i, src)                                                    \
+    {                                                                    \
+        __m512 ai = _mm512_set1_ps(src);                                 \
+        c##i##_0 = _mm512_fmadd_ps(ai, b0, c##i##_0);                    \
+        c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1);                    \
+    }
+    for (int64_t kb = 0; kb < nb; kb++) {
+        const float *p0 = a + off[kb], *p3 = p0 + 3 * lda, *p6 = p0 + 6 * lda, *p7 = p0 + hoff,
+                    *p10 = p7 + 3 * lda, *p13 = p7 + 6 * lda;
+        /* the block after next: one line per pixel */
+        const float *pf = a + off[kb + 2 < nb ? kb + 2 : kb];
+        for (int p = 0; p < 16; p++) {
+            __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+            if (p < 7) _mm_prefetch((const char *)(pf + p * lda), _MM_HINT_T0);
+            else if (p < 14) _mm_prefetch((const char *)(pf + hoff + (p - 7) * lda), _MM_HINT_T0);
+            OP_RA(0, p0[p]) OP_RA(1, p0[lda + p]) OP_RA(2, p0[l2 + p])
+            OP_RA(3, p3[p]) OP_RA(4, p3[lda + p]) OP_RA(5, p3[l2 + p])
+            OP_RA(6, p6[p]) OP_RA(7, p7[p]) OP_RA(8, p7[lda + p])
+            OP_RA(9, p7[l2 + p]) OP_RA(10, p10[p]) OP_RA(11, p10[lda + p])
+            OP_RA(12, p10[l2 + p]) OP_RA(13, p13[p])
+            b += OP_F32_NR;
+        }
+    }
+#undef OP_RA
+    op_epi512 e;
+    op_epi512_init(&e, nr, epi);
+#define OP_W(i) op_epi512_row(&e, c + i * rsc, i, c##i##_0, c##i##_1, nr, acc);
+    OP_W(0) OP_W(1) OP_W(2) OP_W(3) OP_W(4) OP_W(5) OP_W(6)
+    OP_W(7) OP_W(8) OP_W(9) OP_W(10) OP_W(11) OP_W(12) OP_W(13)
+#undef OP_W
+}
+
+typedef struct {
+    const op_conv_desc *d;
+    const op_convq_geo *q;
+    const float *bp;          /* packed weight: panel s (NR columns) at bp + s * NR * K */
+    const float *bias;
+    int act;
+    float *y;
+    int64_t K, nblk, kcb;     /* depth, its 16-blocks, 16-blocks per KC block */
+    const int64_t *off;       /* per 16-block: offset from the pixel's first tap */
+    int64_t npan, npn;        /* pixel panels (of 14), NR panels */
+    int64_t mpb, tm, tn;      /* pixel panels per task block; task grid tm x tn */
+} op_convbrg_ctx;
+
+static void op_convbrg_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    enum { MR = OP_F32_MR, NR = OP_F32_NR };
+    const op_convbrg_ctx *x = (const op_convbrg_ctx *)ctx;
+    const op_conv_desc *d = x->d;
+    const int64_t tmi = task / x->tn, tni = task % x->tn;
+    const int64_t pa0 = tmi * x->mpb, pa1 = op_min64(x->npan, pa0 + x->mpb);
+    const int64_t s0 = x->npn * tni / x->tn, s1 = x->npn * (tni + 1) / x->tn;
+    const float *X = (const float *)x->q->xq;
+    const int64_t lda = d->sw * d->c, OC = d->oc;
+    op_epilogue epi;
+    epi.bias = x->bias;
+    epi.bias_stride = 1;
+    epi.bias_axis = 1;
+    epi.act = x->act;
+    const int has_epi = x->bias || x->act != OP_ACT_NONE;
+    for (int64_t kb0 = 0; kb0 < x->nblk; kb0 += x->kcb) {
+        const int64_t nb = op_min64(x->kcb, x->nblk - kb0);
+        const int last = kb0 + nb >= x->nblk;
+        for (int64_t s = s0; s < s1; s++) {
+            const int nr = (int)op_min64(NR, OC - s * NR);
+            const float *bpan = x->bp + s * NR * x->K + kb0 * 16 * NR;
+            op_epilogue te = epi;
+            if (te.bias) te.bias += s * NR;
+            const op_epilogue *tep = (last && has_epi) ? &te : NULL;
+            for (int64_t pa = pa0; pa < pa1; pa++) {
+                const int64_t pix = pa * MR, o0 = op_convq_pixel(x->q, 0, pix);
+                op_conv_ukr_brg_f32(nb, X + o0, op_convq_pixel(x->q, 0, pix + 7) - o0, x->off + kb0, lda,
+                                    bpan, x->y + pix * OC + s * NR, OC, nr, kb0 > 0, tep);
+            }
+        }
+    }
+}
+
+typedef struct {
+    const op_gemm_args *g;
+    float *bp;
+    int64_t K;
+} op_convbrg_pack_ctx;
+
+static void op_convbrg_pack_task(void *ctx, int64_t s, int tid)
+{
+    (void)tid;
+    const op_convbrg_pack_ctx *x = (const op_convbrg_pack_ctx *)ctx;
+    const int64_t nc = op_min64(OP_F32_NR, x->g->n - s * OP_F32_NR);
+    op_conv_pack_b_nhwc_f32(x->g, 0, 0, x->K, x->K, s * OP_F32_NR, nc, x->bp + s * OP_F32_NR * x->K);
+}
+
+/* Runs the convolution this way when it applies: returns the threads used, 0 when it does not
+   apply (the caller takes the packing path), -1 on allocation failure. */
+static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
+                                  const float *bias, float *y, int act, const op_blocking *blk,
+                                  int nthreads)
+{
+    enum { MR = OP_F32_MR, NR = OP_F32_NR };
+    /* (rows 4 KiB apart, sw*C a multiple of 1024, would share one L1d set: the packing path) */
+    if (d->nhwc != 1 || d->groups != 1 || d->kh * d->kw < 2 || d->ow % MR != 0 || (d->sw * d->c) % 1024 == 0)
+        return 0;
+    const int64_t K = d->c * d->kh * d->kw;
+    if (K % 16 != 0) return 0;
+    op_convq_geo q;
+    op_convq_buf qb = {NULL, NULL, NULL};
+    if (op_convq_prepare(d, x, x_bf16, x_bf16, 16, MR, nthreads, &q, &qb) != 0) {
+        op_convq_free(&qb);
+        return -1;
+    }
+    int used = 0;
+    int64_t *off = (int64_t *)malloc(sizeof(int64_t) * (size_t)q.nblk);
+    for (int64_t b = 0; off && b < q.nblk; b++) {
+        const op_convq_seg *sg = q.seg + q.bseg[b];
+        if (q.bseg[b + 1] - q.bseg[b] != 1 || sg->t0 != 0 || sg->len != 16) {
+            free(off);
+            op_convq_free(&qb);
+            return 0;
+        }
+        off[b] = sg->off;
+    }
+    const int64_t npn = op_cdiv64(d->oc, NR);
+    float *bp = (float *)op_conv_scratch_alloc(sizeof(float) * (size_t)(npn * NR * K));
+    if (!off || !bp) {
+        used = -1;
+    } else {
+        op_gemm_args g;
+        memset(&g, 0, sizeof g);
+        g.n = d->oc;
+        g.k = K;
+        g.b = w;
+        g.csb = K;
+        g.rsb = 1;
+        g.user = &q;
+        op_convbrg_pack_ctx pc = {&g, bp, K};
+        op_parallel_for(npn * K * NR >= (1 << 16) ? nthreads : 1, npn, op_convbrg_pack_task, &pc);
+        op_convbrg_ctx c;
+        c.d = d;
+        c.q = &q;
+        c.bp = bp;
+        c.bias = bias;
+        c.act = act;
+        c.y = y;
+        c.K = K;
+        c.nblk = q.nblk;
+        const int64_t kc = blk && blk->kc > 0 ? blk->kc : OP_F32_KC;
+        c.kcb = op_max64(1, kc / 16);
+        c.off = off;
+        c.npan = d->n * d->oh * d->ow / MR;
+        c.npn = npn;
+        const int64_t mc = blk && blk->mc > 0 ? blk->mc : OP_F32_MC;
+        c.mpb = op_max64(1, mc / MR);
+        int64_t T = nthreads < 1 ? 1 : nthreads;
+        /* enough pixel blocks for the threads (4 per thread), else smaller blocks, then N parts */
+        if (op_cdiv64(c.npan, c.mpb) < 4 * T) c.mpb = op_max64(1, c.npan / (4 * T));
+        c.tm = op_cdiv64(c.npan, c.mpb);
+        c.tn = 1;
+        if (c.tm < 2 * T) c.tn = op_min64(npn, op_cdiv64(2 * T, c.tm));
+        if (T > c.tm * c.tn) T = c.tm * c.tn;
+        used = op_parallel_for((int)T, c.tm * c.tn, op_convbrg_task, &c);
+    }
+    op_conv_scratch_free(bp);
+    free(off);
+    op_convq_free(&qb);
+    return used;
+}
+#endif
 
 /* ---------------------------------------------------------------- NCHW over a pre-transformed input
 
@@ -617,7 +928,7 @@ static float *op_convx_prepare_f32(const op_conv_desc *d, const float *x, int64_
     const int64_t pc = op_convx_phases(d, &hs, &ws, NULL);
     const double bytes = (double)d->n * (double)d->c * (double)pc * 4.0;
     if (bytes > (double)(256 << 20)) return NULL;
-    float *xp = (float *)op_aligned_alloc((size_t)bytes);
+    float *xp = (float *)op_conv_scratch_alloc((size_t)bytes);
     if (!xp) return NULL;
     op_convx_fill_f32_ctx fc = {d, x, xp, hs, ws};
     op_parallel_for(d->n * d->c * pc >= (1 << 16) ? nthreads : 1, d->n * d->c, op_convx_fill_f32_task, &fc);
@@ -640,22 +951,25 @@ typedef struct {
     const char *src;
     char *dst;
     int64_t rows, cols;   /* per image: src is rows x cols, dst cols x rows */
+    int64_t parts;        /* tasks per image (1: whole images, when there are enough of them) */
     size_t esz;           /* 2 or 4 bytes */
 } op_conv_tr_ctx;
 
-/* one task = one image: dst[j][i] = src[i][j], in 16 x 16 tiles */
+/* one task = one part of one image: dst[j][i] = src[i][j] for its destination rows j (whole rows:
+   the rows of a small plane, 49 pixels, share cache lines), in 16 x 16 tiles */
 static void op_conv_tr_task(void *ctx, int64_t task, int tid)
 {
     (void)tid;
     const op_conv_tr_ctx *t = (const op_conv_tr_ctx *)ctx;
-    const int64_t R = t->rows, C = t->cols;
+    const int64_t R = t->rows, C = t->cols, P = t->parts, njb = op_cdiv64(C, 16);
     const size_t img = (size_t)(R * C) * t->esz;
-    const char *s = t->src + (size_t)task * img;
-    char *d = t->dst + (size_t)task * img;
+    const char *s = t->src + (size_t)(task / P) * img;
+    char *d = t->dst + (size_t)(task / P) * img;
+    const int64_t jlo = njb * (task % P) / P * 16, jhi = op_min64(C, njb * (task % P + 1) / P * 16);
     for (int64_t i0 = 0; i0 < R; i0 += 16) {
         const int64_t ni = op_min64(16, R - i0);
-        for (int64_t j0 = 0; j0 < C; j0 += 16) {
-            const int64_t nj = op_min64(16, C - j0);
+        for (int64_t j0 = jlo; j0 < jhi; j0 += 16) {
+            const int64_t nj = op_min64(16, jhi - j0);
             if (t->esz == 4) {
                 const float *sp = (const float *)(const void *)s + i0 * C + j0;
                 float *dp = (float *)(void *)d + j0 * R + i0;
@@ -686,8 +1000,9 @@ static void op_conv_tr_task(void *ctx, int64_t task, int tid)
 static void op_conv_transpose(const void *src, void *dst, int64_t n, int64_t rows, int64_t cols, size_t esz,
                               int nthreads)
 {
-    op_conv_tr_ctx t = {(const char *)src, (char *)dst, rows, cols, esz};
-    op_parallel_for(n * rows * cols >= (1 << 16) ? nthreads : 1, n, op_conv_tr_task, &t);
+    const int T = n * rows * cols >= (1 << 16) ? nthreads : 1;
+    op_conv_tr_ctx t = {(const char *)src, (char *)dst, rows, cols, n >= 2 * T ? 1 : op_min64(op_cdiv64(cols, 16), 4 * T), esz};
+    op_parallel_for(T, n * t.parts, op_conv_tr_task, &t);
 }
 
 typedef struct {
@@ -730,7 +1045,7 @@ static void *op_conv_as_nhwc_input(const op_conv_desc *d, const void *x, size_t 
     void *xs = NULL;
     if (d->kh == 1 && d->kw == 1 && d->pt == 0 && d->pl == 0 && (d->sh > 1 || d->sw > 1) &&
         (d->oh - 1) * d->sh < d->h && (d->ow - 1) * d->sw < d->w) {   /* (no bottom/right padding read) */
-        xs = op_aligned_alloc(esz * (size_t)(d->n * d->c * d->oh * d->ow));
+        xs = op_conv_scratch_alloc(esz * (size_t)(d->n * d->c * d->oh * d->ow));
         if (!xs) return NULL;
         op_conv_sub_ctx sc = {d, (const char *)x, (char *)xs, esz};
         op_parallel_for(d->n * d->c * d->oh * d->ow >= (1 << 16) ? nthreads : 1, d->n * d->c,
@@ -740,9 +1055,9 @@ static void *op_conv_as_nhwc_input(const op_conv_desc *d, const void *x, size_t 
         dn->sh = dn->sw = 1;
         x = xs;
     }
-    void *xt = op_aligned_alloc(esz * (size_t)(dn->n * dn->c * dn->h * dn->w));
+    void *xt = op_conv_scratch_alloc(esz * (size_t)(dn->n * dn->c * dn->h * dn->w));
     if (xt) op_conv_transpose(x, xt, dn->n, dn->c, dn->h * dn->w, esz, nthreads);
-    op_aligned_free(xs);
+    op_conv_scratch_free(xs);
     return xt;
 }
 
@@ -755,18 +1070,31 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
     if (d->nhwc == 2) {   /* NCHW through the NHWC formulation (above) */
         op_conv_desc dn;
         void *xt = op_conv_as_nhwc_input(d, x, x_bf16 ? 2 : 4, nthreads, &dn);
-        float *yt = (float *)op_aligned_alloc(sizeof(float) * (size_t)(d->n * ohw * d->oc));
+        float *yt = (float *)op_conv_scratch_alloc(sizeof(float) * (size_t)(d->n * ohw * d->oc));
         int r = -1;
         if (xt && yt) r = op_conv2d_f32(&dn, xt, x_bf16, w, bias, yt, act, blk, nthreads);
         if (r > 0) op_conv_transpose(yt, y, d->n, ohw, d->oc, sizeof(float), nthreads);
-        op_aligned_free(xt);
-        op_aligned_free(yt);
+        op_conv_scratch_free(xt);
+        op_conv_scratch_free(yt);
         return r;
     }
+#if defined(OP_HAS_AVX512)
+    if (d->nhwc == 1) {   /* k x k, A read in place (above) */
+        const int r = op_conv2d_nhwc_brg_f32(d, x, x_bf16, w, bias, y, act, blk, nthreads);
+        if (r != 0) return r;
+    }
+#endif
     const int inplace = !x_bf16 && d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 &&
                         d->pt == 0 && d->pl == 0 && d->oh == d->h && d->ow == d->w;
 
     op_gemm_ops ops = op_gemm_f32_ops;
+#if defined(OP_HAS_AVX512)
+    /* (rows 4 KiB apart, C a multiple of 1024, would put the 14 rows in one L1d set: packed) */
+    if (inplace && d->nhwc && d->c % 1024 != 0) {
+        ops.ukr_a = op_conv_ukr_a_f32;
+        ops.ukr_a_bcast = 1;
+    }
+#endif
     if (!inplace) {
         ops.direct_b = 0;
         if (d->nhwc)
@@ -870,7 +1198,7 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
         }
         if (r > used) used = r;
     }
-    op_aligned_free(xp);
+    op_conv_scratch_free(xp);
     op_convq_free(&qb);
     free(offs);
     return used;

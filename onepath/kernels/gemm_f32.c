@@ -21,6 +21,7 @@
          int b_prepacked;       B already packed (pack_b not called)
          size_t b_scratch;      bytes of per-thread scratch after the packed B block for pack_b
          op_ukr_a_fn ukr_a;     optional micro-kernel reading a row-major A in place (full panels)
+         int ukr_a_bcast;       1: ukr_a reads A by broadcasts only, so it runs at any alignment of A
      } op_gemm_ops;
 
    Packed layouts the driver assumes (it only does pointer arithmetic with them):
@@ -138,6 +139,8 @@ typedef struct op_gemm_ops {
                           ceil(nc/nr)*nr*kcp elements, 64-byte aligned), per thread */
     op_ukr_a_fn ukr_a; /* non-NULL: used instead of pack_a + ukr for the full mr-row panels when A is
                           row-major (csa == 1) and the KC block needs no depth padding (kcp == kc) */
+    int ukr_a_bcast;   /* 1: ukr_a reads A only by scalar (or K-pair) broadcasts, never a split vector
+                          load, so it runs at any alignment of A (the conv kernels' ukr_a) */
 } op_gemm_ops;
 
 /* ---------------------------------------------------------------- f32 micro-kernels */
@@ -735,6 +738,7 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
        most two B panels pass (packing costs about a read and a write of A; measured on AMX with
        ResNet-50 NHWC 1x1 layers: N = 64 gains, N >= 128 loses) */
     const int a_aligned = ((uintptr_t)Ad % 64 == 0) && ((g->rsa * (int64_t)o->a_elem) % 64 == 0);
+    const int a_anyalign = o->ukr_a_bcast;
     const int a_inplace = o->ukr_a && g->csa == 1;
 
     for (int64_t jc = n0; jc < n1; jc += x->nc) {
@@ -752,7 +756,7 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                 o->pack_b(g, bi, pc, kc, kcp, jc + nfull, nc - nfull, bbuf);
             for (int64_t ic = m0; ic < m1; ic += x->mc) {
                 const int64_t mc = op_min64(x->mc, m1 - ic);
-                const int64_t afull = a_inplace && kcp == kc && (a_aligned || nc <= 2 * NR) ? mc / MR * MR : 0;
+                const int64_t afull = a_inplace && kcp == kc && (a_aligned || a_anyalign || nc <= 2 * NR) ? mc / MR * MR : 0;
                 if (afull < mc) o->pack_a(g, bi, ic + afull, mc - afull, pc, kc, kcp, abuf);
                 for (int64_t jr = 0; jr < nc; jr += NR) {
                     const int nr = (int)op_min64(NR, nc - jr);
