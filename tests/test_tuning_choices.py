@@ -291,7 +291,8 @@ def test_tune_measures_and_writes_choices(tmp_path, monkeypatch):
         [tune.Problem("gemm", (40, 70, 50))] if op != "conv2d" else [tune.Problem("conv", (8, 9, 12, 3))]))
     monkeypatch.setattr(tune, "expected_candidates", lambda row, quick: 1)
     monkeypatch.setattr(tune, "CONV_CLASS_PROBLEMS", {
-        "kxk": ((8, 7, 12, 3, 1, 1), (8, 14, 12, 3, 1, 1)), "1x1_batch": ((16, 7, 8, 1, 2, 1),),
+        "kxk": ((8, 14, 12, 3, 1, 2),), "kxk_stride1": ((8, 7, 12, 3, 1, 1), (8, 14, 12, 3, 1, 1)),
+        "1x1_batch": ((16, 7, 8, 1, 2, 1),),
         "1x1_stride": ((16, 9, 8, 1, 1, 2),)})
     conv_row = _conv.select_conv("implicit_gemm", "float32", level=TOP)
     raw = [r for r in registry.REGISTRY if (r.level, r.op, r.dtype, r.algorithm)
