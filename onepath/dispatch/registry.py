@@ -192,11 +192,12 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
 # k x k kernel that reads its input in place (conv_f32.c, op_conv2d_nhwc_brg_f32), ResNet-50
 # res3_branch2b (28x28, stride 1) gains 0.86 -> 0.93x torch at batch 1 and 0.76 -> 0.88x at batch 8;
 # the strided res3a_branch2b (56x56 input) loses (0.80 -> 0.48x: the transposes of its 4x larger
-# input), hence stride 1 only.
+# input), hence stride 1 only. zen4 bfloat16 "kxk_stride1" 784, same day: `tune` chose it at 1 and
+# 2 threads (res3_branch2b NCHW 0.63 -> 0.88x torch at 2 threads, 0.84 -> 0.92 at 1 thread).
 # Hosts without a row (the Intel AMX class: unmeasured) keep the NCHW formulation.
 CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
     ("zen4", "avx512_core"): {"kxk": 196, "kxk_stride1": 784, "1x1_batch": 49, "1x1_stride": 784},
-    ("zen4", "avx512_core_bf16"): {"kxk": 196, "1x1_batch": 49, "1x1_stride": 784},
+    ("zen4", "avx512_core_bf16"): {"kxk": 196, "kxk_stride1": 784, "1x1_batch": 49, "1x1_stride": 784},
 }
 
 # Variants of the bfloat16 kernels per (uarch, level) (kernels/gemm_bf16.c, op_gemm_bf16_set_variants;
