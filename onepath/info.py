@@ -111,6 +111,25 @@ def choice_rows() -> list[dict]:
     return out
 
 
+def variant_rows() -> list[dict]:
+    """The per-microarchitecture kernel variants this host runs (shipped registry rules keyed by
+    uarch and level; Intel and unmeasured hosts have none): each {"rule", "level", "value"}, the
+    rule being ``registry.BF16_VARIANTS`` (bfloat16 decode / A in place), ``GEMV_F32_OPTIONS``
+    (thin float32 products) or ``DW_ROW_KERNELS`` (depthwise 3x3 row kernels, smallest input width
+    per stride and input dtype)."""
+    import onepath
+    from .dispatch import registry
+    uarch = registry._probe().uarch
+    out = []
+    for level in onepath.available_isas():
+        for rule, value in (("BF16_VARIANTS", sorted(registry.bf16_variants(level))),
+                            ("GEMV_F32_OPTIONS", list(registry.GEMV_F32_OPTIONS.get((uarch, level), ()))),
+                            ("DW_ROW_KERNELS", registry.DW_ROW_KERNELS.get((uarch, level), {}))):
+            if value:
+                out.append({"rule": rule, "level": level, "value": value})
+    return out
+
+
 def tuning_state() -> dict:
     """The tuning file in force: mode (default / explicit ONEPATH_TUNING / off), path, status, rows."""
     from .dispatch import tuning
@@ -193,6 +212,7 @@ def collect(with_py_cpuinfo: bool = True, env_errors: dict | None = None) -> dic
         "features": feature_rows(cpu),
         "kernels": kernel_rows(),
         "choices": choice_rows(),
+        "variants": variant_rows(),
         "tuning": tuning_state(),
         "builds": builds(),
         "env": {k: os.environ[k] for k in ENV_VARS if k in os.environ},
@@ -294,6 +314,12 @@ def render(report: dict, all_features: bool = False) -> str:
     missing = [b for b, ok in r["builds"].items() if not ok]
     if missing:
         lines.append(f"  (kernel modules not built: {', '.join(missing)})")
+    var = r.get("variants")
+    if var:
+        lines += ["", "Kernel variants for this microarchitecture (registry rules, measured on it)"]
+        lines += _table(["rule", "level", "variants"],
+                        [[v["rule"], v["level"], ", ".join(f"{k} >= {x}" for k, x in v["value"].items())
+                          if isinstance(v["value"], dict) else ", ".join(v["value"])] for v in var])
 
     feats = r["features"]
     lines += ["", "Features onepath uses (CPU has it / OS enabled its register state / level requiring it)"]

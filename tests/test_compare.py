@@ -108,3 +108,14 @@ def test_alpha_and_min_effect_are_checked(tmp_path, capsys):
             main(["bench", "compare", run, run, *bad])
         assert e.value.code == 2
     assert "--alpha must be between 0 and 1" in capsys.readouterr().err
+
+
+def test_without_scipy_says_why_and_cannot_gate(tmp_path, capsys, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "scipy.stats", None)  # import fails as if scipy were missing
+    a = _write(tmp_path, "a.json", _run())
+    b = _write(tmp_path, "b.json", _run(scale={"512x512x512": 1.3}))
+    assert main(["bench", "compare", a, b]) == 0
+    assert "scipy is not installed (pip install scipy)" in capsys.readouterr().err
+    assert main(["bench", "compare", a, b, "--fail-on-regression"]) == 2
+    assert "no row could be judged" in capsys.readouterr().err

@@ -499,6 +499,23 @@ def test_depthwise_small_planes_many_channels(level, threads, act):
         onepath.set_num_threads(old)
 
 
+def test_byte_swapped_operands():
+    """'>f4' / '>f8' operands are the same values as float32 / float64 (numpy semantics): the same
+    result, twice (the plan cache never runs a byte-swapped array through a native plan)."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((2, 4, 7, 7)).astype(np.float32)
+    w = rng.standard_normal((6, 4, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    want = onepath.conv2d(x, w, b, padding=1)
+    for _ in range(2):
+        got = onepath.conv2d(x.astype(">f4"), w.astype(">f4"), b.astype(">f4"), padding=1)
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, want)
+    got = onepath.conv2d(x.astype(">f8"), w, padding=1, dtype=">f8")
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, onepath.conv2d(x.astype(np.float64), w, padding=1), rtol=1e-12)
+
+
 def test_plan_cache_keeps_checks():
     """A repeated problem takes the cached plan; arguments that parse differently still raise."""
     x = np.ones((1, 4, 5, 5), np.float32)

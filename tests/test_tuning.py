@@ -80,6 +80,8 @@ def test_parse_valid_document():
     (lambda d: d["rows"][0].update(mc=True), "integer"),
     (lambda d: d["rows"][0].update(mc=128.0), "integer"),
     (lambda d: d["rows"][0].update(level="avx1024"), "no registry kernel"),
+    (lambda d: d["rows"][0].update(level=["avx2"]), "no registry kernel"),      # unhashable
+    (lambda d: d["rows"][0].update(op={"a": 1}), "no registry kernel"),
     (lambda d: d["rows"].append(dict(d["rows"][0])), "second row"),
     (lambda d: d.update(rows={}), "list"),
 ])
@@ -95,7 +97,8 @@ def test_parse_rejects_non_object():
         tuning.parse([1, 2], probe())
 
 
-@pytest.mark.parametrize("text", ["{not json", "", "\x00\xff", json.dumps({"format": "onepath-tuning"})])
+@pytest.mark.parametrize("text", ["{not json", "", "\x00\xff", json.dumps({"format": "onepath-tuning"}),
+                                  "[" * 100000 + "]" * 100000, '{"mc": ' + "9" * 5000 + "}"])
 def test_corrupt_file_one_warning_and_shipped_rows(clean, tmp_path, text):
     shipped = select(*KEY)
     path = _write(tmp_path / "bad.json", text)

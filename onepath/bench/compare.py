@@ -212,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
                                             "fingerprint for regressions (Mann-Whitney U + minimum effect).")
     p.add_argument("runs", nargs="+", metavar="RUN.json", help="files written by `onepath bench --json`")
     p.add_argument("--plot", metavar="FILE.png", default=None, help="also draw the GFLOP/s (needs matplotlib)")
-    p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when a row regresses")
+    p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when a row regresses (2 when no row could be judged)")
     p.add_argument("--alpha", type=float, default=0.01, help="U test significance (default 0.01)")
     p.add_argument("--min-effect", type=float, default=0.10,
                    help="minimum median slowdown to call a regression (default 0.10 = 10%%)")
@@ -232,6 +232,13 @@ def main(argv=None) -> int:
         docs = [load(p) for p in args.runs]
         result = compare(docs, args.alpha, args.min_effect)
         render(result)
+        verdicts = [v for rows in result["suites"].values() for r in rows for v in r["judged"] if v]
+        why = sorted({v["why"] for v in verdicts if v["verdict"] == "not judged" and v["why"]})
+        if why:
+            print(f"n/j (not judged): {'; '.join(why)}"
+                  + (" (pip install scipy)" if "scipy is not installed" in why else ""), file=sys.stderr)
+        if args.fail_on_regression and verdicts and all(v["verdict"] == "not judged" for v in verdicts):
+            raise CompareError("--fail-on-regression: no row could be judged (" + "; ".join(why) + ")")
         if args.plot:
             plot(result, args.plot)
             print(f"wrote {args.plot}", file=sys.stderr)

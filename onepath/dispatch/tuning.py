@@ -195,7 +195,7 @@ def parse_all(doc, cpu, version: str | None = None) -> tuple[dict, dict]:
             raise TuningError(f"rows[{i}] is not an object")
         _check_keys(row, _ROW_REQUIRED, _ROW_OPTIONAL, f"rows[{i}]: ")
         key = (row["level"], row["op"], row["dtype"])
-        if key not in known:
+        if not all(isinstance(v, str) for v in key) or key not in known:
             raise TuningError(f"rows[{i}]: no registry kernel for level={key[0]!r} op={key[1]!r} "
                               f"dtype={key[2]!r}")
         blk = []
@@ -219,7 +219,7 @@ def parse_all(doc, cpu, version: str | None = None) -> tuple[dict, dict]:
         if not _CHOICE_KINDS & set(ch):
             raise TuningError(f"{where}: names none of {sorted(_CHOICE_KINDS)}")
         key = (ch["level"], ch["op"], ch["dtype"])
-        if key not in known:
+        if not all(isinstance(v, str) for v in key) or key not in known:
             raise TuningError(f"{where}: no registry kernel for level={key[0]!r} op={key[1]!r} "
                               f"dtype={key[2]!r}")
         if key in choices:
@@ -263,8 +263,9 @@ def read_all(path, cpu) -> tuple[dict, dict]:
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TuningError(f"{path}: cannot read it: {exc}") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        # ValueError: not JSON (JSONDecodeError) or an integer of over 4300 digits
+        raise TuningError(f"{path}: cannot read it: {type(exc).__name__}: {exc}") from None
     try:
         return parse_all(doc, cpu)
     except TuningError as exc:

@@ -302,8 +302,15 @@ def _plan_key(x, w, b, stride, padding, dilation, groups, layout, activation, dt
             dtype = np.dtype(dtype)
         except TypeError:
             return None
+    if not (x.dtype.isnative and w.dtype.isnative and (b is None or b.dtype.isnative)):
+        return None  # byte-swapped operands are converted on the full path (_native)
     return (nd, x.shape, x.dtype, w.shape, w.dtype, None if b is None else (b.shape, b.dtype),
             stride, padding, dilation, groups, layout, activation, dtype, _cap.isa())
+
+
+def _native(a):
+    """``a`` with its values in the machine's byte order (a '>f4' array on x86 becomes float32)."""
+    return a if a is None or a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
 def _conv(input, weight, bias, stride, padding, dilation, groups, layout, activation, dtype, nd):
@@ -325,9 +332,11 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, layout, activa
     if not isinstance(layout, str) or layout.upper() not in _LAYOUTS[nd]:
         raise ValueError(f"{name}: unknown layout {layout!r}; valid: {', '.join(_LAYOUTS[nd])}")
     nhwc = _LAYOUTS[nd][layout.upper()]
-    x = np.asarray(input)
-    w = np.asarray(weight)
-    b = None if bias is None else np.asarray(bias)
+    x = _native(np.asarray(input))
+    w = _native(np.asarray(weight))
+    b = None if bias is None else _native(np.asarray(bias))
+    if dtype is not None:
+        dtype = np.dtype(dtype).newbyteorder("=")
     out_dt = _result_dtype(x, w, b, dtype)
     activation = activation_name(activation)
     code = act_code(activation)
