@@ -159,3 +159,18 @@ def test_one_cpuinfo_distribution():
     runtime = [r for r in reqs if "extra ==" not in r]
     assert not any(r.lower().startswith("py-cpuinfo") for r in runtime), runtime
     assert any(r.startswith("py-cpuinfo2") and 'extra == "info"' in r for r in reqs), reqs
+
+
+def test_info_lists_the_uarch_variants_in_force():
+    """info's variant table is exactly the registry rules for this host's levels (Zen 4 here: the
+    bf16, thin-product and depthwise rules; a host without rows shows none)."""
+    import onepath
+    from onepath import info
+    from onepath.dispatch import registry
+    rows = info.variant_rows()
+    want = {(lv, "BF16_VARIANTS") for lv in onepath.available_isas() if registry.bf16_variants(lv)}
+    assert want <= {(r["level"], r["rule"]) for r in rows}
+    for r in rows:
+        assert r["level"] in onepath.available_isas() and r["value"]
+    text = info.render(info.collect(with_py_cpuinfo=False))
+    assert ("Kernel variants for this microarchitecture" in text) == bool(rows)
