@@ -117,6 +117,20 @@ def test_corrupt_file_one_warning_and_shipped_rows(clean, tmp_path, text):
         assert np.array_equal(onepath.matmul(a, a.T), np.full((40, 40), 30, np.float32))
 
 
+def test_warning_names_the_users_call(clean, tmp_path):
+    clean.setenv(tuning.ENV, str(_write(tmp_path / "bad.json", "{not json")))
+    with pytest.warns(tuning.TuningWarning) as rec:
+        tuning.reload()
+    assert rec[0].filename == __file__, rec[0].filename
+    from onepath.dispatch import registry
+    clean.setattr(tuning, "_state", None)  # not read yet: the first matmul reads it
+    registry.clear_caches()
+    with pytest.warns(tuning.TuningWarning) as rec:
+        a = np.ones((300, 300), np.float32)
+        onepath.matmul(a, a)  # the blocked GEMM reads the tuning rows
+    assert rec[0].filename == __file__, rec[0].filename
+
+
 @pytest.mark.parametrize("mutate", [
     lambda d: d["cpu"].update(family=d["cpu"]["family"] + 1),
     lambda d: d.update(onepath_version="0.0.1"),

@@ -47,6 +47,7 @@ import contextlib
 import hashlib
 import json
 import os
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -322,6 +323,19 @@ class State:
                 "status": self.status, "rows": len(self.rows), "choices": len(self.choices)}
 
 
+def _caller_stacklevel() -> int:
+    """``warnings.warn`` stacklevel of the first frame outside the onepath package, for the caller.
+
+    The tuning file is read lazily, at a depth that depends on which call got there first, so a fixed
+    stacklevel would name a line inside onepath; this one names the user's call.
+    """
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame, level = sys._getframe(2), 2  # level 1 is the caller (the function that warns)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 _lock = threading.Lock()
 _state: State | None = None
 _override: State | None = None
@@ -341,7 +355,7 @@ def _load() -> State:
         rows, choices = read_all(path, cpu)
     except TuningError as exc:
         msg = f"onepath: tuning file ignored, using the shipped blocking: {exc}"
-        warnings.warn(msg, TuningWarning, stacklevel=4)
+        warnings.warn(msg, TuningWarning, stacklevel=_caller_stacklevel())
         return State({}, path, mode, f"ignored: {exc}")
     return State(rows, path, mode, f"loaded {len(rows)} rows"
                  + (f" and {len(choices)} choices" if choices else ""), choices)
