@@ -91,7 +91,8 @@ def choice_rows() -> list[dict]:
     """The kernel choices in force beside the blocking: for each (level, dtype) of the conv rows
     at or below the level in force, the NCHW-as-NHWC limits (largest output plane OH*OW per problem
     class, ``registry.CONV_NCHW_AS_NHWC``) and where they came from ("tuning file", "shipped",
-    "none"); and each ``kernel_level`` choice of the tuning file in force."""
+    "none"); and each ``kernel_level`` and ``thin_f32`` choice of the tuning file in force (the
+    latter replaces that level's ``GEMV_F32_OPTIONS`` variant row)."""
     import onepath
     from .dispatch import registry, tuning
     from .dispatch.levels import level_index
@@ -105,9 +106,11 @@ def choice_rows() -> list[dict]:
         out.append({"choice": "conv_as_nhwc", "op": "conv2d", "dtype": dtype, "level": level,
                     "value": {c: int(lim.get(c, 0)) for c in tuning.CONV_CLASSES}, "from": src})
     for (level, op, dtype), ch in sorted(tuning.choices().items()):
-        if "kernel_level" in ch:
-            out.append({"choice": "kernel_level", "op": op, "dtype": dtype, "level": level,
-                        "value": ch["kernel_level"], "from": "tuning file"})
+        for kind in ("kernel_level", "thin_f32"):
+            if kind in ch:
+                value = ch[kind] if kind == "kernel_level" else "+".join(ch[kind]) or "none"
+                out.append({"choice": kind, "op": op, "dtype": dtype, "level": level,
+                            "value": value, "from": "tuning file"})
     return out
 
 
@@ -308,6 +311,10 @@ def render(report: dict, all_features: bool = False) -> str:
                         [[c["op"], c["dtype"], c["level"], c["value"] + ("" if c["value"] != c["level"]
                                                                         else " (its own)"), c["from"]]
                          for c in kl])
+    thin = [c for c in r.get("choices", []) if c["choice"] == "thin_f32"]
+    if thin:
+        lines += ["", "Thin float32 product options (M <= 16; they replace the level's GEMV_F32_OPTIONS row)"]
+        lines += _table(["level", "options", "from"], [[c["level"], c["value"], c["from"]] for c in thin])
     t = r.get("tuning")
     if t:
         lines.append(f"  tuning file: {t['path'] or '-'} ({t['status']})")

@@ -20,7 +20,12 @@ Then, with the blocking just chosen, the choices (the file's ``choices``):
   ``MARGIN`` over the shipped rule (``as_nhwc_threshold``);
 * 256-bit kernels: each float32 (and widened bfloat16) GEMM row of matmul / linear at an AVX-512
   level against the avx2 row's kernel on the same problems; the avx2 kernel is chosen only if it
-  is faster by ``KERNEL_MARGIN`` (``kernel_level``; it then runs every problem size of that op).
+  is faster by ``KERNEL_MARGIN`` (``kernel_level``; it then runs every problem size of that op);
+* thin float32 products: at each SIMD level's matmul float32 row, every set of the thin-product
+  options (``registry.GEMV_F32_FLAGS``: L2 prefetch of the next weight rows, the K split of the
+  ``x @ W`` row stream) timed alternately on ``x @ W`` and ``x @ W.T`` with M = 1, 4, 16 and
+  K = N = 4096 (``--quick``: M = 1, 16); the fastest is kept if it beats what the host runs without
+  a file by ``MARGIN`` (``thin_f32``).
 
 The kernels are called directly through the level's C entry points (``op_gemm_f32``,
 ``op_gemm_bf16``, ``op_conv2d_f32``, ``op_conv2d_bf16``), with the blocking under test, so dispatch
@@ -352,7 +357,7 @@ def _file_choices(results, old=()) -> list[dict]:
     for o in old:
         key = (o["level"], o["op"], o["dtype"])
         e = out.setdefault(key, {"op": o["op"], "dtype": o["dtype"], "level": o["level"]})
-        for kind in ("conv_as_nhwc", "kernel_level"):
+        for kind in ("conv_as_nhwc", "kernel_level", "thin_f32"):
             if kind in o and kind not in e:
                 e[kind] = o[kind]
                 if isinstance(o.get("detail"), dict) and kind in o["detail"]:
@@ -532,6 +537,69 @@ def tune_kernel_level(row, blk, alt, alt_blk, threads: int, quick: bool, advance
     return res
 
 
+THIN_M = (1, 4, 16)       # the thin products tune_thin_f32 measures (K = N = THIN_KN)
+THIN_KN = 4096
+
+
+def thin_f32_problems(quick: bool) -> list[Problem]:
+    """(M, N, K) of the thin products the ``thin_f32`` choice is measured on."""
+    ms = (THIN_M[0], THIN_M[-1]) if quick else THIN_M
+    return [Problem("gemm", (m, THIN_KN, THIN_KN)) for m in ms]
+
+
+def thin_f32_candidates() -> list[tuple[str, ...]]:
+    """Every set of thin-product options (``registry.GEMV_F32_FLAGS``), the empty one first."""
+    import itertools
+    from .dispatch.registry import GEMV_F32_FLAGS
+    names = tuple(GEMV_F32_FLAGS)
+    return [c for n in range(len(names) + 1) for c in itertools.combinations(names, n)]
+
+
+def tune_thin_f32(row, threads: int, quick: bool, advance=lambda: None,
+                  describe=lambda text: None) -> ChoiceResult:
+    """Time every ``thin_f32_candidates`` set on ``row``'s level (a matmul float32 row) alternately:
+    ``x @ W`` (row-major W) and ``x @ W.T`` (the linear layout) on ``thin_f32_problems``. The
+    fastest set (geometric mean of GFLOP/s) is chosen if it beats the shipped one by ``MARGIN``.
+    The options are module-wide C state: set per candidate, restored to the shipped ones after."""
+    from .dispatch import REGISTRY, registry
+    describe(f"thin float32 products {row.level}")
+    shipped = registry.gemv_f32_options(row.level, uarch=_host().uarch)[0]
+    res = ChoiceResult(row.op, row.dtype, row.level, "thin_f32", list(shipped), list(shipped))
+    lin = next(r for r in REGISTRY if (r.level, r.op, r.dtype, r.algorithm)
+               == (row.level, "linear", "float32", row.algorithm))
+    probs = thin_f32_problems(quick)
+    runners = [Runner(r, p, threads) for r in (row, lin) for p in probs]
+    lib = runners[0].lib
+    cands = thin_f32_candidates()
+    min_time, rounds, pairs = (0.02, 2, 2) if quick else (0.03, 3, CONFIRM_ROUNDS)
+    blk = (row.mr, row.k_align, row.nr)  # the thin paths take no blocking
+    best = dict.fromkeys(cands, 0.0)
+    try:
+        for c in cands:
+            lib.op_gemv_f32_options(sum(registry.GEMV_F32_FLAGS[o] for o in c))
+            for r in runners:
+                err = r.check(blk)
+                if not err <= r.tolerance():
+                    res.rejected.append({"problem": f"{r.problem.label} {r.row.op} {'+'.join(c) or 'none'}",
+                                         "kernel": r.row.name, "rel_err": err})
+                    best.pop(c)
+                    break
+        for _ in range(pairs):
+            for c in best:
+                lib.op_gemv_f32_options(sum(registry.GEMV_F32_FLAGS[o] for o in c))
+                best[c] = max(best[c], _geo(runners, blk, min_time, rounds))
+    finally:
+        lib.op_gemv_f32_options(registry.gemv_f32_flags(row.level))  # what dispatch runs
+    res.detail = {"+".join(c) or "none": round(g, 2) for c, g in best.items()}  # GFLOP/s
+    if best:
+        top = max(best, key=best.get)
+        base = best.get(tuple(o for o in registry.GEMV_F32_FLAGS if o in shipped), 0.0)
+        if best[top] > base * MARGIN:
+            res.chosen = list(top)
+    advance()
+    return res
+
+
 def targets(ops=OPS, dtypes=DTYPES) -> list:
     """One raw registry row per (op, dtype, level) the host can run, fastest level first: the
     GEMM row (conv2d: its implicit-GEMM row, whose blocking every GEMM-based conv algorithm uses)."""
@@ -562,7 +630,8 @@ def run(*, ops=None, dtypes=None, levels=None, threads: int | None = None, quick
         json_path: str | None = None, out_path: str | None = None, write: bool = True,
         progress: bool = True, out=None, choices: bool = True) -> dict:
     """Tune the selected rows (their blocking, then, with ``choices``, the conv rows' NCHW-as-NHWC
-    limits and the 256-bit kernel of the AVX-512 GEMM rows), print the tables, write the tuning
+    limits, the 256-bit kernel of the AVX-512 GEMM rows and the thin float32 product options),
+    print the tables, write the tuning
     file (merged with the rows and choices of a valid existing file for this host that were not
     re-measured). Returns the JSON document (also written to ``json_path``)."""
     import datetime as _dt
@@ -605,8 +674,10 @@ def run(*, ops=None, dtypes=None, levels=None, threads: int | None = None, quick
     ymm = {r: ymm_alternative(r, avail) for r in rows} if choices else {}
     ymm = {r: alt for r, alt in ymm.items() if alt is not None}
     convs = [r for r in rows if r.op == "conv2d"] if choices else []
+    thins = [r for r in rows if (r.op, r.dtype) == ("matmul", "float32") and r.level != "generic"] \
+        if choices else []
     total = len({r.level for r in rows}) + sum(expected_candidates(r, quick) for r in rows) \
-        + len(ymm) + len(convs) * sum(len(v) for v in conv_algo_problems(quick).values())
+        + len(ymm) + len(thins) + len(convs) * sum(len(v) for v in conv_algo_problems(quick).values())
     choice_results: list[ChoiceResult] = []
     with progress_bar(total, progress and sys.stderr.isatty()) as (advance, describe):
         for r in rows:
@@ -634,6 +705,8 @@ def run(*, ops=None, dtypes=None, levels=None, threads: int | None = None, quick
         for r, alt in ymm.items():
             choice_results.append(tune_kernel_level(r, blk_of(r), alt, blk_of(alt), threads, quick,
                                                     advance, describe))
+        for r in thins:
+            choice_results.append(tune_thin_f32(r, threads, quick, advance, describe))
         for r in convs:
             choice_results.append(tune_conv_algo(r, blk_of(r), threads, quick, advance, describe))
     elapsed = time.perf_counter() - t_start
@@ -663,12 +736,19 @@ def run(*, ops=None, dtypes=None, levels=None, threads: int | None = None, quick
                 cells.append([f"{ch.op} {ch.dtype}", ch.level, "kernel level", ch.shipped, ch.chosen,
                               measured or "-"])
                 continue
+            if ch.kind == "thin_f32":
+                measured = ", ".join(f"{c} {g:.1f}" for c, g in ch.detail.items())
+                cells.append([f"{ch.op} {ch.dtype}", ch.level, "thin options",
+                              "+".join(ch.shipped) or "none", "+".join(ch.chosen) or "none",
+                              (measured + " GFLOP/s") if measured else "-"])
+                continue
             for cls, ratios in ch.detail.items():
                 measured = " ".join(f"{lab}:{'-' if x is None else f'{x:.2f}'}" for lab, x in ratios.items())
                 cells.append([f"{ch.op} {ch.dtype}", ch.level, f"NHWC form {cls}", str(ch.shipped[cls]),
                               str(ch.chosen[cls]), measured])
-        print_table("tune: choices (kernel level: GFLOP/s of each; NHWC form: the largest output plane "
-                    "(OH*OW) that takes it, measured NCHW time / NHWC-form time per problem)",
+        print_table("tune: choices (kernel level: GFLOP/s of each; thin options: GFLOP/s of each set, "
+                    "M <= 16; NHWC form: the largest output plane (OH*OW) that takes it, measured NCHW "
+                    "time / NHWC-form time per problem)",
                     ["group", "level", "choice", "shipped", "chosen", "measured"], cells, file=out)
         for ch in choice_results:
             for rj in ch.rejected:

@@ -64,6 +64,7 @@ def test_schema_1_file_is_read_as_blocking_rows():
 
 _C = {"op": "conv2d", "dtype": "float32", "level": "avx2", "conv_as_nhwc": {"kxk": 196}}
 _K = {"op": "linear", "dtype": "float32", "level": "avx2", "kernel_level": "generic"}
+_T = {"op": "matmul", "dtype": "float32", "level": "avx2", "thin_f32": ["ksplit"]}
 
 
 @pytest.mark.parametrize("choice,match", [
@@ -80,6 +81,10 @@ _K = {"op": "linear", "dtype": "float32", "level": "avx2", "kernel_level": "gene
     ({**_K, "level": "avx512_core_bf16"}, "no registry kernel"),   # no float32 row at that level
     ({"op": "matmul", "dtype": "float32", "level": "avx2"}, "names none"),
     ({**_K, "ukr": "6x16"}, "unknown keys"),
+    ({**_T, "op": "linear"}, "thin_f32 applies to op 'matmul'"),
+    ({**_T, "thin_f32": ["prefetch_all"]}, "thin_f32 must list"),
+    ({**_T, "thin_f32": ["ksplit", "ksplit"]}, "thin_f32 must list"),
+    ({**_T, "thin_f32": "ksplit"}, "thin_f32 must list"),
     ("avx2", "not an object"),
 ])
 def test_parse_rejects_bad_choices(choice, match):
@@ -152,6 +157,35 @@ def test_kernel_level_choice_and_info(clean, tmp_path):
     text = info.render(report)
     assert "NHWC formulation" in text and "Kernel level choices" in text
     assert any(line.split()[:4] == ["matmul", "float32", top.level, "generic"] for line in text.splitlines())
+
+
+def test_thin_f32_choice_sets_the_module_and_info(clean, tmp_path):
+    """A file's thin_f32 options replace the shipped GEMV_F32_OPTIONS row of that level's module
+    (module-wide C state, set again when the file changes); off gives the shipped row back. Each
+    option set's results are tested in test_row_stream.py."""
+    if level_index(TOP) < level_index("avx2"):
+        pytest.skip("needs a level above generic")
+    from onepath import info
+    from onepath.kernels import load
+    lv = select("matmul", "float32").level
+    lib = load(lv).lib
+    shipped = registry.gemv_f32_flags(lv, uarch=probe().uarch)
+    for opts in (["ksplit"], []):
+        _write(tuning.default_path(), _with_choices([{**_T, "level": lv, "thin_f32": opts}]))
+        tuning.reload()
+        assert registry.gemv_f32_options(lv) == (tuple(opts), "tuning file")
+        assert lib.op_gemv_f32_options(-1) == sum(registry.GEMV_F32_FLAGS[o] for o in opts)
+        a, w = np.ones((3, 700), np.float32), np.ones((700, 300), np.float32)
+        assert np.array_equal(onepath.matmul(a, w), np.full((3, 300), 700, np.float32))
+    report = info.collect(with_py_cpuinfo=False)
+    got = [c for c in report["choices"] if c["choice"] == "thin_f32"]
+    assert got == [{"choice": "thin_f32", "op": "matmul", "dtype": "float32", "level": lv,
+                    "value": "none", "from": "tuning file"}]
+    assert "Thin float32 product options" in info.render(report)
+    clean.setenv(tuning.ENV, "off")
+    tuning.reload()
+    assert lib.op_gemv_f32_options(-1) == shipped
+    assert registry.gemv_f32_options(lv)[1] in ("shipped", "none")
 
 
 # ---- every choice a file can make computes the right answer, at every level ----
@@ -290,6 +324,7 @@ def test_tune_measures_and_writes_choices(tmp_path, monkeypatch):
     monkeypatch.setattr(tune, "problems", lambda op, level, quick: (
         [tune.Problem("gemm", (40, 70, 50))] if op != "conv2d" else [tune.Problem("conv", (8, 9, 12, 3))]))
     monkeypatch.setattr(tune, "expected_candidates", lambda row, quick: 1)
+    monkeypatch.setattr(tune, "THIN_KN", 96)
     monkeypatch.setattr(tune, "CONV_CLASS_PROBLEMS", {
         "kxk": ((8, 14, 12, 3, 1, 2),), "kxk_stride1": ((8, 7, 12, 3, 1, 1), (8, 14, 12, 3, 1, 1)),
         "1x1_batch": ((16, 7, 8, 1, 2, 1),),
@@ -312,6 +347,11 @@ def test_tune_measures_and_writes_choices(tmp_path, monkeypatch):
     assert (conv_row.level, "conv2d", "conv_as_nhwc") in kinds
     if level_index(top.level) >= level_index("avx512_core"):
         assert (top.level, "matmul", "kernel_level") in kinds
+    if top.level != "generic":
+        assert (top.level, "matmul", "thin_f32") in kinds and "thin options" in buf.getvalue()
+        assert set(tuning.read_all(out, probe())[1][(top.level, "matmul", "float32")]) >= {"thin_f32"}
+        from onepath.kernels import load
+        assert load(top.level).lib.op_gemv_f32_options(-1) == registry.gemv_f32_flags(top.level)
     assert not any(c["rejected"] for c in report["choices"])
     rows, choices = tuning.read_all(out, probe())
     assert set(choices[(conv_row.level, "conv2d", "float32")]["conv_as_nhwc"]) == set(tuning.CONV_CLASSES)

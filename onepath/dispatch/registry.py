@@ -294,12 +294,27 @@ GEMV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
 GEMV_F32_FLAGS = {"prefetch_next": 1, "ksplit": 2}  # the bits of op_gemv_f32_options
 
 
+def gemv_f32_options(level: str, uarch: str | None = None) -> tuple[tuple[str, ...], str]:
+    """The thin float32 product options (names of ``GEMV_F32_FLAGS``) of ``level``'s module on
+    ``uarch``, and where they came from: "tuning file" (this host's ``thin_f32`` choice, only when
+    ``uarch`` is None: the live host; it replaces the shipped row), "shipped" or "none"."""
+    live = uarch is None
+    if live:
+        uarch = _probe().uarch
+    opts = GEMV_F32_OPTIONS.get((uarch, level))
+    src = "none" if opts is None else "shipped"
+    if live:
+        from . import tuning
+        tuned = tuning.choices().get((level, "matmul", "float32"), {}).get("thin_f32")
+        if tuned is not None:
+            opts, src = tuned, "tuning file"
+    return tuple(opts or ()), src
+
+
 def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
     """The ``op_gemv_f32_options`` bit set for the module of ``level`` on ``uarch`` (default: this
-    host's), from ``GEMV_F32_OPTIONS`` (0 without a row)."""
-    if uarch is None:
-        uarch = _probe().uarch
-    return sum(GEMV_F32_FLAGS[o] for o in GEMV_F32_OPTIONS.get((uarch, level), ()))
+    host's, where a tuning file's ``thin_f32`` choice wins), per ``gemv_f32_options``."""
+    return sum(GEMV_F32_FLAGS[o] for o in gemv_f32_options(level, uarch)[0])
 
 
 # Depthwise 3x3 NCHW: where the row-register kernels (kernels/conv_dw.c op_dw3_s1r / op_dw3_s2r,

@@ -24,7 +24,10 @@ Besides the blocking ``rows``, schema 2 has ``choices``, one per (level, op, dty
   output plane (OH*OW pixels) per problem class "kxk", "kxk_stride1", "1x1_batch", "1x1_stride" (0: never); the
   classes the choice names replace the shipped ones, the others stay;
 * ``kernel_level``: a lower ISA level whose kernel of the same (op, dtype, algorithm) runs where
-  dispatch would run this level's (e.g. the 256-bit ``avx2`` GEMM at ``avx512_core``).
+  dispatch would run this level's (e.g. the 256-bit ``avx2`` GEMM at ``avx512_core``);
+* ``thin_f32`` (matmul float32 only): the options of that level's thin float32 products (M <= 16,
+  ``x @ W`` and ``x @ W.T``), a list of ``registry.GEMV_F32_FLAGS`` names (empty: none), in place of
+  the shipped ``registry.GEMV_F32_OPTIONS`` row.
 
 Every value a choice can take computes the same result within each formulation's rounding (the
 tests run each one). A schema-1 file (blocking rows only) is read as it is.
@@ -39,7 +42,8 @@ File format (JSON)::
                "mc": 126, "kc": 256, "nc": 3072, "gflops": 101.3, "model_gflops": 97.0}],
      "choices": [{"op": "conv2d", "dtype": "float32", "level": "avx512_core",
                   "conv_as_nhwc": {"kxk": 196, "1x1_batch": 49, "1x1_stride": 784}},
-                 {"op": "linear", "dtype": "float32", "level": "avx512_core", "kernel_level": "avx512_core"}]}
+                 {"op": "linear", "dtype": "float32", "level": "avx512_core", "kernel_level": "avx512_core"},
+                 {"op": "matmul", "dtype": "float32", "level": "avx512_core", "thin_f32": ["ksplit"]}]}
 """
 from __future__ import annotations
 
@@ -66,7 +70,7 @@ _CACHE_KEYS = ("l1d", "l2", "l3")
 _ROW_REQUIRED = {"op", "dtype", "level", "mc", "kc", "nc"}
 _ROW_OPTIONAL = {"gflops", "model_gflops", "pct_peak", "problem"}
 _CHOICE_REQUIRED = {"op", "dtype", "level"}
-_CHOICE_KINDS = {"conv_as_nhwc", "kernel_level"}
+_CHOICE_KINDS = {"conv_as_nhwc", "kernel_level", "thin_f32"}
 _CHOICE_OPTIONAL = _CHOICE_KINDS | {"detail"}     # detail: what tune measured (not read)
 CONV_CLASSES = ("kxk", "kxk_stride1", "1x1_batch", "1x1_stride")  # registry.CONV_NCHW_AS_NHWC's problem classes
 CONV_PIXELS_MAX = 1 << 24
@@ -249,6 +253,17 @@ def parse_all(doc, cpu, version: str | None = None) -> tuple[dict, dict]:
                 raise TuningError(f"{where}.kernel_level {kl!r}: no {key[1]} {key[2]} kernel there for "
                                   f"{sorted(algos - have)}")
             got["kernel_level"] = kl
+        if "thin_f32" in ch:
+            from .registry import GEMV_F32_FLAGS
+            opts = ch["thin_f32"]
+            if key[1:] != ("matmul", "float32"):
+                raise TuningError(f"{where}: thin_f32 applies to op 'matmul' dtype 'float32', not "
+                                  f"{key[1]!r} {key[2]!r}")
+            if not isinstance(opts, list) or not all(isinstance(o, str) for o in opts) \
+                    or set(opts) - set(GEMV_F32_FLAGS) or len(set(opts)) != len(opts):
+                raise TuningError(f"{where}.thin_f32 must list distinct options of "
+                                  f"{sorted(GEMV_F32_FLAGS)}, got {opts!r}")
+            got["thin_f32"] = tuple(opts)
         choices[key] = got
     return out, choices
 

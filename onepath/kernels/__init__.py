@@ -39,9 +39,23 @@ def load(build: str):
         mod = _loaded.get(build)
         if mod is None:
             mod = importlib.import_module(f"onepath.kernels._op_{build}")
-            # the per-uarch options of the thin-product and bfloat16 kernels (registry rules)
-            from ..dispatch.registry import bf16_variant_flags, gemv_f32_flags
-            mod.lib.op_gemv_f32_options(gemv_f32_flags(build))
-            mod.lib.op_gemm_bf16_set_variants(bf16_variant_flags(build))
+            if not _loaded:
+                from ..dispatch.registry import on_clear
+                on_clear(_set_all_options)  # a tuning file read or replaced: set them again
+            _set_options(build, mod)
             _loaded[build] = mod
     return mod
+
+
+def _set_options(build: str, mod) -> None:
+    """Set the per-uarch options of the thin-product and bfloat16 kernels of a loaded module (the
+    registry rules, or this host's tuning file), module-wide C state that every caller, ``tune``
+    included, then runs."""
+    from ..dispatch.registry import bf16_variant_flags, gemv_f32_flags
+    mod.lib.op_gemv_f32_options(gemv_f32_flags(build))
+    mod.lib.op_gemm_bf16_set_variants(bf16_variant_flags(build))
+
+
+def _set_all_options() -> None:
+    for build, mod in list(_loaded.items()):
+        _set_options(build, mod)
