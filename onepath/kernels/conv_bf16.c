@@ -189,6 +189,17 @@ static void op_convx_fill_task(void *ctx, int64_t task, int tid)
                         _mm512_storeu_si512((void *)(orow + s), _mm512_permutex2var_epi16(x0, lo_idx, x1));
                         _mm512_storeu_si512((void *)(orow + s + 16), _mm512_permutex2var_epi16(x0, hi_idx, x1));
                     }
+                    if (s < shi) {   /* the row's tail (< 32 pairs): masked */
+                        const int64_t nt = shi - s;
+                        const __mmask32 lm = (__mmask32)(((uint64_t)1 << nt) - 1u);
+                        const __m512i x0 = _mm512_maskz_loadu_epi16(lm, (const void *)(r0 + s + off));
+                        const __m512i x1 = _mm512_maskz_loadu_epi16(lm, (const void *)(r1 + s + off));
+                        const __mmask16 m0 = (__mmask16)(nt >= 16 ? 0xFFFFu : (1u << nt) - 1u);
+                        const __mmask16 m1 = (__mmask16)(nt <= 16 ? 0u : (1u << (nt - 16)) - 1u);
+                        _mm512_mask_storeu_epi32((void *)(orow + s), m0, _mm512_permutex2var_epi16(x0, lo_idx, x1));
+                        _mm512_mask_storeu_epi32((void *)(orow + s + 16), m1, _mm512_permutex2var_epi16(x0, hi_idx, x1));
+                        s = shi;
+                    }
                 } else if (sw == 2 && r1) {
                     const __m512i ev = _mm512_set_epi16(62, 30, 60, 28, 58, 26, 56, 24, 54, 22, 52, 20, 50,
                                                         18, 48, 16, 46, 14, 44, 12, 42, 10, 40, 8, 38, 6,
@@ -198,6 +209,16 @@ static void op_convx_fill_task(void *ctx, int64_t task, int tid)
                         const __m512i x0 = _mm512_loadu_si512((const void *)q0);
                         const __m512i x1 = _mm512_loadu_si512((const void *)q1);
                         _mm512_storeu_si512((void *)(orow + s), _mm512_permutex2var_epi16(x0, ev, x1));
+                    }
+                    if (s < shi) {   /* the row's tail (<= 16 pairs, columns up to 2*(shi-s)-2): masked */
+                        const int64_t nt = shi - s;
+                        const __mmask32 lm = (__mmask32)(((uint64_t)1 << (2 * nt - 1)) - 1u);
+                        const uint16_t *q0 = r0 + s * 2 + off, *q1 = r1 + s * 2 + off;
+                        const __m512i x0 = _mm512_maskz_loadu_epi16(lm, (const void *)q0);
+                        const __m512i x1 = _mm512_maskz_loadu_epi16(lm, (const void *)q1);
+                        _mm512_mask_storeu_epi32((void *)(orow + s), (__mmask16)((1u << nt) - 1u),
+                                                 _mm512_permutex2var_epi16(x0, ev, x1));
+                        s = shi;
                     }
                 }
 #endif
