@@ -91,11 +91,20 @@ ACTIVATIONS = {None: None, "gelu": gelu}
 _vecdot = getattr(np, "vecdot", None) or (lambda a, b: np.einsum("...i,...i->...", a, b))
 
 
+TILE_ROWS = 16  # rows per tile of LayerNorm's gamma / beta (a 6144-long inner loop at hidden 384)
+
+
 def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float,
-               residual: np.ndarray | None = None, inplace: bool = False) -> np.ndarray:
+               residual: np.ndarray | None = None, inplace: bool = False, *,
+               tiles: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """LayerNorm over the last axis of ``x + residual`` (float32): (y - mean) / sqrt(var + eps) *
     gamma + beta, the variance taken about the mean (two passes, no cancellation). ``inplace``:
-    ``x`` is a temporary of the caller and is overwritten with the result."""
+    ``x`` is a temporary of the caller and is overwritten with the result.
+
+    tiles: (gamma, beta) each repeated TILE_ROWS times (``np.tile``, as ``LayerNorm`` keeps them):
+    the scale and shift of whole groups of TILE_ROWS rows then run as one numpy loop over
+    TILE_ROWS x d elements, ~1.6x faster here than numpy's broadcast of a 384-wide row, which
+    restarts its inner loop on every row; the same products and sums, so the same bits."""
     y = np.add(x, residual, out=x if inplace else None) if residual is not None else (
         x if inplace else x.copy())
     d = y.shape[-1]
@@ -109,8 +118,21 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float,
     np.sqrt(var, out=var)
     np.reciprocal(var, out=var)
     y *= var
-    y *= gamma
-    y += beta
+    full = 0
+    if tiles is not None and y.flags.c_contiguous:
+        y2 = y.reshape(-1, d)
+        full = y2.shape[0] - y2.shape[0] % TILE_ROWS
+        if full:
+            yt = y2[:full].reshape(-1, TILE_ROWS * d)
+            yt *= tiles[0]
+            yt += tiles[1]
+        if full < y2.shape[0]:
+            rest = y2[full:]
+            rest *= gamma
+            rest += beta
+    else:
+        y *= gamma
+        y += beta
     return y
 
 
@@ -155,8 +177,11 @@ def attention(qkv: np.ndarray, mask_keys: np.ndarray, b: int, s: int, heads: int
 
 def masked_softmax_keys(st: np.ndarray, mask_keys: np.ndarray) -> np.ndarray:
     """The attention's softmax over the keys, in place: st (keys, batch, heads, queries) scores,
-    mask_keys (keys, batch, 1, 1) added first (0 on tokens, -1e9 on padding keys)."""
-    st += mask_keys
+    mask_keys (keys, batch, 1, 1) added first (0 on tokens, -1e9 on padding keys), from the
+    first key that is padding in some sequence on (adding the zeros before it is a no-op)."""
+    pad = np.flatnonzero(mask_keys.reshape(mask_keys.shape[0], -1).any(1))
+    if pad.size:
+        st[pad[0]:] += mask_keys[pad[0]:]
     return softmax(st, axis=0)
 
 
@@ -229,9 +254,12 @@ class LayerNorm:
     beta: np.ndarray
     eps: float
 
+    def __post_init__(self):
+        self.tiles = (np.tile(self.gamma, TILE_ROWS), np.tile(self.beta, TILE_ROWS))  # layer_norm's
+
     def __call__(self, x: np.ndarray, residual: np.ndarray | None = None, inplace: bool = False) -> np.ndarray:
         """LayerNorm(x + residual) over the last axis; ``inplace``: x is overwritten with it."""
-        return layer_norm(x, self.gamma, self.beta, self.eps, residual, inplace)
+        return layer_norm(x, self.gamma, self.beta, self.eps, residual, inplace, tiles=self.tiles)
 
 
 @dataclass
@@ -302,7 +330,7 @@ class MiniLM:
         """Last-layer token states, (batch, seq, hidden)."""
         s = input_ids.shape[1]
         h = self.word[input_ids] + self.position[:s][np.newaxis] + self.token_type[token_type_ids]
-        h = self.emb_norm(h)
+        h = self.emb_norm(h, inplace=True)  # h is this function's own temporary
         mask_keys = key_mask(attention_mask)
         for layer in self.layers:
             h = layer(h, mask_keys, matmul)
