@@ -26,7 +26,9 @@
 typedef struct {
     const op_conv_desc *d;
     const void *x;
-    const float *w, *bias;
+    const float *w, *bias;   /* w: float32 weights (NULL when wb is set) */
+    const uint16_t *wb;      /* bfloat16 weight bits read in place by the NCHW 3x3 AVX-512 kernels
+                                (op_dw3_wv), else NULL */
     void *y;                 /* float32, or bfloat16 bits when ybf16 */
     int act;
     int bf16;                /* input is bfloat16 bits */
@@ -193,6 +195,20 @@ OP_INLINE __m512 op_dw_vld(const void *x, int64_t off, __mmask16 m, const int BF
     return _mm512_maskz_loadu_ps(m, (const float *)x + off);
 }
 
+/* The nine taps of output plane oc broadcast to vectors, from the float32 weights or, with
+   bfloat16 weights, from their bits (widened here: no per-call widened copy of the weights, which
+   another thread would then have to pull from the writer's cache). */
+OP_INLINE void op_dw3_wv(const op_dw_ctx *c, int64_t oc, __m512 wv[9])
+{
+    if (c->wb) {
+        const uint16_t *wk = c->wb + oc * 9;
+        for (int t = 0; t < 9; t++) wv[t] = _mm512_castsi512_ps(_mm512_set1_epi32((int)((uint32_t)wk[t] << 16)));
+    } else {
+        const float *wk = c->w + oc * 9;
+        for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
+    }
+}
+
 /* 16 floats -> bfloat16 bits (low halves of the lanes): the rounding of op_cvt16_int (cvt_bf16.c),
    round to nearest even with u + 0x7FFF + lsb, NaN -> the quiet NaN with its sign (0x7FC0 / 0xFFC0),
    bit for bit; the NaN fix-up only runs when a lane is NaN (fewer instructions per output vector). */
@@ -223,6 +239,49 @@ OP_INLINE void op_dw_vst(void *Y, int64_t off, __mmask16 m, __m512 v, int act, c
         _mm256_mask_storeu_epi16((uint16_t *)Y + off, m, _mm512_cvtepi32_epi16(op_dw_bf16_bits(v)));
     else
         _mm512_mask_storeu_ps((float *)Y + off, m, v);
+}
+
+/* Two bfloat16 output vectors in one store: lanes 0..la-1 of a (la <= 16) then the 16 lanes of b,
+   as 32 bfloat16 words (lanes m) at element offset off. Activation as op_dw_vst, the same rounding
+   as op_dw_bf16_bits (bit for bit), computed in the high halves of the lanes, which one word permute
+   (index op_dw_pair_idx(la)) gathers from both vectors: per pair of vectors that saves the two
+   right shifts, one NaN test and one store of two op_dw_vst calls, and trades two VPMOVDW for one
+   VPERMT2W. (Two adjacent 16-lane blocks of a plane: la = 16; two output rows of W <= 16
+   columns: la = W.) */
+OP_INLINE __m512i op_dw_pair_idx(int la)
+{
+    uint16_t ix[32];
+    for (int k = 0; k < 32; k++) ix[k] = (uint16_t)(k < la ? 2 * k + 1 : 32 + 2 * (k - la) + 1);
+    return _mm512_loadu_si512(ix);
+}
+
+OP_INLINE __m512i op_dw_bf16_hi(__m512 v)
+{
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    return _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb);
+}
+
+OP_INLINE void op_dw_vst2_bf16(void *Y, int64_t off, __mmask32 m, __m512 a, __m512 b, __m512i idx,
+                               int act)
+{
+    if (act == OP_ACT_RELU) {
+        a = _mm512_max_ps(_mm512_setzero_ps(), a);
+        b = _mm512_max_ps(_mm512_setzero_ps(), b);
+    } else if (act != OP_ACT_NONE) {
+        a = (__m512)op_v16_act((op_v16f)a, act);
+        b = (__m512)op_v16_act((op_v16f)b, act);
+    }
+    __m512i ra = op_dw_bf16_hi(a), rb = op_dw_bf16_hi(b);
+    if (OP_UNLIKELY(_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) != 0)) {
+        /* NaN lanes: (u & 0x80000000) | 0x7FC00000, the quiet NaN with its sign */
+        const __m512i sg = _mm512_set1_epi32((int)0x80000000u), qn = _mm512_set1_epi32(0x7FC00000);
+        ra = _mm512_mask_mov_epi32(ra, _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q),
+                                   _mm512_ternarylogic_epi32(_mm512_castps_si512(a), sg, qn, 0xEA));
+        rb = _mm512_mask_mov_epi32(rb, _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q),
+                                   _mm512_ternarylogic_epi32(_mm512_castps_si512(b), sg, qn, 0xEA));
+    }
+    _mm512_mask_storeu_epi16((uint16_t *)Y + off, m, _mm512_permutex2var_epi16(ra, idx, rb));
 }
 
 /* Output rows oh0..oh0+R-1 of one plane, every 16-column block ob (load masks cm[3 ob + 0..2] with
@@ -309,9 +368,8 @@ OP_INLINE void op_dw3_plane(const op_dw_ctx *c, int64_t n, int64_t oc, const int
     const op_conv_desc *d = c->d;
     const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
     const int64_t plane = (n * d->c + ci) * d->h * d->w;
-    const float *wk = c->w + oc * 9;
     __m512 wv[9];
-    for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
+    op_dw3_wv(c, oc, wv);
     const __m512 bv = _mm512_set1_ps(c->bias ? c->bias[oc] : 0.0f);
     const int64_t yplane = (n * d->oc + oc) * d->oh * d->ow;
     enum { RB = 4, MAXNB = 64 };
@@ -378,9 +436,29 @@ OP_INLINE void op_dw3_flat_copy(const op_dw_ctx *c, int64_t p, float *OP_RESTRIC
     }
 }
 
+/* output block b (16 lanes) of the plane copy at q */
+OP_INLINE __m512 op_dw3_flat_blk(const float *q, int64_t b, int64_t W, const __m512 *wv, __m512 bv,
+                                 const __mmask16 *c0, const __mmask16 *c2)
+{
+    const float *r = q + b * 16;
+    __m512 a0, a1, a2;  /* kernel columns 0, 1 (+ bias), 2 */
+    a0 = _mm512_mul_ps(wv[0], _mm512_loadu_ps(r - W - 1));
+    a1 = _mm512_fmadd_ps(wv[1], _mm512_loadu_ps(r - W), bv);
+    a2 = _mm512_mul_ps(wv[2], _mm512_loadu_ps(r - W + 1));
+    a0 = _mm512_fmadd_ps(wv[3], _mm512_loadu_ps(r - 1), a0);
+    a1 = _mm512_fmadd_ps(wv[4], _mm512_load_ps(r), a1);
+    a2 = _mm512_fmadd_ps(wv[5], _mm512_loadu_ps(r + 1), a2);
+    a0 = _mm512_fmadd_ps(wv[6], _mm512_loadu_ps(r + W - 1), a0);
+    a1 = _mm512_fmadd_ps(wv[7], _mm512_loadu_ps(r + W), a1);
+    a2 = _mm512_fmadd_ps(wv[8], _mm512_loadu_ps(r + W + 1), a2);
+    const __m512 v = _mm512_mask_add_ps(a1, c0[b], a1, a0);
+    return _mm512_mask_add_ps(v, c2[b], v, a2);
+}
+
 OP_INLINE void op_dw3_flat(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_RESTRICT s,
                            const int BF16, const int YB)
 {
+    const __m512i pidx = op_dw_pair_idx(16);
     const op_conv_desc *d = c->d;
     const int64_t W = d->w, HW = d->h * d->w, nb = op_cdiv64(HW, 16), OC = d->oc;
     const int64_t lead = op_dw3_flat_lead(W), tot = op_dw3_flat_buf(W, HW);
@@ -396,26 +474,20 @@ OP_INLINE void op_dw3_flat(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP
     for (int64_t p = p0; p < p1; p++) {
         const float *q = s + ((p - p0) & 1) * tot + lead;  /* this plane (64-byte aligned) */
         if (p + 1 < p1) op_dw3_flat_copy(c, p + 1, s + ((p + 1 - p0) & 1) * tot + lead, HW, nb, tail, BF16);
-        const float *wk = c->w + oc * 9;
         __m512 wv[9];
-        for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
+        op_dw3_wv(c, oc, wv);
         const __m512 bv = _mm512_set1_ps(c->bias ? c->bias[oc] : 0.0f);
         const int64_t yplane = (n * OC + oc) * HW;
-        for (int64_t b = 0; b < nb; b++) {
-            const float *r = q + b * 16;
-            __m512 a0, a1, a2;  /* kernel columns 0, 1 (+ bias), 2 */
-            a0 = _mm512_mul_ps(wv[0], _mm512_loadu_ps(r - W - 1));
-            a1 = _mm512_fmadd_ps(wv[1], _mm512_loadu_ps(r - W), bv);
-            a2 = _mm512_mul_ps(wv[2], _mm512_loadu_ps(r - W + 1));
-            a0 = _mm512_fmadd_ps(wv[3], _mm512_loadu_ps(r - 1), a0);
-            a1 = _mm512_fmadd_ps(wv[4], _mm512_load_ps(r), a1);
-            a2 = _mm512_fmadd_ps(wv[5], _mm512_loadu_ps(r + 1), a2);
-            a0 = _mm512_fmadd_ps(wv[6], _mm512_loadu_ps(r + W - 1), a0);
-            a1 = _mm512_fmadd_ps(wv[7], _mm512_loadu_ps(r + W), a1);
-            a2 = _mm512_fmadd_ps(wv[8], _mm512_loadu_ps(r + W + 1), a2);
-            __m512 v = _mm512_mask_add_ps(a1, c0[b], a1, a0);
-            v = _mm512_mask_add_ps(v, c2[b], v, a2);
-            op_dw_vst(c->y, yplane + b * 16, b == nb - 1 ? tail : (__mmask16)0xFFFF, v, c->act, YB);
+        if (YB) {  /* bfloat16 output: two blocks per store (op_dw_vst2_bf16) */
+            for (int64_t b = 0; b < nb; b += 2) {
+                const __m512 va = op_dw3_flat_blk(q, b, W, wv, bv, c0, c2);
+                const __m512 vb = b + 1 < nb ? op_dw3_flat_blk(q, b + 1, W, wv, bv, c0, c2) : _mm512_setzero_ps();
+                op_dw_vst2_bf16(c->y, yplane + b * 16, op_dw_lanes32(b * 16, HW), va, vb, pidx, c->act);
+            }
+        } else {
+            for (int64_t b = 0; b < nb; b++)
+                op_dw_vst(c->y, yplane + b * 16, b == nb - 1 ? tail : (__mmask16)0xFFFF,
+                          op_dw3_flat_blk(q, b, W, wv, bv, c0, c2), c->act, YB);
         }
         if (++oc == OC) { oc = 0; n++; }
     }
@@ -485,9 +557,8 @@ OP_INLINE void op_dw3_s2(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_R
         const float *q = s + ((p - p0) & 1) * tot;
         if (p + 1 < p1) op_dw3_s2_copy(c, p + 1, s + ((p + 1 - p0) & 1) * tot, ps, m, BF16);
         const float *s00 = q, *s01 = q + ps, *s10 = q + 2 * ps, *s11 = q + 3 * ps;
-        const float *wk = c->w + oc * 9;
         __m512 wv[9];
-        for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
+        op_dw3_wv(c, oc, wv);
         const __m512 bv = _mm512_set1_ps(c->bias ? c->bias[oc] : 0.0f);
         int64_t yo = (n * OC + oc) * OH * OW;
         for (int64_t b = 0; b < nb; b++) {
@@ -520,7 +591,8 @@ OP_INLINE void op_dw3_s2(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_R
    R output rows per block, R NV <= 8 accumulators. Rows in the top/bottom padding load as zeros. */
 OP_INLINE void op_dw3_rowv_blk(const op_dw_ctx *c, const void *xs, int64_t plane, const __m512 *wv,
                                __m512 bv, int64_t yplane, int64_t oh0, const __mmask16 *lm,
-                               const int R, const int NV, const int BF16, const int YB)
+                               const int R, const int NV, const int BF16, const int YB,
+                               const __m512i *pidx)
 {
     const op_conv_desc *d = c->d;
     const int64_t H = d->h, W = d->w;
@@ -553,7 +625,17 @@ OP_INLINE void op_dw3_rowv_blk(const op_dw_ctx *c, const void *xs, int64_t plane
             }
         }
     }
+    if (YB && NV == 1 && R % 2 == 0 && pidx) {
+        /* bfloat16 rows of <= 16 columns, pidx = op_dw_pair_idx(W): two rows per store */
+        const __mmask32 m2 = (__mmask32)((((uint64_t)1) << (2 * W)) - 1u);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i += 2)
+            op_dw_vst2_bf16(c->y, yplane + (oh0 + i) * W, m2, acc[i][0], acc[i + 1][0], *pidx, c->act);
+        return;
+    }
+#pragma GCC unroll 4
     for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
         for (int j = 0; j < NV; j++) {
             op_dw_vst(c->y, yplane + (oh0 + i) * W + 16 * j, lm[j], acc[i][j], c->act, YB);
         }
@@ -568,8 +650,7 @@ OP_INLINE void op_dw3_row_setup(const op_dw_ctx *c, int64_t n, int64_t oc, int64
     const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
     *plane = (n * c->d->c + ci) * hw;
     *yplane = (n * c->d->oc + oc) * ohw;
-    const float *wk = c->w + oc * 9;
-    for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
+    op_dw3_wv(c, oc, wv);
     *bv = _mm512_set1_ps(c->bias ? c->bias[oc] : 0.0f);
 }
 
@@ -588,9 +669,9 @@ OP_INLINE void op_dw3_rowv(const op_dw_ctx *c, int64_t p0, int64_t p1, const int
         op_dw3_row_setup(c, n, oc, HW, OH * W, &plane, &yplane, wv, &bv);
         int64_t oh0 = 0;
         for (; oh0 + R <= OH; oh0 += R)
-            op_dw3_rowv_blk(c, c->x, plane, wv, bv, yplane, oh0, lm, R, NV, BF16, YB);
+            op_dw3_rowv_blk(c, c->x, plane, wv, bv, yplane, oh0, lm, R, NV, BF16, YB, NULL);
         for (; oh0 < OH; oh0++)  /* (R > 1: the last rows one by one) */
-            op_dw3_rowv_blk(c, c->x, plane, wv, bv, yplane, oh0, lm, 1, NV, BF16, YB);
+            op_dw3_rowv_blk(c, c->x, plane, wv, bv, yplane, oh0, lm, 1, NV, BF16, YB, NULL);
         if (++oc == OC) { oc = 0; n++; }
     }
 }
@@ -616,6 +697,7 @@ OP_INLINE void op_dw3_rowv_w(const op_dw_ctx *c, int64_t p0, int64_t p1, float *
     const op_conv_desc *d = c->d;
     const int64_t OC = d->oc, OH = d->oh, W = d->w, HW = d->h * W, tot = op_roundup64(HW, 16) + 16;
     const int R = NV <= 2 ? 4 : NV <= 4 ? 2 : 1;
+    const __m512i pidx = op_dw_pair_idx(NV == 1 ? (int)W : 16);  /* (bfloat16 output, NV 1) */
     __mmask16 lm[8];
     for (int j = 0; j < NV; j++) lm[j] = op_dw_lanes(16 * j, W);
     /* double-buffered as the flat kernel: the next plane is widened before this one is computed,
@@ -629,8 +711,9 @@ OP_INLINE void op_dw3_rowv_w(const op_dw_ctx *c, int64_t p0, int64_t p1, float *
         __m512 wv[9], bv;
         op_dw3_row_setup(c, n, oc, HW, OH * W, &plane, &yplane, wv, &bv);
         int64_t oh0 = 0;
-        for (; oh0 + R <= OH; oh0 += R) op_dw3_rowv_blk(c, q, 0, wv, bv, yplane, oh0, lm, R, NV, 0, YB);
-        for (; oh0 < OH; oh0++) op_dw3_rowv_blk(c, q, 0, wv, bv, yplane, oh0, lm, 1, NV, 0, YB);
+        for (; oh0 + R <= OH; oh0 += R) op_dw3_rowv_blk(c, q, 0, wv, bv, yplane, oh0, lm, R, NV, 0, YB, &pidx);
+        for (; oh0 + 2 <= OH; oh0 += 2) op_dw3_rowv_blk(c, q, 0, wv, bv, yplane, oh0, lm, 2, NV, 0, YB, &pidx);
+        if (oh0 < OH) op_dw3_rowv_blk(c, q, 0, wv, bv, yplane, oh0, lm, 1, NV, 0, YB, &pidx);
         if (++oc == OC) { oc = 0; n++; }
     }
 }
@@ -1227,14 +1310,9 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
     op_dw_ctx c;
     c.d = d;
     c.x = x;
-    float *wf = NULL;  /* bfloat16 weights widened once per call (the kernels read float32) */
-    if (w_bf16) {
-        const int64_t nw = d->oc * d->kh * d->kw;
-        wf = (float *)op_aligned_alloc(sizeof(float) * (size_t)nw);
-        if (!wf) return -1;
-        for (int64_t i = 0; i < nw; i++) wf[i] = op_bf16_to_f32_1(((const uint16_t *)w)[i]);
-    }
-    c.w = w_bf16 ? wf : (const float *)w;
+    float *wf = NULL;  /* bfloat16 weights widened once per call, for the kernels that read float32 */
+    c.w = w_bf16 ? NULL : (const float *)w;
+    c.wb = NULL;
     c.bias = bias;
     c.y = y;
     c.act = act;
@@ -1283,6 +1361,17 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
     if (d->nhwc && d->kh == 3 && d->kw == 3 && c.mult == 1 && d->dw == 1 && (d->sw == 1 || d->sw == 2))
         c.direct3 = 4;  /* NHWC: channel-vector kernel */
 #endif
+    if (w_bf16) {
+        if (!d->nhwc && c.direct3) {
+            c.wb = (const uint16_t *)w;  /* the NCHW 3x3 AVX-512 kernels read the bits (op_dw3_wv) */
+        } else {
+            const int64_t nw = d->oc * d->kh * d->kw;
+            wf = (float *)op_aligned_alloc(sizeof(float) * (size_t)nw);
+            if (!wf) return -1;
+            for (int64_t i = 0; i < nw; i++) wf[i] = op_bf16_to_f32_1(((const uint16_t *)w)[i]);
+            c.w = wf;
+        }
+    }
     const int64_t nplanes = d->n * d->oc, plane = d->oh * d->ow;
     const double flops = 2.0 * (double)nplanes * (double)plane * (double)(d->kh * d->kw);
     /* the pool's workers are awake between calls (threads.c): a second thread pays from about
