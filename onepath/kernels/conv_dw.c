@@ -15,7 +15,8 @@
        bfloat16 stride 2 widens by integer ops alone, no shuffle),
      - row-register kernels, when the caller asks for them (op_conv_desc.dw_rows, chosen per
        microarchitecture by the registry): one 16-column vector of R output rows at a time
-       (stride 1 with padding 1 along W: op_dw3_s1r; stride 2: op_dw3_s2r).
+       (stride 1 with padding 1 along W: op_dw3_s1r; stride 2: op_dw3_s2r), and for rows of at most
+       8 columns one 256-bit vector per row (op_dw3_r8).
    NHWC: one task per output row; the channel axis is the vector axis (acc[c] += w[c] x[c]); AVX-512
    builds run 3x3 multiplier-1 problems on op_dw_nhwc_row16 (weights and 4-8 output pixels in
    registers). bfloat16 input is widened while it is read (bfloat16 weights once per call). Bias and
@@ -41,7 +42,8 @@ typedef struct {
     int direct3;             /* AVX-512 kernels. NCHW 3x3 undilated, stride 1 or 2: 1 register-blocked
                                 rows, 2 flat (stride 1), 3 phase planes (stride 2), 5 whole rows in
                                 registers (stride 1), 7 even / odd columns (bfloat16, stride 1),
-                                8 / 9 row-register vectors (stride 1 / 2); NHWC 3x3 multiplier 1:
+                                8 / 9 row-register vectors (stride 1 / 2), 10 widened whole rows
+                                (bfloat16, 9..16 columns), 11 256-bit rows (<= 8 columns); NHWC 3x3 multiplier 1:
                                 4 channel vectors */
     int64_t chunk;           /* NCHW: output planes per task (one division per task, not per plane) */
 #if defined(OP_HAS_AVX512)
@@ -810,6 +812,138 @@ OP_INLINE void op_dw3_eo(const op_dw_ctx *c, int64_t p0, int64_t p1, const int Y
 static OP_NOINLINE void op_dw3_eo_bf16(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_eo(c, p0, p1, 0); }
 static OP_NOINLINE void op_dw3_eo_bf16_yb(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_eo(c, p0, p1, 1); }
 
+/* 3x3, stride 1, padding 1 left and right (OW = W), rows of at most 8 columns (e.g. 7x7), any top
+   padding (row-register selection, op_conv_desc.dw_rows; zen4 only, registry.DW_ROW_KERNELS): one
+   256-bit vector per row, 7 of 8 lanes busy on a 7x7 plane, where the 16-lane flat kernel fills 49
+   of 64 lanes and makes nine mostly line-splitting loads per output vector after a copy of the
+   plane. Each input row is one masked load straight from the input (bfloat16: widened by a shift),
+   its left / right tap vectors two lane shifts (VALIGND) bringing in the zero padding, feeding the
+   up to three output rows of the block that read it. A block is all the output rows of the plane
+   up to 8 (R accumulators; with R <= 4 two per row, for shorter FMA chains). Rows in the top /
+   bottom padding are skipped. bfloat16 output: two rows per store (as op_dw_vst2_bf16). */
+OP_INLINE __m256 op_dw_vld8(const void *x, int64_t off, __mmask8 m, const int BF16)
+{
+    if (BF16) {
+        const __m128i h = _mm_maskz_loadu_epi16(m, (const uint16_t *)x + off);
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    return _mm256_maskz_loadu_ps(m, (const float *)x + off);
+}
+
+OP_INLINE __m256 op_dw_act8(__m256 v, int act)
+{
+    if (act == OP_ACT_RELU) return _mm256_max_ps(_mm256_setzero_ps(), v);  /* as op_dw_vst */
+    if (act != OP_ACT_NONE)
+        return _mm512_castps512_ps256((__m512)op_v16_act((op_v16f)_mm512_zextps256_ps512(v), act));
+    return v;
+}
+
+/* op_dw_bf16_hi on 8 lanes, NaN lanes the quiet NaN with their sign (in the high halves) */
+OP_INLINE __m256i op_dw_bf16_hi8(__m256 v)
+{
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb);
+    const __mmask8 nan = _mm256_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    if (OP_LIKELY(nan == 0)) return r;
+    return _mm256_mask_mov_epi32(r, nan, _mm256_ternarylogic_epi32(u, _mm256_set1_epi32((int)0x80000000u),
+                                                                    _mm256_set1_epi32(0x7FC00000), 0xEA));
+}
+
+OP_INLINE void op_dw3_r8_blk(const op_dw_ctx *c, int64_t plane, const __m256 *wv, __m256 bv,
+                             int64_t yplane, int64_t oh0, __mmask8 lm, __m256i pidx, const int R,
+                             const int BF16, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t H = d->h, W = d->w;
+    const int two = R <= 4;
+    __m256 acc[8], acd[8];
+    for (int i = 0; i < R; i++) {
+        acc[i] = bv;
+        acd[i] = _mm256_setzero_ps();
+    }
+    const __m256i z = _mm256_setzero_si256();
+#pragma GCC unroll 10
+    for (int r = 0; r < R + 2; r++) {
+        const int64_t ih = oh0 - d->pt + r;
+        if (ih < 0 || ih >= H) continue;
+        const __m256i v = _mm256_castps_si256(op_dw_vld8(c->x, plane + ih * W, lm, BF16));
+        const __m256 lft = _mm256_castsi256_ps(_mm256_alignr_epi32(v, z, 7));
+        const __m256 rgt = _mm256_castsi256_ps(_mm256_alignr_epi32(z, v, 1));
+        const __m256 ctr = _mm256_castsi256_ps(v);
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) {
+            const int ki = r - i;
+            if (ki < 0 || ki > 2) continue;
+            if (two && ki == 1) {
+                acd[i] = _mm256_fmadd_ps(wv[3], lft, acd[i]);
+                acd[i] = _mm256_fmadd_ps(wv[4], ctr, acd[i]);
+                acd[i] = _mm256_fmadd_ps(wv[5], rgt, acd[i]);
+            } else {
+                acc[i] = _mm256_fmadd_ps(wv[ki * 3], lft, acc[i]);
+                acc[i] = _mm256_fmadd_ps(wv[ki * 3 + 1], ctr, acc[i]);
+                acc[i] = _mm256_fmadd_ps(wv[ki * 3 + 2], rgt, acc[i]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) acc[i] = op_dw_act8(two ? _mm256_add_ps(acc[i], acd[i]) : acc[i], c->act);
+    if (YB) {
+        const __mmask16 m2 = (__mmask16)((1u << (2 * W)) - 1u), m1 = (__mmask16)((1u << W) - 1u);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i += 2) {
+            const __m256i ra = op_dw_bf16_hi8(acc[i]);
+            const __m256i rb = i + 1 < R ? op_dw_bf16_hi8(acc[i + 1]) : ra;
+            _mm256_mask_storeu_epi16((uint16_t *)c->y + yplane + (oh0 + i) * W, i + 1 < R ? m2 : m1,
+                                     _mm256_permutex2var_epi16(ra, pidx, rb));
+        }
+    } else {
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) _mm256_mask_storeu_ps((float *)c->y + yplane + (oh0 + i) * W, lm, acc[i]);
+    }
+}
+
+OP_INLINE void op_dw3_r8(const op_dw_ctx *c, int64_t p0, int64_t p1, const int BF16, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t OC = d->oc, OH = d->oh, W = d->w, HW = d->h * W;
+    const __mmask8 lm = (__mmask8)((1u << W) - 1u);
+    uint16_t ix[16];  /* the pair permute: words 0..W-1 from row i, then row i + 1 */
+    for (int k = 0; k < 16; k++) ix[k] = (uint16_t)(k < W ? 2 * k + 1 : 16 + 2 * (k - W) + 1);
+    const __m256i pidx = _mm256_loadu_si256((const __m256i *)ix);
+    int64_t n = p0 / OC, oc = p0 % OC;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
+        const int64_t plane = (n * d->c + ci) * HW, yplane = (n * OC + oc) * OH * W;
+        __m256 wv[9];
+        if (c->wb) {
+            for (int t = 0; t < 9; t++)
+                wv[t] = _mm256_castsi256_ps(_mm256_set1_epi32((int)((uint32_t)c->wb[oc * 9 + t] << 16)));
+        } else {
+            for (int t = 0; t < 9; t++) wv[t] = _mm256_set1_ps(c->w[oc * 9 + t]);
+        }
+        const __m256 bv = _mm256_set1_ps(c->bias ? c->bias[oc] : 0.0f);
+        int64_t oh0 = 0;
+        for (; oh0 + 8 <= OH; oh0 += 8) op_dw3_r8_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 8, BF16, YB);
+        switch (OH - oh0) {  /* the rest in one block */
+        case 7: op_dw3_r8_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 7, BF16, YB); break;
+        case 6: op_dw3_r8_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 6, BF16, YB); break;
+        case 5: op_dw3_r8_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 5, BF16, YB); break;
+        case 4: op_dw3_r8_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 4, BF16, YB); break;
+        case 3: op_dw3_r8_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 3, BF16, YB); break;
+        case 2: op_dw3_r8_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 2, BF16, YB); break;
+        case 1: op_dw3_r8_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 1, BF16, YB); break;
+        default: break;
+        }
+        if (++oc == OC) { oc = 0; n++; }
+    }
+}
+static OP_NOINLINE void op_dw3_r8_f32(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_r8(c, p0, p1, 0, 0); }
+static OP_NOINLINE void op_dw3_r8_bf16(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_r8(c, p0, p1, 1, 0); }
+static OP_NOINLINE void op_dw3_r8_bf16_yb(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_r8(c, p0, p1, 1, 1); }
+static void (*const op_dw3_r8_kernels[3])(const op_dw_ctx *, int64_t, int64_t) = {
+    op_dw3_r8_f32, op_dw3_r8_bf16, op_dw3_r8_bf16_yb};
+
 /* 3x3, stride 1, padding 1 left and right (OW = W), any padding along H: rows straight from the
    input, R output rows per block (R = 8: 4-8% faster than 4 or 6 on Zen 4, 2026-11-30) and one
    16-column vector at a time, so only the
@@ -1272,6 +1406,10 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
         (c->ybf16 ? op_dw3_rowv_w1_yb : op_dw3_rowv_w1)(c, p0, p1, buf);
         return;
     }
+    if (c->direct3 == 11) {
+        op_dw3_r8_kernels[op_dw_io(c)](c, p0, p1);
+        return;
+    }
     if (c->direct3 == 8) {
         (c->act != OP_ACT_NONE ? op_dw3_s1r_f32 : op_dw3_s1r_f32_noact)(c, p0, p1);
         return;
@@ -1350,7 +1488,9 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
     /* the row-register kernels, where the caller asks for them (op_conv_desc.dw_rows: chosen per
        microarchitecture by registry.dw_row_kernels) and the geometry fits them */
     if (c.direct3 && d->dw_rows && d->w <= OP_DW3_ZROW - 128) {
-        if (d->sw == 1 && d->pl == 1 && d->ow == d->w && x_bf16) {
+        if (d->sw == 1 && d->pl == 1 && d->ow == d->w && d->w <= 8) {
+            c.direct3 = 11;  /* rows of <= 8 columns: one 256-bit vector per row (op_dw3_r8) */
+        } else if (d->sw == 1 && d->pl == 1 && d->ow == d->w && x_bf16) {
             if (d->w >= 9 && d->w <= 16)
                 c.direct3 = 10;  /* (wider bfloat16 rows keep the flat and even / odd kernels) */
         } else if (d->sw == 1 && d->pl == 1 && d->ow == d->w)
