@@ -24,6 +24,9 @@ CASES = [
     (3, 7, 7, 1, (1, 1), 1),    # rows of <= 8 columns: one 256-bit vector per row
     (2, 9, 8, 1, (2, 1), 2),
     (2, 3, 5, 1, (0, 1), 1),
+    (3, 14, 14, 2, (1, 1), 1),  # stride 2, input rows of <= 16 columns: 256-bit output rows
+    (2, 9, 15, 2, (0, 1), 2),
+    (2, 16, 16, 2, (2, 1), 1),
     (2, 5, 9, 1, (0, 1), 2),
     (2, 13, 56, 1, (1, 1), 2),
     (2, 6, 65, 1, (0, 1), 1),
@@ -93,7 +96,8 @@ def test_dw_row_kernels_rule():
     assert registry.dw_row_kernels(row, (1, 1), 7, True, uarch="zen4")   # narrow rows (<= 8)
     assert registry.dw_row_kernels(row, (1, 1), 7, False, uarch="zen4")
     assert not registry.dw_row_kernels(row, (1, 1), 9, False, uarch="zen4")
-    assert not registry.dw_row_kernels(row, (2, 2), 7, False, uarch="zen4")
+    assert registry.dw_row_kernels(row, (2, 2), 14, False, uarch="zen4")   # narrow, stride 2 (<= 16)
+    assert not registry.dw_row_kernels(row, (2, 2), 20, False, uarch="zen4")
     assert not registry.dw_row_kernels(row, (1, 1), 14, False, uarch="zen4")
     assert not registry.dw_row_kernels(row, (2, 1), 112, False, uarch="zen4")
     assert not registry.dw_row_kernels(row, (1, 1), 112, False, uarch="sapphirerapids")

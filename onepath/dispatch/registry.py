@@ -316,10 +316,13 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # one-256-bit-vector-per-row kernel (op_dw3_r8, stride 1, rows of <= 8 columns). Zen 4, 2026-11-30,
 # kernel-only best-of at this shared host: 7x7 planes (MobileNet-v2 C960) float32 2.2-2.3x faster
 # than the flat kernel at 1 and 2 threads (29.8 -> 13.3 us, 16.5 -> 7.5 us), bfloat16 1.4-1.45x
-# (27.4 -> 18.9 us, 15.0 -> 10.5 us).
+# (27.4 -> 18.9 us, 15.0 -> 10.5 us). Stride 2, input rows of <= 16 columns and left padding 1
+# (op_dw3_s2n, other paddings keep the default): 14x14 -> 7x7 (C576) 1.6-1.8x faster than the
+# phase-plane kernel at 1 and 2 threads (f32 25.0 -> 15.9 us, 17.5 -> 10.8; bf16 27.0 -> 15.3, 18.9 -> 10.6).
 DW_ROW_KERNELS: dict[tuple[str, str], dict[str, int]] = {
     ("zen4", "avx512_core"): {"s1_float32": 56, "s1_bfloat16": 9, "s2_float32": 28, "s2_bfloat16": 28,
-                              "s1_float32_narrow": 8, "s1_bfloat16_narrow": 8},
+                              "s1_float32_narrow": 8, "s1_bfloat16_narrow": 8,
+                              "s2_float32_narrow": 16, "s2_bfloat16_narrow": 16},
 }
 
 

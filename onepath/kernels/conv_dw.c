@@ -16,7 +16,8 @@
      - row-register kernels, when the caller asks for them (op_conv_desc.dw_rows, chosen per
        microarchitecture by the registry): one 16-column vector of R output rows at a time
        (stride 1 with padding 1 along W: op_dw3_s1r; stride 2: op_dw3_s2r), and for rows of at most
-       8 columns one 256-bit vector per row (op_dw3_r8).
+       8 columns one 256-bit vector per row (stride 1: op_dw3_r8; stride 2, input rows of <= 16
+       columns: op_dw3_s2n).
    NHWC: one task per output row; the channel axis is the vector axis (acc[c] += w[c] x[c]); AVX-512
    builds run 3x3 multiplier-1 problems on op_dw_nhwc_row16 (weights and 4-8 output pixels in
    registers). bfloat16 input is widened while it is read (bfloat16 weights once per call). Bias and
@@ -43,7 +44,7 @@ typedef struct {
                                 rows, 2 flat (stride 1), 3 phase planes (stride 2), 5 whole rows in
                                 registers (stride 1), 7 even / odd columns (bfloat16, stride 1),
                                 8 / 9 row-register vectors (stride 1 / 2), 10 widened whole rows
-                                (bfloat16, 9..16 columns), 11 256-bit rows (<= 8 columns); NHWC 3x3 multiplier 1:
+                                (bfloat16, 9..16 columns), 11 / 12 256-bit rows (<= 8 columns, stride 1 / 2); NHWC 3x3 multiplier 1:
                                 4 channel vectors */
     int64_t chunk;           /* NCHW: output planes per task (one division per task, not per plane) */
 #if defined(OP_HAS_AVX512)
@@ -944,6 +945,114 @@ static OP_NOINLINE void op_dw3_r8_bf16_yb(const op_dw_ctx *c, int64_t p0, int64_
 static void (*const op_dw3_r8_kernels[3])(const op_dw_ctx *, int64_t, int64_t) = {
     op_dw3_r8_f32, op_dw3_r8_bf16, op_dw3_r8_bf16_yb};
 
+/* 3x3, stride 2, padding 1 on the left, input rows of at most 16 columns and output rows of at most
+   8 (e.g. 14x14 -> 7x7), any top padding (row-register selection, op_conv_desc.dw_rows; zen4 only):
+   as op_dw3_r8, one 256-bit vector per output row. An input row is one masked load of 16 columns
+   whose even columns are the taps of kernel column 1 and odd columns those of kernel column 2
+   (float32: two lane permutes; bfloat16: one 256-bit load widened by integer ops alone, even columns
+   by a 16-bit shift, odd ones by clearing the low half), and kernel column 0 is the odd columns
+   shifted up one lane (VALIGND) with the padding zero in lane 0. Each input row feeds the one or
+   two output rows that read it; the phase-plane kernel copies each plane into four phase planes
+   first and keeps 7 of 8 grid columns. */
+OP_INLINE void op_dw3_s2n_blk(const op_dw_ctx *c, int64_t plane, const __m256 *wv, __m256 bv,
+                              int64_t yplane, int64_t oh0, __mmask16 lm, __m256i pidx, const int R,
+                              const int BF16, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t H = d->h, W = d->w, OW = d->ow;
+    const __mmask8 sm = (__mmask8)((1u << OW) - 1u);
+    __m256 acc[8], acd[8];
+    for (int i = 0; i < R; i++) {
+        acc[i] = bv;
+        acd[i] = _mm256_setzero_ps();
+    }
+    const __m256i z = _mm256_setzero_si256();
+    const __m512i ie = _mm512_set_epi32(14, 12, 10, 8, 6, 4, 2, 0, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+#pragma GCC unroll 17
+    for (int r = 0; r < 2 * R + 1; r++) {
+        const int64_t ih = 2 * oh0 - d->pt + r;
+        if (ih < 0 || ih >= H) continue;
+        __m256 ev, od;
+        if (BF16) {
+            const __m256i u = _mm256_maskz_loadu_epi16(lm, (const uint16_t *)c->x + plane + ih * W);
+            ev = _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+            od = _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32((int)0xFFFF0000u)));
+        } else {
+            const __m512 v = _mm512_maskz_loadu_ps(lm, (const float *)c->x + plane + ih * W);
+            ev = _mm512_castps512_ps256(_mm512_permutexvar_ps(ie, v));
+            od = _mm512_castps512_ps256(_mm512_permutexvar_ps(io, v));
+        }
+        const __m256 lft = _mm256_castsi256_ps(_mm256_alignr_epi32(_mm256_castps_si256(od), z, 7));
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) {
+            const int ki = r - 2 * i;
+            if (ki < 0 || ki > 2) continue;
+            if (ki == 1) {
+                acd[i] = _mm256_fmadd_ps(wv[3], lft, acd[i]);
+                acd[i] = _mm256_fmadd_ps(wv[4], ev, acd[i]);
+                acd[i] = _mm256_fmadd_ps(wv[5], od, acd[i]);
+            } else {
+                acc[i] = _mm256_fmadd_ps(wv[ki * 3], lft, acc[i]);
+                acc[i] = _mm256_fmadd_ps(wv[ki * 3 + 1], ev, acc[i]);
+                acc[i] = _mm256_fmadd_ps(wv[ki * 3 + 2], od, acc[i]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) acc[i] = op_dw_act8(_mm256_add_ps(acc[i], acd[i]), c->act);
+    if (YB) {
+        const __mmask16 m2 = (__mmask16)((1u << (2 * OW)) - 1u), m1 = (__mmask16)((1u << OW) - 1u);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i += 2) {
+            const __m256i ra = op_dw_bf16_hi8(acc[i]);
+            const __m256i rb = i + 1 < R ? op_dw_bf16_hi8(acc[i + 1]) : ra;
+            _mm256_mask_storeu_epi16((uint16_t *)c->y + yplane + (oh0 + i) * OW, i + 1 < R ? m2 : m1,
+                                     _mm256_permutex2var_epi16(ra, pidx, rb));
+        }
+    } else {
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) _mm256_mask_storeu_ps((float *)c->y + yplane + (oh0 + i) * OW, sm, acc[i]);
+    }
+}
+
+OP_INLINE void op_dw3_s2n(const op_dw_ctx *c, int64_t p0, int64_t p1, const int BF16, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t OC = d->oc, OH = d->oh, OW = d->ow, W = d->w, HW = d->h * W;
+    const __mmask16 lm = (__mmask16)((1u << W) - 1u);
+    uint16_t ix[16];  /* the pair permute: words 0..OW-1 from row i, then row i + 1 */
+    for (int k = 0; k < 16; k++) ix[k] = (uint16_t)(k < OW ? 2 * k + 1 : 16 + 2 * (k - OW) + 1);
+    const __m256i pidx = _mm256_loadu_si256((const __m256i *)ix);
+    int64_t n = p0 / OC, oc = p0 % OC;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
+        const int64_t plane = (n * d->c + ci) * HW, yplane = (n * OC + oc) * OH * OW;
+        __m256 wv[9];
+        if (c->wb) {
+            for (int t = 0; t < 9; t++)
+                wv[t] = _mm256_castsi256_ps(_mm256_set1_epi32((int)((uint32_t)c->wb[oc * 9 + t] << 16)));
+        } else {
+            for (int t = 0; t < 9; t++) wv[t] = _mm256_set1_ps(c->w[oc * 9 + t]);
+        }
+        const __m256 bv = _mm256_set1_ps(c->bias ? c->bias[oc] : 0.0f);
+        int64_t oh0 = 0;
+        for (; oh0 + 4 <= OH; oh0 += 4) op_dw3_s2n_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 4, BF16, YB);
+        switch (OH - oh0) {  /* the rest in one block */
+        case 3: op_dw3_s2n_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 3, BF16, YB); break;
+        case 2: op_dw3_s2n_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 2, BF16, YB); break;
+        case 1: op_dw3_s2n_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 1, BF16, YB); break;
+        default: break;
+        }
+        if (++oc == OC) { oc = 0; n++; }
+    }
+}
+static OP_NOINLINE void op_dw3_s2n_f32(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_s2n(c, p0, p1, 0, 0); }
+static OP_NOINLINE void op_dw3_s2n_bf16(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_s2n(c, p0, p1, 1, 0); }
+static OP_NOINLINE void op_dw3_s2n_bf16_yb(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_s2n(c, p0, p1, 1, 1); }
+static void (*const op_dw3_s2n_kernels[3])(const op_dw_ctx *, int64_t, int64_t) = {
+    op_dw3_s2n_f32, op_dw3_s2n_bf16, op_dw3_s2n_bf16_yb};
+
 /* 3x3, stride 1, padding 1 left and right (OW = W), any padding along H: rows straight from the
    input, R output rows per block (R = 8: 4-8% faster than 4 or 6 on Zen 4, 2026-11-30) and one
    16-column vector at a time, so only the
@@ -1410,6 +1519,10 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
         op_dw3_r8_kernels[op_dw_io(c)](c, p0, p1);
         return;
     }
+    if (c->direct3 == 12) {
+        op_dw3_s2n_kernels[op_dw_io(c)](c, p0, p1);
+        return;
+    }
     if (c->direct3 == 8) {
         (c->act != OP_ACT_NONE ? op_dw3_s1r_f32 : op_dw3_s1r_f32_noact)(c, p0, p1);
         return;
@@ -1490,13 +1603,15 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
     if (c.direct3 && d->dw_rows && d->w <= OP_DW3_ZROW - 128) {
         if (d->sw == 1 && d->pl == 1 && d->ow == d->w && d->w <= 8) {
             c.direct3 = 11;  /* rows of <= 8 columns: one 256-bit vector per row (op_dw3_r8) */
+        } else if (d->sw == 2 && d->pl == 1 && d->w <= 16 && d->ow <= 8) {
+            c.direct3 = 12;  /* the same for stride 2 (op_dw3_s2n) */
         } else if (d->sw == 1 && d->pl == 1 && d->ow == d->w && x_bf16) {
             if (d->w >= 9 && d->w <= 16)
                 c.direct3 = 10;  /* (wider bfloat16 rows keep the flat and even / odd kernels) */
         } else if (d->sw == 1 && d->pl == 1 && d->ow == d->w)
             c.direct3 = 8;
-        else if (d->sw == 2 && d->pl <= 15)
-            c.direct3 = 9;
+        else if (d->sw == 2 && d->pl <= 15 && d->w > 16)
+            c.direct3 = 9;  /* (narrower rows: op_dw3_s2n or the default) */
     }
     if (d->nhwc && d->kh == 3 && d->kw == 3 && c.mult == 1 && d->dw == 1 && (d->sw == 1 || d->sw == 2))
         c.direct3 = 4;  /* NHWC: channel-vector kernel */
