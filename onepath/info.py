@@ -118,7 +118,7 @@ def variant_rows() -> list[dict]:
     """The per-microarchitecture kernel variants this host runs (shipped registry rules keyed by
     uarch and level; Intel and unmeasured hosts have none): each {"rule", "level", "value"}, the
     rule being ``registry.BF16_VARIANTS`` (bfloat16 decode / A in place), ``GEMV_F32_OPTIONS``
-    (thin float32 products) or ``DW_ROW_KERNELS`` (depthwise 3x3 row kernels, smallest input width
+    (thin float32 products) or ``DW_ROW_KERNELS`` (depthwise 3x3 row kernels, smallest (``_narrow``: largest) input width
     per stride and input dtype)."""
     import onepath
     from .dispatch import registry

@@ -683,6 +683,8 @@ DW_BF16_OUT_CASES = [
     (1, 4, 14, 14, 3, 2, 1, 2),
     (1, 3, 9, 70, 5, 1, 2, 1),
     (1, 2, 11, 80, 3, 2, 0, 1),
+    (1, 3, 7, 14, 3, 1, 1, 1),  # rows of 9..16 columns (zen4: widened plane, two rows per store)
+    (1, 3, 9, 14, 3, 2, 1, 1),  # stride 2, rows of <= 16 columns (zen4: 256-bit output rows)
 ]
 
 

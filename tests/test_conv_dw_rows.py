@@ -21,6 +21,12 @@ EPS32 = np.finfo(np.float32).eps
 CASES = [
     (3, 7, 17, 1, (1, 1), 1),
     (3, 6, 14, 1, (1, 1), 1),   # bfloat16 rows of 9..16 columns: the plane widened first
+    (3, 7, 7, 1, (1, 1), 1),    # rows of <= 8 columns: one 256-bit vector per row
+    (2, 9, 8, 1, (2, 1), 2),
+    (2, 3, 5, 1, (0, 1), 1),
+    (3, 14, 14, 2, (1, 1), 1),  # stride 2, input rows of <= 16 columns: 256-bit output rows
+    (2, 9, 15, 2, (0, 1), 2),
+    (2, 16, 16, 2, (2, 1), 1),
     (2, 5, 9, 1, (0, 1), 2),
     (2, 13, 56, 1, (1, 1), 2),
     (2, 6, 65, 1, (0, 1), 1),
@@ -87,7 +93,11 @@ def test_dw_row_kernels_rule():
     assert registry.dw_row_kernels(row, (1, 1), 112, False, uarch="zen4")
     assert registry.dw_row_kernels(row, (2, 2), 56, True, uarch="zen4")
     assert registry.dw_row_kernels(row, (1, 1), 14, True, uarch="zen4")
-    assert not registry.dw_row_kernels(row, (1, 1), 8, True, uarch="zen4")
+    assert registry.dw_row_kernels(row, (1, 1), 7, True, uarch="zen4")   # narrow rows (<= 8)
+    assert registry.dw_row_kernels(row, (1, 1), 7, False, uarch="zen4")
+    assert not registry.dw_row_kernels(row, (1, 1), 9, False, uarch="zen4")
+    assert registry.dw_row_kernels(row, (2, 2), 14, False, uarch="zen4")   # narrow, stride 2 (<= 16)
+    assert not registry.dw_row_kernels(row, (2, 2), 20, False, uarch="zen4")
     assert not registry.dw_row_kernels(row, (1, 1), 14, False, uarch="zen4")
     assert not registry.dw_row_kernels(row, (2, 1), 112, False, uarch="zen4")
     assert not registry.dw_row_kernels(row, (1, 1), 112, False, uarch="sapphirerapids")

@@ -332,8 +332,17 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # (the kernel takes rows of 9..16 columns only: the plane widened once, then whole rows) W 14 1.08x
 # faster than the flat kernel at 2 threads (W 28: 0.85x, hence the cap). Not measured on Intel: no
 # row, its default.
+# A key ending in "_narrow" gives the largest input width for the same request, met by the
+# one-256-bit-vector-per-row kernel (op_dw3_r8, stride 1, rows of <= 8 columns). Zen 4, 2026-11-30,
+# kernel-only best-of at this shared host: 7x7 planes (MobileNet-v2 C960) float32 2.2-2.3x faster
+# than the flat kernel at 1 and 2 threads (29.8 -> 13.3 us, 16.5 -> 7.5 us), bfloat16 1.4-1.45x
+# (27.4 -> 18.9 us, 15.0 -> 10.5 us). Stride 2, input rows of <= 16 columns and left padding 1
+# (op_dw3_s2n, other paddings keep the default): 14x14 -> 7x7 (C576) 1.6-1.8x faster than the
+# phase-plane kernel at 1 and 2 threads (f32 25.0 -> 15.9 us, 17.5 -> 10.8; bf16 27.0 -> 15.3, 18.9 -> 10.6).
 DW_ROW_KERNELS: dict[tuple[str, str], dict[str, int]] = {
-    ("zen4", "avx512_core"): {"s1_float32": 56, "s1_bfloat16": 9, "s2_float32": 28, "s2_bfloat16": 28},
+    ("zen4", "avx512_core"): {"s1_float32": 56, "s1_bfloat16": 9, "s2_float32": 28, "s2_bfloat16": 28,
+                              "s1_float32_narrow": 8, "s1_bfloat16_narrow": 8,
+                              "s2_float32_narrow": 16, "s2_bfloat16_narrow": 16},
 }
 
 
@@ -341,7 +350,8 @@ def dw_row_kernels(row: Kernel, stride: tuple[int, int], w: int, x_bf16: bool,
                    uarch: str | None = None) -> bool:
     """Whether a depthwise NCHW problem on conv ``row`` (``stride`` (sh, sw), input width ``w``,
     bfloat16 input when ``x_bf16``) asks for the row-register 3x3 kernels on ``uarch`` (default: this
-    host's), per ``DW_ROW_KERNELS`` (the kernel still checks that the geometry fits them)."""
+    host's), per ``DW_ROW_KERNELS``: ``w`` at least the key's width, or at most its ``_narrow``
+    width (the kernel still checks that the geometry fits them)."""
     if row.algorithm != "depthwise" or stride not in ((1, 1), (2, 2)):
         return False
     if uarch is None:
@@ -350,7 +360,7 @@ def dw_row_kernels(row: Kernel, stride: tuple[int, int], w: int, x_bf16: bool,
     if lim is None:
         return False
     key = f"s{stride[0]}_{'bfloat16' if x_bf16 else 'float32'}"
-    return key in lim and w >= lim[key]
+    return (key in lim and w >= lim[key]) or w <= lim.get(key + "_narrow", 0)
 
 
 def blocking_for(row: Kernel, caches: dict, elem_size: int | None = None) -> tuple[int, int, int]:

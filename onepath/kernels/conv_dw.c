@@ -15,7 +15,9 @@
        bfloat16 stride 2 widens by integer ops alone, no shuffle),
      - row-register kernels, when the caller asks for them (op_conv_desc.dw_rows, chosen per
        microarchitecture by the registry): one 16-column vector of R output rows at a time
-       (stride 1 with padding 1 along W: op_dw3_s1r; stride 2: op_dw3_s2r).
+       (stride 1 with padding 1 along W: op_dw3_s1r; stride 2: op_dw3_s2r), and for rows of at most
+       8 columns one 256-bit vector per row (stride 1: op_dw3_r8; stride 2, input rows of <= 16
+       columns: op_dw3_s2n).
    NHWC: one task per output row; the channel axis is the vector axis (acc[c] += w[c] x[c]); AVX-512
    builds run 3x3 multiplier-1 problems on op_dw_nhwc_row16 (weights and 4-8 output pixels in
    registers). bfloat16 input is widened while it is read (bfloat16 weights once per call). Bias and
@@ -26,7 +28,9 @@
 typedef struct {
     const op_conv_desc *d;
     const void *x;
-    const float *w, *bias;
+    const float *w, *bias;   /* w: float32 weights (NULL when wb is set) */
+    const uint16_t *wb;      /* bfloat16 weight bits read in place by the NCHW 3x3 AVX-512 kernels
+                                (op_dw3_wv), else NULL */
     void *y;                 /* float32, or bfloat16 bits when ybf16 */
     int act;
     int bf16;                /* input is bfloat16 bits */
@@ -39,7 +43,8 @@ typedef struct {
     int direct3;             /* AVX-512 kernels. NCHW 3x3 undilated, stride 1 or 2: 1 register-blocked
                                 rows, 2 flat (stride 1), 3 phase planes (stride 2), 5 whole rows in
                                 registers (stride 1), 7 even / odd columns (bfloat16, stride 1),
-                                8 / 9 row-register vectors (stride 1 / 2); NHWC 3x3 multiplier 1:
+                                8 / 9 row-register vectors (stride 1 / 2), 10 widened whole rows
+                                (bfloat16, 9..16 columns), 11 / 12 256-bit rows (<= 8 columns, stride 1 / 2); NHWC 3x3 multiplier 1:
                                 4 channel vectors */
     int64_t chunk;           /* NCHW: output planes per task (one division per task, not per plane) */
 #if defined(OP_HAS_AVX512)
@@ -193,6 +198,20 @@ OP_INLINE __m512 op_dw_vld(const void *x, int64_t off, __mmask16 m, const int BF
     return _mm512_maskz_loadu_ps(m, (const float *)x + off);
 }
 
+/* The nine taps of output plane oc broadcast to vectors, from the float32 weights or, with
+   bfloat16 weights, from their bits (widened here: no per-call widened copy of the weights, which
+   another thread would then have to pull from the writer's cache). */
+OP_INLINE void op_dw3_wv(const op_dw_ctx *c, int64_t oc, __m512 wv[9])
+{
+    if (c->wb) {
+        const uint16_t *wk = c->wb + oc * 9;
+        for (int t = 0; t < 9; t++) wv[t] = _mm512_castsi512_ps(_mm512_set1_epi32((int)((uint32_t)wk[t] << 16)));
+    } else {
+        const float *wk = c->w + oc * 9;
+        for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
+    }
+}
+
 /* 16 floats -> bfloat16 bits (low halves of the lanes): the rounding of op_cvt16_int (cvt_bf16.c),
    round to nearest even with u + 0x7FFF + lsb, NaN -> the quiet NaN with its sign (0x7FC0 / 0xFFC0),
    bit for bit; the NaN fix-up only runs when a lane is NaN (fewer instructions per output vector). */
@@ -223,6 +242,49 @@ OP_INLINE void op_dw_vst(void *Y, int64_t off, __mmask16 m, __m512 v, int act, c
         _mm256_mask_storeu_epi16((uint16_t *)Y + off, m, _mm512_cvtepi32_epi16(op_dw_bf16_bits(v)));
     else
         _mm512_mask_storeu_ps((float *)Y + off, m, v);
+}
+
+/* Two bfloat16 output vectors in one store: lanes 0..la-1 of a (la <= 16) then the 16 lanes of b,
+   as 32 bfloat16 words (lanes m) at element offset off. Activation as op_dw_vst, the same rounding
+   as op_dw_bf16_bits (bit for bit), computed in the high halves of the lanes, which one word permute
+   (index op_dw_pair_idx(la)) gathers from both vectors: per pair of vectors that saves the two
+   right shifts, one NaN test and one store of two op_dw_vst calls, and trades two VPMOVDW for one
+   VPERMT2W. (Two adjacent 16-lane blocks of a plane: la = 16; two output rows of W <= 16
+   columns: la = W.) */
+OP_INLINE __m512i op_dw_pair_idx(int la)
+{
+    uint16_t ix[32];
+    for (int k = 0; k < 32; k++) ix[k] = (uint16_t)(k < la ? 2 * k + 1 : 32 + 2 * (k - la) + 1);
+    return _mm512_loadu_si512(ix);
+}
+
+OP_INLINE __m512i op_dw_bf16_hi(__m512 v)
+{
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    return _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb);
+}
+
+OP_INLINE void op_dw_vst2_bf16(void *Y, int64_t off, __mmask32 m, __m512 a, __m512 b, __m512i idx,
+                               int act)
+{
+    if (act == OP_ACT_RELU) {
+        a = _mm512_max_ps(_mm512_setzero_ps(), a);
+        b = _mm512_max_ps(_mm512_setzero_ps(), b);
+    } else if (act != OP_ACT_NONE) {
+        a = (__m512)op_v16_act((op_v16f)a, act);
+        b = (__m512)op_v16_act((op_v16f)b, act);
+    }
+    __m512i ra = op_dw_bf16_hi(a), rb = op_dw_bf16_hi(b);
+    if (OP_UNLIKELY(_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) != 0)) {
+        /* NaN lanes: (u & 0x80000000) | 0x7FC00000, the quiet NaN with its sign */
+        const __m512i sg = _mm512_set1_epi32((int)0x80000000u), qn = _mm512_set1_epi32(0x7FC00000);
+        ra = _mm512_mask_mov_epi32(ra, _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q),
+                                   _mm512_ternarylogic_epi32(_mm512_castps_si512(a), sg, qn, 0xEA));
+        rb = _mm512_mask_mov_epi32(rb, _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q),
+                                   _mm512_ternarylogic_epi32(_mm512_castps_si512(b), sg, qn, 0xEA));
+    }
+    _mm512_mask_storeu_epi16((uint16_t *)Y + off, m, _mm512_permutex2var_epi16(ra, idx, rb));
 }
 
 /* Output rows oh0..oh0+R-1 of one plane, every 16-column block ob (load masks cm[3 ob + 0..2] with
@@ -309,9 +371,8 @@ OP_INLINE void op_dw3_plane(const op_dw_ctx *c, int64_t n, int64_t oc, const int
     const op_conv_desc *d = c->d;
     const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
     const int64_t plane = (n * d->c + ci) * d->h * d->w;
-    const float *wk = c->w + oc * 9;
     __m512 wv[9];
-    for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
+    op_dw3_wv(c, oc, wv);
     const __m512 bv = _mm512_set1_ps(c->bias ? c->bias[oc] : 0.0f);
     const int64_t yplane = (n * d->oc + oc) * d->oh * d->ow;
     enum { RB = 4, MAXNB = 64 };
@@ -378,9 +439,29 @@ OP_INLINE void op_dw3_flat_copy(const op_dw_ctx *c, int64_t p, float *OP_RESTRIC
     }
 }
 
+/* output block b (16 lanes) of the plane copy at q */
+OP_INLINE __m512 op_dw3_flat_blk(const float *q, int64_t b, int64_t W, const __m512 *wv, __m512 bv,
+                                 const __mmask16 *c0, const __mmask16 *c2)
+{
+    const float *r = q + b * 16;
+    __m512 a0, a1, a2;  /* kernel columns 0, 1 (+ bias), 2 */
+    a0 = _mm512_mul_ps(wv[0], _mm512_loadu_ps(r - W - 1));
+    a1 = _mm512_fmadd_ps(wv[1], _mm512_loadu_ps(r - W), bv);
+    a2 = _mm512_mul_ps(wv[2], _mm512_loadu_ps(r - W + 1));
+    a0 = _mm512_fmadd_ps(wv[3], _mm512_loadu_ps(r - 1), a0);
+    a1 = _mm512_fmadd_ps(wv[4], _mm512_load_ps(r), a1);
+    a2 = _mm512_fmadd_ps(wv[5], _mm512_loadu_ps(r + 1), a2);
+    a0 = _mm512_fmadd_ps(wv[6], _mm512_loadu_ps(r + W - 1), a0);
+    a1 = _mm512_fmadd_ps(wv[7], _mm512_loadu_ps(r + W), a1);
+    a2 = _mm512_fmadd_ps(wv[8], _mm512_loadu_ps(r + W + 1), a2);
+    const __m512 v = _mm512_mask_add_ps(a1, c0[b], a1, a0);
+    return _mm512_mask_add_ps(v, c2[b], v, a2);
+}
+
 OP_INLINE void op_dw3_flat(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_RESTRICT s,
                            const int BF16, const int YB)
 {
+    const __m512i pidx = op_dw_pair_idx(16);
     const op_conv_desc *d = c->d;
     const int64_t W = d->w, HW = d->h * d->w, nb = op_cdiv64(HW, 16), OC = d->oc;
     const int64_t lead = op_dw3_flat_lead(W), tot = op_dw3_flat_buf(W, HW);
@@ -396,26 +477,20 @@ OP_INLINE void op_dw3_flat(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP
     for (int64_t p = p0; p < p1; p++) {
         const float *q = s + ((p - p0) & 1) * tot + lead;  /* this plane (64-byte aligned) */
         if (p + 1 < p1) op_dw3_flat_copy(c, p + 1, s + ((p + 1 - p0) & 1) * tot + lead, HW, nb, tail, BF16);
-        const float *wk = c->w + oc * 9;
         __m512 wv[9];
-        for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
+        op_dw3_wv(c, oc, wv);
         const __m512 bv = _mm512_set1_ps(c->bias ? c->bias[oc] : 0.0f);
         const int64_t yplane = (n * OC + oc) * HW;
-        for (int64_t b = 0; b < nb; b++) {
-            const float *r = q + b * 16;
-            __m512 a0, a1, a2;  /* kernel columns 0, 1 (+ bias), 2 */
-            a0 = _mm512_mul_ps(wv[0], _mm512_loadu_ps(r - W - 1));
-            a1 = _mm512_fmadd_ps(wv[1], _mm512_loadu_ps(r - W), bv);
-            a2 = _mm512_mul_ps(wv[2], _mm512_loadu_ps(r - W + 1));
-            a0 = _mm512_fmadd_ps(wv[3], _mm512_loadu_ps(r - 1), a0);
-            a1 = _mm512_fmadd_ps(wv[4], _mm512_load_ps(r), a1);
-            a2 = _mm512_fmadd_ps(wv[5], _mm512_loadu_ps(r + 1), a2);
-            a0 = _mm512_fmadd_ps(wv[6], _mm512_loadu_ps(r + W - 1), a0);
-            a1 = _mm512_fmadd_ps(wv[7], _mm512_loadu_ps(r + W), a1);
-            a2 = _mm512_fmadd_ps(wv[8], _mm512_loadu_ps(r + W + 1), a2);
-            __m512 v = _mm512_mask_add_ps(a1, c0[b], a1, a0);
-            v = _mm512_mask_add_ps(v, c2[b], v, a2);
-            op_dw_vst(c->y, yplane + b * 16, b == nb - 1 ? tail : (__mmask16)0xFFFF, v, c->act, YB);
+        if (YB) {  /* bfloat16 output: two blocks per store (op_dw_vst2_bf16) */
+            for (int64_t b = 0; b < nb; b += 2) {
+                const __m512 va = op_dw3_flat_blk(q, b, W, wv, bv, c0, c2);
+                const __m512 vb = b + 1 < nb ? op_dw3_flat_blk(q, b + 1, W, wv, bv, c0, c2) : _mm512_setzero_ps();
+                op_dw_vst2_bf16(c->y, yplane + b * 16, op_dw_lanes32(b * 16, HW), va, vb, pidx, c->act);
+            }
+        } else {
+            for (int64_t b = 0; b < nb; b++)
+                op_dw_vst(c->y, yplane + b * 16, b == nb - 1 ? tail : (__mmask16)0xFFFF,
+                          op_dw3_flat_blk(q, b, W, wv, bv, c0, c2), c->act, YB);
         }
         if (++oc == OC) { oc = 0; n++; }
     }
@@ -485,9 +560,8 @@ OP_INLINE void op_dw3_s2(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_R
         const float *q = s + ((p - p0) & 1) * tot;
         if (p + 1 < p1) op_dw3_s2_copy(c, p + 1, s + ((p + 1 - p0) & 1) * tot, ps, m, BF16);
         const float *s00 = q, *s01 = q + ps, *s10 = q + 2 * ps, *s11 = q + 3 * ps;
-        const float *wk = c->w + oc * 9;
         __m512 wv[9];
-        for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
+        op_dw3_wv(c, oc, wv);
         const __m512 bv = _mm512_set1_ps(c->bias ? c->bias[oc] : 0.0f);
         int64_t yo = (n * OC + oc) * OH * OW;
         for (int64_t b = 0; b < nb; b++) {
@@ -520,7 +594,8 @@ OP_INLINE void op_dw3_s2(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_R
    R output rows per block, R NV <= 8 accumulators. Rows in the top/bottom padding load as zeros. */
 OP_INLINE void op_dw3_rowv_blk(const op_dw_ctx *c, const void *xs, int64_t plane, const __m512 *wv,
                                __m512 bv, int64_t yplane, int64_t oh0, const __mmask16 *lm,
-                               const int R, const int NV, const int BF16, const int YB)
+                               const int R, const int NV, const int BF16, const int YB,
+                               const __m512i *pidx)
 {
     const op_conv_desc *d = c->d;
     const int64_t H = d->h, W = d->w;
@@ -553,7 +628,17 @@ OP_INLINE void op_dw3_rowv_blk(const op_dw_ctx *c, const void *xs, int64_t plane
             }
         }
     }
+    if (YB && NV == 1 && R % 2 == 0 && pidx) {
+        /* bfloat16 rows of <= 16 columns, pidx = op_dw_pair_idx(W): two rows per store */
+        const __mmask32 m2 = (__mmask32)((((uint64_t)1) << (2 * W)) - 1u);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i += 2)
+            op_dw_vst2_bf16(c->y, yplane + (oh0 + i) * W, m2, acc[i][0], acc[i + 1][0], *pidx, c->act);
+        return;
+    }
+#pragma GCC unroll 4
     for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
         for (int j = 0; j < NV; j++) {
             op_dw_vst(c->y, yplane + (oh0 + i) * W + 16 * j, lm[j], acc[i][j], c->act, YB);
         }
@@ -568,8 +653,7 @@ OP_INLINE void op_dw3_row_setup(const op_dw_ctx *c, int64_t n, int64_t oc, int64
     const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
     *plane = (n * c->d->c + ci) * hw;
     *yplane = (n * c->d->oc + oc) * ohw;
-    const float *wk = c->w + oc * 9;
-    for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(wk[t]);
+    op_dw3_wv(c, oc, wv);
     *bv = _mm512_set1_ps(c->bias ? c->bias[oc] : 0.0f);
 }
 
@@ -588,9 +672,9 @@ OP_INLINE void op_dw3_rowv(const op_dw_ctx *c, int64_t p0, int64_t p1, const int
         op_dw3_row_setup(c, n, oc, HW, OH * W, &plane, &yplane, wv, &bv);
         int64_t oh0 = 0;
         for (; oh0 + R <= OH; oh0 += R)
-            op_dw3_rowv_blk(c, c->x, plane, wv, bv, yplane, oh0, lm, R, NV, BF16, YB);
+            op_dw3_rowv_blk(c, c->x, plane, wv, bv, yplane, oh0, lm, R, NV, BF16, YB, NULL);
         for (; oh0 < OH; oh0++)  /* (R > 1: the last rows one by one) */
-            op_dw3_rowv_blk(c, c->x, plane, wv, bv, yplane, oh0, lm, 1, NV, BF16, YB);
+            op_dw3_rowv_blk(c, c->x, plane, wv, bv, yplane, oh0, lm, 1, NV, BF16, YB, NULL);
         if (++oc == OC) { oc = 0; n++; }
     }
 }
@@ -616,6 +700,7 @@ OP_INLINE void op_dw3_rowv_w(const op_dw_ctx *c, int64_t p0, int64_t p1, float *
     const op_conv_desc *d = c->d;
     const int64_t OC = d->oc, OH = d->oh, W = d->w, HW = d->h * W, tot = op_roundup64(HW, 16) + 16;
     const int R = NV <= 2 ? 4 : NV <= 4 ? 2 : 1;
+    const __m512i pidx = op_dw_pair_idx(NV == 1 ? (int)W : 16);  /* (bfloat16 output, NV 1) */
     __mmask16 lm[8];
     for (int j = 0; j < NV; j++) lm[j] = op_dw_lanes(16 * j, W);
     /* double-buffered as the flat kernel: the next plane is widened before this one is computed,
@@ -629,8 +714,9 @@ OP_INLINE void op_dw3_rowv_w(const op_dw_ctx *c, int64_t p0, int64_t p1, float *
         __m512 wv[9], bv;
         op_dw3_row_setup(c, n, oc, HW, OH * W, &plane, &yplane, wv, &bv);
         int64_t oh0 = 0;
-        for (; oh0 + R <= OH; oh0 += R) op_dw3_rowv_blk(c, q, 0, wv, bv, yplane, oh0, lm, R, NV, 0, YB);
-        for (; oh0 < OH; oh0++) op_dw3_rowv_blk(c, q, 0, wv, bv, yplane, oh0, lm, 1, NV, 0, YB);
+        for (; oh0 + R <= OH; oh0 += R) op_dw3_rowv_blk(c, q, 0, wv, bv, yplane, oh0, lm, R, NV, 0, YB, &pidx);
+        for (; oh0 + 2 <= OH; oh0 += 2) op_dw3_rowv_blk(c, q, 0, wv, bv, yplane, oh0, lm, 2, NV, 0, YB, &pidx);
+        if (oh0 < OH) op_dw3_rowv_blk(c, q, 0, wv, bv, yplane, oh0, lm, 1, NV, 0, YB, &pidx);
         if (++oc == OC) { oc = 0; n++; }
     }
 }
@@ -726,6 +812,246 @@ OP_INLINE void op_dw3_eo(const op_dw_ctx *c, int64_t p0, int64_t p1, const int Y
 }
 static OP_NOINLINE void op_dw3_eo_bf16(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_eo(c, p0, p1, 0); }
 static OP_NOINLINE void op_dw3_eo_bf16_yb(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_eo(c, p0, p1, 1); }
+
+/* 3x3, stride 1, padding 1 left and right (OW = W), rows of at most 8 columns (e.g. 7x7), any top
+   padding (row-register selection, op_conv_desc.dw_rows; zen4 only, registry.DW_ROW_KERNELS): one
+   256-bit vector per row, 7 of 8 lanes busy on a 7x7 plane, where the 16-lane flat kernel fills 49
+   of 64 lanes and makes nine mostly line-splitting loads per output vector after a copy of the
+   plane. Each input row is one masked load straight from the input (bfloat16: widened by a shift),
+   its left / right tap vectors two lane shifts (VALIGND) bringing in the zero padding, feeding the
+   up to three output rows of the block that read it. A block is all the output rows of the plane
+   up to 8 (R accumulators; with R <= 4 two per row, for shorter FMA chains). Rows in the top /
+   bottom padding are skipped. bfloat16 output: two rows per store (as op_dw_vst2_bf16). */
+OP_INLINE __m256 op_dw_vld8(const void *x, int64_t off, __mmask8 m, const int BF16)
+{
+    if (BF16) {
+        const __m128i h = _mm_maskz_loadu_epi16(m, (const uint16_t *)x + off);
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    return _mm256_maskz_loadu_ps(m, (const float *)x + off);
+}
+
+OP_INLINE __m256 op_dw_act8(__m256 v, int act)
+{
+    if (act == OP_ACT_RELU) return _mm256_max_ps(_mm256_setzero_ps(), v);  /* as op_dw_vst */
+    if (act != OP_ACT_NONE)
+        return _mm512_castps512_ps256((__m512)op_v16_act((op_v16f)_mm512_zextps256_ps512(v), act));
+    return v;
+}
+
+/* op_dw_bf16_hi on 8 lanes, NaN lanes the quiet NaN with their sign (in the high halves) */
+OP_INLINE __m256i op_dw_bf16_hi8(__m256 v)
+{
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb);
+    const __mmask8 nan = _mm256_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    if (OP_LIKELY(nan == 0)) return r;
+    return _mm256_mask_mov_epi32(r, nan, _mm256_ternarylogic_epi32(u, _mm256_set1_epi32((int)0x80000000u),
+                                                                    _mm256_set1_epi32(0x7FC00000), 0xEA));
+}
+
+OP_INLINE void op_dw3_r8_blk(const op_dw_ctx *c, int64_t plane, const __m256 *wv, __m256 bv,
+                             int64_t yplane, int64_t oh0, __mmask8 lm, __m256i pidx, const int R,
+                             const int BF16, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t H = d->h, W = d->w;
+    const int two = R <= 4;
+    __m256 acc[8], acd[8];
+    for (int i = 0; i < R; i++) {
+        acc[i] = bv;
+        acd[i] = _mm256_setzero_ps();
+    }
+    const __m256i z = _mm256_setzero_si256();
+#pragma GCC unroll 10
+    for (int r = 0; r < R + 2; r++) {
+        const int64_t ih = oh0 - d->pt + r;
+        if (ih < 0 || ih >= H) continue;
+        const __m256i v = _mm256_castps_si256(op_dw_vld8(c->x, plane + ih * W, lm, BF16));
+        const __m256 lft = _mm256_castsi256_ps(_mm256_alignr_epi32(v, z, 7));
+        const __m256 rgt = _mm256_castsi256_ps(_mm256_alignr_epi32(z, v, 1));
+        const __m256 ctr = _mm256_castsi256_ps(v);
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) {
+            const int ki = r - i;
+            if (ki < 0 || ki > 2) continue;
+            if (two && ki == 1) {
+                acd[i] = _mm256_fmadd_ps(wv[3], lft, acd[i]);
+                acd[i] = _mm256_fmadd_ps(wv[4], ctr, acd[i]);
+                acd[i] = _mm256_fmadd_ps(wv[5], rgt, acd[i]);
+            } else {
+                acc[i] = _mm256_fmadd_ps(wv[ki * 3], lft, acc[i]);
+                acc[i] = _mm256_fmadd_ps(wv[ki * 3 + 1], ctr, acc[i]);
+                acc[i] = _mm256_fmadd_ps(wv[ki * 3 + 2], rgt, acc[i]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) acc[i] = op_dw_act8(two ? _mm256_add_ps(acc[i], acd[i]) : acc[i], c->act);
+    if (YB) {
+        const __mmask16 m2 = (__mmask16)((1u << (2 * W)) - 1u), m1 = (__mmask16)((1u << W) - 1u);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i += 2) {
+            const __m256i ra = op_dw_bf16_hi8(acc[i]);
+            const __m256i rb = i + 1 < R ? op_dw_bf16_hi8(acc[i + 1]) : ra;
+            _mm256_mask_storeu_epi16((uint16_t *)c->y + yplane + (oh0 + i) * W, i + 1 < R ? m2 : m1,
+                                     _mm256_permutex2var_epi16(ra, pidx, rb));
+        }
+    } else {
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) _mm256_mask_storeu_ps((float *)c->y + yplane + (oh0 + i) * W, lm, acc[i]);
+    }
+}
+
+OP_INLINE void op_dw3_r8(const op_dw_ctx *c, int64_t p0, int64_t p1, const int BF16, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t OC = d->oc, OH = d->oh, W = d->w, HW = d->h * W;
+    const __mmask8 lm = (__mmask8)((1u << W) - 1u);
+    uint16_t ix[16];  /* the pair permute: words 0..W-1 from row i, then row i + 1 */
+    for (int k = 0; k < 16; k++) ix[k] = (uint16_t)(k < W ? 2 * k + 1 : 16 + 2 * (k - W) + 1);
+    const __m256i pidx = _mm256_loadu_si256((const __m256i *)ix);
+    int64_t n = p0 / OC, oc = p0 % OC;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
+        const int64_t plane = (n * d->c + ci) * HW, yplane = (n * OC + oc) * OH * W;
+        __m256 wv[9];
+        if (c->wb) {
+            for (int t = 0; t < 9; t++)
+                wv[t] = _mm256_castsi256_ps(_mm256_set1_epi32((int)((uint32_t)c->wb[oc * 9 + t] << 16)));
+        } else {
+            for (int t = 0; t < 9; t++) wv[t] = _mm256_set1_ps(c->w[oc * 9 + t]);
+        }
+        const __m256 bv = _mm256_set1_ps(c->bias ? c->bias[oc] : 0.0f);
+        int64_t oh0 = 0;
+        for (; oh0 + 8 <= OH; oh0 += 8) op_dw3_r8_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 8, BF16, YB);
+        switch (OH - oh0) {  /* the rest in one block */
+        case 7: op_dw3_r8_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 7, BF16, YB); break;
+        case 6: op_dw3_r8_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 6, BF16, YB); break;
+        case 5: op_dw3_r8_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 5, BF16, YB); break;
+        case 4: op_dw3_r8_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 4, BF16, YB); break;
+        case 3: op_dw3_r8_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 3, BF16, YB); break;
+        case 2: op_dw3_r8_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 2, BF16, YB); break;
+        case 1: op_dw3_r8_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 1, BF16, YB); break;
+        default: break;
+        }
+        if (++oc == OC) { oc = 0; n++; }
+    }
+}
+static OP_NOINLINE void op_dw3_r8_f32(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_r8(c, p0, p1, 0, 0); }
+static OP_NOINLINE void op_dw3_r8_bf16(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_r8(c, p0, p1, 1, 0); }
+static OP_NOINLINE void op_dw3_r8_bf16_yb(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_r8(c, p0, p1, 1, 1); }
+static void (*const op_dw3_r8_kernels[3])(const op_dw_ctx *, int64_t, int64_t) = {
+    op_dw3_r8_f32, op_dw3_r8_bf16, op_dw3_r8_bf16_yb};
+
+/* 3x3, stride 2, padding 1 on the left, input rows of at most 16 columns and output rows of at most
+   8 (e.g. 14x14 -> 7x7), any top padding (row-register selection, op_conv_desc.dw_rows; zen4 only):
+   as op_dw3_r8, one 256-bit vector per output row. An input row is one masked load of 16 columns
+   whose even columns are the taps of kernel column 1 and odd columns those of kernel column 2
+   (float32: two lane permutes; bfloat16: one 256-bit load widened by integer ops alone, even columns
+   by a 16-bit shift, odd ones by clearing the low half), and kernel column 0 is the odd columns
+   shifted up one lane (VALIGND) with the padding zero in lane 0. Each input row feeds the one or
+   two output rows that read it; the phase-plane kernel copies each plane into four phase planes
+   first and keeps 7 of 8 grid columns. */
+OP_INLINE void op_dw3_s2n_blk(const op_dw_ctx *c, int64_t plane, const __m256 *wv, __m256 bv,
+                              int64_t yplane, int64_t oh0, __mmask16 lm, __m256i pidx, const int R,
+                              const int BF16, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t H = d->h, W = d->w, OW = d->ow;
+    const __mmask8 sm = (__mmask8)((1u << OW) - 1u);
+    __m256 acc[8], acd[8];
+    for (int i = 0; i < R; i++) {
+        acc[i] = bv;
+        acd[i] = _mm256_setzero_ps();
+    }
+    const __m256i z = _mm256_setzero_si256();
+    const __m512i ie = _mm512_set_epi32(14, 12, 10, 8, 6, 4, 2, 0, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+#pragma GCC unroll 17
+    for (int r = 0; r < 2 * R + 1; r++) {
+        const int64_t ih = 2 * oh0 - d->pt + r;
+        if (ih < 0 || ih >= H) continue;
+        __m256 ev, od;
+        if (BF16) {
+            const __m256i u = _mm256_maskz_loadu_epi16(lm, (const uint16_t *)c->x + plane + ih * W);
+            ev = _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+            od = _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32((int)0xFFFF0000u)));
+        } else {
+            const __m512 v = _mm512_maskz_loadu_ps(lm, (const float *)c->x + plane + ih * W);
+            ev = _mm512_castps512_ps256(_mm512_permutexvar_ps(ie, v));
+            od = _mm512_castps512_ps256(_mm512_permutexvar_ps(io, v));
+        }
+        const __m256 lft = _mm256_castsi256_ps(_mm256_alignr_epi32(_mm256_castps_si256(od), z, 7));
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) {
+            const int ki = r - 2 * i;
+            if (ki < 0 || ki > 2) continue;
+            if (ki == 1) {
+                acd[i] = _mm256_fmadd_ps(wv[3], lft, acd[i]);
+                acd[i] = _mm256_fmadd_ps(wv[4], ev, acd[i]);
+                acd[i] = _mm256_fmadd_ps(wv[5], od, acd[i]);
+            } else {
+                acc[i] = _mm256_fmadd_ps(wv[ki * 3], lft, acc[i]);
+                acc[i] = _mm256_fmadd_ps(wv[ki * 3 + 1], ev, acc[i]);
+                acc[i] = _mm256_fmadd_ps(wv[ki * 3 + 2], od, acc[i]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) acc[i] = op_dw_act8(_mm256_add_ps(acc[i], acd[i]), c->act);
+    if (YB) {
+        const __mmask16 m2 = (__mmask16)((1u << (2 * OW)) - 1u), m1 = (__mmask16)((1u << OW) - 1u);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i += 2) {
+            const __m256i ra = op_dw_bf16_hi8(acc[i]);
+            const __m256i rb = i + 1 < R ? op_dw_bf16_hi8(acc[i + 1]) : ra;
+            _mm256_mask_storeu_epi16((uint16_t *)c->y + yplane + (oh0 + i) * OW, i + 1 < R ? m2 : m1,
+                                     _mm256_permutex2var_epi16(ra, pidx, rb));
+        }
+    } else {
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) _mm256_mask_storeu_ps((float *)c->y + yplane + (oh0 + i) * OW, sm, acc[i]);
+    }
+}
+
+OP_INLINE void op_dw3_s2n(const op_dw_ctx *c, int64_t p0, int64_t p1, const int BF16, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t OC = d->oc, OH = d->oh, OW = d->ow, W = d->w, HW = d->h * W;
+    const __mmask16 lm = (__mmask16)((1u << W) - 1u);
+    uint16_t ix[16];  /* the pair permute: words 0..OW-1 from row i, then row i + 1 */
+    for (int k = 0; k < 16; k++) ix[k] = (uint16_t)(k < OW ? 2 * k + 1 : 16 + 2 * (k - OW) + 1);
+    const __m256i pidx = _mm256_loadu_si256((const __m256i *)ix);
+    int64_t n = p0 / OC, oc = p0 % OC;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
+        const int64_t plane = (n * d->c + ci) * HW, yplane = (n * OC + oc) * OH * OW;
+        __m256 wv[9];
+        if (c->wb) {
+            for (int t = 0; t < 9; t++)
+                wv[t] = _mm256_castsi256_ps(_mm256_set1_epi32((int)((uint32_t)c->wb[oc * 9 + t] << 16)));
+        } else {
+            for (int t = 0; t < 9; t++) wv[t] = _mm256_set1_ps(c->w[oc * 9 + t]);
+        }
+        const __m256 bv = _mm256_set1_ps(c->bias ? c->bias[oc] : 0.0f);
+        int64_t oh0 = 0;
+        for (; oh0 + 4 <= OH; oh0 += 4) op_dw3_s2n_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 4, BF16, YB);
+        switch (OH - oh0) {  /* the rest in one block */
+        case 3: op_dw3_s2n_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 3, BF16, YB); break;
+        case 2: op_dw3_s2n_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 2, BF16, YB); break;
+        case 1: op_dw3_s2n_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 1, BF16, YB); break;
+        default: break;
+        }
+        if (++oc == OC) { oc = 0; n++; }
+    }
+}
+static OP_NOINLINE void op_dw3_s2n_f32(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_s2n(c, p0, p1, 0, 0); }
+static OP_NOINLINE void op_dw3_s2n_bf16(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_s2n(c, p0, p1, 1, 0); }
+static OP_NOINLINE void op_dw3_s2n_bf16_yb(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_s2n(c, p0, p1, 1, 1); }
+static void (*const op_dw3_s2n_kernels[3])(const op_dw_ctx *, int64_t, int64_t) = {
+    op_dw3_s2n_f32, op_dw3_s2n_bf16, op_dw3_s2n_bf16_yb};
 
 /* 3x3, stride 1, padding 1 left and right (OW = W), any padding along H: rows straight from the
    input, R output rows per block (R = 8: 4-8% faster than 4 or 6 on Zen 4, 2026-11-30) and one
@@ -1189,6 +1515,14 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
         (c->ybf16 ? op_dw3_rowv_w1_yb : op_dw3_rowv_w1)(c, p0, p1, buf);
         return;
     }
+    if (c->direct3 == 11) {
+        op_dw3_r8_kernels[op_dw_io(c)](c, p0, p1);
+        return;
+    }
+    if (c->direct3 == 12) {
+        op_dw3_s2n_kernels[op_dw_io(c)](c, p0, p1);
+        return;
+    }
     if (c->direct3 == 8) {
         (c->act != OP_ACT_NONE ? op_dw3_s1r_f32 : op_dw3_s1r_f32_noact)(c, p0, p1);
         return;
@@ -1227,14 +1561,9 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
     op_dw_ctx c;
     c.d = d;
     c.x = x;
-    float *wf = NULL;  /* bfloat16 weights widened once per call (the kernels read float32) */
-    if (w_bf16) {
-        const int64_t nw = d->oc * d->kh * d->kw;
-        wf = (float *)op_aligned_alloc(sizeof(float) * (size_t)nw);
-        if (!wf) return -1;
-        for (int64_t i = 0; i < nw; i++) wf[i] = op_bf16_to_f32_1(((const uint16_t *)w)[i]);
-    }
-    c.w = w_bf16 ? wf : (const float *)w;
+    float *wf = NULL;  /* bfloat16 weights widened once per call, for the kernels that read float32 */
+    c.w = w_bf16 ? NULL : (const float *)w;
+    c.wb = NULL;
     c.bias = bias;
     c.y = y;
     c.act = act;
@@ -1272,17 +1601,32 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
     /* the row-register kernels, where the caller asks for them (op_conv_desc.dw_rows: chosen per
        microarchitecture by registry.dw_row_kernels) and the geometry fits them */
     if (c.direct3 && d->dw_rows && d->w <= OP_DW3_ZROW - 128) {
-        if (d->sw == 1 && d->pl == 1 && d->ow == d->w && x_bf16) {
+        if (d->sw == 1 && d->pl == 1 && d->ow == d->w && d->w <= 8) {
+            c.direct3 = 11;  /* rows of <= 8 columns: one 256-bit vector per row (op_dw3_r8) */
+        } else if (d->sw == 2 && d->pl == 1 && d->w <= 16 && d->ow <= 8) {
+            c.direct3 = 12;  /* the same for stride 2 (op_dw3_s2n) */
+        } else if (d->sw == 1 && d->pl == 1 && d->ow == d->w && x_bf16) {
             if (d->w >= 9 && d->w <= 16)
                 c.direct3 = 10;  /* (wider bfloat16 rows keep the flat and even / odd kernels) */
         } else if (d->sw == 1 && d->pl == 1 && d->ow == d->w)
             c.direct3 = 8;
-        else if (d->sw == 2 && d->pl <= 15)
-            c.direct3 = 9;
+        else if (d->sw == 2 && d->pl <= 15 && d->w > 16)
+            c.direct3 = 9;  /* (narrower rows: op_dw3_s2n or the default) */
     }
     if (d->nhwc && d->kh == 3 && d->kw == 3 && c.mult == 1 && d->dw == 1 && (d->sw == 1 || d->sw == 2))
         c.direct3 = 4;  /* NHWC: channel-vector kernel */
 #endif
+    if (w_bf16) {
+        if (!d->nhwc && c.direct3) {
+            c.wb = (const uint16_t *)w;  /* the NCHW 3x3 AVX-512 kernels read the bits (op_dw3_wv) */
+        } else {
+            const int64_t nw = d->oc * d->kh * d->kw;
+            wf = (float *)op_aligned_alloc(sizeof(float) * (size_t)nw);
+            if (!wf) return -1;
+            for (int64_t i = 0; i < nw; i++) wf[i] = op_bf16_to_f32_1(((const uint16_t *)w)[i]);
+            c.w = wf;
+        }
+    }
     const int64_t nplanes = d->n * d->oc, plane = d->oh * d->ow;
     const double flops = 2.0 * (double)nplanes * (double)plane * (double)(d->kh * d->kw);
     /* the pool's workers are awake between calls (threads.c): a second thread pays from about
