@@ -44,8 +44,9 @@ _FLAGS = registry.BF16_VARIANT_FLAGS  # kernels/api_bf16.h, op_gemm_bf16_set_var
 def set_variants(level: str, names=None) -> frozenset:
     """Set the per-microarchitecture kernel variants of ``level``'s bfloat16 module: ``names`` among
     ``"decode_vdpbf16ps"`` (small-M products, m <= 4, multiply with VDPBF16PS instead of widening
-    to float32) and ``"a_in_place"`` (the VDPBF16PS GEMM reads a row-major A in place instead of
-    packing it); None: the registry's ``BF16_VARIANTS`` rule for this host. A level lacking one
+    to float32), ``"a_in_place"`` (the VDPBF16PS GEMM reads a row-major A in place instead of
+    packing it) and ``"c_bf16_in_register"`` (it writes a bfloat16 C from its registers, rounded
+    once, when one KC block holds all of K); None: the registry's ``BF16_VARIANTS`` rule for this host. A level lacking one
     keeps it off. Returns the previous set (empty before the first call).
 
     Raises:
