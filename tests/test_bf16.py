@@ -296,18 +296,19 @@ def test_bf16_output_over_several_kc_blocks(level, shape):
     assert np.array_equal(p16.view(np.uint16), l32.astype(BF16).view(np.uint16))
 
 
-@pytest.mark.parametrize("a_in_place", [False, True])
-def test_vdpbf16ps_gemm_reads_a_in_place(a_in_place):
-    """The VDPBF16PS GEMM with A packed and read in place (registry.BF16_VARIANTS picks one per
-    microarchitecture): full 14-row panels in place, the tail packed; aligned and unaligned A, K a
-    multiple of 32 or not (in place only without depth padding), several KC blocks, an epilogue,
-    bfloat16 C."""
+@pytest.mark.parametrize("variants", [(), ("a_in_place",), ("c_bf16_in_register",),
+                                      ("a_in_place", "c_bf16_in_register")])
+def test_vdpbf16ps_gemm_reads_a_in_place(variants):
+    """The VDPBF16PS GEMM with A packed and read in place, bfloat16 C through a rounded float tile or
+    from the registers (registry.BF16_VARIANTS picks them per microarchitecture): full 14-row panels
+    in place, the tail packed; aligned and unaligned A, K a multiple of 32 or not (in place only
+    without depth padding), several KC blocks, an epilogue, bfloat16 C."""
     from onepath.ops import _bf16
     level = "avx512_core_bf16"
     if level not in onepath.available_isas():
         pytest.skip(f"{level} cannot run on this host")
     rng = np.random.default_rng(17)
-    _bf16.set_variants(level, {"a_in_place"} if a_in_place else ())
+    _bf16.set_variants(level, set(variants))
     try:
         with onepath.max_isa(level):
             for m, n, k in [(45, 71, 128), (64, 96, 96), (29, 40, 2100), (20, 40, 2176), (33, 31, 33),
@@ -324,6 +325,21 @@ def test_vdpbf16ps_gemm_reads_a_in_place(a_in_place):
             for wt in (w, onepath.prepack(w)):
                 got = onepath.linear(a, wt, bias, activation="relu", dtype=np.float32)
                 np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3 * np.abs(ref).max())
+                for act in ("relu", "gelu"):  # bfloat16 C: the float result rounded once
+                    l32 = onepath.linear(a, wt, bias, activation=act, dtype=np.float32)
+                    l16 = onepath.linear(a, wt, bias, activation=act)
+                    assert np.array_equal(l16.view(np.uint16), l32.astype(BF16).view(np.uint16))
+            # NaN, Inf and subnormal results round as ml_dtypes rounds them (the integer path):
+            # row 3 NaN, row 17 zero plus a bias with subnormal entries
+            a, w = _rand_bf16(rng, (30, 64)), _rand_bf16(rng, (45, 64))
+            a[3, 5], a[17, :] = np.nan, 0
+            w[7, 1] = np.inf
+            bias = rng.standard_normal(45).astype(np.float32)
+            bias[::3] = np.float32(3e-39) * np.arange(1, 16, dtype=np.float32)
+            r32 = onepath.linear(a, w, bias, dtype=np.float32)
+            r16 = onepath.linear(a, w, bias)
+            assert np.isnan(r32).any() and (np.abs(r32) < 1.17e-38).any()
+            assert np.array_equal(r16.view(np.uint16), r32.astype(BF16).view(np.uint16))
     finally:
         _bf16.set_variants(level)
 

@@ -216,17 +216,22 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
 #   "a_in_place"        the VDPBF16PS GEMM (14 x 32) reads a row-major A in place instead of packing
 #                       it: every thread packed the whole of A (its C block spans all rows when the
 #                       threads split N), a cost that grows with the threads.
+#   "c_bf16_in_register" the VDPBF16PS GEMM writes a bfloat16 C from its registers (epilogue, then
+#                       VCVTNE2PS2BF16 after one VFPCLASSPS check per vector for NaN / subnormal
+#                       lanes) when one KC block holds all of K, instead of storing a float tile
+#                       that the driver reloads and rounds. Zen 4, paired A/B in one process, bit-
+#                       identical C: 512^3 and 1024^3 +3% at 1 thread, +2.5-3% at 2.
 # zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), paired against torch 2.13 in one
 # process: decode K = N = 4096 at 1 thread, raw weight m = 1 / 4 from 26 / 67 to 45 / 100 GFLOP/s,
 # prepacked m = 1 / 4 from 36 / 97 to 43-50 / 165-185 (m = 1: the prefetch distance); A in place
 # (no copy of A, whose rows every thread packed whole when the threads split N): 512^3 +0.5%
 # at 1 thread, +2% at 2.
 BF16_VARIANTS: dict[tuple[str, str], frozenset[str]] = {
-    ("zen4", "avx512_core_bf16"): frozenset({"decode_vdpbf16ps", "a_in_place"}),
+    ("zen4", "avx512_core_bf16"): frozenset({"decode_vdpbf16ps", "a_in_place", "c_bf16_in_register"}),
 }
 
 
-BF16_VARIANT_FLAGS = {"decode_vdpbf16ps": 1, "a_in_place": 2}  # the bits of op_gemm_bf16_set_variants
+BF16_VARIANT_FLAGS = {"decode_vdpbf16ps": 1, "a_in_place": 2, "c_bf16_in_register": 4}  # the bits of op_gemm_bf16_set_variants
 
 
 def bf16_variants(level: str, uarch: str | None = None) -> frozenset[str]:

@@ -45,7 +45,9 @@ const char *op_gemm_bf16_kernel_for(int64_t m);
 /* Per-microarchitecture variants of this level's bfloat16 kernels, flags OR-ed:
      1  small-M products (m <= 4 at the AVX-512 levels) with a raw (n x k) or prepacked weight
         multiply with VDPBF16PS (else: the weight widened to float32 in register, FMAs);
-     2  the VDPBF16PS GEMM kernel reads a row-major A (k contiguous) in place (else: A packed).
+     2  the VDPBF16PS GEMM kernel reads a row-major A (k contiguous) in place (else: A packed);
+     4  the VDPBF16PS GEMM kernel writes a bfloat16 C (columns contiguous) from its registers when
+        one KC block holds all of K (else: a float tile the driver rounds into C).
    Default 0. Process-wide for this level's module; dispatch sets them from the registry's
    BF16_VARIANTS rule for the host's microarchitecture. Returns the flags now in force (only those
    this level has: 0 at a level without VDPBF16PS, whatever was asked). */

@@ -275,13 +275,50 @@ static void op_pack_a_dp(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t 
     op_pack_a_k32(g, bi, i0, mc, p0, kc, kcp, (uint16_t *)dst, OP_DP_MR);
 }
 
+/* Row i of a finished tile (x0: columns 0..15, x1: 16..31) to bfloat16 C row cr: the prepared
+   epilogue (no accumulation), then one VCVTNE2PS2BF16 (round to nearest even) when no lane is NaN or
+   subnormal (one VFPCLASSPS per vector), else op_cvt_f32_to_bf16_run's integer path (ml_dtypes'
+   results for those). */
+OP_INLINE void op_dp_row16(const op_epi512 *e, uint16_t *cr, int i, __m512 x0, __m512 x1, int nr)
+{
+    if (e->bias) {
+        __m512 r0 = e->q0, r1 = e->q1;
+        if (e->rowb) r0 = r1 = _mm512_set1_ps(e->rowb[i * e->rbs]);
+        x0 = _mm512_add_ps(x0, r0);
+        x1 = _mm512_add_ps(x1, r1);
+    }
+    if (e->slow_act) {
+        x0 = (__m512)op_v16_act((op_v16f)x0, e->slow_act);
+        x1 = (__m512)op_v16_act((op_v16f)x1, e->slow_act);
+    } else if (e->relu) {  /* max(0, x): NaN stays NaN, as op_avx512_row_out */
+        x0 = _mm512_max_ps(_mm512_setzero_ps(), x0);
+        x1 = _mm512_max_ps(_mm512_setzero_ps(), x1);
+    }
+    /* classes: 0x01 QNaN, 0x20 subnormal, 0x80 SNaN */
+    if (OP_LIKELY((_mm512_fpclass_ps_mask(x0, 0xA1) | _mm512_fpclass_ps_mask(x1, 0xA1)) == 0)) {
+        const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);
+        if (e->full)
+            _mm512_storeu_si512((void *)cr, h);
+        else
+            _mm512_mask_storeu_epi16((void *)cr, (__mmask32)e->k0 | ((__mmask32)e->k1 << 16), h);
+        return;
+    }
+    float t[32] OP_ALIGNED(64);
+    _mm512_store_ps(t, x0);
+    _mm512_store_ps(t + 16, x1);
+    op_cvt_f32_to_bf16_run(nr, t, cr);
+}
+
 /* 14 x 32: per K-pair, two B vectors (16 columns x 2 depths each), one 32-bit broadcast of an A
    pair per row, 28 VDPBF16PS. Rows <= 4 (decode) use a second accumulator set for odd pairs to
    halve the dependency chains. lda = 0: a is a packed micro-panel; lda > 0: a = &A[i0][p0] of a
-   row-major A read in place (rows lda elements apart, kcp == kc: no depth padding). */
+   row-major A read in place (rows lda elements apart, kcp == kc: no depth padding). c16 != NULL
+   (acc 0): the tile goes straight to a bfloat16 C (rows rsc16 apart, columns contiguous; c unused),
+   epilogue applied then rounded once (op_dp_row16). */
 OP_INLINE void op_ukr_dp_body(const int MRV, int64_t kcp, const uint16_t *OP_RESTRICT a,
                               const int64_t lda, const uint16_t *OP_RESTRICT b, float *c,
-                              int64_t rsc, int64_t csc, int nr, int acc, const op_epilogue *epi)
+                              int64_t rsc, int64_t csc, int nr, int acc, const op_epilogue *epi,
+                              uint16_t *c16, int64_t rsc16)
 {
     const int64_t ars = lda ? lda : 32;                 /* A row stride, elements */
     const int64_t astep = lda ? 32 : OP_DP_MR * 32;     /* A advance per 32-deep block */
@@ -294,7 +331,9 @@ OP_INLINE void op_ukr_dp_body(const int MRV, int64_t kcp, const uint16_t *OP_RES
            d3_0 = c0_0, d3_1 = c0_0;
     /* C is read/written only after the k loop: fetch its lines now (as the float32 kernel does);
        the float partial sums of a large product do not stay in cache between KC blocks */
-    if (csc == 1)
+    if (c16)
+        for (int i = 0; i < MRV; i++) _mm_prefetch((const char *)(c16 + i * rsc16), _MM_HINT_T0);
+    else if (csc == 1)
         for (int i = 0; i < MRV; i++) {
             _mm_prefetch((const char *)(c + i * rsc), _MM_HINT_T0);
             _mm_prefetch((const char *)(c + i * rsc + 16), _MM_HINT_T0);
@@ -352,6 +391,16 @@ OP_INLINE void op_ukr_dp_body(const int MRV, int64_t kcp, const uint16_t *OP_RES
         c2_0 = _mm512_add_ps(c2_0, d2_0); c2_1 = _mm512_add_ps(c2_1, d2_1);
         c3_0 = _mm512_add_ps(c3_0, d3_0); c3_1 = _mm512_add_ps(c3_1, d3_1);
     }
+    if (c16) {  /* bfloat16 rows from the registers, epilogue included */
+        op_epi512 e;
+        op_epi512_init(&e, nr, epi);
+#define OP_W(i) \
+    if (MRV > i) op_dp_row16(&e, c16 + i * rsc16, i, c##i##_0, c##i##_1, nr);
+        OP_W(0) OP_W(1) OP_W(2) OP_W(3) OP_W(4) OP_W(5) OP_W(6)
+        OP_W(7) OP_W(8) OP_W(9) OP_W(10) OP_W(11) OP_W(12) OP_W(13)
+#undef OP_W
+        return;
+    }
     if (OP_LIKELY(csc == 1)) {  /* rows written from the registers, epilogue included */
         op_epi512 e;
         op_epi512_init(&e, nr, epi);
@@ -377,16 +426,18 @@ OP_INLINE void op_ukr_dp_body(const int MRV, int64_t kcp, const uint16_t *OP_RES
 #define OP_DP_INST(MRV)                                                                     \
     static OP_NOINLINE void op_ukr_dp_m##MRV(int64_t kcp, const uint16_t *a, const uint16_t *b, \
                                              float *c, int64_t rsc, int64_t csc, int nr,    \
-                                             int acc, const op_epilogue *epi)               \
+                                             int acc, const op_epilogue *epi,               \
+                                             uint16_t *c16, int64_t rsc16)                  \
     {                                                                                       \
-        op_ukr_dp_body(MRV, kcp, a, 0, b, c, rsc, csc, nr, acc, epi);                       \
+        op_ukr_dp_body(MRV, kcp, a, 0, b, c, rsc, csc, nr, acc, epi, c16, rsc16);           \
     }                                                                                       \
     static OP_NOINLINE void op_ukr_dp_r_m##MRV(int64_t kcp, const uint16_t *a, int64_t lda,   \
                                                const uint16_t *b, float *c, int64_t rsc,      \
                                                int64_t csc, int nr, int acc,                  \
-                                               const op_epilogue *epi)                        \
+                                               const op_epilogue *epi, uint16_t *c16,         \
+                                               int64_t rsc16)                                 \
     {                                                                                       \
-        op_ukr_dp_body(MRV, kcp, a, lda, b, c, rsc, csc, nr, acc, epi);                     \
+        op_ukr_dp_body(MRV, kcp, a, lda, b, c, rsc, csc, nr, acc, epi, c16, rsc16);         \
     }
 OP_DP_INST(1) OP_DP_INST(2) OP_DP_INST(3) OP_DP_INST(4) OP_DP_INST(5) OP_DP_INST(6) OP_DP_INST(7)
 OP_DP_INST(8) OP_DP_INST(9) OP_DP_INST(10) OP_DP_INST(11) OP_DP_INST(12) OP_DP_INST(13)
@@ -394,7 +445,7 @@ OP_DP_INST(14)
 #undef OP_DP_INST
 
 typedef void (*op_ukr_dp_fn)(int64_t, const uint16_t *, const uint16_t *, float *, int64_t, int64_t,
-                             int, int, const op_epilogue *);
+                             int, int, const op_epilogue *, uint16_t *, int64_t);
 static const op_ukr_dp_fn op_ukr_dp_table[OP_DP_MR] = {
     op_ukr_dp_m1, op_ukr_dp_m2, op_ukr_dp_m3, op_ukr_dp_m4, op_ukr_dp_m5, op_ukr_dp_m6, op_ukr_dp_m7,
     op_ukr_dp_m8, op_ukr_dp_m9, op_ukr_dp_m10, op_ukr_dp_m11, op_ukr_dp_m12, op_ukr_dp_m13,
@@ -405,7 +456,16 @@ static void op_ukr_dp(int64_t kcp, const void *a, const void *b, int64_t ldb, fl
                       int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
 {
     (void)ldb;
-    op_ukr_dp_table[mr - 1](kcp, (const uint16_t *)a, (const uint16_t *)b, c, rsc, csc, nr, acc, epi);
+    op_ukr_dp_table[mr - 1](kcp, (const uint16_t *)a, (const uint16_t *)b, c, rsc, csc, nr, acc, epi,
+                            NULL, 0);
+}
+
+static void op_ukr16_dp(int64_t kcp, const void *a, const void *b, int64_t ldb, uint16_t *c16,
+                        int64_t rsc16, int mr, int nr, const op_epilogue *epi)
+{
+    (void)ldb;
+    op_ukr_dp_table[mr - 1](kcp, (const uint16_t *)a, (const uint16_t *)b, NULL, 0, 1, nr, 0, epi,
+                            c16, rsc16);
 }
 
 static const op_gemm_ops op_bf16_dp_ops = {
@@ -438,7 +498,7 @@ static void op_pack_a_dp_ref(const op_gemm_args *g, int64_t bi, int64_t i0, int6
 }
 
 typedef void (*op_ukr_dp_r_fn)(int64_t, const uint16_t *, int64_t, const uint16_t *, float *, int64_t,
-                               int64_t, int, int, const op_epilogue *);
+                               int64_t, int, int, const op_epilogue *, uint16_t *, int64_t);
 static const op_ukr_dp_r_fn op_ukr_dp_r_table[OP_DP_MR] = {
     op_ukr_dp_r_m1, op_ukr_dp_r_m2, op_ukr_dp_r_m3, op_ukr_dp_r_m4, op_ukr_dp_r_m5, op_ukr_dp_r_m6,
     op_ukr_dp_r_m7, op_ukr_dp_r_m8, op_ukr_dp_r_m9, op_ukr_dp_r_m10, op_ukr_dp_r_m11, op_ukr_dp_r_m12,
@@ -450,7 +510,17 @@ static void op_ukr_dp_ref(int64_t kcp, const void *a, const void *b, int64_t ldb
 {
     (void)ldb;
     const op_dp_aref *r = (const op_dp_aref *)a;
-    op_ukr_dp_r_table[mr - 1](kcp, r->a, r->lda, (const uint16_t *)b, c, rsc, csc, nr, acc, epi);
+    op_ukr_dp_r_table[mr - 1](kcp, r->a, r->lda, (const uint16_t *)b, c, rsc, csc, nr, acc, epi,
+                              NULL, 0);
+}
+
+static void op_ukr16_dp_ref(int64_t kcp, const void *a, const void *b, int64_t ldb, uint16_t *c16,
+                            int64_t rsc16, int mr, int nr, const op_epilogue *epi)
+{
+    (void)ldb;
+    const op_dp_aref *r = (const op_dp_aref *)a;
+    op_ukr_dp_r_table[mr - 1](kcp, r->a, r->lda, (const uint16_t *)b, NULL, 0, 1, nr, 0, epi, c16,
+                              rsc16);
 }
 
 static const op_gemm_ops op_bf16_dp_ref_ops = {
@@ -463,6 +533,17 @@ static const op_gemm_ops op_bf16_dp_ref_ops = {
 
 /* op_gemm_bf16_set_variants flag 2: the GEMM reads a row-major A in place (op_bf16_dp_ref_ops) */
 static int op_dp_a_inplace = 0;
+/* flag 4: a bfloat16 C is written by the micro-kernel from its registers (op_gemm_ops.ukr16) when
+   one KC block holds all of K, instead of a float tile rounded by the driver */
+static int op_dp_out16 = 0;
+
+/* ops (a copy of the VDPBF16PS set) with ukr16 when flag 4 is on */
+static void op_dp_set_ukr16(op_gemm_ops *ops)
+{
+    if (!op_dp_out16) return;
+    if (ops->ukr == op_ukr_dp) ops->ukr16 = op_ukr16_dp;
+    else if (ops->ukr == op_ukr_dp_ref) ops->ukr16 = op_ukr16_dp_ref;
+}
 #endif
 
 /* ---------------------------------------------------------------- amx (real or emulated) */
@@ -1200,7 +1281,8 @@ int op_gemm_bf16_set_variants(int flags)
 #if defined(OP_BF16_HAS_DP)
     op_sm_dp = (flags & 1) != 0;
     op_dp_a_inplace = (flags & 2) != 0;
-    return op_sm_dp | op_dp_a_inplace << 1;
+    op_dp_out16 = (flags & 4) != 0;
+    return op_sm_dp | op_dp_a_inplace << 1 | op_dp_out16 << 2;
 #else
     (void)flags;
     return 0;
@@ -1255,8 +1337,11 @@ int op_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k,
     }
 #endif
     int amx;
-    const op_gemm_ops *ops = op_bf16_pick_for(&g, &amx);
-    return op_bf16_run(ops, &g, amx, c, c_off, rsc, csc, c_dtype, blk, nthreads);
+    op_gemm_ops ops = *op_bf16_pick_for(&g, &amx);
+#if defined(OP_BF16_HAS_DP)
+    op_dp_set_ukr16(&ops);
+#endif
+    return op_bf16_run(&ops, &g, amx, c, c_off, rsc, csc, c_dtype, blk, nthreads);
 }
 
 /* ---------------------------------------------------------------- prepacked B */
@@ -1342,6 +1427,9 @@ int op_gemm_packed(int b_dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
 #endif
     int amx = 0;
     op_gemm_ops ops = b_dtype == 1 ? *op_bf16_pick_for(&g, &amx) : op_gemm_f32_ops;
+#if defined(OP_BF16_HAS_DP)
+    op_dp_set_ukr16(&ops);
+#endif
     ops.direct_b = 0;
     ops.b_prepacked = 1;
     return op_bf16_run(&ops, &g, amx, c, c_off, rsc, csc, c_dtype, blk, nthreads);

@@ -123,6 +123,11 @@ typedef void (*op_ukr_a_fn)(int64_t kcp, const void *a, int64_t lda, const void 
                             int64_t rsc, int64_t csc, int mr, int nr, int accumulate,
                             const op_epilogue *epi);
 
+/* A micro-kernel writing the finished tile (acc 0, epilogue applied) straight to a row-contiguous
+   bfloat16 C (rows rsc16 apart), rounded once as op_tile_to_bf16 rounds (op_gemm_ops.ukr16). */
+typedef void (*op_ukr16_fn)(int64_t kcp, const void *a, const void *b, int64_t ldb, uint16_t *c16,
+                            int64_t rsc16, int mr, int nr, const op_epilogue *epi);
+
 typedef struct op_gemm_ops {
     int mr, nr;
     int k_align;
@@ -141,6 +146,8 @@ typedef struct op_gemm_ops {
                           row-major (csa == 1) and the KC block needs no depth padding (kcp == kc) */
     int ukr_a_bcast;   /* 1: ukr_a reads A only by scalar (or K-pair) broadcasts, never a split vector
                           load, so it runs at any alignment of A (the conv kernels' ukr_a) */
+    op_ukr16_fn ukr16; /* optional: ukr for a bfloat16 C with column stride 1 when one KC block holds
+                          all of K (no float tile, no separate rounding pass); same packed A and B */
 } op_gemm_ops;
 
 /* ---------------------------------------------------------------- f32 micro-kernels */
@@ -728,6 +735,7 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
        float tile never leaves this thread's tile buffer (no float C at all) */
     uint16_t *C16 = g->c16 ? g->c16 + (g->c16_off ? g->c16_off[bi] : 0) : NULL;
     const int via_tile = C16 && k <= x->kc;
+    const int to16 = via_tile && o->ukr16 && g->csc16 == 1;  /* bfloat16 C straight from the ukr */
     float tile[32 * 32] OP_ALIGNED(64);
     const char *Bd = (const char *)g->b + (g->b_off ? g->b_off[bi] : 0) * (int64_t)o->b_elem;
     const char *Ad = (const char *)g->a + (g->a_off ? g->a_off[bi] : 0) * (int64_t)o->a_elem;
@@ -781,6 +789,11 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                             te = *epi;
                             if (te.bias) te.bias += (te.bias_axis == 0 ? i : j) * te.bias_stride;
                             tep = &te;
+                        }
+                        if (to16 && ir >= afull) {
+                            o->ukr16(kcp, abuf + (size_t)((ir - afull) * kcp) * o->a_elem, bp, ldb,
+                                     C16 + i * g->rsc16 + j, g->rsc16, mr, nr, tep);
+                            continue;
                         }
                         float *ct = via_tile ? tile : C + i * rsc + j * csc;
                         const int64_t crs = via_tile ? NR : rsc, ccs = via_tile ? 1 : csc;

@@ -44,8 +44,9 @@ _FLAGS = registry.BF16_VARIANT_FLAGS  # kernels/api_bf16.h, op_gemm_bf16_set_var
 def set_variants(level: str, names=None) -> frozenset:
     """Set the per-microarchitecture kernel variants of ``level``'s bfloat16 module: ``names`` among
     ``"decode_vdpbf16ps"`` (small-M products, m <= 4, multiply with VDPBF16PS instead of widening
-    to float32) and ``"a_in_place"`` (the VDPBF16PS GEMM reads a row-major A in place instead of
-    packing it); None: the registry's ``BF16_VARIANTS`` rule for this host. A level lacking one
+    to float32), ``"a_in_place"`` (the VDPBF16PS GEMM reads a row-major A in place instead of
+    packing it) and ``"c_bf16_in_register"`` (it writes a bfloat16 C from its registers, rounded
+    once, when one KC block holds all of K); None: the registry's ``BF16_VARIANTS`` rule for this host. A level lacking one
     keeps it off. Returns the previous set (empty before the first call).
 
     Raises:
@@ -73,15 +74,16 @@ def _row_and_module(op: str, build: str | None, dtype: str = "bfloat16"):
     return None, build, _module(build)
 
 
-_BLK: dict = {}  # registry row -> its op_blocking struct (built once)
+_BLK: dict = {}  # (mc, kc, nc) of a registry row -> its op_blocking struct (built once)
 
 
 def _blocking(ffi, row):
     if row is None:
         return ffi.NULL
-    blk = _BLK.get(row)
+    key = (row.mc, row.kc, row.nc)  # (hashing the row itself cost ~1 us per call)
+    blk = _BLK.get(key)
     if blk is None:
-        blk = _BLK[row] = ffi.new("op_blocking *", {"mc": row.mc, "kc": row.kc, "nc": row.nc})
+        blk = _BLK[key] = ffi.new("op_blocking *", {"mc": row.mc, "kc": row.kc, "nc": row.nc})
     return blk
 
 
@@ -111,10 +113,11 @@ def _offsets(ffi, x: np.ndarray, batch_shape: tuple, keep: list):
 
 
 def run_gemm_bf16(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, *, bias=None, bias_axis=1,
-                  activation=None, build: str | None = None, shapes: str = "") -> str:
+                  activation=None, build: str | None = None, shapes="") -> str:
     """C[..., M, N] = A @ B (+ bias, activation), A and B bfloat16, C float32 or bfloat16 (written in
-    place, rounded once). All must be kernel-ready (aligned, whole-element strides). Returns the
-    level (or build) that ran."""
+    place, rounded once). All must be kernel-ready (aligned, whole-element strides). ``shapes``: the
+    problem's text for errors and verbose lines, or a callable returning it (built only then).
+    Returns the level (or build) that ran."""
     row, level, mod = _row_and_module(op, build)
     ffi, lib = mod.ffi, mod.lib
     batch_shape = c.shape[:-2]
@@ -138,6 +141,8 @@ def run_gemm_bf16(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, *, bias=
         _data(ffi, c, "char"), c_off, sc[-2] // ic, sc[-1] // ic,
         1 if c.dtype == BF16 else 0, _blocking(ffi, row), epi, _threads.get_num_threads())
     _stats.record(op, "bfloat16", level, row.algorithm if row is not None else None)
+    if callable(shapes) and (used < 0 or verbose):
+        shapes = shapes()
     _check(used, lambda: ffi.string(lib.op_gemm_bf16_kernel_for(m)).decode(), shapes or (m, n, k))
     if verbose:
         name = ffi.string(lib.op_gemm_bf16_kernel_for(m)).decode()

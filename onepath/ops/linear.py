@@ -311,6 +311,23 @@ def matmul_packed(a, p: PackedWeight, out=None, dtype=None):
     return y
 
 
+def matmul_bf16_2d(a: np.ndarray, b: np.ndarray, out):
+    """matmul of two 2-D bfloat16 ndarrays (M x K, K x N; K, M, N >= 1) into ``out`` (a 2-D bfloat16
+    ndarray, or None: a new one), the GEMM called with no other step; None when any is not
+    kernel-ready, ``out`` is read-only, of another shape or overlaps an operand, or a size is 0 (the
+    general path ``matmul_bf16`` then decides, errors included)."""
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2 or not (k and m and n) or not (kernel_ready(a) and kernel_ready(b)):
+        return None
+    if out is None:
+        out = np.empty((m, n), BF16)
+    elif (out.shape != (m, n) or not out.flags.writeable or not kernel_ready(out)
+          or np.may_share_memory(out, a) or np.may_share_memory(out, b)):
+        return None
+    run_gemm_bf16("matmul", a, b, out, shapes=lambda: f"{m}x{k}:{k}x{n}")
+    return out
+
+
 def matmul_bf16(a: np.ndarray, b: np.ndarray, out, dtype):
     """matmul with at least one bfloat16 operand (the other bfloat16 or float32), numpy semantics
     otherwise; anything else returns numpy.matmul's answer."""

@@ -11,6 +11,7 @@ from .._repro_mode import on as _repro_on
 from ..dispatch import cap as _cap
 from . import _small
 from ._gemm import kernel_ready, run_gemm
+from .linear import matmul_bf16_2d as _matmul_bf16_2d
 
 _F32 = np.dtype(np.float32)
 _BF16 = np.dtype(_bfloat16)
@@ -103,9 +104,13 @@ def matmul(a, b, /, out=None, *, dtype=None):
                         return out
                 except ValueError:  # not C-contiguous
                     pass
-    elif (out is None and dtype is None and type(a) is type(b) is _ND and a.dtype is b.dtype is _BF16
+    elif (dtype is None and type(a) is type(b) is _ND and a.dtype is b.dtype is _BF16
             and a.ndim == 2 and b.ndim == 2 and not _repro_on()):
-        r = _small.matmul_bf16(a, b, True)  # small bfloat16 products: the small kernel, in place
+        r = None
+        if out is None:
+            r = _small.matmul_bf16(a, b, True)  # small bfloat16 products: the small kernel, in place
+        if r is None and (out is None or (type(out) is _ND and out.dtype is _BF16 and out.ndim == 2)):
+            r = _matmul_bf16_2d(a, b, out)  # the GEMM with no other step (None: the path below)
         if r is not None:
             return r
     if _repro_on():  # onepath.reproducible(): ops/_repro.py
