@@ -40,8 +40,9 @@ def load(build: str):
         if mod is None:
             mod = importlib.import_module(f"onepath.kernels._op_{build}")
             # the per-uarch options of the thin-product and bfloat16 kernels (registry rules)
-            from ..dispatch.registry import bf16_variant_flags, gemv_f32_flags
+            from ..dispatch.registry import bf16_variant_flags, conv_f32_flags, gemv_f32_flags
             mod.lib.op_gemv_f32_options(gemv_f32_flags(build))
+            mod.lib.op_conv_f32_options(conv_f32_flags(build))
             mod.lib.op_gemm_bf16_set_variants(bf16_variant_flags(build))
             _loaded[build] = mod
     return mod

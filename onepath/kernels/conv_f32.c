@@ -547,6 +547,22 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    micro-kernel's time at N = OC of 64-128 (perf, ResNet-50 res2 3x3 at batch 8, Zen 4, 1 thread:
    78 -> 105 GFLOP/s). Measured slower, so left to the packing path: 7 x 7 outputs (OW 7, two
    half panels; the weight, up to 9 MiB, streamed again for every few panels) and rows 4 KiB apart. */
+/* Per-microarchitecture options of the float32 convolutions (op_conv_f32_options, api_conv.h; set by
+   the loader from the registry's CONV_F32_OPTIONS for the host). OP_CONV_BRG_FULL_K: the batch-reduce
+   NHWC k x k kernel runs all of K in one block (each C tile written once, never re-read) while a
+   B panel of K x NR floats stays within OP_CONV_BRG_FULL_K_MAX depths (512 KiB, in L2 beside the
+   pixel rows), instead of blocks of the blocking's KC. Default 0: off. */
+#define OP_CONV_BRG_FULL_K 1
+#define OP_CONV_BRG_FULL_K_MAX 4096
+static int op_conv_f32_opts = 0;
+
+int op_conv_f32_options(int flags)
+{
+    const int old = op_conv_f32_opts;
+    if (flags >= 0) op_conv_f32_opts = flags & OP_CONV_BRG_FULL_K;
+    return old;
+}
+
 #if defined(OP_HAS_AVX512)
 static void op_conv_ukr_brg_f32(int64_t nb, const float *a, int64_t hoff, const int64_t *off, int64_t lda,
                                 const float *OP_RESTRICT b, float *c, int64_t rsc, int nr, int acc,
@@ -711,6 +727,7 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
         c.nblk = q.nblk;
         const int64_t kc = blk && blk->kc > 0 ? blk->kc : OP_F32_KC;
         c.kcb = op_max64(1, kc / 16);
+        if ((op_conv_f32_opts & OP_CONV_BRG_FULL_K) && K <= OP_CONV_BRG_FULL_K_MAX) c.kcb = q.nblk;
         c.off = off;
         c.npan = d->n * d->oh * d->ow / MR;
         c.npn = npn;
