@@ -311,14 +311,21 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # the module): "brg_full_k" runs the NHWC k x k batch-reduce kernel (op_conv2d_nhwc_brg_f32; also the
 # NCHW convolutions computed in the NHWC formulation) over all of K in one block while K <= 4096
 # (each C tile written once; the K x 32 weight panel, up to 512 KiB, read from L2), instead of KC
-# blocks of the conv2d blocking. A host without a row keeps the KC blocks.
-# zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), ResNet-50 batch 8 NHWC 3x3, best of
-# 5 in one process against KC 256: res2_branch2b (K 576) 108 -> 110 GFLOP/s at 1 thread, 207 -> 215
-# at 2; res4_branch2b (K 2304) 110 -> 112.5 at 1 thread, 208 -> 213 at 2. Unmeasured on Intel.
+# blocks of the conv2d blocking; "brg_nsplit": when the weight is larger than the padded input, that
+# kernel's threads split the output channels (each task one 32-column panel over all pixels: the
+# weight read once) instead of the pixels (the weight read once per pixel block). A host without a
+# row runs neither.
+# zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), ResNet-50 3x3 layers, paired in one
+# process with torch (2 threads, median of 5, the option off/on alternated): brg_full_k (K 576 to
+# 2304 in one block instead of KC 256) at batch 8 NHWC res2_branch2b 199 -> 213 GFLOP/s,
+# res3a_branch2b 189 -> 204, res4_branch2b 179 -> 196 (0.80 -> 0.87x torch); brg_nsplit (res4
+# 3x3, 14x14: 2.25 MiB weight) res4_branch2b batch 8 214 -> 223 (NHWC), 210 -> 217 (NCHW), batch 1
+# 198 -> 209 (NHWC), 190 -> 202 (NCHW); the 7x7 layers (res5) measured slower through this kernel
+# (half-row panels), left to the packing path. Unmeasured on Intel.
 CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("zen4", "avx512_core"): ("brg_full_k",),
+    ("zen4", "avx512_core"): ("brg_full_k", "brg_nsplit"),
 }
-CONV_F32_FLAGS = {"brg_full_k": 1}  # the bits of op_conv_f32_options
+CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2}  # the bits of op_conv_f32_options
 
 
 def conv_f32_flags(level: str, uarch: str | None = None) -> int:
