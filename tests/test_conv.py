@@ -761,3 +761,22 @@ IN_PLACE_A = [
 def test_nhwc_a_in_place(level, case, dtype):
     n, c, h, w, oc, kh, kw, s, p = case
     run_case(n, c, h, w, oc, kh, kw, s, p, 1, 1, layout="NHWC", activation="relu", dtype=dtype)
+
+
+@pytest.mark.parametrize("opts", [0, 1, 2, 3], ids=["off", "brg_full_k", "brg_nsplit", "both"])
+def test_nhwc_brg_options(level, opts):
+    """The per-uarch options of the float32 convolutions (registry.CONV_F32_OPTIONS,
+    op_conv_f32_options) off and on, whatever this host ships: the batch-reduce k x k kernel over
+    several KC blocks or all of K in one; threads over pixel blocks or over output-channel panels
+    (the last case: a weight larger than the padded input, an output-channel tail)."""
+    from onepath.dispatch import registry
+    from onepath.kernels import load
+    lib = load(select_conv("implicit_gemm", "float32").level).lib
+    old = lib.op_conv_f32_options(opts)
+    try:
+        for case in IN_PLACE_A[2:4] + [(1, 32, 14, 14, 80, 3, 3, 1, 1)]:
+            n, c, h, w, oc, kh, kw, s, p = case
+            run_case(n, c, h, w, oc, kh, kw, s, p, 1, 1, layout="NHWC", activation="relu")
+    finally:
+        lib.op_conv_f32_options(old)
+    assert registry.conv_f32_flags("avx512_core", uarch="sapphirerapids") == 0

@@ -66,10 +66,11 @@ def test_rule_is_per_uarch():
     """Only the listed (uarch, level) pairs take it, up to the listed output sizes."""
     row = _conv.select_conv("implicit_gemm", "float32", level="generic")
     row = registry.replace(row, level="avx512_core")
-    assert registry.conv_nchw_as_nhwc(row, 1, 196, True, uarch="zen4")
-    assert not registry.conv_nchw_as_nhwc(row, 1, 197, True, uarch="zen4")
-    assert registry.conv_nchw_as_nhwc(row, 1, 784, uarch="zen4")        # stride 1: "kxk_stride1"
-    assert not registry.conv_nchw_as_nhwc(row, 1, 785, uarch="zen4")
+    lim = registry.CONV_NCHW_AS_NHWC[("zen4", "avx512_core")]
+    assert registry.conv_nchw_as_nhwc(row, 1, lim["kxk"], True, uarch="zen4")
+    assert not registry.conv_nchw_as_nhwc(row, 1, lim["kxk"] + 1, True, uarch="zen4")
+    assert registry.conv_nchw_as_nhwc(row, 1, lim["kxk_stride1"], uarch="zen4")   # stride 1
+    assert not registry.conv_nchw_as_nhwc(row, 1, lim["kxk_stride1"] + 1, uarch="zen4")
     assert not registry.conv_nchw_as_nhwc(row, 1, 49, uarch="sapphirerapids")
     one = registry.replace(row, algorithm="1x1_gemm")
     assert not registry.conv_nchw_as_nhwc(one, 1, 49, uarch="zen4")

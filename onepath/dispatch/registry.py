@@ -199,9 +199,14 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
 # the strided res3a_branch2b (56x56 input) loses (0.80 -> 0.48x: the transposes of its 4x larger
 # input), hence stride 1 only. zen4 bfloat16 "kxk_stride1" 784, same day: `tune` chose it at 1 and
 # 2 threads (res3_branch2b NCHW 0.63 -> 0.88x torch at 2 threads, 0.84 -> 0.92 at 1 thread).
+# zen4 float32 (avx512_core) "kxk" 784 and "kxk_stride1" 3136, 2026-11-30 (same VM, paired with torch,
+# onepath GFLOP/s before -> after): res2_branch2b (56x56) batch 8 171 -> 182 at 2 threads, batch 1
+# 179 -> 186 at 2 threads and 98 -> 106 at 1; the strided res3a_branch2b (28x28 output) batch 8
+# 147 -> 169, batch 1 145 -> 179 at 2 threads and 89 -> 96 at 1 (the transposes around the NHWC
+# batch-reduce kernel cost less than the NCHW GEMM's 64- and 128-row M edges and per-image weight packs).
 # Hosts without a row (the Intel AMX class: unmeasured) keep the NCHW formulation.
 CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
-    ("zen4", "avx512_core"): {"kxk": 196, "kxk_stride1": 784, "1x1_batch": 49, "1x1_stride": 784},
+    ("zen4", "avx512_core"): {"kxk": 784, "kxk_stride1": 3136, "1x1_batch": 49, "1x1_stride": 784},
     ("zen4", "avx512_core_bf16"): {"kxk": 196, "kxk_stride1": 784, "1x1_batch": 49, "1x1_stride": 784},
 }
 
@@ -325,6 +330,35 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
     """The ``op_gemv_f32_options`` bit set for the module of ``level`` on ``uarch`` (default: this
     host's, where a tuning file's ``thin_f32`` choice wins), per ``gemv_f32_options``."""
     return sum(GEMV_F32_FLAGS[o] for o in gemv_f32_options(level, uarch)[0])
+
+
+# Options of the float32 convolutions (kernels/conv_f32.c, op_conv_f32_options), per (uarch, level of
+# the module): "brg_full_k" runs the NHWC k x k batch-reduce kernel (op_conv2d_nhwc_brg_f32; also the
+# NCHW convolutions computed in the NHWC formulation) over all of K in one block while K <= 4096
+# (each C tile written once; the K x 32 weight panel, up to 512 KiB, read from L2), instead of KC
+# blocks of the conv2d blocking; "brg_nsplit": when the weight is larger than the padded input, that
+# kernel's threads split the output channels (each task one 32-column panel over all pixels: the
+# weight read once) instead of the pixels (the weight read once per pixel block). A host without a
+# row runs neither.
+# zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), ResNet-50 3x3 layers, paired in one
+# process with torch (2 threads, median of 5, the option off/on alternated): brg_full_k (K 576 to
+# 2304 in one block instead of KC 256) at batch 8 NHWC res2_branch2b 199 -> 213 GFLOP/s,
+# res3a_branch2b 189 -> 204, res4_branch2b 179 -> 196 (0.80 -> 0.87x torch); brg_nsplit (res4
+# 3x3, 14x14: 2.25 MiB weight) res4_branch2b batch 8 214 -> 223 (NHWC), 210 -> 217 (NCHW), batch 1
+# 198 -> 209 (NHWC), 190 -> 202 (NCHW); the 7x7 layers (res5) measured slower through this kernel
+# (half-row panels), left to the packing path. Unmeasured on Intel.
+CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("zen4", "avx512_core"): ("brg_full_k", "brg_nsplit"),
+}
+CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2}  # the bits of op_conv_f32_options
+
+
+def conv_f32_flags(level: str, uarch: str | None = None) -> int:
+    """The ``op_conv_f32_options`` bit set for the module of ``level`` on ``uarch`` (default: this
+    host's), from ``CONV_F32_OPTIONS`` (0 without a row)."""
+    if uarch is None:
+        uarch = _probe().uarch
+    return sum(CONV_F32_FLAGS[o] for o in CONV_F32_OPTIONS.get((uarch, level), ()))
 
 
 # Depthwise 3x3 NCHW: where the row-register kernels (kernels/conv_dw.c op_dw3_s1r / op_dw3_s2r,

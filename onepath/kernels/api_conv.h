@@ -48,5 +48,11 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
 int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const void *w, int w_bf16,
                      const float *bias, void *y, int y_bf16, int act, int nthreads);
 
+/* Per-microarchitecture options of the float32 convolutions (bit 1: the NHWC k x k batch-reduce kernel
+   takes all of K in one block while K <= 4096; bit 2: its threads split the output channels when the
+   weight is larger than the padded input), set by the kernel loader from the registry's
+   CONV_F32_OPTIONS for the host; default 0. flags < 0 only reads. Returns the flags in force before. */
+int op_conv_f32_options(int flags);
+
 /* float32 -> bfloat16 bits, round to nearest even (NaN stays a quiet NaN), n elements. */
 void op_conv_f32_to_bf16(const float *src, uint16_t *dst, int64_t n, int nthreads);

@@ -547,6 +547,27 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    micro-kernel's time at N = OC of 64-128 (perf, ResNet-50 res2 3x3 at batch 8, Zen 4, 1 thread:
    78 -> 105 GFLOP/s). Measured slower, so left to the packing path: 7 x 7 outputs (OW 7, two
    half panels; the weight, up to 9 MiB, streamed again for every few panels) and rows 4 KiB apart. */
+/* Per-microarchitecture options of the float32 convolutions (op_conv_f32_options, api_conv.h; set by
+   the loader from the registry's CONV_F32_OPTIONS for the host). OP_CONV_BRG_FULL_K: the batch-reduce
+   NHWC k x k kernel runs all of K in one block (each C tile written once, never re-read) while a
+   B panel of K x NR floats stays within OP_CONV_BRG_FULL_K_MAX depths (512 KiB, in L2 beside the
+   pixel rows), instead of blocks of the blocking's KC. Default 0: off. */
+#define OP_CONV_BRG_FULL_K 1
+#define OP_CONV_BRG_FULL_K_MAX 4096
+/* OP_CONV_BRG_NSPLIT: when the weight is larger than the padded input (and has 32-column panels for
+   2 tasks a thread), the batch-reduce kernel's threads split the output channels (each task one
+   panel over all pixels: the weight read once) instead of the pixels (the weight read once per
+   pixel block). */
+#define OP_CONV_BRG_NSPLIT 2
+static int op_conv_f32_opts = 0;
+
+int op_conv_f32_options(int flags)
+{
+    const int old = op_conv_f32_opts;
+    if (flags >= 0) op_conv_f32_opts = flags & (OP_CONV_BRG_FULL_K | OP_CONV_BRG_NSPLIT);
+    return old;
+}
+
 #if defined(OP_HAS_AVX512)
 static void op_conv_ukr_brg_f32(int64_t nb, const float *a, int64_t hoff, const int64_t *off, int64_t lda,
                                 const float *OP_RESTRICT b, float *c, int64_t rsc, int nr, int acc,
@@ -711,6 +732,7 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
         c.nblk = q.nblk;
         const int64_t kc = blk && blk->kc > 0 ? blk->kc : OP_F32_KC;
         c.kcb = op_max64(1, kc / 16);
+        if ((op_conv_f32_opts & OP_CONV_BRG_FULL_K) && K <= OP_CONV_BRG_FULL_K_MAX) c.kcb = q.nblk;
         c.off = off;
         c.npan = d->n * d->oh * d->ow / MR;
         c.npn = npn;
@@ -722,6 +744,16 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
         c.tm = op_cdiv64(c.npan, c.mpb);
         c.tn = 1;
         if (c.tm < 2 * T) c.tn = op_min64(npn, op_cdiv64(2 * T, c.tm));
+        /* OP_CONV_BRG_NSPLIT: a weight larger than the padded input, with N panels enough for the
+           threads, is read once (each task one N panel over all pixels) instead of once per pixel
+           block (ResNet-50 res4 3x3: a 2.25 MiB weight, a 2 MiB padded input at batch 8) */
+        const double wbytes = 4.0 * (double)K * (double)d->oc;
+        const double abytes = 4.0 * (double)q.is * (double)d->n;
+        if ((op_conv_f32_opts & OP_CONV_BRG_NSPLIT) && c.tm > 1 && wbytes > abytes && npn >= 2 * T) {
+            c.mpb = c.npan;
+            c.tm = 1;
+            c.tn = npn;
+        }
         if (T > c.tm * c.tn) T = c.tm * c.tn;
         used = op_parallel_for((int)T, c.tm * c.tn, op_convbrg_task, &c);
     }
