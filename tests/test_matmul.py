@@ -200,28 +200,6 @@ def test_from_many_python_threads(level):
         assert_gemm_close(out[i], a[i], b[i])
 
 
-def test_level_modules_share_the_pool_owner_word(cpus):
-    """Every loaded level module writes its pool into one shared word (threads.c, op_threads_share)
-    on a multi-threaded call, so another module's idle workers stop spinning; results stay right
-    when calls alternate between modules."""
-    from onepath.kernels import _pool_owner
-    cpus(2)
-    levels = [lv for lv in onepath.available_isas() if lv in ("generic", "avx2", "avx512_core")]
-    a, b = rand(400, 300), rand(300, 350)
-    old = onepath.get_num_threads()
-    owners = {}
-    try:
-        onepath.set_num_threads(2)
-        for lv in levels * 2:
-            with onepath.max_isa(lv):
-                assert_gemm_close(onepath.matmul(a, b), a, b)
-            owners.setdefault(lv, set()).add(int(onepath.kernels.load(lv).ffi.cast("intptr_t", _pool_owner()[0])))
-    finally:
-        onepath.set_num_threads(old)
-    assert all(len(v) == 1 and 0 not in v for v in owners.values()), owners
-    assert len({v for s in owners.values() for v in s}) == len(levels), owners
-
-
 def test_nan_inf_propagate(level):
     a, b = rand(20, 20), rand(20, 20)
     a[3, 4] = np.nan

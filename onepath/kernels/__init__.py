@@ -39,27 +39,12 @@ def load(build: str):
         mod = _loaded.get(build)
         if mod is None:
             mod = importlib.import_module(f"onepath.kernels._op_{build}")
-            mod.lib.op_threads_share(_pool_owner())
             if not _loaded:
                 from ..dispatch.registry import on_clear
                 on_clear(_set_all_options)  # a tuning file read or replaced: set them again
             _set_options(build, mod)
             _loaded[build] = mod
     return mod
-
-
-_owner_word = None
-
-
-def _pool_owner():
-    """The one zeroed, pointer-sized word every module's thread pool shares (``op_threads_share``):
-    the pool of the latest multi-threaded call, whose cores the other pools' idle workers leave."""
-    global _owner_word
-    if _owner_word is None:
-        import cffi
-        ffi = cffi.FFI()
-        _owner_word = (ffi, ffi.new("void **"))  # kept for the life of the process
-    return _owner_word[1]
 
 
 def _set_options(build: str, mod) -> None:

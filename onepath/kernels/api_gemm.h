@@ -49,11 +49,6 @@ const char *op_gemm_f32_kernel_name(void);
    microarchitecture (onepath/dispatch/registry.py, GEMV_F32_OPTIONS); default 0. */
 int op_gemv_f32_options(int flags);
 
-/* The word shared by every level module's thread pool (threads.c): the loader passes the same
-   pointer-sized, zeroed word to each module it loads, so a module's multi-threaded call sends the
-   other modules' spinning workers to sleep. NULL: no change. */
-void op_threads_share(void *word);
-
 /* Name of the ISA level this module was compiled for ("generic", "avx2", ...). */
 const char *op_level_name(void);
 

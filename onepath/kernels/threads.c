@@ -11,13 +11,7 @@
    vCPU, costs tens of microseconds on a VM, a large share of a 512 x 512 product. One call uses the
    pool at a time; a concurrent call (another Python thread) or a nested one creates and joins its
    own threads instead, so callers never wait for each other. After fork() the child starts with an
-   empty pool (pthread_atfork).
-
-   Every level module has its own pool, and a process that mixes levels (a bfloat16 linear at
-   avx512_core_bf16, then a float32 product at avx512_core) would leave one module's workers
-   spinning on cores the next module's call wants. The loader gives every module one shared word
-   (op_threads_share): a multi-threaded call writes its pool's address there, and a spinning worker
-   that sees another pool's address goes to sleep at once instead of finishing its spin. */
+   empty pool (pthread_atfork). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -111,21 +105,6 @@ static op_pool_t op_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER
                             PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, {{0}}};
 static pthread_once_t op_pool_once = PTHREAD_ONCE_INIT;
 
-/* The pool that ran the process's latest multi-threaded call: this module's own word until the
-   loader shares one word among all modules (op_threads_share). */
-static _Atomic(void *) op_pool_owner_local;
-static _Atomic(void *) *op_pool_owner = &op_pool_owner_local;
-
-void op_threads_share(void *word)
-{
-    if (word) op_pool_owner = (_Atomic(void *) *)word;
-}
-
-static int op_pool_is_owner(void)
-{
-    return atomic_load_explicit(op_pool_owner, memory_order_relaxed) == (void *)&op_pool;
-}
-
 static void op_pool_after_fork_child(void)
 {
     /* Only the forking thread survives: no worker exists and no call is under way. */
@@ -154,7 +133,7 @@ static void *op_pool_worker(void *arg)
         int spins = 0;
         while ((g = atomic_load_explicit(&box->gen, memory_order_acquire)) == seen) {
             OP_CPU_RELAX();
-            if ((++spins & 63) == 0 && (op_now_ns() > until || !op_pool_is_owner())) {
+            if ((++spins & 63) == 0 && op_now_ns() > until) {
                 pthread_mutex_lock(&op_pool.mu);
                 while ((g = atomic_load_explicit(&box->gen, memory_order_acquire)) == seen)
                     pthread_cond_wait(&op_pool.wake, &op_pool.mu);
@@ -186,8 +165,6 @@ static int op_parallel_for(int nthreads, int64_t ntasks, op_task_fn fn, void *ct
     s.ctx = ctx;
     s.ntasks = ntasks;
     atomic_init(&s.next, 0);
-    if (!op_pool_is_owner())  /* other modules' spinning workers: sleep, these cores are ours */
-        atomic_store_explicit(op_pool_owner, (void *)&op_pool, memory_order_relaxed);
     if (nthreads > OP_POOL_MAX || pthread_mutex_trylock(&op_pool.busy) != 0)
         return op_parallel_for_spawn(nthreads, &s);  /* pool busy (concurrent or nested call) */
 
