@@ -212,6 +212,28 @@ OP_INLINE void op_dw3_wv(const op_dw_ctx *c, int64_t oc, __m512 wv[9])
     }
 }
 
+/* op_dw3_wv for the 256-bit kernels (op_dw3_r8, op_dw3_s2n). */
+OP_INLINE void op_dw3_wv256(const op_dw_ctx *c, int64_t oc, __m256 wv[9])
+{
+    if (c->wb) {
+        const uint16_t *wk = c->wb + oc * 9;
+        for (int t = 0; t < 9; t++) wv[t] = _mm256_castsi256_ps(_mm256_set1_epi32((int)((uint32_t)wk[t] << 16)));
+    } else {
+        const float *wk = c->w + oc * 9;
+        for (int t = 0; t < 9; t++) wv[t] = _mm256_set1_ps(wk[t]);
+    }
+}
+
+/* op_dw_pair_idx for 256-bit vectors: the word permute that packs two rows of w bfloat16 results
+   (the high words of 2 x 8 float lanes):
+   words 0..w-1 from the first row's vector, then the second row's. */
+OP_INLINE __m256i op_dw_pair_idx256(int64_t w)
+{
+    uint16_t ix[16];
+    for (int k = 0; k < 16; k++) ix[k] = (uint16_t)(k < w ? 2 * k + 1 : 16 + 2 * (k - w) + 1);
+    return _mm256_loadu_si256((const __m256i *)ix);
+}
+
 /* 16 floats -> bfloat16 bits (low halves of the lanes): the rounding of op_cvt16_int (cvt_bf16.c),
    round to nearest even with u + 0x7FFF + lsb, NaN -> the quiet NaN with its sign (0x7FC0 / 0xFFC0),
    bit for bit; the NaN fix-up only runs when a lane is NaN (fewer instructions per output vector). */
@@ -909,20 +931,13 @@ OP_INLINE void op_dw3_r8(const op_dw_ctx *c, int64_t p0, int64_t p1, const int B
     const op_conv_desc *d = c->d;
     const int64_t OC = d->oc, OH = d->oh, W = d->w, HW = d->h * W;
     const __mmask8 lm = (__mmask8)((1u << W) - 1u);
-    uint16_t ix[16];  /* the pair permute: words 0..W-1 from row i, then row i + 1 */
-    for (int k = 0; k < 16; k++) ix[k] = (uint16_t)(k < W ? 2 * k + 1 : 16 + 2 * (k - W) + 1);
-    const __m256i pidx = _mm256_loadu_si256((const __m256i *)ix);
+    const __m256i pidx = op_dw_pair_idx256(W);  /* two rows' bfloat16 results in one store */
     int64_t n = p0 / OC, oc = p0 % OC;
     for (int64_t p = p0; p < p1; p++) {
         const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
         const int64_t plane = (n * d->c + ci) * HW, yplane = (n * OC + oc) * OH * W;
         __m256 wv[9];
-        if (c->wb) {
-            for (int t = 0; t < 9; t++)
-                wv[t] = _mm256_castsi256_ps(_mm256_set1_epi32((int)((uint32_t)c->wb[oc * 9 + t] << 16)));
-        } else {
-            for (int t = 0; t < 9; t++) wv[t] = _mm256_set1_ps(c->w[oc * 9 + t]);
-        }
+        op_dw3_wv256(c, oc, wv);
         const __m256 bv = _mm256_set1_ps(c->bias ? c->bias[oc] : 0.0f);
         int64_t oh0 = 0;
         for (; oh0 + 8 <= OH; oh0 += 8) op_dw3_r8_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 8, BF16, YB);
@@ -1021,20 +1036,13 @@ OP_INLINE void op_dw3_s2n(const op_dw_ctx *c, int64_t p0, int64_t p1, const int 
     const op_conv_desc *d = c->d;
     const int64_t OC = d->oc, OH = d->oh, OW = d->ow, W = d->w, HW = d->h * W;
     const __mmask16 lm = (__mmask16)((1u << W) - 1u);
-    uint16_t ix[16];  /* the pair permute: words 0..OW-1 from row i, then row i + 1 */
-    for (int k = 0; k < 16; k++) ix[k] = (uint16_t)(k < OW ? 2 * k + 1 : 16 + 2 * (k - OW) + 1);
-    const __m256i pidx = _mm256_loadu_si256((const __m256i *)ix);
+    const __m256i pidx = op_dw_pair_idx256(OW);  /* two rows' bfloat16 results in one store */
     int64_t n = p0 / OC, oc = p0 % OC;
     for (int64_t p = p0; p < p1; p++) {
         const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
         const int64_t plane = (n * d->c + ci) * HW, yplane = (n * OC + oc) * OH * OW;
         __m256 wv[9];
-        if (c->wb) {
-            for (int t = 0; t < 9; t++)
-                wv[t] = _mm256_castsi256_ps(_mm256_set1_epi32((int)((uint32_t)c->wb[oc * 9 + t] << 16)));
-        } else {
-            for (int t = 0; t < 9; t++) wv[t] = _mm256_set1_ps(c->w[oc * 9 + t]);
-        }
+        op_dw3_wv256(c, oc, wv);
         const __m256 bv = _mm256_set1_ps(c->bias ? c->bias[oc] : 0.0f);
         int64_t oh0 = 0;
         for (; oh0 + 4 <= OH; oh0 += 4) op_dw3_s2n_blk(c, plane, wv, bv, yplane, oh0, lm, pidx, 4, BF16, YB);
