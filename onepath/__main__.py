@@ -100,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
         "tune", help="measure the cache blocking of every kernel on this host; write its tuning file",
         description="Measure candidate cache blockings (MC, KC, NC) for each registry row this host can "
                     "run, then the kernel choices (the conv rows' NCHW or NHWC formulation per problem "
-                    "class, the 256-bit kernel at the AVX-512 levels), keep the fastest and write them "
+                    "class, the 256-bit kernel at the AVX-512 levels, the thin float32 products' "
+                    "options per SIMD level), keep the fastest and write them "
                     "to this host's tuning file "
                     "($XDG_CACHE_HOME/onepath/, or ONEPATH_TUNING=PATH), which dispatch loads at first "
                     "use (ONEPATH_TUNING=off ignores it).")
@@ -121,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="write the tuning file here instead of the default location")
     tune.add_argument("--no-write", action="store_true", help="measure and print only")
     tune.add_argument("--no-choices", action="store_true",
-                      help="the cache blocking only (no conv formulation / kernel level choices)")
+                      help="the cache blocking only (no conv formulation / kernel level / thin option choices)")
     return parser
 
 

@@ -315,7 +315,8 @@ def render(report: dict, all_features: bool = False) -> str:
                          for c in kl])
     thin = [c for c in r.get("choices", []) if c["choice"] == "thin_f32"]
     if thin:
-        lines += ["", "Thin float32 product options (M <= 16; they replace the level's GEMV_F32_OPTIONS row)"]
+        lines += ["", "Thin float32 product options (M <= 16; of each level's kernel module, where a kernel "
+                      "level choice may send the GEMM; they replace the level's GEMV_F32_OPTIONS row)"]
         lines += _table(["level", "options", "from"], [[c["level"], c["value"], c["from"]] for c in thin])
     t = r.get("tuning")
     if t:

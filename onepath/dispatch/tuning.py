@@ -369,7 +369,7 @@ def _load() -> State:
     try:
         rows, choices = read_all(path, cpu)
     except TuningError as exc:
-        msg = f"onepath: tuning file ignored, using the shipped blocking: {exc}"
+        msg = f"onepath: tuning file ignored, using the shipped blocking and choices: {exc}"
         warnings.warn(msg, TuningWarning, stacklevel=_caller_stacklevel())
         return State({}, path, mode, f"ignored: {exc}")
     return State(rows, path, mode, f"loaded {len(rows)} rows"
