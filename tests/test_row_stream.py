@@ -51,7 +51,8 @@ def test_row_stream_linear_epilogue(level, activation):
     assert np.allclose(y, f(z), rtol=1e-4, atol=1e-4)
 
 
-def test_row_stream_threads_split(level):
+def test_row_stream_threads_split(level, cpus):
+    cpus(4)  # a 3-thread split also on a 2-CPU host
     a, w = rand(3, 500), rand(500, 3000)
     old = onepath.get_num_threads()
     try:
