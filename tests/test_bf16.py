@@ -168,6 +168,30 @@ def test_mixed_promotion(level):
     assert r64.dtype == np.matmul(a, b.astype(np.float64)).dtype
 
 
+def test_2d_out_shortcut_and_its_fallbacks(level):
+    """2-D bfloat16 matmul with ``out`` goes straight to the GEMM (ops.linear.matmul_bf16_2d) only
+    for a fresh, writable, kernel-ready ``out`` of the right shape; every other ``out`` takes the
+    general path: an overlapping one gets numpy's answer, a wrong one numpy's error."""
+    rng = np.random.default_rng(7)
+    a, b = _rand_bf16(rng, (40, 70)), _rand_bf16(rng, (70, 40))
+    out = np.empty((40, 40), BF16)
+    assert onepath.matmul(a, b, out=out) is out
+    _assert_bf16(out, a, b)
+    wide = np.zeros((40, 80), BF16)
+    assert onepath.matmul(a, b, out=wide[:, ::2]) is not None  # strided out: not kernel-ready
+    _assert_bf16(wide[:, ::2], a, b)
+    sq, sq2 = _rand_bf16(rng, (40, 40)), _rand_bf16(rng, (40, 40))
+    got = sq.copy()
+    onepath.matmul(got, sq2, out=got)  # out is the first operand
+    _assert_bf16(got, sq, sq2)
+    ro = np.empty((40, 40), BF16)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError):
+        onepath.matmul(a, b, out=ro)
+    with pytest.raises(ValueError):
+        onepath.matmul(a, b, out=np.empty((40, 41), BF16))
+
+
 def test_verbose_names_kernel(level, caplog, verbose_on):
     from onepath import _verbose
     if not hasattr(_verbose, "enabled"):
