@@ -98,7 +98,8 @@ def test_parse_rejects_non_object():
 
 
 @pytest.mark.parametrize("text", ["{not json", "", "\x00\xff", json.dumps({"format": "onepath-tuning"}),
-                                  "[" * 100000 + "]" * 100000, '{"mc": ' + "9" * 5000 + "}"])
+                                  "[" * 100000 + "]" * 100000, '{"mc": ' + "9" * 5000 + "}",
+                                  '{"format": "onepath-tuning", "format": "onepath-tuning"}'])
 def test_corrupt_file_one_warning_and_shipped_rows(clean, tmp_path, text):
     shipped = select(*KEY)
     path = _write(tmp_path / "bad.json", text)

@@ -274,13 +274,24 @@ def read(path, cpu) -> dict[tuple[str, str, str], tuple[int, int, int]]:
     return read_all(path, cpu)[0]
 
 
+def _unique_keys(pairs: list) -> dict:
+    """``json`` object hook: a key given twice is an error (json keeps the last one silently, so a
+    hand-edited file would run a row other than the one its reader sees first)."""
+    doc = {}
+    for key, value in pairs:
+        if key in doc:
+            raise ValueError(f"duplicate key {key!r}")
+        doc[key] = value
+    return doc
+
+
 def read_all(path, cpu) -> tuple[dict, dict]:
     """Read and ``parse_all`` the tuning file ``path``: (rows, choices). Raises as ``read``."""
     try:
         with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+            doc = json.load(f, object_pairs_hook=_unique_keys)
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        # ValueError: not JSON (JSONDecodeError) or an integer of over 4300 digits
+        # ValueError: not JSON (JSONDecodeError), a duplicate key or an integer of over 4300 digits
         raise TuningError(f"{path}: cannot read it: {type(exc).__name__}: {exc}") from None
     try:
         return parse_all(doc, cpu)
