@@ -584,8 +584,10 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    per-thread buffer (K x NR floats, in L2) just before using it, instead of all panels being packed
    into one shared buffer first (written out and read back from L3 / memory for a large weight). */
 #define OP_CONV_BRG_NSPLIT_PACK 8
-/* OP_CONV_BRG_NOSKIP (tests / measurements only): compute the taps that read padding too. */
+/* OP_CONV_BRG_NOSKIP, OP_CONV_BRG_COPY (tests / measurements only): compute the taps that read
+   padding too; read a padded copy of the input even where the padding taps are all skipped. */
 #define OP_CONV_BRG_NOSKIP 16
+#define OP_CONV_BRG_COPY 32
 static int op_conv_f32_opts = 0;
 
 int op_conv_f32_options(int flags)
@@ -593,7 +595,7 @@ int op_conv_f32_options(int flags)
     const int old = op_conv_f32_opts;
     if (flags >= 0)
         op_conv_f32_opts = flags & (OP_CONV_BRG_FULL_K | OP_CONV_BRG_NSPLIT | OP_CONV_BRG_OW7 |
-                                    OP_CONV_BRG_NSPLIT_PACK | OP_CONV_BRG_NOSKIP);
+                                    OP_CONV_BRG_NSPLIT_PACK | OP_CONV_BRG_NOSKIP | OP_CONV_BRG_COPY);
     return old;
 }
 
@@ -710,6 +712,7 @@ typedef struct {
     const int64_t *off;       /* per 16-block: offset from the pixel's first tap */
     const int16_t *skip;      /* per pixel panel, per tap: rows skipped (op_brg_masks), -1: all
                                  (NULL: none) */
+    int64_t shift;            /* pixel offsets - shift: the input read in place despite padding */
     int64_t khw, npix;
     int64_t npan, npn;        /* pixel panels (of 14; the last may hold 7), NR panels */
     int64_t mpb, tm, tn;      /* pixel panels per task block; task grid tm x tn */
@@ -721,7 +724,7 @@ static void op_convbrg_task(void *ctx, int64_t task, int tid)
     const op_convbrg_ctx *x = (const op_convbrg_ctx *)ctx;
     const op_conv_desc *d = x->d;
     const int64_t tmi = task / x->tn, tni = task % x->tn;
-    const int64_t pa0 = tmi * x->mpb, pa1 = op_min64(x->npan, pa0 + x->mpb);
+    const int64_t pa0 = x->npan * tmi / x->tm, pa1 = x->npan * (tmi + 1) / x->tm;
     const int64_t s0 = x->npn * tni / x->tn, s1 = x->npn * (tni + 1) / x->tn;
     const float *X = (const float *)x->q->xq;
     const int64_t lda = d->sw * d->c, OC = d->oc;
@@ -744,9 +747,9 @@ static void op_convbrg_task(void *ctx, int64_t task, int tid)
             if (te.bias) te.bias += s * NR;
             const op_epilogue *tep = (last && has_epi) ? &te : NULL;
             for (int64_t pa = pa0; pa < pa1; pa++) {
-                const int64_t pix = pa * MR, o0 = op_convq_pixel(x->q, 0, pix);
+                const int64_t pix = pa * MR, o0 = op_convq_pixel(x->q, 0, pix) - x->shift;
                 const int rows = (int)op_min64(MR, x->npix - pix);
-                const int64_t hoff = rows == MR ? op_convq_pixel(x->q, 0, pix + 7) - o0 : 0;
+                const int64_t hoff = rows == MR ? op_convq_pixel(x->q, 0, pix + 7) - x->shift - o0 : 0;
                 op_conv_ukr_brg_f32(kb0, nb, x->khw, x->skip ? x->skip + pa * x->khw : NULL, X + o0, hoff,
                                     x->off, lda, bpan, x->y + pix * OC + s * NR, OC, rows, nr, kb0 > 0, tep);
             }
@@ -772,13 +775,14 @@ typedef struct {
     const op_conv_desc *d;
     int16_t *skip;
     int64_t npix, npan;
+    _Atomic int inexact;      /* set when a panel's padding rows of a tap are not one of the masks */
 } op_convbrg_skip_ctx;
 
 /* one task = up to 64 pixel panels: per tap, the rows of the panel whose tap reads padding */
 static void op_convbrg_skip_task(void *ctx, int64_t task, int tid)
 {
     (void)tid;
-    const op_convbrg_skip_ctx *x = (const op_convbrg_skip_ctx *)ctx;
+    op_convbrg_skip_ctx *x = (op_convbrg_skip_ctx *)ctx;
     const op_conv_desc *d = x->d;
     const int64_t KH = d->kh, KW = d->kw, khw = KH * KW, OW = d->ow, ohw = d->oh * d->ow;
     for (int64_t pa = task * 64; pa < op_min64(x->npan, task * 64 + 64); pa++) {
@@ -799,8 +803,11 @@ static void op_convbrg_skip_task(void *ctx, int64_t task, int tid)
                 }
             }
         }
-        for (int64_t t = 0; t < khw; t++)
-            x->skip[pa * khw + t] = (int16_t)(m[t] == OP_BRG_FULL ? -1 : op_brg_fit(m[t]));
+        for (int64_t t = 0; t < khw; t++) {
+            const int f = m[t] == 0 ? 0 : m[t] == OP_BRG_FULL ? -1 : op_brg_fit(m[t]);
+            if (f >= 0 && f != m[t]) atomic_store_explicit(&x->inexact, 1, memory_order_relaxed);
+            x->skip[pa * khw + t] = (int16_t)f;
+        }
     }
 }
 
@@ -818,10 +825,50 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
     if (d->ow % MR != 0 && !((opts & OP_CONV_BRG_OW7) && d->ow % 7 == 0)) return 0;
     const int64_t K = d->c * d->kh * d->kw, khw = d->kh * d->kw;
     if (K % 16 != 0) return 0;
+    const int64_t npn = op_cdiv64(d->oc, NR), npix = d->n * d->oh * d->ow, npan = op_cdiv64(npix, MR);
+    /* the padding taps of the border panels (none without padding or beyond 64 taps) */
+    const int pad = d->pt > 0 || d->pl > 0 || (d->oh - 1) * d->sh + (d->kh - 1) * d->dh >= d->h ||
+                    (d->ow - 1) * d->sw + (d->kw - 1) * d->dw >= d->w;
+    const int useskip = (pad || npix % MR != 0) && khw <= 64 && !(opts & OP_CONV_BRG_NOSKIP);
+    int16_t *skip = NULL;
+    op_convbrg_skip_ctx sc = {d, NULL, npix, npan, 0};
+    if (useskip) {
+        skip = (int16_t *)malloc(sizeof(int16_t) * (size_t)(npan * khw));
+        if (!skip) return -1;
+        sc.skip = skip;
+        op_parallel_for(npan * khw >= 4096 ? nthreads : 1, op_cdiv64(npan, 64), op_convbrg_skip_task, &sc);
+    }
+    /* Every padding tap skipped exactly (ResNet's 3 x 3 with padding 1 at OW 7, 14, 28, 56): the
+       input is read in place, no padded copy; the pixel offsets of the padded geometry are shifted
+       back by the padding (a border pixel's first tap, never read, lies before its row). */
+    const int inplace = pad && useskip && !x_bf16 && !atomic_load(&sc.inexact) && !(opts & OP_CONV_BRG_COPY);
     op_convq_geo q;
     op_convq_buf qb = {NULL, NULL, NULL};
-    if (op_convq_prepare(d, x, x_bf16, x_bf16, 16, MR, nthreads, &q, &qb) != 0) {
+    int64_t shift = 0;
+    if (inplace) {
+        const int64_t nblk = K / 16;
+        qb.bseg = (int64_t *)malloc(sizeof(int64_t) * (size_t)(nblk + 1));
+        qb.seg = (op_convq_seg *)malloc(sizeof(op_convq_seg) * (size_t)(nblk + op_convq_nruns(d, 16)));
+        if (!qb.bseg || !qb.seg) {
+            op_convq_free(&qb);
+            free(skip);
+            return -1;
+        }
+        q.d = d;
+        q.g0 = -1;
+        q.ohw_joint = op_conv_joint(d) ? d->oh * d->ow : 0;
+        q.xq = x;
+        q.rs = d->w * d->c;
+        q.is = d->h * d->w * d->c;
+        q.mr = MR;
+        q.bk = 16;
+        q.nblk = op_convq_plan(d, q.rs, 16, qb.bseg, qb.seg);
+        q.bseg = qb.bseg;
+        q.seg = qb.seg;
+        shift = d->pt * q.rs + d->pl * d->c;
+    } else if (op_convq_prepare(d, x, x_bf16, x_bf16, 16, MR, nthreads, &q, &qb) != 0) {
         op_convq_free(&qb);
+        free(skip);
         return -1;
     }
     int used = 0;
@@ -830,12 +877,12 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
         const op_convq_seg *sg = q.seg + q.bseg[b];
         if (q.bseg[b + 1] - q.bseg[b] != 1 || sg->t0 != 0 || sg->len != 16) {
             free(off);
+            free(skip);
             op_convq_free(&qb);
             return 0;
         }
         off[b] = sg->off;
     }
-    const int64_t npn = op_cdiv64(d->oc, NR), npix = d->n * d->oh * d->ow, npan = op_cdiv64(npix, MR);
     int64_t T = nthreads < 1 ? 1 : nthreads;
     op_convbrg_ctx c;
     c.npan = npan;
@@ -845,6 +892,8 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
     /* enough pixel blocks for the threads (4 per thread), else smaller blocks, then N parts */
     if (op_cdiv64(c.npan, c.mpb) < 4 * T) c.mpb = op_max64(1, c.npan / (4 * T));
     c.tm = op_cdiv64(c.npan, c.mpb);
+    /* (a multiple of the threads, the panels dealt evenly: pa0 .. pa1 of op_convbrg_task) */
+    if (c.tm > T && op_roundup64(c.tm, T) <= c.npan) c.tm = op_roundup64(c.tm, T);
     c.tn = 1;
     if (c.tm < 2 * T) c.tn = op_min64(npn, op_cdiv64(2 * T, c.tm));
     /* OP_CONV_BRG_NSPLIT: a weight larger than the padded input, with N panels enough for the
@@ -859,19 +908,10 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
     }
     if (T > c.tm * c.tn) T = c.tm * c.tn;
     c.tpack = (opts & OP_CONV_BRG_NSPLIT_PACK) && c.tm == 1 && c.tn == npn;
-    /* the padding taps of the border panels (none without padding or beyond 64 taps) */
-    const int pad = d->pt > 0 || d->pl > 0 || (d->oh - 1) * d->sh + (d->kh - 1) * d->dh >= d->h ||
-                    (d->ow - 1) * d->sw + (d->kw - 1) * d->dw >= d->w;
-    const int useskip = (pad || npix % MR != 0) && khw <= 64 && !(opts & OP_CONV_BRG_NOSKIP);
-    int16_t *skip = useskip ? (int16_t *)malloc(sizeof(int16_t) * (size_t)(npan * khw)) : NULL;
     float *bp = (float *)op_conv_scratch_alloc(sizeof(float) * (size_t)((c.tpack ? T : npn) * NR * K));
-    if (!off || !bp || (useskip && !skip)) {
+    if (!off || !bp) {
         used = -1;
     } else {
-        if (skip) {
-            op_convbrg_skip_ctx sc = {d, skip, npix, npan};
-            op_parallel_for(npan * khw >= 4096 ? (int)T : 1, op_cdiv64(npan, 64), op_convbrg_skip_task, &sc);
-        }
         op_gemm_args g;
         memset(&g, 0, sizeof g);
         g.n = d->oc;
@@ -898,6 +938,7 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
         if ((opts & OP_CONV_BRG_FULL_K) && K <= OP_CONV_BRG_FULL_K_MAX) c.kcb = q.nblk;
         c.off = off;
         c.skip = skip;
+        c.shift = shift;
         c.khw = khw;
         c.npix = npix;
         used = op_parallel_for((int)T, c.tm * c.tn, op_convbrg_task, &c);
