@@ -562,8 +562,14 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    those are too few, also parts of N; the loops of a block are KC -> N panel -> pixel panel, so its
    C block stays in L2 between KC blocks. Packing the gathered A cost about 30% of the
    micro-kernel's time at N = OC of 64-128 (perf, ResNet-50 res2 3x3 at batch 8, Zen 4, 1 thread:
-   78 -> 105 GFLOP/s). Measured slower, so left to the packing path: 7 x 7 outputs (OW 7, two
-   half panels; the weight, up to 9 MiB, streamed again for every few panels) and rows 4 KiB apart. */
+   78 -> 105 GFLOP/s). Rows 4 KiB apart are left to the packing path; OW a multiple of 7 only with
+   OP_CONV_BRG_OW7 (below).
+   Padding taps are skipped, not multiplied by the zeros of the copy (oneDNN's brgemm convolution
+   leaves them out the same way: the facts, not its code): per pixel panel and tap, the panel's rows
+   whose input pixel lies in the padding (op_convbrg_skip_task); a tap padding for every row is
+   dropped (the top / bottom output rows), else the micro-kernel runs a variant without those rows'
+   FMAs (the left / right border pixels, op_brg_masks). At 14 x 14 that is 9% of the FMAs, at 7 x 7
+   18%. When every padding row is skipped exactly, the input is read in place (no padded copy). */
 /* Per-microarchitecture options of the float32 convolutions (op_conv_f32_options, api_conv.h; set by
    the loader from the registry's CONV_F32_OPTIONS for the host). OP_CONV_BRG_FULL_K: the batch-reduce
    NHWC k x k kernel runs all of K in one block (each C tile written once, never re-read) while a
