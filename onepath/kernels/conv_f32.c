@@ -594,6 +594,10 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    padding too; read a padded copy of the input even where the padding taps are all skipped. */
 #define OP_CONV_BRG_NOSKIP 16
 #define OP_CONV_BRG_COPY 32
+/* OP_CONV_BRG_WIDE_ROWS: pixels sw*C floats apart with sw*C a multiple of 1024 (rows 4 KiB apart:
+   the 14 pixels of a panel would share one L1d set, e.g. res5a_branch2b, C 512 at stride 2) run the
+   kernel over a padded copy whose pixels are C + 16 floats apart. */
+#define OP_CONV_BRG_WIDE_ROWS 64
 static int op_conv_f32_opts = 0;
 
 int op_conv_f32_options(int flags)
@@ -601,7 +605,8 @@ int op_conv_f32_options(int flags)
     const int old = op_conv_f32_opts;
     if (flags >= 0)
         op_conv_f32_opts = flags & (OP_CONV_BRG_FULL_K | OP_CONV_BRG_NSPLIT | OP_CONV_BRG_OW7 |
-                                    OP_CONV_BRG_NSPLIT_PACK | OP_CONV_BRG_NOSKIP | OP_CONV_BRG_COPY);
+                                    OP_CONV_BRG_NSPLIT_PACK | OP_CONV_BRG_NOSKIP | OP_CONV_BRG_COPY |
+                                    OP_CONV_BRG_WIDE_ROWS);
     return old;
 }
 
@@ -719,10 +724,24 @@ typedef struct {
     const int16_t *skip;      /* per pixel panel, per tap: rows skipped (op_brg_masks), -1: all
                                  (NULL: none) */
     int64_t shift;            /* pixel offsets - shift: the input read in place despite padding */
+    int64_t ps;               /* floats from one pixel of the input (copy) to the next: C, or C + 16 */
     int64_t khw, npix;
     int64_t npan, npn;        /* pixel panels (of 14; the last may hold 7), NR panels */
     int64_t mpb, tm, tn;      /* pixel panels per task block; task grid tm x tn */
 } op_convbrg_ctx;
+
+/* Offset of output pixel pix's first tap in the (padded) input, as op_convq_pixel (groups 1). */
+OP_INLINE int64_t op_convbrg_pixel(const op_convbrg_ctx *x, int64_t pix)
+{
+    const op_conv_desc *d = x->d;
+    const op_convq_geo *q = x->q;
+    int64_t n = 0;
+    if (q->ohw_joint > 0) {
+        n = pix / q->ohw_joint;
+        pix -= n * q->ohw_joint;
+    }
+    return n * q->is + (pix / d->ow) * d->sh * q->rs + (pix % d->ow) * d->sw * x->ps - x->shift;
+}
 
 static void op_convbrg_task(void *ctx, int64_t task, int tid)
 {
@@ -733,7 +752,7 @@ static void op_convbrg_task(void *ctx, int64_t task, int tid)
     const int64_t pa0 = x->npan * tmi / x->tm, pa1 = x->npan * (tmi + 1) / x->tm;
     const int64_t s0 = x->npn * tni / x->tn, s1 = x->npn * (tni + 1) / x->tn;
     const float *X = (const float *)x->q->xq;
-    const int64_t lda = d->sw * d->c, OC = d->oc;
+    const int64_t lda = d->sw * x->ps, OC = d->oc;
     op_epilogue epi;
     epi.bias = x->bias;
     epi.bias_stride = 1;
@@ -753,9 +772,9 @@ static void op_convbrg_task(void *ctx, int64_t task, int tid)
             if (te.bias) te.bias += s * NR;
             const op_epilogue *tep = (last && has_epi) ? &te : NULL;
             for (int64_t pa = pa0; pa < pa1; pa++) {
-                const int64_t pix = pa * MR, o0 = op_convq_pixel(x->q, 0, pix) - x->shift;
+                const int64_t pix = pa * MR, o0 = op_convbrg_pixel(x, pix);
                 const int rows = (int)op_min64(MR, x->npix - pix);
-                const int64_t hoff = rows == MR ? op_convq_pixel(x->q, 0, pix + 7) - x->shift - o0 : 0;
+                const int64_t hoff = rows == MR ? op_convbrg_pixel(x, pix + 7) - o0 : 0;
                 op_conv_ukr_brg_f32(kb0, nb, x->khw, x->skip ? x->skip + pa * x->khw : NULL, X + o0, hoff,
                                     x->off, lda, bpan, x->y + pix * OC + s * NR, OC, rows, nr, kb0 > 0, tep);
             }
@@ -817,6 +836,37 @@ static void op_convbrg_skip_task(void *ctx, int64_t task, int tid)
     }
 }
 
+typedef struct {
+    const op_conv_desc *d;
+    const float *x;
+    float *xq;
+    int64_t hq, wq, ps;
+} op_convbrg_wide_ctx;
+
+/* one task = one padded row (n, r) of the wide copy (pixels ps floats apart, the 16 extra zero) */
+static void op_convbrg_wide_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_convbrg_wide_ctx *f = (const op_convbrg_wide_ctx *)ctx;
+    const op_conv_desc *d = f->d;
+    const int64_t C = d->c, ps = f->ps, n = task / f->hq, ih = task % f->hq - d->pt;
+    float *o = f->xq + task * f->wq * ps;
+    if (ih < 0 || ih >= d->h) {
+        memset(o, 0, sizeof(float) * (size_t)(f->wq * ps));
+        return;
+    }
+    const float *src = f->x + (n * d->h + ih) * d->w * C;
+    for (int64_t s = 0; s < f->wq; s++, o += ps) {
+        const int64_t iw = s - d->pl;
+        if (iw < 0 || iw >= d->w) {
+            memset(o, 0, sizeof(float) * (size_t)ps);
+        } else {
+            memcpy(o, src + iw * C, sizeof(float) * (size_t)C);
+            memset(o + C, 0, sizeof(float) * (size_t)(ps - C));
+        }
+    }
+}
+
 /* Runs the convolution this way when it applies: returns the threads used, 0 when it does not
    apply (the caller takes the packing path), -1 on allocation failure. */
 static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
@@ -826,7 +876,8 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
     enum { MR = OP_F32_MR, NR = OP_F32_NR };
     const int opts = op_conv_f32_opts;
     /* (rows 4 KiB apart, sw*C a multiple of 1024, would share one L1d set: the packing path) */
-    if (d->nhwc != 1 || d->groups != 1 || d->kh * d->kw < 2 || (d->sw * d->c) % 1024 == 0)
+    const int alias = (d->sw * d->c) % 1024 == 0;
+    if (d->nhwc != 1 || d->groups != 1 || d->kh * d->kw < 2 || (alias && (x_bf16 || !(opts & OP_CONV_BRG_WIDE_ROWS))))
         return 0;
     if (d->ow % MR != 0 && !((opts & OP_CONV_BRG_OW7) && d->ow % 7 == 0)) return 0;
     const int64_t K = d->c * d->kh * d->kw, khw = d->kh * d->kw;
@@ -847,10 +898,11 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
     /* Every padding tap skipped exactly (ResNet's 3 x 3 with padding 1 at OW 7, 14, 28, 56): the
        input is read in place, no padded copy; the pixel offsets of the padded geometry are shifted
        back by the padding (a border pixel's first tap, never read, lies before its row). */
-    const int inplace = pad && useskip && !x_bf16 && !atomic_load(&sc.inexact) && !(opts & OP_CONV_BRG_COPY);
+    const int inplace = pad && useskip && !x_bf16 && !alias && !atomic_load(&sc.inexact) &&
+                        !(opts & OP_CONV_BRG_COPY);
     op_convq_geo q;
     op_convq_buf qb = {NULL, NULL, NULL};
-    int64_t shift = 0;
+    int64_t shift = 0, ps = d->c;
     if (inplace) {
         const int64_t nblk = K / 16;
         qb.bseg = (int64_t *)malloc(sizeof(int64_t) * (size_t)(nblk + 1));
@@ -872,6 +924,26 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
         q.bseg = qb.bseg;
         q.seg = qb.seg;
         shift = d->pt * q.rs + d->pl * d->c;
+    } else if (alias) {   /* OP_CONV_BRG_WIDE_ROWS: the padded copy, pixels C + 16 floats apart */
+        const int64_t hq = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1;
+        const int64_t wq = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
+        ps = d->c + 16;
+        qb.xq = op_conv_scratch_alloc(sizeof(float) * (size_t)(d->n * hq * wq * ps));
+        if (!qb.xq) {
+            free(skip);
+            return -1;
+        }
+        op_convbrg_wide_ctx wc = {d, (const float *)x, (float *)qb.xq, hq, wq, ps};
+        op_parallel_for(d->n * hq * wq * ps >= (1 << 16) ? nthreads : 1, d->n * hq, op_convbrg_wide_task, &wc);
+        q.d = d;
+        q.g0 = -1;
+        q.ohw_joint = op_conv_joint(d) ? d->oh * d->ow : 0;
+        q.xq = qb.xq;
+        q.rs = wq * ps;
+        q.is = hq * wq * ps;
+        q.mr = MR;
+        q.bk = 16;
+        q.nblk = K / 16;
     } else if (op_convq_prepare(d, x, x_bf16, x_bf16, 16, MR, nthreads, &q, &qb) != 0) {
         op_convq_free(&qb);
         free(skip);
@@ -879,7 +951,10 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
     }
     int used = 0;
     int64_t *off = (int64_t *)malloc(sizeof(int64_t) * (size_t)q.nblk);
-    for (int64_t b = 0; off && b < q.nblk; b++) {
+    /* (the wide copy: block b = channel block b / khw, tap b % khw, as op_convq_plan orders them) */
+    for (int64_t b = 0; alias && off && b < q.nblk; b++)
+        off[b] = (b % khw) / d->kw * d->dh * q.rs + (b % khw) % d->kw * d->dw * ps + b / khw * 16;
+    for (int64_t b = 0; !alias && off && b < q.nblk; b++) {
         const op_convq_seg *sg = q.seg + q.bseg[b];
         if (q.bseg[b + 1] - q.bseg[b] != 1 || sg->t0 != 0 || sg->len != 16) {
             free(off);
@@ -945,6 +1020,7 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
         c.off = off;
         c.skip = skip;
         c.shift = shift;
+        c.ps = ps;
         c.khw = khw;
         c.npix = npix;
         used = op_parallel_for((int)T, c.tm * c.tn, op_convbrg_task, &c);
