@@ -796,14 +796,16 @@ BRG_EDGES = [
     (1, 16, 14, 14, 32, 5, 5, 1, 2),
     (1, 16, 7, 7, 32, 3, 3, 1, 2),
     (2, 16, 16, 16, 32, 3, 3, 1, 0),
+    (2, 512, 6, 6, 24, 3, 3, 2, 1),      # pixels 4 KiB apart: the wide copy (bit 64)
 ]
 
 
-@pytest.mark.parametrize("opts", [3, 15, 31, 47, 12],
-                         ids=["old", "ow7_tpack", "noskip", "copy", "kc_blocks"])
+@pytest.mark.parametrize("opts", [3, 79, 95, 111, 12],
+                         ids=["old", "ow7_tpack_wide", "noskip", "copy", "kc_blocks"])
 def test_nhwc_brg_edges(level, opts):
     """op_conv_f32_options bits 4 (OW a multiple of 7), 8 (per-task weight packs in the N split),
-    16 (no tap skips), 32 (padded copy even when every padding tap is skipped) over BRG_EDGES, NHWC
+    16 (no tap skips), 32 (padded copy even when every padding tap is skipped), 64 (pixels 4 KiB
+    apart over a wider copy) over BRG_EDGES, NHWC
     with bias and relu, and NCHW (computed through NHWC where the registry says so)."""
     from onepath.kernels import load
     lib = load(select_conv("implicit_gemm", "float32").level).lib
