@@ -780,3 +780,65 @@ def test_nhwc_brg_options(level, opts):
     finally:
         lib.op_conv_f32_options(old)
     assert registry.conv_f32_flags("avx512_core", uarch="sapphirerapids") == 0
+
+
+# The batch-reduce kernel's padding-tap skips, 7-pixel rows and per-task weight packs
+# (op_conv2d_nhwc_brg_f32): borders of panels within a row (OW 14, 28), two-row panels and a ragged
+# last panel of 7 pixels (OW 7, 21; a panel across two images at batch 3), stride 2, padding the
+# masks do not cover exactly (5x5 padding 2, 3x3 padding 2: the padded copy), no padding, an
+# output-channel tail. (n, c, h, w, oc, kh, kw, stride, padding)
+BRG_EDGES = [
+    (1, 32, 7, 7, 40, 3, 3, 1, 1),
+    (3, 16, 7, 7, 32, 3, 3, 1, 1),
+    (1, 16, 7, 21, 32, 3, 3, 1, 1),
+    (2, 32, 14, 14, 64, 3, 3, 1, 1),
+    (1, 16, 28, 28, 32, 3, 3, 2, 1),
+    (1, 16, 14, 14, 32, 5, 5, 1, 2),
+    (1, 16, 7, 7, 32, 3, 3, 1, 2),
+    (2, 16, 16, 16, 32, 3, 3, 1, 0),
+    (2, 512, 6, 6, 24, 3, 3, 2, 1),      # pixels 4 KiB apart: the wide copy (bit 64)
+]
+
+
+@pytest.mark.parametrize("opts", [3, 79, 95, 111, 12],
+                         ids=["old", "ow7_tpack_wide", "noskip", "copy", "kc_blocks"])
+def test_nhwc_brg_edges(level, opts):
+    """op_conv_f32_options bits 4 (OW a multiple of 7), 8 (per-task weight packs in the N split),
+    16 (no tap skips), 32 (padded copy even when every padding tap is skipped), 64 (pixels 4 KiB
+    apart over a wider copy) over BRG_EDGES, NHWC
+    with bias and relu, and NCHW (computed through NHWC where the registry says so)."""
+    from onepath.kernels import load
+    lib = load(select_conv("implicit_gemm", "float32").level).lib
+    old = lib.op_conv_f32_options(opts)
+    try:
+        for i, case in enumerate(BRG_EDGES):
+            n, c, h, w, oc, kh, kw, s, p = case
+            run_case(n, c, h, w, oc, kh, kw, s, p, 1, 1, layout="NHWC", activation="relu", seed=i)
+            if i < 2:
+                run_case(n, c, h, w, oc, kh, kw, s, p, 1, 1, layout="NCHW", bias=False, seed=i)
+    finally:
+        lib.op_conv_f32_options(old)
+
+
+def test_nhwc_brg_skips_padding_taps():
+    """A padding tap is skipped, not multiplied by a zero (as oneDNN's brgconv): an infinite weight
+    at tap (0, 0) leaves the outputs of the top row and left column finite (0 * inf would be NaN),
+    OW 14 and 7; the padded-copy path (bit 16) computes them, NaN."""
+    from onepath.kernels import load
+    row = select_conv("implicit_gemm", "float32")
+    if row.level not in ("avx512_core", "avx512_core_bf16", "avx512_core_amx"):
+        pytest.skip("the batch-reduce kernel is AVX-512 only")
+    lib = load(row.level).lib
+    rng = np.random.default_rng(0)
+    for opts, finite in ((15, True), (31, False)):
+        old = lib.op_conv_f32_options(opts)
+        try:
+            for hw in (14, 7):
+                x = rng.standard_normal((1, hw, hw, 32)).astype(np.float32)
+                wt = rng.standard_normal((32, 32, 3, 3)).astype(np.float32)
+                wt[:, :, 0, 0] = np.inf
+                y = onepath.conv2d(x, wt, None, 1, 1, layout="NHWC")
+                assert np.isnan(y[0, 1:, 1:]).all()
+                assert np.isfinite(y[0, 0]).all() == finite and np.isfinite(y[0, :, 0]).all() == finite
+        finally:
+            lib.op_conv_f32_options(old)

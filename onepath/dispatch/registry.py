@@ -334,8 +334,8 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 
 # Options of the float32 convolutions (kernels/conv_f32.c, op_conv_f32_options), per (uarch, level of
 # the module): "brg_full_k" runs the NHWC k x k batch-reduce kernel (op_conv2d_nhwc_brg_f32; also the
-# NCHW convolutions computed in the NHWC formulation) over all of K in one block while K <= 4096
-# (each C tile written once; the K x 32 weight panel, up to 512 KiB, read from L2), instead of KC
+# NCHW convolutions computed in the NHWC formulation) over all of K in one block while K <= 4608
+# (each C tile written once; the K x 32 weight panel, up to 576 KiB, read from L2), instead of KC
 # blocks of the conv2d blocking; "brg_nsplit": when the weight is larger than the padded input, that
 # kernel's threads split the output channels (each task one 32-column panel over all pixels: the
 # weight read once) instead of the pixels (the weight read once per pixel block). A host without a
@@ -347,10 +347,24 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # 3x3, 14x14: 2.25 MiB weight) res4_branch2b batch 8 214 -> 223 (NHWC), 210 -> 217 (NCHW), batch 1
 # 198 -> 209 (NHWC), 190 -> 202 (NCHW); the 7x7 layers (res5) measured slower through this kernel
 # (half-row panels), left to the packing path. Unmeasured on Intel.
+# "brg_ow7": outputs whose rows are multiples of 7 pixels (the 7x7 planes of res5) also run that
+# kernel, a micro-panel being two 7-pixel row pieces (a ragged last panel: one); "brg_nsplit_pack":
+# in the output-channel split each task packs its own 32-column weight panel (K x 32 floats, in L2)
+# right before using it, instead of one shared packed copy of the whole weight written first.
+# zen4, 2026-11-30 (same VM, 2 threads, median of 5, paired with torch, GFLOP/s without -> with):
+# brg_nsplit_pack res4_branch2b (14x14, 2.25 MiB weight) batch 1 NCHW 159 -> 199, NHWC 162 -> 202,
+# res4a_branch2b (28 -> 14, stride 2) 127 -> 151 NCHW, 148 -> 179 NHWC; brg_ow7 (with the pack)
+# res5_branch2b (7x7) batch 1 NCHW 150 -> 175, NHWC 175 -> 200; batch 8 NCHW 199 -> 241, NHWC
+# 199 -> 235 (0.81 -> 0.97x and 0.86 -> 1.02x torch).
+# "brg_wide_rows": pixels 4 KiB apart (sw*C a multiple of 1024 floats: res5a_branch2b, C 512 at stride
+# 2), left to the packing path before (the 14 rows of a panel in one L1d set), run that kernel over a
+# padded copy with C + 16 floats per pixel. zen4, same day and method: res5a_branch2b batch 8 NCHW
+# 150 -> 178, NHWC 180 -> 210 GFLOP/s (0.74 -> 0.88x, 0.89 -> 1.04x torch); batch 1 unchanged.
 CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("zen4", "avx512_core"): ("brg_full_k", "brg_nsplit"),
+    ("zen4", "avx512_core"): ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows"),
 }
-CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2}  # the bits of op_conv_f32_options
+CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pack": 8,
+                  "brg_wide_rows": 64}  # the bits of op_conv_f32_options
 
 
 def conv_f32_flags(level: str, uarch: str | None = None) -> int:

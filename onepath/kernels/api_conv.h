@@ -49,8 +49,11 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
                      const float *bias, void *y, int y_bf16, int act, int nthreads);
 
 /* Per-microarchitecture options of the float32 convolutions (bit 1: the NHWC k x k batch-reduce kernel
-   takes all of K in one block while K <= 4096; bit 2: its threads split the output channels when the
-   weight is larger than the padded input), set by the kernel loader from the registry's
+   takes all of K in one block while K <= 4608; bit 2: its threads split the output channels when the
+   weight is larger than the padded input; bit 4: it also runs outputs whose width is a multiple of 7;
+   bit 8: in the channel split each task packs its own weight panel; bit 64: pixels 4 KiB apart run it
+   over a copy with C + 16 floats per pixel; bits 16 / 32, for tests: no padding-tap skips / a padded
+   input copy always), set by the kernel loader from the registry's
    CONV_F32_OPTIONS for the host; default 0. flags < 0 only reads. Returns the flags in force before. */
 int op_conv_f32_options(int flags);
 

@@ -30,15 +30,32 @@
 #define OP_CONV_SCRATCH_MAX ((size_t)256 << 20)
 static _Atomic(void *) op_conv_scratch_slot[OP_CONV_SCRATCH_SLOTS];
 
+static void op_conv_scratch_free(void *q);
+
+/* Best fit: the smallest kept block that holds size (a call takes several blocks of different
+   sizes; taking the first that fits could hand a large block to a small request and leave the
+   large request only a too-small block, reallocated and faulted in on every call). The blocks
+   that do not fit go back (the smallest of them is freed when none fits, making room). */
 static void *op_conv_scratch_alloc(size_t size)
 {
     size = (size + OP_ALIGN - 1) & ~(size_t)(OP_ALIGN - 1);
+    char *got[OP_CONV_SCRATCH_SLOTS];
+    int ng = 0, best = -1, small = -1;
     for (int i = 0; i < OP_CONV_SCRATCH_SLOTS; i++) {
         char *p = (char *)atomic_exchange(&op_conv_scratch_slot[i], NULL);
         if (!p) continue;
-        if (*(size_t *)(void *)p >= size) return p + OP_ALIGN;
-        free(p);   /* too small: its size will be allocated anew */
+        const size_t sz = *(size_t *)(void *)p;
+        if (sz >= size && (best < 0 || sz < *(size_t *)(void *)got[best])) best = ng;
+        if (small < 0 || sz < *(size_t *)(void *)got[small]) small = ng;
+        got[ng++] = p;
     }
+    char *r = best >= 0 ? got[best] : NULL;
+    for (int i = 0; i < ng; i++) {
+        if (i == best) continue;
+        if (best < 0 && i == small) free(got[i]);
+        else op_conv_scratch_free(got[i] + OP_ALIGN);
+    }
+    if (r) return r + OP_ALIGN;
     char *p = (char *)aligned_alloc(OP_ALIGN, size + OP_ALIGN);
     if (!p) return NULL;
     *(size_t *)(void *)p = size;
@@ -545,119 +562,223 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    those are too few, also parts of N; the loops of a block are KC -> N panel -> pixel panel, so its
    C block stays in L2 between KC blocks. Packing the gathered A cost about 30% of the
    micro-kernel's time at N = OC of 64-128 (perf, ResNet-50 res2 3x3 at batch 8, Zen 4, 1 thread:
-   78 -> 105 GFLOP/s). Measured slower, so left to the packing path: 7 x 7 outputs (OW 7, two
-   half panels; the weight, up to 9 MiB, streamed again for every few panels) and rows 4 KiB apart. */
+   78 -> 105 GFLOP/s). Rows 4 KiB apart are left to the packing path; OW a multiple of 7 only with
+   OP_CONV_BRG_OW7 (below).
+   Padding taps are skipped, not multiplied by the zeros of the copy (oneDNN's brgemm convolution
+   leaves them out the same way: the facts, not its code): per pixel panel and tap, the panel's rows
+   whose input pixel lies in the padding (op_convbrg_skip_task); a tap padding for every row is
+   dropped (the top / bottom output rows), else the micro-kernel runs a variant without those rows'
+   FMAs (the left / right border pixels, op_brg_masks). At 14 x 14 that is 9% of the FMAs, at 7 x 7
+   18%. When every padding row is skipped exactly, the input is read in place (no padded copy). */
 /* Per-microarchitecture options of the float32 convolutions (op_conv_f32_options, api_conv.h; set by
    the loader from the registry's CONV_F32_OPTIONS for the host). OP_CONV_BRG_FULL_K: the batch-reduce
    NHWC k x k kernel runs all of K in one block (each C tile written once, never re-read) while a
-   B panel of K x NR floats stays within OP_CONV_BRG_FULL_K_MAX depths (512 KiB, in L2 beside the
-   pixel rows), instead of blocks of the blocking's KC. Default 0: off. */
+   B panel of K x NR floats stays within OP_CONV_BRG_FULL_K_MAX depths (576 KiB, in L2 beside the
+   pixel rows), instead of blocks of the blocking's KC. Default 0: off. (4096 -> 4608, ResNet-50
+   res5 3x3, Zen 4, 2 threads, paired: res5a_branch2b batch 1 NCHW 164 -> 176 GFLOP/s, NHWC
+   177 -> 185, res5_branch2b NCHW 209 -> 215, batch 8 NHWC 231 -> 256.) */
 #define OP_CONV_BRG_FULL_K 1
-#define OP_CONV_BRG_FULL_K_MAX 4096
+#define OP_CONV_BRG_FULL_K_MAX 4608
 /* OP_CONV_BRG_NSPLIT: when the weight is larger than the padded input (and has 32-column panels for
    2 tasks a thread), the batch-reduce kernel's threads split the output channels (each task one
    panel over all pixels: the weight read once) instead of the pixels (the weight read once per
    pixel block). */
 #define OP_CONV_BRG_NSPLIT 2
+/* OP_CONV_BRG_OW7: outputs whose rows are whole 7-pixel halves of a micro-panel (OW a multiple of 7,
+   e.g. 7 x 7 planes) also run the batch-reduce kernel: a panel's two halves are two row pieces
+   (hoff), and a ragged last panel of 7 pixels skips its second half. */
+#define OP_CONV_BRG_OW7 4
+/* OP_CONV_BRG_NSPLIT_PACK: in the output-channel split, each task packs its own weight panel into a
+   per-thread buffer (K x NR floats, in L2) just before using it, instead of all panels being packed
+   into one shared buffer first (written out and read back from L3 / memory for a large weight). */
+#define OP_CONV_BRG_NSPLIT_PACK 8
+/* OP_CONV_BRG_NOSKIP, OP_CONV_BRG_COPY (tests / measurements only): compute the taps that read
+   padding too; read a padded copy of the input even where the padding taps are all skipped. */
+#define OP_CONV_BRG_NOSKIP 16
+#define OP_CONV_BRG_COPY 32
+/* OP_CONV_BRG_WIDE_ROWS: pixels sw*C floats apart with sw*C a multiple of 1024 (rows 4 KiB apart:
+   the 14 pixels of a panel would share one L1d set, e.g. res5a_branch2b, C 512 at stride 2) run the
+   kernel over a padded copy whose pixels are C + 16 floats apart. */
+#define OP_CONV_BRG_WIDE_ROWS 64
 static int op_conv_f32_opts = 0;
 
 int op_conv_f32_options(int flags)
 {
     const int old = op_conv_f32_opts;
-    if (flags >= 0) op_conv_f32_opts = flags & (OP_CONV_BRG_FULL_K | OP_CONV_BRG_NSPLIT);
+    if (flags >= 0)
+        op_conv_f32_opts = flags & (OP_CONV_BRG_FULL_K | OP_CONV_BRG_NSPLIT | OP_CONV_BRG_OW7 |
+                                    OP_CONV_BRG_NSPLIT_PACK | OP_CONV_BRG_NOSKIP | OP_CONV_BRG_COPY |
+                                    OP_CONV_BRG_WIDE_ROWS);
     return old;
 }
 
 #if defined(OP_HAS_AVX512)
-static void op_conv_ukr_brg_f32(int64_t nb, const float *a, int64_t hoff, const int64_t *off, int64_t lda,
-                                const float *OP_RESTRICT b, float *c, int64_t rsc, int nr, int acc,
-                                const op_epilogue *epi)
+/* The rows (pixels) of a panel a block may skip: those whose tap reads only padding (the product is
+   zero), as oneDNN's brgemm convolution leaves out the padding taps of border pixels. The kernel is
+   instantiated for these masks only (bit i: row i; 0x3F80 is the missing second half of a ragged
+   7-pixel panel): the left / right border pixel of a panel within one output row (rows 0 / 13) or
+   of each half (0 and 7 / 6 and 13), a half whose output row reads a padding row (0x7F / 0x3F80)
+   with a border pixel of the other half. A panel's actual set of padding rows is rounded down to
+   the largest of them it contains: skipping fewer rows only multiplies more zeros. */
+static const int op_brg_masks[] = {0x0001, 0x2000, 0x2001, 0x0081, 0x2040, 0x007F, 0x00FF, 0x207F,
+                                   0x3F80, 0x3F81, 0x3FC0};
+#define OP_BRG_FULL 0x3FFF
+
+static int op_brg_fit(int m)
+{
+    int best = 0, bc = 0;
+    for (size_t i = 0; i < sizeof op_brg_masks / sizeof op_brg_masks[0]; i++) {
+        const int s = op_brg_masks[i], n = __builtin_popcount((unsigned)s);
+        if ((s & ~m) == 0 && n > bc) {
+            best = s;
+            bc = n;
+        }
+    }
+    return best;
+}
+
+/* nb 16-depth blocks kb0 .. kb0+nb of a 14-pixel panel (rows >= 7: the second half of 7 pixels at
+   a + hoff; rows 7: the first half only): block kb reads a + off[kb] (+ hoff) at lda floats per
+   pixel and the packed weight at b + (kb - kb0)*16*NR; tsk[t] (tap t = kb % khw) is the mask of the
+   rows the tap skips, < 0: the whole block. */
+static void op_conv_ukr_brg_f32(int64_t kb0, int64_t nb, int64_t khw, const int16_t *tsk, const float *a,
+                                int64_t hoff, const int64_t *off, int64_t lda, const float *OP_RESTRICT b,
+                                float *c, int64_t rsc, int rows, int nr, int acc, const op_epilogue *epi)
 {
     __m512 c0_0 = _mm512_setzero_ps(), c0_1 = c0_0, c1_0 = c0_0, c1_1 = c0_0, c2_0 = c0_0,
            c2_1 = c0_0, c3_0 = c0_0, c3_1 = c0_0, c4_0 = c0_0, c4_1 = c0_0, c5_0 = c0_0,
            c5_1 = c0_0, c6_0 = c0_0, c6_1 = c0_0, c7_0 = c0_0, c7_1 = c0_0, c8_0 = c0_0,
            c8_1 = c0_0, c9_0 = c0_0, c9_1 = c0_0, c10_0 = c0_0, c10_1 = c0_0, c11_0 = c0_0,
            c11_1 = c0_0, c12_0 = c0_0, c12_1 = c0_0, c13_0 = c0_0, c13_1 = c0_0;
-    for (int i = 0; i < OP_F32_MR; i++) {
+    for (int i = 0; i < rows; i++) {
         _mm_prefetch((const char *)(c + i * rsc), _MM_HINT_T0);
         _mm_prefetch((const char *)(c + i * rsc + 31), _MM_HINT_T0);
     }
     const int64_t l2 = 2 * lda;
-#define OP_RA(i, src)                                                    \
-    {                                                                    \
+#define OP_RA(i, src, SKIP)                                              \
+    if (!(((SKIP) >> (i)) & 1)) {                                        \
         __m512 ai = _mm512_set1_ps(src);                                 \
         c##i##_0 = _mm512_fmadd_ps(ai, b0, c##i##_0);                    \
         c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1);                    \
     }
-    for (int64_t kb = 0; kb < nb; kb++) {
+#define OP_BRG_LOOP(SKIP)                                                                       \
+    for (int p = 0; p < 16; p++) {                                                              \
+        __m512 b0 = _mm512_loadu_ps(bb), b1 = _mm512_loadu_ps(bb + 16);                         \
+        if (p < 7) _mm_prefetch((const char *)(pf + p * lda), _MM_HINT_T0);                     \
+        else if (p < 14) _mm_prefetch((const char *)(pf + hoff + (p - 7) * lda), _MM_HINT_T0);  \
+        OP_RA(0, p0[p], SKIP) OP_RA(1, p0[lda + p], SKIP) OP_RA(2, p0[l2 + p], SKIP)            \
+        OP_RA(3, p3[p], SKIP) OP_RA(4, p3[lda + p], SKIP) OP_RA(5, p3[l2 + p], SKIP)            \
+        OP_RA(6, p6[p], SKIP) OP_RA(7, p7[p], SKIP) OP_RA(8, p7[lda + p], SKIP)                 \
+        OP_RA(9, p7[l2 + p], SKIP) OP_RA(10, p10[p], SKIP) OP_RA(11, p10[lda + p], SKIP)        \
+        OP_RA(12, p10[l2 + p], SKIP) OP_RA(13, p13[p], SKIP)                                    \
+        bb += OP_F32_NR;                                                                        \
+    }                                                                                           \
+    break;
+    const int64_t half = rows < OP_F32_MR ? 0x3F80 : 0;
+    int64_t t = kb0 % khw;
+    for (int64_t kb = kb0; kb < kb0 + nb; kb++, t = t + 1 == khw ? 0 : t + 1) {
+        const int sk = tsk ? tsk[t] : (int)half;
+        if (sk < 0) continue;
         const float *p0 = a + off[kb], *p3 = p0 + 3 * lda, *p6 = p0 + 6 * lda, *p7 = p0 + hoff,
                     *p10 = p7 + 3 * lda, *p13 = p7 + 6 * lda;
+        const float *bb = b + (kb - kb0) * 16 * OP_F32_NR;
         /* the block after next: one line per pixel */
-        const float *pf = a + off[kb + 2 < nb ? kb + 2 : kb];
-        for (int p = 0; p < 16; p++) {
-            __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-            if (p < 7) _mm_prefetch((const char *)(pf + p * lda), _MM_HINT_T0);
-            else if (p < 14) _mm_prefetch((const char *)(pf + hoff + (p - 7) * lda), _MM_HINT_T0);
-            OP_RA(0, p0[p]) OP_RA(1, p0[lda + p]) OP_RA(2, p0[l2 + p])
-            OP_RA(3, p3[p]) OP_RA(4, p3[lda + p]) OP_RA(5, p3[l2 + p])
-            OP_RA(6, p6[p]) OP_RA(7, p7[p]) OP_RA(8, p7[lda + p])
-            OP_RA(9, p7[l2 + p]) OP_RA(10, p10[p]) OP_RA(11, p10[lda + p])
-            OP_RA(12, p10[l2 + p]) OP_RA(13, p13[p])
-            b += OP_F32_NR;
+        const float *pf = a + off[kb + 2 < kb0 + nb ? kb + 2 : kb];
+        switch (sk) {
+        case 0x0000: OP_BRG_LOOP(0x0000)
+        case 0x0001: OP_BRG_LOOP(0x0001)
+        case 0x2000: OP_BRG_LOOP(0x2000)
+        case 0x2001: OP_BRG_LOOP(0x2001)
+        case 0x0081: OP_BRG_LOOP(0x0081)
+        case 0x2040: OP_BRG_LOOP(0x2040)
+        case 0x007F: OP_BRG_LOOP(0x007F)
+        case 0x00FF: OP_BRG_LOOP(0x00FF)
+        case 0x207F: OP_BRG_LOOP(0x207F)
+        case 0x3F80: OP_BRG_LOOP(0x3F80)
+        case 0x3F81: OP_BRG_LOOP(0x3F81)
+        default:     OP_BRG_LOOP(0x3FC0)
         }
     }
+#undef OP_BRG_LOOP
 #undef OP_RA
     op_epi512 e;
     op_epi512_init(&e, nr, epi);
 #define OP_W(i) op_epi512_row(&e, c + i * rsc, i, c##i##_0, c##i##_1, nr, acc);
     OP_W(0) OP_W(1) OP_W(2) OP_W(3) OP_W(4) OP_W(5) OP_W(6)
-    OP_W(7) OP_W(8) OP_W(9) OP_W(10) OP_W(11) OP_W(12) OP_W(13)
+    if (rows == OP_F32_MR) {
+        OP_W(7) OP_W(8) OP_W(9) OP_W(10) OP_W(11) OP_W(12) OP_W(13)
+    }
 #undef OP_W
 }
 
 typedef struct {
     const op_conv_desc *d;
     const op_convq_geo *q;
-    const float *bp;          /* packed weight: panel s (NR columns) at bp + s * NR * K */
+    const op_gemm_args *g;    /* the weight, for the per-task packs (OP_CONV_BRG_NSPLIT_PACK) */
+    float *bp;                /* packed weight: panel s (NR columns) at bp + s * NR * K; per-task
+                                 packs: thread tid's panel at bp + tid * NR * K */
+    int tpack;
     const float *bias;
     int act;
     float *y;
     int64_t K, nblk, kcb;     /* depth, its 16-blocks, 16-blocks per KC block */
     const int64_t *off;       /* per 16-block: offset from the pixel's first tap */
-    int64_t npan, npn;        /* pixel panels (of 14), NR panels */
+    const int16_t *skip;      /* per pixel panel, per tap: rows skipped (op_brg_masks), -1: all
+                                 (NULL: none) */
+    int64_t shift;            /* pixel offsets - shift: the input read in place despite padding */
+    int64_t ps;               /* floats from one pixel of the input (copy) to the next: C, or C + 16 */
+    int64_t khw, npix;
+    int64_t npan, npn;        /* pixel panels (of 14; the last may hold 7), NR panels */
     int64_t mpb, tm, tn;      /* pixel panels per task block; task grid tm x tn */
 } op_convbrg_ctx;
 
+/* Offset of output pixel pix's first tap in the (padded) input, as op_convq_pixel (groups 1). */
+OP_INLINE int64_t op_convbrg_pixel(const op_convbrg_ctx *x, int64_t pix)
+{
+    const op_conv_desc *d = x->d;
+    const op_convq_geo *q = x->q;
+    int64_t n = 0;
+    if (q->ohw_joint > 0) {
+        n = pix / q->ohw_joint;
+        pix -= n * q->ohw_joint;
+    }
+    return n * q->is + (pix / d->ow) * d->sh * q->rs + (pix % d->ow) * d->sw * x->ps - x->shift;
+}
+
 static void op_convbrg_task(void *ctx, int64_t task, int tid)
 {
-    (void)tid;
     enum { MR = OP_F32_MR, NR = OP_F32_NR };
     const op_convbrg_ctx *x = (const op_convbrg_ctx *)ctx;
     const op_conv_desc *d = x->d;
     const int64_t tmi = task / x->tn, tni = task % x->tn;
-    const int64_t pa0 = tmi * x->mpb, pa1 = op_min64(x->npan, pa0 + x->mpb);
+    const int64_t pa0 = x->npan * tmi / x->tm, pa1 = x->npan * (tmi + 1) / x->tm;
     const int64_t s0 = x->npn * tni / x->tn, s1 = x->npn * (tni + 1) / x->tn;
     const float *X = (const float *)x->q->xq;
-    const int64_t lda = d->sw * d->c, OC = d->oc;
+    const int64_t lda = d->sw * x->ps, OC = d->oc;
     op_epilogue epi;
     epi.bias = x->bias;
     epi.bias_stride = 1;
     epi.bias_axis = 1;
     epi.act = x->act;
     const int has_epi = x->bias || x->act != OP_ACT_NONE;
+    float *bt = x->bp + (int64_t)tid * NR * x->K;
+    if (x->tpack)   /* one N panel per task (s1 = s0 + 1): packed here, by this thread */
+        op_conv_pack_b_nhwc_f32(x->g, 0, 0, x->K, x->K, s0 * NR, op_min64(NR, OC - s0 * NR), bt);
     for (int64_t kb0 = 0; kb0 < x->nblk; kb0 += x->kcb) {
         const int64_t nb = op_min64(x->kcb, x->nblk - kb0);
         const int last = kb0 + nb >= x->nblk;
         for (int64_t s = s0; s < s1; s++) {
             const int nr = (int)op_min64(NR, OC - s * NR);
-            const float *bpan = x->bp + s * NR * x->K + kb0 * 16 * NR;
+            const float *bpan = (x->tpack ? bt : x->bp + s * NR * x->K) + kb0 * 16 * NR;
             op_epilogue te = epi;
             if (te.bias) te.bias += s * NR;
             const op_epilogue *tep = (last && has_epi) ? &te : NULL;
             for (int64_t pa = pa0; pa < pa1; pa++) {
-                const int64_t pix = pa * MR, o0 = op_convq_pixel(x->q, 0, pix);
-                op_conv_ukr_brg_f32(nb, X + o0, op_convq_pixel(x->q, 0, pix + 7) - o0, x->off + kb0, lda,
-                                    bpan, x->y + pix * OC + s * NR, OC, nr, kb0 > 0, tep);
+                const int64_t pix = pa * MR, o0 = op_convbrg_pixel(x, pix);
+                const int rows = (int)op_min64(MR, x->npix - pix);
+                const int64_t hoff = rows == MR ? op_convbrg_pixel(x, pix + 7) - o0 : 0;
+                op_conv_ukr_brg_f32(kb0, nb, x->khw, x->skip ? x->skip + pa * x->khw : NULL, X + o0, hoff,
+                                    x->off, lda, bpan, x->y + pix * OC + s * NR, OC, rows, nr, kb0 > 0, tep);
             }
         }
     }
@@ -677,6 +798,77 @@ static void op_convbrg_pack_task(void *ctx, int64_t s, int tid)
     op_conv_pack_b_nhwc_f32(x->g, 0, 0, x->K, x->K, s * OP_F32_NR, nc, x->bp + s * OP_F32_NR * x->K);
 }
 
+typedef struct {
+    const op_conv_desc *d;
+    int16_t *skip;
+    int64_t npix, npan;
+    _Atomic int inexact;      /* set when a panel's padding rows of a tap are not one of the masks */
+} op_convbrg_skip_ctx;
+
+/* one task = up to 64 pixel panels: per tap, the rows of the panel whose tap reads padding */
+static void op_convbrg_skip_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    op_convbrg_skip_ctx *x = (op_convbrg_skip_ctx *)ctx;
+    const op_conv_desc *d = x->d;
+    const int64_t KH = d->kh, KW = d->kw, khw = KH * KW, OW = d->ow, ohw = d->oh * d->ow;
+    for (int64_t pa = task * 64; pa < op_min64(x->npan, task * 64 + 64); pa++) {
+        int m[64] = {0};   /* per tap (khw <= 64: the caller checks) */
+        for (int i = 0; i < OP_F32_MR; i++) {
+            const int64_t pix = pa * OP_F32_MR + i;
+            if (pix >= x->npix) {
+                for (int64_t t = 0; t < khw; t++) m[t] |= 1 << i;
+                continue;
+            }
+            const int64_t pp = pix % ohw, ih0 = pp / OW * d->sh - d->pt, iw0 = pp % OW * d->sw - d->pl;
+            for (int64_t kh = 0; kh < KH; kh++) {
+                const int64_t ih = ih0 + kh * d->dh;
+                const int hbad = ih < 0 || ih >= d->h;
+                for (int64_t kw = 0; kw < KW; kw++) {
+                    const int64_t iw = iw0 + kw * d->dw;
+                    if (hbad || iw < 0 || iw >= d->w) m[kh * KW + kw] |= 1 << i;
+                }
+            }
+        }
+        for (int64_t t = 0; t < khw; t++) {
+            const int f = m[t] == 0 ? 0 : m[t] == OP_BRG_FULL ? -1 : op_brg_fit(m[t]);
+            if (f >= 0 && f != m[t]) atomic_store_explicit(&x->inexact, 1, memory_order_relaxed);
+            x->skip[pa * khw + t] = (int16_t)f;
+        }
+    }
+}
+
+typedef struct {
+    const op_conv_desc *d;
+    const float *x;
+    float *xq;
+    int64_t hq, wq, ps;
+} op_convbrg_wide_ctx;
+
+/* one task = one padded row (n, r) of the wide copy (pixels ps floats apart, the 16 extra zero) */
+static void op_convbrg_wide_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_convbrg_wide_ctx *f = (const op_convbrg_wide_ctx *)ctx;
+    const op_conv_desc *d = f->d;
+    const int64_t C = d->c, ps = f->ps, n = task / f->hq, ih = task % f->hq - d->pt;
+    float *o = f->xq + task * f->wq * ps;
+    if (ih < 0 || ih >= d->h) {
+        memset(o, 0, sizeof(float) * (size_t)(f->wq * ps));
+        return;
+    }
+    const float *src = f->x + (n * d->h + ih) * d->w * C;
+    for (int64_t s = 0; s < f->wq; s++, o += ps) {
+        const int64_t iw = s - d->pl;
+        if (iw < 0 || iw >= d->w) {
+            memset(o, 0, sizeof(float) * (size_t)ps);
+        } else {
+            memcpy(o, src + iw * C, sizeof(float) * (size_t)C);
+            memset(o + C, 0, sizeof(float) * (size_t)(ps - C));
+        }
+    }
+}
+
 /* Runs the convolution this way when it applies: returns the threads used, 0 when it does not
    apply (the caller takes the packing path), -1 on allocation failure. */
 static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
@@ -684,30 +876,122 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
                                   int nthreads)
 {
     enum { MR = OP_F32_MR, NR = OP_F32_NR };
+    const int opts = op_conv_f32_opts;
     /* (rows 4 KiB apart, sw*C a multiple of 1024, would share one L1d set: the packing path) */
-    if (d->nhwc != 1 || d->groups != 1 || d->kh * d->kw < 2 || d->ow % MR != 0 || (d->sw * d->c) % 1024 == 0)
+    const int alias = (d->sw * d->c) % 1024 == 0;
+    if (d->nhwc != 1 || d->groups != 1 || d->kh * d->kw < 2 || (alias && (x_bf16 || !(opts & OP_CONV_BRG_WIDE_ROWS))))
         return 0;
-    const int64_t K = d->c * d->kh * d->kw;
+    if (d->ow % MR != 0 && !((opts & OP_CONV_BRG_OW7) && d->ow % 7 == 0)) return 0;
+    const int64_t K = d->c * d->kh * d->kw, khw = d->kh * d->kw;
     if (K % 16 != 0) return 0;
+    const int64_t npn = op_cdiv64(d->oc, NR), npix = d->n * d->oh * d->ow, npan = op_cdiv64(npix, MR);
+    /* the padding taps of the border panels (none without padding or beyond 64 taps) */
+    const int pad = d->pt > 0 || d->pl > 0 || (d->oh - 1) * d->sh + (d->kh - 1) * d->dh >= d->h ||
+                    (d->ow - 1) * d->sw + (d->kw - 1) * d->dw >= d->w;
+    const int useskip = (pad || npix % MR != 0) && khw <= 64 && !(opts & OP_CONV_BRG_NOSKIP);
+    int16_t *skip = NULL;
+    op_convbrg_skip_ctx sc = {d, NULL, npix, npan, 0};
+    if (useskip) {
+        skip = (int16_t *)malloc(sizeof(int16_t) * (size_t)(npan * khw));
+        if (!skip) return -1;
+        sc.skip = skip;
+        op_parallel_for(npan * khw >= 4096 ? nthreads : 1, op_cdiv64(npan, 64), op_convbrg_skip_task, &sc);
+    }
+    /* Every padding tap skipped exactly (ResNet's 3 x 3 with padding 1 at OW 7, 14, 28, 56): the
+       input is read in place, no padded copy; the pixel offsets of the padded geometry are shifted
+       back by the padding (a border pixel's first tap, never read, lies before its row). */
+    const int inplace = pad && useskip && !x_bf16 && !alias && !atomic_load(&sc.inexact) &&
+                        !(opts & OP_CONV_BRG_COPY);
     op_convq_geo q;
     op_convq_buf qb = {NULL, NULL, NULL};
-    if (op_convq_prepare(d, x, x_bf16, x_bf16, 16, MR, nthreads, &q, &qb) != 0) {
+    int64_t shift = 0, ps = d->c;
+    if (inplace) {
+        const int64_t nblk = K / 16;
+        qb.bseg = (int64_t *)malloc(sizeof(int64_t) * (size_t)(nblk + 1));
+        qb.seg = (op_convq_seg *)malloc(sizeof(op_convq_seg) * (size_t)(nblk + op_convq_nruns(d, 16)));
+        if (!qb.bseg || !qb.seg) {
+            op_convq_free(&qb);
+            free(skip);
+            return -1;
+        }
+        q.d = d;
+        q.g0 = -1;
+        q.ohw_joint = op_conv_joint(d) ? d->oh * d->ow : 0;
+        q.xq = x;
+        q.rs = d->w * d->c;
+        q.is = d->h * d->w * d->c;
+        q.mr = MR;
+        q.bk = 16;
+        q.nblk = op_convq_plan(d, q.rs, 16, qb.bseg, qb.seg);
+        q.bseg = qb.bseg;
+        q.seg = qb.seg;
+        shift = d->pt * q.rs + d->pl * d->c;
+    } else if (alias) {   /* OP_CONV_BRG_WIDE_ROWS: the padded copy, pixels C + 16 floats apart */
+        const int64_t hq = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1;
+        const int64_t wq = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
+        ps = d->c + 16;
+        qb.xq = op_conv_scratch_alloc(sizeof(float) * (size_t)(d->n * hq * wq * ps));
+        if (!qb.xq) {
+            free(skip);
+            return -1;
+        }
+        op_convbrg_wide_ctx wc = {d, (const float *)x, (float *)qb.xq, hq, wq, ps};
+        op_parallel_for(d->n * hq * wq * ps >= (1 << 16) ? nthreads : 1, d->n * hq, op_convbrg_wide_task, &wc);
+        q.d = d;
+        q.g0 = -1;
+        q.ohw_joint = op_conv_joint(d) ? d->oh * d->ow : 0;
+        q.xq = qb.xq;
+        q.rs = wq * ps;
+        q.is = hq * wq * ps;
+        q.mr = MR;
+        q.bk = 16;
+        q.nblk = K / 16;
+    } else if (op_convq_prepare(d, x, x_bf16, x_bf16, 16, MR, nthreads, &q, &qb) != 0) {
         op_convq_free(&qb);
+        free(skip);
         return -1;
     }
     int used = 0;
     int64_t *off = (int64_t *)malloc(sizeof(int64_t) * (size_t)q.nblk);
-    for (int64_t b = 0; off && b < q.nblk; b++) {
+    /* (the wide copy: block b = channel block b / khw, tap b % khw, as op_convq_plan orders them) */
+    for (int64_t b = 0; alias && off && b < q.nblk; b++)
+        off[b] = (b % khw) / d->kw * d->dh * q.rs + (b % khw) % d->kw * d->dw * ps + b / khw * 16;
+    for (int64_t b = 0; !alias && off && b < q.nblk; b++) {
         const op_convq_seg *sg = q.seg + q.bseg[b];
         if (q.bseg[b + 1] - q.bseg[b] != 1 || sg->t0 != 0 || sg->len != 16) {
             free(off);
+            free(skip);
             op_convq_free(&qb);
             return 0;
         }
         off[b] = sg->off;
     }
-    const int64_t npn = op_cdiv64(d->oc, NR);
-    float *bp = (float *)op_conv_scratch_alloc(sizeof(float) * (size_t)(npn * NR * K));
+    int64_t T = nthreads < 1 ? 1 : nthreads;
+    op_convbrg_ctx c;
+    c.npan = npan;
+    c.npn = npn;
+    const int64_t mc = blk && blk->mc > 0 ? blk->mc : OP_F32_MC;
+    c.mpb = op_max64(1, mc / MR);
+    /* enough pixel blocks for the threads (4 per thread), else smaller blocks, then N parts */
+    if (op_cdiv64(c.npan, c.mpb) < 4 * T) c.mpb = op_max64(1, c.npan / (4 * T));
+    c.tm = op_cdiv64(c.npan, c.mpb);
+    /* (a multiple of the threads, the panels dealt evenly: pa0 .. pa1 of op_convbrg_task) */
+    if (c.tm > T && op_roundup64(c.tm, T) <= c.npan) c.tm = op_roundup64(c.tm, T);
+    c.tn = 1;
+    if (c.tm < 2 * T) c.tn = op_min64(npn, op_cdiv64(2 * T, c.tm));
+    /* OP_CONV_BRG_NSPLIT: a weight larger than the padded input, with N panels enough for the
+       threads, is read once (each task one N panel over all pixels) instead of once per pixel
+       block (ResNet-50 res4 3x3: a 2.25 MiB weight, a 2 MiB padded input at batch 8) */
+    const double wbytes = 4.0 * (double)K * (double)d->oc;
+    const double abytes = 4.0 * (double)q.is * (double)d->n;
+    if ((opts & OP_CONV_BRG_NSPLIT) && c.tm > 1 && wbytes > abytes && npn >= 2 * T) {
+        c.mpb = c.npan;
+        c.tm = 1;
+        c.tn = npn;
+    }
+    if (T > c.tm * c.tn) T = c.tm * c.tn;
+    c.tpack = (opts & OP_CONV_BRG_NSPLIT_PACK) && c.tm == 1 && c.tn == npn;
+    float *bp = (float *)op_conv_scratch_alloc(sizeof(float) * (size_t)((c.tpack ? T : npn) * NR * K));
     if (!off || !bp) {
         used = -1;
     } else {
@@ -719,11 +1003,13 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
         g.csb = K;
         g.rsb = 1;
         g.user = &q;
-        op_convbrg_pack_ctx pc = {&g, bp, K};
-        op_parallel_for(npn * K * NR >= (1 << 16) ? nthreads : 1, npn, op_convbrg_pack_task, &pc);
-        op_convbrg_ctx c;
+        if (!c.tpack) {
+            op_convbrg_pack_ctx pc = {&g, bp, K};
+            op_parallel_for(npn * K * NR >= (1 << 16) ? nthreads : 1, npn, op_convbrg_pack_task, &pc);
+        }
         c.d = d;
         c.q = &q;
+        c.g = &g;
         c.bp = bp;
         c.bias = bias;
         c.act = act;
@@ -732,32 +1018,17 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
         c.nblk = q.nblk;
         const int64_t kc = blk && blk->kc > 0 ? blk->kc : OP_F32_KC;
         c.kcb = op_max64(1, kc / 16);
-        if ((op_conv_f32_opts & OP_CONV_BRG_FULL_K) && K <= OP_CONV_BRG_FULL_K_MAX) c.kcb = q.nblk;
+        if ((opts & OP_CONV_BRG_FULL_K) && K <= OP_CONV_BRG_FULL_K_MAX) c.kcb = q.nblk;
         c.off = off;
-        c.npan = d->n * d->oh * d->ow / MR;
-        c.npn = npn;
-        const int64_t mc = blk && blk->mc > 0 ? blk->mc : OP_F32_MC;
-        c.mpb = op_max64(1, mc / MR);
-        int64_t T = nthreads < 1 ? 1 : nthreads;
-        /* enough pixel blocks for the threads (4 per thread), else smaller blocks, then N parts */
-        if (op_cdiv64(c.npan, c.mpb) < 4 * T) c.mpb = op_max64(1, c.npan / (4 * T));
-        c.tm = op_cdiv64(c.npan, c.mpb);
-        c.tn = 1;
-        if (c.tm < 2 * T) c.tn = op_min64(npn, op_cdiv64(2 * T, c.tm));
-        /* OP_CONV_BRG_NSPLIT: a weight larger than the padded input, with N panels enough for the
-           threads, is read once (each task one N panel over all pixels) instead of once per pixel
-           block (ResNet-50 res4 3x3: a 2.25 MiB weight, a 2 MiB padded input at batch 8) */
-        const double wbytes = 4.0 * (double)K * (double)d->oc;
-        const double abytes = 4.0 * (double)q.is * (double)d->n;
-        if ((op_conv_f32_opts & OP_CONV_BRG_NSPLIT) && c.tm > 1 && wbytes > abytes && npn >= 2 * T) {
-            c.mpb = c.npan;
-            c.tm = 1;
-            c.tn = npn;
-        }
-        if (T > c.tm * c.tn) T = c.tm * c.tn;
+        c.skip = skip;
+        c.shift = shift;
+        c.ps = ps;
+        c.khw = khw;
+        c.npix = npix;
         used = op_parallel_for((int)T, c.tm * c.tn, op_convbrg_task, &c);
     }
     op_conv_scratch_free(bp);
+    free(skip);
     free(off);
     op_convq_free(&qb);
     return used;
