@@ -700,6 +700,317 @@ static int op_conv2d_bf16_nhwc(const op_conv_desc *d, const uint16_t *x, const u
     return used;
 }
 
+/* ---------------------------------------------------------------- NHWC k x k, A read in place (VDPBF16PS)
+
+   A bfloat16 NHWC convolution (groups 1, C a multiple of 32, OW a multiple of 7) runs as a
+   batch-reduce GEMM over its padded input without packing A: in the depth order of the NHWC
+   formulation (channel block of 32, tap, channel), each 32-depth block of an output pixel is 32
+   adjacent bfloat16 of its padded input row, so K-pair pr of block b is the 32-bit word at
+   pixel + aoff[b] + 2*pr, broadcast straight from the input (as op_conv_ukr_a_dp does for 1x1).
+   The micro-kernel (op_conv_ukr_brg_dp, 14 x 32) takes two half panels of 7 pixels, each 7
+   consecutive output pixels of one output row (sw*C elements apart), from their own bases; the
+   weight is packed once per call into 32-column k32 panels (op_conv_pack_b_nhwc_k32) and all of K
+   is summed in registers (the tile written once: float32, or bfloat16 rounded once from the
+   registers after the epilogue, op_dp_row16).
+   Padding taps are skipped along H: the kernel rows ki whose input rows lie in the top or bottom
+   padding of an output row are left out of its block list (the lists per range [lo, hi) of valid
+   kernel rows, blocks in order), and the half panels are paired by that range (a half panel with no
+   partner of its range runs alone, 7 rows), so a 7 x 7 output pairs row oh of image n with row oh
+   of image n + 1. The W padding stays in the padded copy (zeros, computed). oneDNN's brgemm
+   convolution skips padding taps the same way (its kh range per output row); code our own.
+   Per-microarchitecture (op_conv_bf16_options bit 1, the registry's CONV_BF16_OPTIONS): off by
+   default (the NHWC GEMM over the packed gather), so a host without a row keeps that path. */
+#define OP_CONV_BF16_BRG 1
+static int op_conv_bf16_opts = 0;
+
+#if defined(OP_BF16_HAS_DP)
+OP_INLINE void op_brgb_body(const int MRV, int64_t nb, const uint16_t *a, int64_t hoff,
+                            const int64_t *aoff, const int64_t *boff, int64_t lda,
+                            const uint16_t *OP_RESTRICT b, float *c, uint16_t *c16, int64_t choff,
+                            int64_t rsc, int nr, const op_epilogue *epi)
+{
+    __m512 c0_0 = _mm512_setzero_ps(), c0_1 = c0_0, c1_0 = c0_0, c1_1 = c0_0, c2_0 = c0_0,
+           c2_1 = c0_0, c3_0 = c0_0, c3_1 = c0_0, c4_0 = c0_0, c4_1 = c0_0, c5_0 = c0_0,
+           c5_1 = c0_0, c6_0 = c0_0, c6_1 = c0_0, c7_0 = c0_0, c7_1 = c0_0, c8_0 = c0_0,
+           c8_1 = c0_0, c9_0 = c0_0, c9_1 = c0_0, c10_0 = c0_0, c10_1 = c0_0, c11_0 = c0_0,
+           c11_1 = c0_0, c12_0 = c0_0, c12_1 = c0_0, c13_0 = c0_0, c13_1 = c0_0;
+    const int64_t l2 = 2 * lda;
+#define OP_BH(x) ((__m512bh)(x))
+#define OP_RA(i, src)                                                                     \
+    if (MRV > i) {                                                                        \
+        int32_t av;                                                                       \
+        memcpy(&av, (src), 4);                                                            \
+        const __m512i ai = _mm512_set1_epi32(av);                                         \
+        c##i##_0 = _mm512_dpbf16_ps(c##i##_0, OP_BH(ai), OP_BH(b0));                      \
+        c##i##_1 = _mm512_dpbf16_ps(c##i##_1, OP_BH(ai), OP_BH(b1));                      \
+    }
+    for (int64_t kb = 0; kb < nb; kb++) {
+        const uint16_t *p0 = a + aoff[kb], *p3 = p0 + 3 * lda, *p7 = p0 + hoff, *p10 = p7 + 3 * lda;
+        const uint16_t *bb = b + boff[kb];
+        /* the block after next: one line per pixel, and its 32 lines of B */
+        const int64_t kf = kb + 2 < nb ? kb + 2 : kb;
+        const uint16_t *pf = a + aoff[kf], *bf = b + boff[kf];
+#pragma GCC unroll 16
+        for (int pr = 0; pr < 16; pr++) {
+            const __m512i b0 = _mm512_loadu_si512((const void *)(bb + pr * 32));
+            const __m512i b1 = _mm512_loadu_si512((const void *)(bb + 512 + pr * 32));
+            if (pr < 7) _mm_prefetch((const char *)(pf + pr * lda), _MM_HINT_T0);
+            else if (pr < 14 && MRV > 7) _mm_prefetch((const char *)(pf + hoff + (pr - 7) * lda), _MM_HINT_T0);
+            _mm_prefetch((const char *)(bf + pr * 64), _MM_HINT_T0);
+            _mm_prefetch((const char *)(bf + pr * 64 + 32), _MM_HINT_T0);
+            OP_RA(0, p0 + 2 * pr) OP_RA(1, p0 + lda + 2 * pr) OP_RA(2, p0 + l2 + 2 * pr)
+            OP_RA(3, p3 + 2 * pr) OP_RA(4, p3 + lda + 2 * pr) OP_RA(5, p3 + l2 + 2 * pr)
+            OP_RA(6, p3 + l2 + lda + 2 * pr)
+            OP_RA(7, p7 + 2 * pr) OP_RA(8, p7 + lda + 2 * pr) OP_RA(9, p7 + l2 + 2 * pr)
+            OP_RA(10, p10 + 2 * pr) OP_RA(11, p10 + lda + 2 * pr) OP_RA(12, p10 + l2 + 2 * pr)
+            OP_RA(13, p10 + l2 + lda + 2 * pr)
+        }
+    }
+#undef OP_RA
+#undef OP_BH
+    op_epi512 e;
+    op_epi512_init(&e, nr, epi);
+    if (c16) {
+#define OP_W(i, base) if (MRV > i) op_dp_row16(&e, base, i, c##i##_0, c##i##_1, nr);
+        OP_W(0, c16) OP_W(1, c16 + rsc) OP_W(2, c16 + 2 * rsc) OP_W(3, c16 + 3 * rsc)
+        OP_W(4, c16 + 4 * rsc) OP_W(5, c16 + 5 * rsc) OP_W(6, c16 + 6 * rsc)
+        c16 += choff;
+        OP_W(7, c16) OP_W(8, c16 + rsc) OP_W(9, c16 + 2 * rsc) OP_W(10, c16 + 3 * rsc)
+        OP_W(11, c16 + 4 * rsc) OP_W(12, c16 + 5 * rsc) OP_W(13, c16 + 6 * rsc)
+#undef OP_W
+        return;
+    }
+#define OP_W(i, base) if (MRV > i) op_epi512_row(&e, base, i, c##i##_0, c##i##_1, nr, 0);
+    OP_W(0, c) OP_W(1, c + rsc) OP_W(2, c + 2 * rsc) OP_W(3, c + 3 * rsc)
+    OP_W(4, c + 4 * rsc) OP_W(5, c + 5 * rsc) OP_W(6, c + 6 * rsc)
+    c += choff;
+    OP_W(7, c) OP_W(8, c + rsc) OP_W(9, c + 2 * rsc) OP_W(10, c + 3 * rsc)
+    OP_W(11, c + 4 * rsc) OP_W(12, c + 5 * rsc) OP_W(13, c + 6 * rsc)
+#undef OP_W
+}
+
+static OP_NOINLINE void op_conv_ukr_brg_dp14(int64_t nb, const uint16_t *a, int64_t hoff, const int64_t *aoff,
+                                             const int64_t *boff, int64_t lda, const uint16_t *b, float *c,
+                                             uint16_t *c16, int64_t choff, int64_t rsc, int nr,
+                                             const op_epilogue *epi)
+{
+    op_brgb_body(14, nb, a, hoff, aoff, boff, lda, b, c, c16, choff, rsc, nr, epi);
+}
+
+static OP_NOINLINE void op_conv_ukr_brg_dp7(int64_t nb, const uint16_t *a, int64_t hoff, const int64_t *aoff,
+                                            const int64_t *boff, int64_t lda, const uint16_t *b, float *c,
+                                            uint16_t *c16, int64_t choff, int64_t rsc, int nr,
+                                            const op_epilogue *epi)
+{
+    op_brgb_body(7, nb, a, hoff, aoff, boff, lda, b, c, c16, choff, rsc, nr, epi);
+}
+
+typedef struct {
+    const op_conv_desc *d;
+    const op_convq_geo *q;
+    const uint16_t *bp;       /* packed weight: 32-column panel s at bp + s * pstride */
+    int64_t pstride;
+    const float *bias;
+    int act;
+    void *y;
+    int y_bf16;
+    const int64_t *pan;       /* per panel: first pixel of each half (second: -1 alone), class */
+    const int64_t *lnb, *lst; /* per class: blocks, first entry in aoff / boff */
+    const int64_t *aoff, *boff;
+    int64_t npan, npn;        /* panels, 32-column panels */
+    int64_t mpb, tm, tn;      /* panels per task block; task grid tm x tn */
+} op_brgb_ctx;
+
+static void op_brgb_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_brgb_ctx *x = (const op_brgb_ctx *)ctx;
+    const op_conv_desc *d = x->d;
+    const int64_t tmi = task / x->tn, tni = task % x->tn;
+    const int64_t pa0 = tmi * x->mpb, pa1 = op_min64(x->npan, pa0 + x->mpb);
+    const int64_t s0 = x->npn * tni / x->tn, s1 = x->npn * (tni + 1) / x->tn;
+    const uint16_t *X = (const uint16_t *)x->q->xq;
+    const int64_t lda = d->sw * d->c, OC = d->oc;
+    op_epilogue epi;
+    epi.bias = x->bias;
+    epi.bias_stride = 1;
+    epi.bias_axis = 1;
+    epi.act = x->act;
+    const int has_epi = x->bias || x->act != OP_ACT_NONE;
+    float *yf = x->y_bf16 ? NULL : (float *)x->y;
+    uint16_t *yh = x->y_bf16 ? (uint16_t *)x->y : NULL;
+    for (int64_t s = s0; s < s1; s++) {
+        const int nr = (int)op_min64(32, OC - s * 32);
+        const uint16_t *bpan = x->bp + s * x->pstride;
+        op_epilogue te = epi;
+        if (te.bias) te.bias += s * 32;
+        const op_epilogue *tep = has_epi ? &te : NULL;
+        for (int64_t pa = pa0; pa < pa1; pa++) {
+            const int64_t *p = x->pan + 3 * pa;
+            const int64_t o0 = op_convq_pixel(x->q, 0, p[0]), cl = p[2];
+            const int64_t *ao = x->aoff + x->lst[cl], *bo = x->boff + x->lst[cl];
+            const int64_t c0 = p[0] * OC + s * 32;
+            if (p[1] >= 0) {
+                const int64_t hoff = op_convq_pixel(x->q, 0, p[1]) - o0, choff = (p[1] - p[0]) * OC;
+                op_conv_ukr_brg_dp14(x->lnb[cl], X + o0, hoff, ao, bo, lda, bpan, yf ? yf + c0 : NULL,
+                                     yh ? yh + c0 : NULL, choff, OC, nr, tep);
+            } else {
+                op_conv_ukr_brg_dp7(x->lnb[cl], X + o0, 0, ao, bo, lda, bpan, yf ? yf + c0 : NULL,
+                                    yh ? yh + c0 : NULL, 0, OC, nr, tep);
+            }
+        }
+    }
+}
+
+typedef struct {
+    const op_gemm_args *g;
+    uint16_t *bp;
+    int64_t K, pstride;
+} op_brgb_pack_ctx;
+
+static void op_brgb_pack_task(void *ctx, int64_t s, int tid)
+{
+    (void)tid;
+    const op_brgb_pack_ctx *x = (const op_brgb_pack_ctx *)ctx;
+    const int64_t nc = op_min64(32, x->g->n - s * 32);
+    op_conv_pack_b_nhwc_k32(x->g, 0, 0, x->K, x->K, s * 32, nc, x->bp + s * x->pstride);
+}
+
+/* Runs the convolution this way when it applies: returns the threads used, 0 when it does not
+   apply (the caller takes the GEMM path), -1 on allocation failure. */
+static int op_conv2d_nhwc_brg_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w,
+                                   const float *bias, void *y, int y_bf16, int act, const op_blocking *blk,
+                                   int nthreads)
+{
+    enum { MR = OP_DP_MR };
+    const int64_t khw = d->kh * d->kw, KH = d->kh;
+    /* (rows 4 KiB apart, sw*C a multiple of 2048, would share one L1d set: the GEMM path) */
+    if (!(op_conv_bf16_opts & OP_CONV_BF16_BRG) || d->nhwc != 1 || d->groups != 1 || khw < 2 ||
+        d->ow % 7 != 0 || d->c % 32 != 0 || (d->sw * d->c) % 2048 == 0 || KH > 16)
+        return 0;
+    const int64_t K = d->c * khw, OH = d->oh, OW = d->ow, N = d->n;
+    op_convq_geo q;
+    op_convq_buf qb = {NULL, NULL, NULL};
+    if (op_convq_prepare(d, x, 1, 0, 32, MR, nthreads, &q, &qb) != 0) {
+        op_convq_free(&qb);
+        return -1;
+    }
+    const int64_t nblk = q.nblk, ncls = (KH + 1) * (KH + 1);
+    for (int64_t b = 0; b < nblk; b++) {
+        const op_convq_seg *sg = q.seg + q.bseg[b];
+        if (q.bseg[b + 1] - q.bseg[b] != 1 || sg->t0 != 0 || sg->len != 32) {
+            op_convq_free(&qb);
+            return 0;
+        }
+    }
+    const int64_t nhalf = N * OH * (OW / 7);
+    const int64_t npn = op_cdiv64(d->oc, 32);
+    const int64_t pstride = 32 * K + 32 * (op_min64(32, d->c) * khw + 1);
+    int64_t *ibuf = (int64_t *)malloc(sizeof(int64_t) * (size_t)(2 * ncls * nblk + 3 * ncls + OH + 3 * nhalf));
+    uint16_t *bp = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(npn * pstride));
+    int used = -1;
+    if (ibuf && bp) {
+        int64_t *aoff = ibuf, *boff = aoff + ncls * nblk, *lnb = boff + ncls * nblk, *lst = lnb + ncls;
+        int64_t *pend = lst + ncls, *ocl = pend + ncls, *pan = ocl + OH;
+        /* block lists per range [lo, hi) of valid kernel rows: class lo * (KH + 1) + hi */
+        for (int64_t lo = 0; lo <= KH; lo++)
+            for (int64_t hi = 0; hi <= KH; hi++) {
+                const int64_t cl = lo * (KH + 1) + hi;
+                int64_t m = 0;
+                lst[cl] = cl * nblk;
+                for (int64_t b = 0; b < nblk; b++) {
+                    const int64_t ki = (b % khw) / d->kw;
+                    if (ki < lo || ki >= hi) continue;
+                    aoff[cl * nblk + m] = q.seg[q.bseg[b]].off;
+                    boff[cl * nblk + m] = b * 1024;
+                    m++;
+                }
+                lnb[cl] = m;
+            }
+        for (int64_t oh = 0; oh < OH; oh++) {
+            int64_t lo = KH, hi = 0;
+            for (int64_t ki = 0; ki < KH; ki++) {
+                const int64_t ih = oh * d->sh - d->pt + ki * d->dh;
+                if (ih >= 0 && ih < d->h) {
+                    if (ki < lo) lo = ki;
+                    hi = ki + 1;
+                }
+            }
+            if (lo >= hi) lo = hi = 0;
+            ocl[oh] = lo * (KH + 1) + hi;
+        }
+        /* half panels (7 pixels of one output row), paired with the previous unpaired one of their class */
+        for (int64_t cl = 0; cl < ncls; cl++) pend[cl] = -1;
+        int64_t np = 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow += 7) {
+                    const int64_t pix = (n * OH + oh) * OW + ow, cl = ocl[oh];
+                    if (pend[cl] >= 0) {
+                        int64_t *p = pan + 3 * pend[cl];
+                        p[1] = pix;
+                        pend[cl] = -1;
+                    } else {
+                        int64_t *p = pan + 3 * np;
+                        p[0] = pix;
+                        p[1] = -1;
+                        p[2] = cl;
+                        pend[cl] = np++;
+                    }
+                }
+        op_gemm_args g;
+        memset(&g, 0, sizeof g);
+        g.n = d->oc;
+        g.k = K;
+        g.b = w;
+        g.csb = K;
+        g.rsb = 1;
+        g.user = &q;
+        op_brgb_pack_ctx pc = {&g, bp, K, pstride};
+        op_parallel_for(npn * K * 32 >= (1 << 16) ? nthreads : 1, npn, op_brgb_pack_task, &pc);
+        op_brgb_ctx c;
+        c.d = d;
+        c.q = &q;
+        c.bp = bp;
+        c.pstride = pstride;
+        c.bias = bias;
+        c.act = act;
+        c.y = y;
+        c.y_bf16 = y_bf16;
+        c.pan = pan;
+        c.lnb = lnb;
+        c.lst = lst;
+        c.aoff = aoff;
+        c.boff = boff;
+        c.npan = np;
+        c.npn = npn;
+        const int64_t mc = blk && blk->mc > 0 ? blk->mc : 112;
+        c.mpb = op_max64(1, mc / MR);
+        int64_t T = nthreads < 1 ? 1 : nthreads;
+        /* enough pixel blocks for the threads (4 per thread), else smaller blocks, then N parts */
+        if (op_cdiv64(c.npan, c.mpb) < 4 * T) c.mpb = op_max64(1, c.npan / (4 * T));
+        c.tm = op_cdiv64(c.npan, c.mpb);
+        c.tn = 1;
+        if (c.tm < 2 * T) c.tn = op_min64(npn, op_cdiv64(2 * T, c.tm));
+        /* a weight larger than the padded input, with N panels enough for the threads: each task
+           one N panel over all pixels (the weight read once) */
+        const double wbytes = 2.0 * (double)K * (double)d->oc;
+        const double abytes = 2.0 * (double)q.is * (double)N;
+        if (c.tm > 1 && wbytes > abytes && npn >= 2 * T) {
+            c.mpb = c.npan;
+            c.tm = 1;
+            c.tn = npn;
+        }
+        if (T > c.tm * c.tn) T = c.tm * c.tn;
+        used = op_parallel_for((int)T, c.tm * c.tn, op_brgb_task, &c);
+    }
+    op_conv_scratch_free(bp);
+    free(ibuf);
+    op_convq_free(&qb);
+    return used;
+}
+#endif
+
 #endif
 
 int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, const float *bias,
@@ -740,7 +1051,13 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
     const int inplace = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 &&
                         d->pl == 0 && d->oh == d->h && d->ow == d->w;
     if (!inplace) {
-        if (d->nhwc) return op_conv2d_bf16_nhwc(d, x, w, bias, y, y_bf16, act, blk, nthreads);
+        if (d->nhwc) {
+#if defined(OP_BF16_HAS_DP)
+            const int rb = op_conv2d_nhwc_brg_bf16(d, x, w, bias, y, y_bf16, act, blk, nthreads);
+            if (rb != 0) return rb;
+#endif
+            return op_conv2d_bf16_nhwc(d, x, w, bias, y, y_bf16, act, blk, nthreads);
+        }
         const int r = op_conv2d_bf16_xp(d, x, w, bias, y, y_bf16, act, blk, nthreads);
         if (r != 0) return r;
     }
@@ -765,5 +1082,17 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
     q.cg = d->c / G;
     q.ocg = ocg;
     return op_convb_gemm(d, &ops, amx, &q, &q.g0, x, w, K, bias, act, y, y_bf16, blk, nthreads);
+#endif
+}
+
+int op_conv_bf16_options(int flags)
+{
+#if defined(OP_BF16_NATIVE)
+    const int old = op_conv_bf16_opts;
+    if (flags >= 0) op_conv_bf16_opts = flags & OP_CONV_BF16_BRG;
+    return old;
+#else
+    (void)flags;
+    return 0;
 #endif
 }
