@@ -700,6 +700,197 @@ static int op_conv2d_bf16_nhwc(const op_conv_desc *d, const uint16_t *x, const u
     return used;
 }
 
+/* ---------------------------------------------------------------- 16-bit transposes (NCHW <-> NHWC)
+
+   op_convb_tr_tile: dst[j][i] = src[i][j] for i < ni (<= 32), j < nj (<= 16): pairs of source rows
+   interleaved into dwords, one 16 x 16 dword transpose, 32 elements (64 bytes) per destination row.
+   sw2: the source elements are every other one (src[i][2j]): the low halves of 16 dwords. */
+#if defined(OP_HAS_AVX512)
+OP_INLINE void op_convb_tr_tile(const uint16_t *src, int64_t ss, int ni, int nj, uint16_t *dst, int64_t ds,
+                                const int sw2)
+{
+    const __mmask16 lm = (__mmask16)((1u << nj) - 1u);
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+    __m512i r[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) {
+        __m512i e0 = _mm512_setzero_si512(), e1 = e0;
+        if (sw2) {
+            if (2 * i < ni) e0 = _mm512_and_si512(_mm512_maskz_loadu_epi32(lm, src + 2 * i * ss), lo16);
+            if (2 * i + 1 < ni) e1 = _mm512_slli_epi32(_mm512_maskz_loadu_epi32(lm, src + (2 * i + 1) * ss), 16);
+        } else {
+            if (2 * i < ni) e0 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lm, src + 2 * i * ss));
+            if (2 * i + 1 < ni)
+                e1 = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lm, src + (2 * i + 1) * ss)), 16);
+        }
+        r[i] = _mm512_or_si512(e0, e1);
+    }
+    op_transpose16_epi32(r);
+    if (ni == 32) {
+        for (int j = 0; j < nj; j++) _mm512_storeu_si512((void *)(dst + j * ds), r[j]);
+    } else {
+        const __mmask32 sm = (__mmask32)(((uint64_t)1 << ni) - 1u);
+        for (int j = 0; j < nj; j++) _mm512_mask_storeu_epi16((void *)(dst + j * ds), sm, r[j]);
+    }
+}
+#endif
+
+/* dst[j * ds + i] = src[i * ss + j * sj] (sj: 1, or 2 for a stride-2 sample), i < ni, j < nj */
+static void op_convb_tr_block(const uint16_t *src, int64_t ss, int64_t sj, int64_t ni, int64_t nj,
+                              uint16_t *dst, int64_t ds)
+{
+    for (int64_t i0 = 0; i0 < ni; i0 += 32) {
+        const int mi = (int)op_min64(32, ni - i0);
+        for (int64_t j0 = 0; j0 < nj; j0 += 16) {
+            const int mj = (int)op_min64(16, nj - j0);
+            const uint16_t *s = src + i0 * ss + j0 * sj;
+            uint16_t *d = dst + j0 * ds + i0;
+#if defined(OP_HAS_AVX512)
+            if (sj == 1) {
+                op_convb_tr_tile(s, ss, mi, mj, d, ds, 0);
+                continue;
+            }
+            if (sj == 2) {
+                op_convb_tr_tile(s, ss, mi, mj, d, ds, 1);
+                continue;
+            }
+#endif
+            for (int j = 0; j < mj; j++)
+                for (int i = 0; i < mi; i++) d[j * ds + i] = s[i * ss + j * sj];
+        }
+    }
+}
+
+typedef struct {
+    const uint16_t *src;
+    uint16_t *dst;
+    int64_t rows, cols, parts;
+} op_convb_tr_ctx;
+
+/* one task = a range of 16-column blocks of one image */
+static void op_convb_tr_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_convb_tr_ctx *t = (const op_convb_tr_ctx *)ctx;
+    const int64_t R = t->rows, C = t->cols, P = t->parts, njb = op_cdiv64(C, 16);
+    const int64_t img = task / P, j0 = njb * (task % P) / P * 16, j1 = op_min64(C, njb * (task % P + 1) / P * 16);
+    if (j1 <= j0) return;
+    op_convb_tr_block(t->src + img * R * C + j0, C, 1, R, j1 - j0, t->dst + img * R * C + j0 * R, R);
+}
+
+/* n images of rows x cols bfloat16 -> cols x rows (the vectorised op_conv_transpose for 2-byte elements) */
+static void op_convb_transpose(const uint16_t *src, uint16_t *dst, int64_t n, int64_t rows, int64_t cols,
+                               int nthreads)
+{
+    const int T = n * rows * cols >= (1 << 16) ? nthreads : 1;
+    op_convb_tr_ctx t = {src, dst, rows, cols, n >= 2 * T ? 1 : op_min64(op_cdiv64(cols, 16), 4 * T)};
+    op_parallel_for(T, n * t.parts, op_convb_tr_task, &t);
+}
+
+typedef struct {
+    const op_conv_desc *d;        /* the NCHW problem */
+    const uint16_t *x;
+    uint16_t *xq;
+    int64_t hq, wq, sub;          /* sub: a strided unpadded 1x1 sampled (xq is OH x OW) */
+} op_convb_fill_ctx;
+
+/* one task = one row (n, r) of the padded NHWC copy xq, transposed from the NCHW input */
+static void op_convb_fill_nchw_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_convb_fill_ctx *f = (const op_convb_fill_ctx *)ctx;
+    const op_conv_desc *d = f->d;
+    const int64_t C = d->c, H = d->h, W = d->w, wq = f->wq, n = task / f->hq, r = task % f->hq;
+    uint16_t *o = f->xq + task * wq * C;
+    const uint16_t *img = f->x + n * C * H * W;
+    if (f->sub) {   /* row r of the sample: input row r * sh, columns s * sw */
+        const int64_t sw = d->sw;
+        const uint16_t *src = img + r * d->sh * W;
+        if (sw <= 2 && (sw == 1 || 2 * wq <= W))
+            op_convb_tr_block(src, H * W, sw, C, wq, o, C);
+        else
+            for (int64_t s = 0; s < wq; s++)
+                for (int64_t c = 0; c < C; c++) o[s * C + c] = src[c * H * W + s * sw];
+        return;
+    }
+    const int64_t ih = r - d->pt;
+    if (ih < 0 || ih >= H) {
+        memset(o, 0, sizeof(uint16_t) * (size_t)(wq * C));
+        return;
+    }
+    const int64_t s0 = op_min64(d->pl, wq), s1 = op_min64(d->pl + W, wq);
+    memset(o, 0, sizeof(uint16_t) * (size_t)(s0 * C));
+    memset(o + s1 * C, 0, sizeof(uint16_t) * (size_t)((wq - s1) * C));
+    op_convb_tr_block(img + ih * W, H * W, 1, C, s1 - s0, o + s0 * C, C);
+}
+
+/* *dn: the NHWC problem of the NCHW problem d (nhwc = 1; an unpadded strided 1x1 convolution becomes
+   the 1x1 stride-1 one of its sampled pixels (oh * sh, ow * sw), as op_conv_as_nhwc_input makes it);
+   *sub (if not NULL): whether it was sampled. */
+static void op_convb_nchw_problem(const op_conv_desc *d, op_conv_desc *dn, int *sub)
+{
+    *dn = *d;
+    dn->nhwc = 1;
+    const int s = d->kh == 1 && d->kw == 1 && d->pt == 0 && d->pl == 0 && (d->sh > 1 || d->sw > 1) &&
+                  (d->oh - 1) * d->sh < d->h && (d->ow - 1) * d->sw < d->w;
+    if (s) {
+        dn->h = d->oh;
+        dn->w = d->ow;
+        dn->sh = dn->sw = 1;
+    }
+    if (sub) *sub = s;
+}
+
+/* The NHWC copy of an NCHW bfloat16 input for the NHWC problem *dn (op_convb_nchw_problem), without
+   padding: op_conv_as_nhwc_input with the vectorised transposes. NULL on allocation failure. */
+static void *op_convb_as_nhwc_input(const op_conv_desc *d, const uint16_t *x, int nthreads, op_conv_desc *dn)
+{
+    int sub;
+    op_convb_nchw_problem(d, dn, &sub);
+    uint16_t *xt = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(dn->n * dn->c * dn->h * dn->w));
+    if (!xt) return NULL;
+    if (sub) {
+        op_convb_fill_ctx fc = {d, x, xt, dn->h, dn->w, 1};
+        op_parallel_for(dn->n * dn->h * dn->w * dn->c >= (1 << 16) ? nthreads : 1, dn->n * dn->h,
+                        op_convb_fill_nchw_task, &fc);
+    } else {
+        op_convb_transpose(x, xt, d->n, d->c, d->h * d->w, nthreads);
+    }
+    return xt;
+}
+
+/* The NHWC problem of an NCHW one (*dn: nhwc = 1; a strided unpadded 1x1 convolution becomes the
+   1x1 stride-1 one of its sampled pixels) and its padded NHWC copy with the block plan (bk 32, as
+   op_convq_prepare makes from an NHWC input), transposed from the NCHW input in one pass. Returns 0,
+   or -1 on allocation failure; op_convq_free releases *b either way. */
+static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int mr, int nthreads,
+                                 op_conv_desc *dn, op_convq_geo *q, op_convq_buf *b)
+{
+    int sub;
+    op_convb_nchw_problem(d, dn, &sub);
+    const int64_t C = dn->c, K = dn->kh * dn->kw * (C / dn->groups), nblk = op_cdiv64(K, 32);
+    const int64_t hq = sub ? dn->h : (dn->oh - 1) * dn->sh + (dn->kh - 1) * dn->dh + 1;
+    const int64_t wq = sub ? dn->w : (dn->ow - 1) * dn->sw + (dn->kw - 1) * dn->dw + 1;
+    b->xq = op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(dn->n * hq * wq * C));
+    b->bseg = (int64_t *)malloc(sizeof(int64_t) * (size_t)(nblk + 1));
+    b->seg = (op_convq_seg *)malloc(sizeof(op_convq_seg) * (size_t)(nblk + op_convq_nruns(dn, 32)));
+    if (!b->xq || !b->bseg || !b->seg) return -1;
+    op_convb_fill_ctx fc = {d, x, (uint16_t *)b->xq, hq, wq, sub};
+    op_parallel_for(dn->n * hq * wq * C >= (1 << 16) ? nthreads : 1, dn->n * hq, op_convb_fill_nchw_task, &fc);
+    q->d = dn;
+    q->g0 = -1;
+    q->ohw_joint = op_conv_joint(dn) ? dn->oh * dn->ow : 0;
+    q->xq = b->xq;
+    q->rs = wq * C;
+    q->is = hq * wq * C;
+    q->mr = mr;
+    q->bk = 32;
+    q->nblk = op_convq_plan(dn, q->rs, 32, b->bseg, b->seg);
+    q->bseg = b->bseg;
+    q->seg = b->seg;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- NHWC k x k, A read in place (VDPBF16PS)
 
    A bfloat16 NHWC convolution (groups 1, C a multiple of 32, OW a multiple of 7) runs as a
@@ -876,32 +1067,33 @@ static void op_brgb_pack_task(void *ctx, int64_t s, int tid)
     op_conv_pack_b_nhwc_k32(x->g, 0, 0, x->K, x->K, s * 32, nc, x->bp + s * x->pstride);
 }
 
-/* Runs the convolution this way when it applies: returns the threads used, 0 when it does not
-   apply (the caller takes the GEMM path), -1 on allocation failure. */
-static int op_conv2d_nhwc_brg_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w,
-                                   const float *bias, void *y, int y_bf16, int act, const op_blocking *blk,
-                                   int nthreads)
+/* Whether the NHWC problem d fits the batch-reduce kernel (and the option is on). */
+static int op_brgb_fits(const op_conv_desc *d)
+{
+    /* a 1x1 stride-1 convolution stays a GEMM on the input in place (Zen 4, ResNet-50 1x1 layers at
+       batch 8: 3-40% faster than this kernel, whose few K blocks per call leave its set-up and
+       write-out exposed); a strided 1x1 one takes it (NHWC res3a_branch1: 7% faster than the GEMM
+       over the gathered A). (Rows 4 KiB apart, sw*C a multiple of 2048, would share one L1d set:
+       the GEMM path.) */
+    return (op_conv_bf16_opts & OP_CONV_BF16_BRG) && d->groups == 1 &&
+           (d->kh * d->kw >= 2 || d->sh > 1 || d->sw > 1) &&
+           d->ow % 7 == 0 && d->c % 32 == 0 && (d->sw * d->c) % 2048 != 0 && d->kh <= 16;
+}
+
+/* The batch-reduce kernel on the NHWC problem d over its padded copy q (bk 32): returns the threads
+   used, 0 when the plan does not fit (the caller takes the GEMM path), -1 on allocation failure.
+   y: NHWC, float32 or bfloat16 bits (y_bf16). */
+static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, const uint16_t *w, const float *bias,
+                       void *y, int y_bf16, int act, const op_blocking *blk, int nthreads)
 {
     enum { MR = OP_DP_MR };
+    const op_convq_geo q = *qp;
     const int64_t khw = d->kh * d->kw, KH = d->kh;
-    /* (rows 4 KiB apart, sw*C a multiple of 2048, would share one L1d set: the GEMM path) */
-    if (!(op_conv_bf16_opts & OP_CONV_BF16_BRG) || d->nhwc != 1 || d->groups != 1 || khw < 2 ||
-        d->ow % 7 != 0 || d->c % 32 != 0 || (d->sw * d->c) % 2048 == 0 || KH > 16)
-        return 0;
     const int64_t K = d->c * khw, OH = d->oh, OW = d->ow, N = d->n;
-    op_convq_geo q;
-    op_convq_buf qb = {NULL, NULL, NULL};
-    if (op_convq_prepare(d, x, 1, 0, 32, MR, nthreads, &q, &qb) != 0) {
-        op_convq_free(&qb);
-        return -1;
-    }
     const int64_t nblk = q.nblk, ncls = (KH + 1) * (KH + 1);
     for (int64_t b = 0; b < nblk; b++) {
         const op_convq_seg *sg = q.seg + q.bseg[b];
-        if (q.bseg[b + 1] - q.bseg[b] != 1 || sg->t0 != 0 || sg->len != 32) {
-            op_convq_free(&qb);
-            return 0;
-        }
+        if (q.bseg[b + 1] - q.bseg[b] != 1 || sg->t0 != 0 || sg->len != 32) return 0;
     }
     const int64_t nhalf = N * OH * (OW / 7);
     const int64_t npn = op_cdiv64(d->oc, 32);
@@ -1006,6 +1198,21 @@ static int op_conv2d_nhwc_brg_bf16(const op_conv_desc *d, const uint16_t *x, con
     }
     op_conv_scratch_free(bp);
     free(ibuf);
+    return used;
+}
+
+/* An NHWC convolution on the batch-reduce kernel when it fits: the threads used, 0 when it does not
+   apply (the caller takes the GEMM path), -1 on allocation failure. */
+static int op_conv2d_nhwc_brg_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w,
+                                   const float *bias, void *y, int y_bf16, int act, const op_blocking *blk,
+                                   int nthreads)
+{
+    if (d->nhwc != 1 || !op_brgb_fits(d)) return 0;
+    op_convq_geo q;
+    op_convq_buf qb = {NULL, NULL, NULL};
+    int used = -1;
+    if (op_convq_prepare(d, x, 1, 0, 32, OP_DP_MR, nthreads, &q, &qb) == 0)
+        used = op_brgb_run(d, &q, w, bias, y, y_bf16, act, blk, nthreads);
     op_convq_free(&qb);
     return used;
 }
@@ -1023,12 +1230,32 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
     if (d->nhwc == 2) {   /* NCHW through the NHWC formulation (conv_f32.c) */
         op_conv_desc dn;
         const size_t ysz = y_bf16 ? 2 : 4;
-        void *xt = op_conv_as_nhwc_input(d, x, 2, nthreads, &dn);
         void *yt = op_conv_scratch_alloc(ysz * (size_t)(d->n * ohw * d->oc));
         int r = -1;
-        if (xt && yt) r = op_conv2d_bf16(&dn, (const uint16_t *)xt, w, bias, yt, y_bf16, act, blk, nthreads);
-        if (r > 0) op_conv_transpose(yt, y, d->n, ohw, d->oc, ysz, nthreads);
-        op_conv_scratch_free(xt);
+#if defined(OP_BF16_HAS_DP)
+        /* the batch-reduce kernel over a padded NHWC copy transposed from x in one pass */
+        op_convq_geo q;
+        op_convq_buf qb = {NULL, NULL, NULL};
+        op_convb_nchw_problem(d, &dn, NULL);
+        if (yt && op_brgb_fits(&dn)) {
+            r = op_convb_prepare_nchw(d, x, OP_DP_MR, nthreads, &dn, &q, &qb) == 0
+                    ? op_brgb_run(&dn, &q, w, bias, yt, y_bf16, act, blk, nthreads) : -1;
+        } else {
+            r = 0;
+        }
+        op_convq_free(&qb);
+        if (r == 0)
+#endif
+        {
+            void *xt = op_convb_as_nhwc_input(d, x, nthreads, &dn);
+            r = -1;
+            if (xt && yt) r = op_conv2d_bf16(&dn, (const uint16_t *)xt, w, bias, yt, y_bf16, act, blk, nthreads);
+            op_conv_scratch_free(xt);
+        }
+        if (r > 0) {
+            if (y_bf16) op_convb_transpose((const uint16_t *)yt, (uint16_t *)y, d->n, ohw, d->oc, nthreads);
+            else op_conv_transpose(yt, y, d->n, ohw, d->oc, ysz, nthreads);
+        }
         op_conv_scratch_free(yt);
         return r;
     }
@@ -1050,14 +1277,14 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
 #else
     const int inplace = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 &&
                         d->pl == 0 && d->oh == d->h && d->ow == d->w;
-    if (!inplace) {
-        if (d->nhwc) {
 #if defined(OP_BF16_HAS_DP)
-            const int rb = op_conv2d_nhwc_brg_bf16(d, x, w, bias, y, y_bf16, act, blk, nthreads);
-            if (rb != 0) return rb;
+    if (d->nhwc) {
+        const int rb = op_conv2d_nhwc_brg_bf16(d, x, w, bias, y, y_bf16, act, blk, nthreads);
+        if (rb != 0) return rb;
+    }
 #endif
-            return op_conv2d_bf16_nhwc(d, x, w, bias, y, y_bf16, act, blk, nthreads);
-        }
+    if (!inplace) {
+        if (d->nhwc) return op_conv2d_bf16_nhwc(d, x, w, bias, y, y_bf16, act, blk, nthreads);
         const int r = op_conv2d_bf16_xp(d, x, w, bias, y, y_bf16, act, blk, nthreads);
         if (r != 0) return r;
     }
