@@ -368,7 +368,14 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # VDPBF16PS kernel (op_conv2d_nhwc_brg_bf16): its padded input read in place (no packed copy of A),
 # all of K summed in registers, the kernel rows in the H padding skipped. A host without a row runs
 # the NHWC GEMM over the packed gather.
-# zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), see the comment of the commit.
+# zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores, shared: +-10% noise), ResNet-50 batch 8,
+# paired in one process with torch 2.13 (2 threads): NHWC res2_branch2b 0.87 -> 0.92x torch,
+# res3_branch2b 0.89 -> 0.96, res4_branch2b 0.92 -> 0.95, res5_branch2b 0.89 -> 0.94; NCHW through
+# the NHWC formulation (CONV_NCHW_AS_NHWC) res5_branch2b 0.81 -> 0.86-0.89; at 1 thread (perf)
+# res2_branch2b NHWC 176 -> 201 GFLOP/s (the A pack, 8% of the time, gone; the micro-kernel 78 -> 89%).
+# Strided 1x1 NHWC (res3a_branch1) 7% faster than the GEMM over the gathered A; stride-1 1x1 layers
+# were 3-40% slower on this kernel (few K blocks per call): they stay GEMMs (op_brgb_fits).
+# Unmeasured on Intel (its AMX level has the tile kernels): no row.
 CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core_bf16"): ("brg",),
 }
