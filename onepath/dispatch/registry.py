@@ -375,6 +375,34 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
     return sum(CONV_F32_FLAGS[o] for o in CONV_F32_OPTIONS.get((uarch, level), ()))
 
 
+
+# Options of the bfloat16 convolutions (kernels/conv_bf16.c, op_conv_bf16_options), per (uarch, level of
+# the module): "brg" runs an NHWC k x k convolution (also an NCHW one computed in the NHWC formulation)
+# whose geometry fits (groups 1, C/g a multiple of 32, OW a multiple of 7) on the batch-reduce
+# VDPBF16PS kernel (op_conv2d_nhwc_brg_bf16): its padded input read in place (no packed copy of A),
+# all of K summed in registers, the kernel rows in the H padding skipped. A host without a row runs
+# the NHWC GEMM over the packed gather.
+# zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores, shared: +-10% noise), ResNet-50 batch 8,
+# paired in one process with torch 2.13 (2 threads): NHWC res2_branch2b 0.87 -> 0.92x torch,
+# res3_branch2b 0.89 -> 0.96, res4_branch2b 0.92 -> 0.95, res5_branch2b 0.89 -> 0.94; NCHW through
+# the NHWC formulation (CONV_NCHW_AS_NHWC) res5_branch2b 0.81 -> 0.86-0.89; at 1 thread (perf)
+# res2_branch2b NHWC 176 -> 201 GFLOP/s (the A pack, 8% of the time, gone; the micro-kernel 78 -> 89%).
+# Strided 1x1 NHWC (res3a_branch1) 7% faster than the GEMM over the gathered A; stride-1 1x1 layers
+# were 3-40% slower on this kernel (few K blocks per call): they stay GEMMs (op_brgb_fits).
+# Unmeasured on Intel (its AMX level has the tile kernels): no row.
+CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("zen4", "avx512_core_bf16"): ("brg",),
+}
+CONV_BF16_FLAGS = {"brg": 1}  # the bits of op_conv_bf16_options
+
+
+def conv_bf16_flags(level: str, uarch: str | None = None) -> int:
+    """The ``op_conv_bf16_options`` bit set for the module of ``level`` on ``uarch`` (default: this
+    host's), from ``CONV_BF16_OPTIONS`` (0 without a row)."""
+    if uarch is None:
+        uarch = _probe().uarch
+    return sum(CONV_BF16_FLAGS[o] for o in CONV_BF16_OPTIONS.get((uarch, level), ()))
+
 # Depthwise 3x3 NCHW: where the row-register kernels (kernels/conv_dw.c op_dw3_s1r / op_dw3_s2r,
 # op_conv_desc.dw_rows = 1) replace the default choice of the AVX-512 builds, per (uarch, level): the
 # smallest input width W per (stride, input dtype); a missing key keeps the default. Zen 4 (family 25

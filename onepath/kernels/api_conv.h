@@ -57,5 +57,12 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
    CONV_F32_OPTIONS for the host; default 0. flags < 0 only reads. Returns the flags in force before. */
 int op_conv_f32_options(int flags);
 
+/* Per-microarchitecture options of the bfloat16 convolutions (bit 1: an NHWC k x k convolution whose
+   geometry fits runs the batch-reduce VDPBF16PS kernel that reads its padded input in place and skips
+   the kernel rows in the H padding, op_conv2d_nhwc_brg_bf16), set by the kernel loader from the
+   registry's CONV_BF16_OPTIONS for the host; default 0; levels without VDPBF16PS ignore it. flags < 0
+   only reads. Returns the flags in force before. */
+int op_conv_bf16_options(int flags);
+
 /* float32 -> bfloat16 bits, round to nearest even (NaN stays a quiet NaN), n elements. */
 void op_conv_f32_to_bf16(const float *src, uint16_t *dst, int64_t n, int nthreads);

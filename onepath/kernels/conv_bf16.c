@@ -700,6 +700,524 @@ static int op_conv2d_bf16_nhwc(const op_conv_desc *d, const uint16_t *x, const u
     return used;
 }
 
+/* ---------------------------------------------------------------- 16-bit transposes (NCHW <-> NHWC)
+
+   op_convb_tr_tile: dst[j][i] = src[i][j] for i < ni (<= 32), j < nj (<= 16): pairs of source rows
+   interleaved into dwords, one 16 x 16 dword transpose, 32 elements (64 bytes) per destination row.
+   sw2: the source elements are every other one (src[i][2j]): the low halves of 16 dwords. */
+#if defined(OP_HAS_AVX512)
+OP_INLINE void op_convb_tr_tile(const uint16_t *src, int64_t ss, int ni, int nj, uint16_t *dst, int64_t ds,
+                                const int sw2)
+{
+    const __mmask16 lm = (__mmask16)((1u << nj) - 1u);
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+    __m512i r[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) {
+        __m512i e0 = _mm512_setzero_si512(), e1 = e0;
+        if (sw2) {
+            if (2 * i < ni) e0 = _mm512_and_si512(_mm512_maskz_loadu_epi32(lm, src + 2 * i * ss), lo16);
+            if (2 * i + 1 < ni) e1 = _mm512_slli_epi32(_mm512_maskz_loadu_epi32(lm, src + (2 * i + 1) * ss), 16);
+        } else {
+            if (2 * i < ni) e0 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lm, src + 2 * i * ss));
+            if (2 * i + 1 < ni)
+                e1 = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lm, src + (2 * i + 1) * ss)), 16);
+        }
+        r[i] = _mm512_or_si512(e0, e1);
+    }
+    op_transpose16_epi32(r);
+    if (ni == 32) {
+        for (int j = 0; j < nj; j++) _mm512_storeu_si512((void *)(dst + j * ds), r[j]);
+    } else {
+        const __mmask32 sm = (__mmask32)(((uint64_t)1 << ni) - 1u);
+        for (int j = 0; j < nj; j++) _mm512_mask_storeu_epi16((void *)(dst + j * ds), sm, r[j]);
+    }
+}
+#endif
+
+/* dst[j * ds + i] = src[i * ss + j * sj] (sj: 1, or 2 for a stride-2 sample), i < ni, j < nj */
+static void op_convb_tr_block(const uint16_t *src, int64_t ss, int64_t sj, int64_t ni, int64_t nj,
+                              uint16_t *dst, int64_t ds)
+{
+    for (int64_t i0 = 0; i0 < ni; i0 += 32) {
+        const int mi = (int)op_min64(32, ni - i0);
+        for (int64_t j0 = 0; j0 < nj; j0 += 16) {
+            const int mj = (int)op_min64(16, nj - j0);
+            const uint16_t *s = src + i0 * ss + j0 * sj;
+            uint16_t *d = dst + j0 * ds + i0;
+#if defined(OP_HAS_AVX512)
+            if (sj == 1) {
+                op_convb_tr_tile(s, ss, mi, mj, d, ds, 0);
+                continue;
+            }
+            if (sj == 2) {
+                op_convb_tr_tile(s, ss, mi, mj, d, ds, 1);
+                continue;
+            }
+#endif
+            for (int j = 0; j < mj; j++)
+                for (int i = 0; i < mi; i++) d[j * ds + i] = s[i * ss + j * sj];
+        }
+    }
+}
+
+typedef struct {
+    const uint16_t *src;
+    uint16_t *dst;
+    int64_t rows, cols, parts;
+} op_convb_tr_ctx;
+
+/* one task = a range of 16-column blocks of one image */
+static void op_convb_tr_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_convb_tr_ctx *t = (const op_convb_tr_ctx *)ctx;
+    const int64_t R = t->rows, C = t->cols, P = t->parts, njb = op_cdiv64(C, 16);
+    const int64_t img = task / P, j0 = njb * (task % P) / P * 16, j1 = op_min64(C, njb * (task % P + 1) / P * 16);
+    if (j1 <= j0) return;
+    op_convb_tr_block(t->src + img * R * C + j0, C, 1, R, j1 - j0, t->dst + img * R * C + j0 * R, R);
+}
+
+/* n images of rows x cols bfloat16 -> cols x rows (the vectorised op_conv_transpose for 2-byte elements) */
+static void op_convb_transpose(const uint16_t *src, uint16_t *dst, int64_t n, int64_t rows, int64_t cols,
+                               int nthreads)
+{
+    const int T = n * rows * cols >= (1 << 16) ? nthreads : 1;
+    op_convb_tr_ctx t = {src, dst, rows, cols, n >= 2 * T ? 1 : op_min64(op_cdiv64(cols, 16), 4 * T)};
+    op_parallel_for(T, n * t.parts, op_convb_tr_task, &t);
+}
+
+typedef struct {
+    const op_conv_desc *d;        /* the NCHW problem */
+    const uint16_t *x;
+    uint16_t *xq;
+    int64_t hq, wq, sub;          /* sub: a strided unpadded 1x1 sampled (xq is OH x OW) */
+} op_convb_fill_ctx;
+
+/* one task = one row (n, r) of the padded NHWC copy xq, transposed from the NCHW input */
+static void op_convb_fill_nchw_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_convb_fill_ctx *f = (const op_convb_fill_ctx *)ctx;
+    const op_conv_desc *d = f->d;
+    const int64_t C = d->c, H = d->h, W = d->w, wq = f->wq, n = task / f->hq, r = task % f->hq;
+    uint16_t *o = f->xq + task * wq * C;
+    const uint16_t *img = f->x + n * C * H * W;
+    if (f->sub) {   /* row r of the sample: input row r * sh, columns s * sw */
+        const int64_t sw = d->sw;
+        const uint16_t *src = img + r * d->sh * W;
+        if (sw <= 2 && (sw == 1 || 2 * wq <= W))
+            op_convb_tr_block(src, H * W, sw, C, wq, o, C);
+        else
+            for (int64_t s = 0; s < wq; s++)
+                for (int64_t c = 0; c < C; c++) o[s * C + c] = src[c * H * W + s * sw];
+        return;
+    }
+    const int64_t ih = r - d->pt;
+    if (ih < 0 || ih >= H) {
+        memset(o, 0, sizeof(uint16_t) * (size_t)(wq * C));
+        return;
+    }
+    const int64_t s0 = op_min64(d->pl, wq), s1 = op_min64(d->pl + W, wq);
+    memset(o, 0, sizeof(uint16_t) * (size_t)(s0 * C));
+    memset(o + s1 * C, 0, sizeof(uint16_t) * (size_t)((wq - s1) * C));
+    op_convb_tr_block(img + ih * W, H * W, 1, C, s1 - s0, o + s0 * C, C);
+}
+
+/* *dn: the NHWC problem of the NCHW problem d (nhwc = 1; an unpadded strided 1x1 convolution becomes
+   the 1x1 stride-1 one of its sampled pixels (oh * sh, ow * sw), as op_conv_as_nhwc_input makes it);
+   *sub (if not NULL): whether it was sampled. */
+static void op_convb_nchw_problem(const op_conv_desc *d, op_conv_desc *dn, int *sub)
+{
+    *dn = *d;
+    dn->nhwc = 1;
+    const int s = d->kh == 1 && d->kw == 1 && d->pt == 0 && d->pl == 0 && (d->sh > 1 || d->sw > 1) &&
+                  (d->oh - 1) * d->sh < d->h && (d->ow - 1) * d->sw < d->w;
+    if (s) {
+        dn->h = d->oh;
+        dn->w = d->ow;
+        dn->sh = dn->sw = 1;
+    }
+    if (sub) *sub = s;
+}
+
+/* The NHWC copy of an NCHW bfloat16 input for the NHWC problem *dn (op_convb_nchw_problem), without
+   padding: op_conv_as_nhwc_input with the vectorised transposes. NULL on allocation failure. */
+static void *op_convb_as_nhwc_input(const op_conv_desc *d, const uint16_t *x, int nthreads, op_conv_desc *dn)
+{
+    int sub;
+    op_convb_nchw_problem(d, dn, &sub);
+    uint16_t *xt = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(dn->n * dn->c * dn->h * dn->w));
+    if (!xt) return NULL;
+    if (sub) {
+        op_convb_fill_ctx fc = {d, x, xt, dn->h, dn->w, 1};
+        op_parallel_for(dn->n * dn->h * dn->w * dn->c >= (1 << 16) ? nthreads : 1, dn->n * dn->h,
+                        op_convb_fill_nchw_task, &fc);
+    } else {
+        op_convb_transpose(x, xt, d->n, d->c, d->h * d->w, nthreads);
+    }
+    return xt;
+}
+
+/* The NHWC problem of an NCHW one (*dn: nhwc = 1; a strided unpadded 1x1 convolution becomes the
+   1x1 stride-1 one of its sampled pixels) and its padded NHWC copy with the block plan (bk 32, as
+   op_convq_prepare makes from an NHWC input), transposed from the NCHW input in one pass. Returns 0,
+   or -1 on allocation failure; op_convq_free releases *b either way. */
+static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int mr, int nthreads,
+                                 op_conv_desc *dn, op_convq_geo *q, op_convq_buf *b)
+{
+    int sub;
+    op_convb_nchw_problem(d, dn, &sub);
+    const int64_t C = dn->c, K = dn->kh * dn->kw * (C / dn->groups), nblk = op_cdiv64(K, 32);
+    const int64_t hq = sub ? dn->h : (dn->oh - 1) * dn->sh + (dn->kh - 1) * dn->dh + 1;
+    const int64_t wq = sub ? dn->w : (dn->ow - 1) * dn->sw + (dn->kw - 1) * dn->dw + 1;
+    b->xq = op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(dn->n * hq * wq * C));
+    b->bseg = (int64_t *)malloc(sizeof(int64_t) * (size_t)(nblk + 1));
+    b->seg = (op_convq_seg *)malloc(sizeof(op_convq_seg) * (size_t)(nblk + op_convq_nruns(dn, 32)));
+    if (!b->xq || !b->bseg || !b->seg) return -1;
+    op_convb_fill_ctx fc = {d, x, (uint16_t *)b->xq, hq, wq, sub};
+    op_parallel_for(dn->n * hq * wq * C >= (1 << 16) ? nthreads : 1, dn->n * hq, op_convb_fill_nchw_task, &fc);
+    q->d = dn;
+    q->g0 = -1;
+    q->ohw_joint = op_conv_joint(dn) ? dn->oh * dn->ow : 0;
+    q->xq = b->xq;
+    q->rs = wq * C;
+    q->is = hq * wq * C;
+    q->mr = mr;
+    q->bk = 32;
+    q->nblk = op_convq_plan(dn, q->rs, 32, b->bseg, b->seg);
+    q->bseg = b->bseg;
+    q->seg = b->seg;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- NHWC k x k, A read in place (VDPBF16PS)
+
+   A bfloat16 NHWC convolution (groups 1, C a multiple of 32, OW a multiple of 7) runs as a
+   batch-reduce GEMM over its padded input without packing A: in the depth order of the NHWC
+   formulation (channel block of 32, tap, channel), each 32-depth block of an output pixel is 32
+   adjacent bfloat16 of its padded input row, so K-pair pr of block b is the 32-bit word at
+   pixel + aoff[b] + 2*pr, broadcast straight from the input (as op_conv_ukr_a_dp does for 1x1).
+   The micro-kernel (op_conv_ukr_brg_dp, 14 x 32) takes two half panels of 7 pixels, each 7
+   consecutive output pixels of one output row (sw*C elements apart), from their own bases; the
+   weight is packed once per call into 32-column k32 panels (op_conv_pack_b_nhwc_k32) and all of K
+   is summed in registers (the tile written once: float32, or bfloat16 rounded once from the
+   registers after the epilogue, op_dp_row16).
+   Padding taps are skipped along H: the kernel rows ki whose input rows lie in the top or bottom
+   padding of an output row are left out of its block list (the lists per range [lo, hi) of valid
+   kernel rows, blocks in order), and the half panels are paired by that range (a half panel with no
+   partner of its range runs alone, 7 rows), so a 7 x 7 output pairs row oh of image n with row oh
+   of image n + 1. The W padding stays in the padded copy (zeros, computed). oneDNN's brgemm
+   convolution skips padding taps the same way (its kh range per output row); code our own.
+   Per-microarchitecture (op_conv_bf16_options bit 1, the registry's CONV_BF16_OPTIONS): off by
+   default (the NHWC GEMM over the packed gather), so a host without a row keeps that path. */
+#define OP_CONV_BF16_BRG 1
+static int op_conv_bf16_opts = 0;
+
+#if defined(OP_BF16_HAS_DP)
+OP_INLINE void op_brgb_body(const int MRV, int64_t nb, const uint16_t *a, int64_t hoff,
+                            const int64_t *aoff, const int64_t *boff, int64_t lda,
+                            const uint16_t *OP_RESTRICT b, float *c, uint16_t *c16, int64_t choff,
+                            int64_t rsc, int nr, const op_epilogue *epi)
+{
+    __m512 c0_0 = _mm512_setzero_ps(), c0_1 = c0_0, c1_0 = c0_0, c1_1 = c0_0, c2_0 = c0_0,
+           c2_1 = c0_0, c3_0 = c0_0, c3_1 = c0_0, c4_0 = c0_0, c4_1 = c0_0, c5_0 = c0_0,
+           c5_1 = c0_0, c6_0 = c0_0, c6_1 = c0_0, c7_0 = c0_0, c7_1 = c0_0, c8_0 = c0_0,
+           c8_1 = c0_0, c9_0 = c0_0, c9_1 = c0_0, c10_0 = c0_0, c10_1 = c0_0, c11_0 = c0_0,
+           c11_1 = c0_0, c12_0 = c0_0, c12_1 = c0_0, c13_0 = c0_0, c13_1 = c0_0;
+    const int64_t l2 = 2 * lda;
+#define OP_BH(x) ((__m512bh)(x))
+#define OP_RA(i, src)                                                                     \
+    if (MRV > i) {                                                                        \
+        int32_t av;                                                                       \
+        memcpy(&av, (src), 4);                                                            \
+        const __m512i ai = _mm512_set1_epi32(av);                                         \
+        c##i##_0 = _mm512_dpbf16_ps(c##i##_0, OP_BH(ai), OP_BH(b0));                      \
+        c##i##_1 = _mm512_dpbf16_ps(c##i##_1, OP_BH(ai), OP_BH(b1));                      \
+    }
+    for (int64_t kb = 0; kb < nb; kb++) {
+        const uint16_t *p0 = a + aoff[kb], *p3 = p0 + 3 * lda, *p7 = p0 + hoff, *p10 = p7 + 3 * lda;
+        const uint16_t *bb = b + boff[kb];
+        /* the block after next: one line per pixel, and its 32 lines of B */
+        const int64_t kf = kb + 2 < nb ? kb + 2 : kb;
+        const uint16_t *pf = a + aoff[kf], *bf = b + boff[kf];
+#pragma GCC unroll 16
+        for (int pr = 0; pr < 16; pr++) {
+            const __m512i b0 = _mm512_loadu_si512((const void *)(bb + pr * 32));
+            const __m512i b1 = _mm512_loadu_si512((const void *)(bb + 512 + pr * 32));
+            if (pr < 7) _mm_prefetch((const char *)(pf + pr * lda), _MM_HINT_T0);
+            else if (pr < 14 && MRV > 7) _mm_prefetch((const char *)(pf + hoff + (pr - 7) * lda), _MM_HINT_T0);
+            _mm_prefetch((const char *)(bf + pr * 64), _MM_HINT_T0);
+            _mm_prefetch((const char *)(bf + pr * 64 + 32), _MM_HINT_T0);
+            OP_RA(0, p0 + 2 * pr) OP_RA(1, p0 + lda + 2 * pr) OP_RA(2, p0 + l2 + 2 * pr)
+            OP_RA(3, p3 + 2 * pr) OP_RA(4, p3 + lda + 2 * pr) OP_RA(5, p3 + l2 + 2 * pr)
+            OP_RA(6, p3 + l2 + lda + 2 * pr)
+            OP_RA(7, p7 + 2 * pr) OP_RA(8, p7 + lda + 2 * pr) OP_RA(9, p7 + l2 + 2 * pr)
+            OP_RA(10, p10 + 2 * pr) OP_RA(11, p10 + lda + 2 * pr) OP_RA(12, p10 + l2 + 2 * pr)
+            OP_RA(13, p10 + l2 + lda + 2 * pr)
+        }
+    }
+#undef OP_RA
+#undef OP_BH
+    op_epi512 e;
+    op_epi512_init(&e, nr, epi);
+    if (c16) {
+#define OP_W(i, base) if (MRV > i) op_dp_row16(&e, base, i, c##i##_0, c##i##_1, nr);
+        OP_W(0, c16) OP_W(1, c16 + rsc) OP_W(2, c16 + 2 * rsc) OP_W(3, c16 + 3 * rsc)
+        OP_W(4, c16 + 4 * rsc) OP_W(5, c16 + 5 * rsc) OP_W(6, c16 + 6 * rsc)
+        c16 += choff;
+        OP_W(7, c16) OP_W(8, c16 + rsc) OP_W(9, c16 + 2 * rsc) OP_W(10, c16 + 3 * rsc)
+        OP_W(11, c16 + 4 * rsc) OP_W(12, c16 + 5 * rsc) OP_W(13, c16 + 6 * rsc)
+#undef OP_W
+        return;
+    }
+#define OP_W(i, base) if (MRV > i) op_epi512_row(&e, base, i, c##i##_0, c##i##_1, nr, 0);
+    OP_W(0, c) OP_W(1, c + rsc) OP_W(2, c + 2 * rsc) OP_W(3, c + 3 * rsc)
+    OP_W(4, c + 4 * rsc) OP_W(5, c + 5 * rsc) OP_W(6, c + 6 * rsc)
+    c += choff;
+    OP_W(7, c) OP_W(8, c + rsc) OP_W(9, c + 2 * rsc) OP_W(10, c + 3 * rsc)
+    OP_W(11, c + 4 * rsc) OP_W(12, c + 5 * rsc) OP_W(13, c + 6 * rsc)
+#undef OP_W
+}
+
+static OP_NOINLINE void op_conv_ukr_brg_dp14(int64_t nb, const uint16_t *a, int64_t hoff, const int64_t *aoff,
+                                             const int64_t *boff, int64_t lda, const uint16_t *b, float *c,
+                                             uint16_t *c16, int64_t choff, int64_t rsc, int nr,
+                                             const op_epilogue *epi)
+{
+    op_brgb_body(14, nb, a, hoff, aoff, boff, lda, b, c, c16, choff, rsc, nr, epi);
+}
+
+static OP_NOINLINE void op_conv_ukr_brg_dp7(int64_t nb, const uint16_t *a, int64_t hoff, const int64_t *aoff,
+                                            const int64_t *boff, int64_t lda, const uint16_t *b, float *c,
+                                            uint16_t *c16, int64_t choff, int64_t rsc, int nr,
+                                            const op_epilogue *epi)
+{
+    op_brgb_body(7, nb, a, hoff, aoff, boff, lda, b, c, c16, choff, rsc, nr, epi);
+}
+
+typedef struct {
+    const op_conv_desc *d;
+    const op_convq_geo *q;
+    const uint16_t *bp;       /* packed weight: 32-column panel s at bp + s * pstride */
+    int64_t pstride;
+    const float *bias;
+    int act;
+    void *y;
+    int y_bf16;
+    const int64_t *pan;       /* per panel: first pixel of each half (second: -1 alone), class */
+    const int64_t *lnb, *lst; /* per class: blocks, first entry in aoff / boff */
+    const int64_t *aoff, *boff;
+    int64_t npan, npn;        /* panels, 32-column panels */
+    int64_t mpb, tm, tn;      /* panels per task block; task grid tm x tn */
+} op_brgb_ctx;
+
+static void op_brgb_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_brgb_ctx *x = (const op_brgb_ctx *)ctx;
+    const op_conv_desc *d = x->d;
+    const int64_t tmi = task / x->tn, tni = task % x->tn;
+    const int64_t pa0 = tmi * x->mpb, pa1 = op_min64(x->npan, pa0 + x->mpb);
+    const int64_t s0 = x->npn * tni / x->tn, s1 = x->npn * (tni + 1) / x->tn;
+    const uint16_t *X = (const uint16_t *)x->q->xq;
+    const int64_t lda = d->sw * d->c, OC = d->oc;
+    op_epilogue epi;
+    epi.bias = x->bias;
+    epi.bias_stride = 1;
+    epi.bias_axis = 1;
+    epi.act = x->act;
+    const int has_epi = x->bias || x->act != OP_ACT_NONE;
+    float *yf = x->y_bf16 ? NULL : (float *)x->y;
+    uint16_t *yh = x->y_bf16 ? (uint16_t *)x->y : NULL;
+    for (int64_t s = s0; s < s1; s++) {
+        const int nr = (int)op_min64(32, OC - s * 32);
+        const uint16_t *bpan = x->bp + s * x->pstride;
+        op_epilogue te = epi;
+        if (te.bias) te.bias += s * 32;
+        const op_epilogue *tep = has_epi ? &te : NULL;
+        for (int64_t pa = pa0; pa < pa1; pa++) {
+            const int64_t *p = x->pan + 3 * pa;
+            const int64_t o0 = op_convq_pixel(x->q, 0, p[0]), cl = p[2];
+            const int64_t *ao = x->aoff + x->lst[cl], *bo = x->boff + x->lst[cl];
+            const int64_t c0 = p[0] * OC + s * 32;
+            if (p[1] >= 0) {
+                const int64_t hoff = op_convq_pixel(x->q, 0, p[1]) - o0, choff = (p[1] - p[0]) * OC;
+                op_conv_ukr_brg_dp14(x->lnb[cl], X + o0, hoff, ao, bo, lda, bpan, yf ? yf + c0 : NULL,
+                                     yh ? yh + c0 : NULL, choff, OC, nr, tep);
+            } else {
+                op_conv_ukr_brg_dp7(x->lnb[cl], X + o0, 0, ao, bo, lda, bpan, yf ? yf + c0 : NULL,
+                                    yh ? yh + c0 : NULL, 0, OC, nr, tep);
+            }
+        }
+    }
+}
+
+typedef struct {
+    const op_gemm_args *g;
+    uint16_t *bp;
+    int64_t K, pstride;
+} op_brgb_pack_ctx;
+
+static void op_brgb_pack_task(void *ctx, int64_t s, int tid)
+{
+    (void)tid;
+    const op_brgb_pack_ctx *x = (const op_brgb_pack_ctx *)ctx;
+    const int64_t nc = op_min64(32, x->g->n - s * 32);
+    op_conv_pack_b_nhwc_k32(x->g, 0, 0, x->K, x->K, s * 32, nc, x->bp + s * x->pstride);
+}
+
+/* Whether the NHWC problem d fits the batch-reduce kernel (and the option is on). */
+static int op_brgb_fits(const op_conv_desc *d)
+{
+    /* a 1x1 stride-1 convolution stays a GEMM on the input in place (Zen 4, ResNet-50 1x1 layers at
+       batch 8: 3-40% faster than this kernel, whose few K blocks per call leave its set-up and
+       write-out exposed); a strided 1x1 one takes it (NHWC res3a_branch1: 7% faster than the GEMM
+       over the gathered A). (Rows 4 KiB apart, sw*C a multiple of 2048, would share one L1d set:
+       the GEMM path.) */
+    return (op_conv_bf16_opts & OP_CONV_BF16_BRG) && d->groups == 1 &&
+           (d->kh * d->kw >= 2 || d->sh > 1 || d->sw > 1) &&
+           d->ow % 7 == 0 && d->c % 32 == 0 && (d->sw * d->c) % 2048 != 0 && d->kh <= 16;
+}
+
+/* The batch-reduce kernel on the NHWC problem d over its padded copy q (bk 32): returns the threads
+   used, 0 when the plan does not fit (the caller takes the GEMM path), -1 on allocation failure.
+   y: NHWC, float32 or bfloat16 bits (y_bf16). */
+static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, const uint16_t *w, const float *bias,
+                       void *y, int y_bf16, int act, const op_blocking *blk, int nthreads)
+{
+    enum { MR = OP_DP_MR };
+    const op_convq_geo q = *qp;
+    const int64_t khw = d->kh * d->kw, KH = d->kh;
+    const int64_t K = d->c * khw, OH = d->oh, OW = d->ow, N = d->n;
+    const int64_t nblk = q.nblk, ncls = (KH + 1) * (KH + 1);
+    for (int64_t b = 0; b < nblk; b++) {
+        const op_convq_seg *sg = q.seg + q.bseg[b];
+        if (q.bseg[b + 1] - q.bseg[b] != 1 || sg->t0 != 0 || sg->len != 32) return 0;
+    }
+    const int64_t nhalf = N * OH * (OW / 7);
+    const int64_t npn = op_cdiv64(d->oc, 32);
+    const int64_t pstride = 32 * K + 32 * (op_min64(32, d->c) * khw + 1);
+    int64_t *ibuf = (int64_t *)malloc(sizeof(int64_t) * (size_t)(2 * ncls * nblk + 3 * ncls + OH + 3 * nhalf));
+    uint16_t *bp = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(npn * pstride));
+    int used = -1;
+    if (ibuf && bp) {
+        int64_t *aoff = ibuf, *boff = aoff + ncls * nblk, *lnb = boff + ncls * nblk, *lst = lnb + ncls;
+        int64_t *pend = lst + ncls, *ocl = pend + ncls, *pan = ocl + OH;
+        /* block lists per range [lo, hi) of valid kernel rows: class lo * (KH + 1) + hi */
+        for (int64_t lo = 0; lo <= KH; lo++)
+            for (int64_t hi = 0; hi <= KH; hi++) {
+                const int64_t cl = lo * (KH + 1) + hi;
+                int64_t m = 0;
+                lst[cl] = cl * nblk;
+                for (int64_t b = 0; b < nblk; b++) {
+                    const int64_t ki = (b % khw) / d->kw;
+                    if (ki < lo || ki >= hi) continue;
+                    aoff[cl * nblk + m] = q.seg[q.bseg[b]].off;
+                    boff[cl * nblk + m] = b * 1024;
+                    m++;
+                }
+                lnb[cl] = m;
+            }
+        for (int64_t oh = 0; oh < OH; oh++) {
+            int64_t lo = KH, hi = 0;
+            for (int64_t ki = 0; ki < KH; ki++) {
+                const int64_t ih = oh * d->sh - d->pt + ki * d->dh;
+                if (ih >= 0 && ih < d->h) {
+                    if (ki < lo) lo = ki;
+                    hi = ki + 1;
+                }
+            }
+            if (lo >= hi) lo = hi = 0;
+            ocl[oh] = lo * (KH + 1) + hi;
+        }
+        /* half panels (7 pixels of one output row), paired with the previous unpaired one of their class */
+        for (int64_t cl = 0; cl < ncls; cl++) pend[cl] = -1;
+        int64_t np = 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow += 7) {
+                    const int64_t pix = (n * OH + oh) * OW + ow, cl = ocl[oh];
+                    if (pend[cl] >= 0) {
+                        int64_t *p = pan + 3 * pend[cl];
+                        p[1] = pix;
+                        pend[cl] = -1;
+                    } else {
+                        int64_t *p = pan + 3 * np;
+                        p[0] = pix;
+                        p[1] = -1;
+                        p[2] = cl;
+                        pend[cl] = np++;
+                    }
+                }
+        op_gemm_args g;
+        memset(&g, 0, sizeof g);
+        g.n = d->oc;
+        g.k = K;
+        g.b = w;
+        g.csb = K;
+        g.rsb = 1;
+        g.user = &q;
+        op_brgb_pack_ctx pc = {&g, bp, K, pstride};
+        op_parallel_for(npn * K * 32 >= (1 << 16) ? nthreads : 1, npn, op_brgb_pack_task, &pc);
+        op_brgb_ctx c;
+        c.d = d;
+        c.q = &q;
+        c.bp = bp;
+        c.pstride = pstride;
+        c.bias = bias;
+        c.act = act;
+        c.y = y;
+        c.y_bf16 = y_bf16;
+        c.pan = pan;
+        c.lnb = lnb;
+        c.lst = lst;
+        c.aoff = aoff;
+        c.boff = boff;
+        c.npan = np;
+        c.npn = npn;
+        const int64_t mc = blk && blk->mc > 0 ? blk->mc : 112;
+        c.mpb = op_max64(1, mc / MR);
+        int64_t T = nthreads < 1 ? 1 : nthreads;
+        /* enough pixel blocks for the threads (4 per thread), else smaller blocks, then N parts */
+        if (op_cdiv64(c.npan, c.mpb) < 4 * T) c.mpb = op_max64(1, c.npan / (4 * T));
+        c.tm = op_cdiv64(c.npan, c.mpb);
+        c.tn = 1;
+        if (c.tm < 2 * T) c.tn = op_min64(npn, op_cdiv64(2 * T, c.tm));
+        /* a weight larger than the padded input, with N panels enough for the threads: each task
+           one N panel over all pixels (the weight read once) */
+        const double wbytes = 2.0 * (double)K * (double)d->oc;
+        const double abytes = 2.0 * (double)q.is * (double)N;
+        if (c.tm > 1 && wbytes > abytes && npn >= 2 * T) {
+            c.mpb = c.npan;
+            c.tm = 1;
+            c.tn = npn;
+        }
+        if (T > c.tm * c.tn) T = c.tm * c.tn;
+        used = op_parallel_for((int)T, c.tm * c.tn, op_brgb_task, &c);
+    }
+    op_conv_scratch_free(bp);
+    free(ibuf);
+    return used;
+}
+
+/* An NHWC convolution on the batch-reduce kernel when it fits: the threads used, 0 when it does not
+   apply (the caller takes the GEMM path), -1 on allocation failure. */
+static int op_conv2d_nhwc_brg_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w,
+                                   const float *bias, void *y, int y_bf16, int act, const op_blocking *blk,
+                                   int nthreads)
+{
+    if (d->nhwc != 1 || !op_brgb_fits(d)) return 0;
+    op_convq_geo q;
+    op_convq_buf qb = {NULL, NULL, NULL};
+    int used = -1;
+    if (op_convq_prepare(d, x, 1, 0, 32, OP_DP_MR, nthreads, &q, &qb) == 0)
+        used = op_brgb_run(d, &q, w, bias, y, y_bf16, act, blk, nthreads);
+    op_convq_free(&qb);
+    return used;
+}
+#endif
+
 #endif
 
 int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, const float *bias,
@@ -712,12 +1230,32 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
     if (d->nhwc == 2) {   /* NCHW through the NHWC formulation (conv_f32.c) */
         op_conv_desc dn;
         const size_t ysz = y_bf16 ? 2 : 4;
-        void *xt = op_conv_as_nhwc_input(d, x, 2, nthreads, &dn);
         void *yt = op_conv_scratch_alloc(ysz * (size_t)(d->n * ohw * d->oc));
         int r = -1;
-        if (xt && yt) r = op_conv2d_bf16(&dn, (const uint16_t *)xt, w, bias, yt, y_bf16, act, blk, nthreads);
-        if (r > 0) op_conv_transpose(yt, y, d->n, ohw, d->oc, ysz, nthreads);
-        op_conv_scratch_free(xt);
+#if defined(OP_BF16_HAS_DP)
+        /* the batch-reduce kernel over a padded NHWC copy transposed from x in one pass */
+        op_convq_geo q;
+        op_convq_buf qb = {NULL, NULL, NULL};
+        op_convb_nchw_problem(d, &dn, NULL);
+        if (yt && op_brgb_fits(&dn)) {
+            r = op_convb_prepare_nchw(d, x, OP_DP_MR, nthreads, &dn, &q, &qb) == 0
+                    ? op_brgb_run(&dn, &q, w, bias, yt, y_bf16, act, blk, nthreads) : -1;
+        } else {
+            r = 0;
+        }
+        op_convq_free(&qb);
+        if (r == 0)
+#endif
+        {
+            void *xt = op_convb_as_nhwc_input(d, x, nthreads, &dn);
+            r = -1;
+            if (xt && yt) r = op_conv2d_bf16(&dn, (const uint16_t *)xt, w, bias, yt, y_bf16, act, blk, nthreads);
+            op_conv_scratch_free(xt);
+        }
+        if (r > 0) {
+            if (y_bf16) op_convb_transpose((const uint16_t *)yt, (uint16_t *)y, d->n, ohw, d->oc, nthreads);
+            else op_conv_transpose(yt, y, d->n, ohw, d->oc, ysz, nthreads);
+        }
         op_conv_scratch_free(yt);
         return r;
     }
@@ -739,6 +1277,12 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
 #else
     const int inplace = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 &&
                         d->pl == 0 && d->oh == d->h && d->ow == d->w;
+#if defined(OP_BF16_HAS_DP)
+    if (d->nhwc) {
+        const int rb = op_conv2d_nhwc_brg_bf16(d, x, w, bias, y, y_bf16, act, blk, nthreads);
+        if (rb != 0) return rb;
+    }
+#endif
     if (!inplace) {
         if (d->nhwc) return op_conv2d_bf16_nhwc(d, x, w, bias, y, y_bf16, act, blk, nthreads);
         const int r = op_conv2d_bf16_xp(d, x, w, bias, y, y_bf16, act, blk, nthreads);
@@ -765,5 +1309,17 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
     q.cg = d->c / G;
     q.ocg = ocg;
     return op_convb_gemm(d, &ops, amx, &q, &q.g0, x, w, K, bias, act, y, y_bf16, blk, nthreads);
+#endif
+}
+
+int op_conv_bf16_options(int flags)
+{
+#if defined(OP_BF16_NATIVE)
+    const int old = op_conv_bf16_opts;
+    if (flags >= 0) op_conv_bf16_opts = flags & OP_CONV_BF16_BRG;
+    return old;
+#else
+    (void)flags;
+    return 0;
 #endif
 }

@@ -1,0 +1,71 @@
+"""The bfloat16 NHWC batch-reduce k x k kernel (kernels/conv_bf16.c, op_conv2d_nhwc_brg_bf16; the
+registry's CONV_BF16_OPTIONS "brg"), forced on and off at every level whatever this host ships,
+against the float64 reference, and bit for bit against the NHWC GEMM path it replaces."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ml_dtypes import bfloat16
+
+import onepath
+from onepath.dispatch import registry
+from onepath.kernels import load
+from onepath.ops.conv import select_conv
+
+from test_conv import run_case
+
+# (n, c, h, w, oc, kh, kw, stride, padding)
+CASES = [
+    (2, 64, 14, 14, 40, 3, 3, 1, 1),                # 14-pixel panels in a row, an OC tail, batch 2
+    (3, 32, 7, 7, 70, 3, 3, 1, 1),                  # OW 7: half panels paired across images, one alone
+    (1, 64, 9, 14, 33, 3, 3, 2, ((2, 0), (1, 1))),  # stride 2, asymmetric padding
+    (1, 64, 7, 7, 32, 3, 3, 1, 3),                  # output rows with no valid kernel row (bias only)
+    (1, 64, 8, 14, 16, 5, 5, 1, 2),                 # 5x5
+    (2, 64, 14, 7, 24, 1, 1, 1, 0),                 # 1x1
+    (1, 33, 7, 7, 8, 3, 3, 1, 1),                   # odd C: the GEMM path
+]
+
+
+@pytest.fixture(params=[0, 1], ids=["off", "brg"])
+def brg(request, level):
+    lib = load(select_conv("implicit_gemm", "bfloat16").level).lib
+    old = lib.op_conv_bf16_options(request.param)
+    yield request.param
+    lib.op_conv_bf16_options(old)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:7])))
+def test_brg_bf16(level, brg, case):
+    n, c, h, w, oc, kh, kw, s, p = case
+    run_case(n, c, h, w, oc, kh, kw, s, p, 1, 1, layout="NHWC", activation="relu", dtype=bfloat16)
+    run_case(n, c, h, w, oc, kh, kw, s, p, 1, 1, layout="NCHW", bias=False, dtype=bfloat16)
+
+
+def test_brg_bf16_matches_gemm_path_with_nan_inf():
+    """Same K-pair order as the GEMM path (skipped padding taps only ever added exact zeros): bit for
+    bit equal outputs, float32 and bfloat16, NaN and Inf inputs included."""
+    row = select_conv("implicit_gemm", "bfloat16")
+    lib = load(row.level).lib
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 7, 14, 64)).astype(np.float32)
+    x[0, 3, 4, 5], x[1, 0, 0, 7], x[1, 6, 13, 63] = np.nan, np.inf, -np.inf
+    x = x.astype(bfloat16)
+    wt = rng.standard_normal((40, 64, 3, 3)).astype(bfloat16)
+    b = rng.standard_normal(40).astype(np.float32)
+    old = lib.op_conv_bf16_options(-1)
+    try:
+        out = {}
+        for opt in (0, 1):
+            lib.op_conv_bf16_options(opt)
+            out[opt] = [onepath.conv2d(x, wt, b, padding=1, layout="NHWC", activation="relu", dtype=dt)
+                        for dt in (np.float32, bfloat16)]
+    finally:
+        lib.op_conv_bf16_options(old)
+    for a, c in zip(out[0], out[1]):
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(c, np.float32))
+    assert np.isnan(np.asarray(out[1][1], np.float32)).any()
+
+
+def test_brg_rule_is_per_uarch():
+    assert registry.conv_bf16_flags("avx512_core_bf16", uarch="zen4") == 1
+    assert registry.conv_bf16_flags("avx512_core_amx", uarch="sapphirerapids") == 0
