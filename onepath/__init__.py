@@ -5,8 +5,8 @@ Intel and AMD.
     >>> onepath.matmul(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32)).shape
     (2, 4)
 
-Public API: ``matmul``; ``isa``, ``available_isas``, ``max_isa``; ``set_num_threads``,
-``get_num_threads``; ``reproducible``, ``set_reproducible``, ``is_reproducible``; the ``dispatch``
+Public API: ``matmul``, ``layer_norm``; ``isa``, ``available_isas``, ``max_isa``;
+``set_num_threads``, ``get_num_threads``; ``reproducible``, ``set_reproducible``, ``is_reproducible``; the ``dispatch``
 subpackage (probe, registry). Environment: ``ONEPATH_MAX_ISA``, ``ONEPATH_NUM_THREADS``,
 ``ONEPATH_VERBOSE``, ``ONEPATH_REPRODUCIBLE``. Importing is cheap: the CPU is probed and kernels are
 loaded at first use.
@@ -16,6 +16,7 @@ from .dispatch.cap import available_isas, isa, max_isa
 from .ops.matmul import matmul
 from .dtypes import bfloat16
 from .ops.linear import PackedWeight, linear, prepack
+from .ops.norm import layer_norm
 from ._repro_mode import is_reproducible, reproducible, set_reproducible
 
 
@@ -33,5 +34,5 @@ def __dir__():
     return sorted(set(globals()) | set(__all__))
 
 __version__ = "0.1.0"
-__all__ = ["matmul", "linear", "prepack", "PackedWeight", "bfloat16", "conv2d", "conv1d", "isa", "available_isas", "max_isa", "set_num_threads", "get_num_threads",
+__all__ = ["matmul", "linear", "prepack", "layer_norm", "PackedWeight", "bfloat16", "conv2d", "conv1d", "isa", "available_isas", "max_isa", "set_num_threads", "get_num_threads",
            "reproducible", "set_reproducible", "is_reproducible"]

@@ -222,9 +222,11 @@ class Linear:
 class OnepathImpl:
     """The ``matmul`` argument of the model for onepath: attention products through
     ``onepath.matmul`` (float32), every Linear through ``onepath.linear`` with the bias and GELU
-    fused and the weight prepacked once (``onepath.prepack``). dtype bfloat16: weights and the
-    Linear inputs in bfloat16, float32 accumulation and float32 outputs (LayerNorm, softmax and the
-    residuals stay float32)."""
+    fused and the weight prepacked once (``onepath.prepack``), every LayerNorm through
+    ``onepath.layer_norm`` with the residual add fused (one threaded pass where the numpy glue makes
+    ~9 on one thread: 0.42 -> ~0.15 ms per 1344 x 384 call, Zen 4, 2 threads). dtype bfloat16:
+    weights and the Linear inputs in bfloat16, float32 accumulation and float32 outputs (LayerNorm,
+    softmax and the residuals stay float32)."""
 
     def __init__(self, dtype=np.float32):
         import onepath
@@ -247,6 +249,13 @@ class OnepathImpl:
         return op.linear(x, p, layer.bias, activation=layer.activation,
                          dtype=self.dtype if layer.feeds_linear else np.float32)
 
+    def layer_norm(self, norm: "LayerNorm", x: np.ndarray, residual: np.ndarray | None,
+                   inplace: bool) -> np.ndarray:
+        """``onepath.layer_norm`` (float32, the residual added in the same pass, threaded): one
+        pass over the rows where the numpy glue makes ~9, each on one thread."""
+        return self._onepath.layer_norm(x, x.shape[-1:], norm.gamma, norm.beta, norm.eps,
+                                        residual=residual, out=x if inplace else None)
+
 
 @dataclass
 class LayerNorm:
@@ -257,8 +266,14 @@ class LayerNorm:
     def __post_init__(self):
         self.tiles = (np.tile(self.gamma, TILE_ROWS), np.tile(self.beta, TILE_ROWS))  # layer_norm's
 
-    def __call__(self, x: np.ndarray, residual: np.ndarray | None = None, inplace: bool = False) -> np.ndarray:
-        """LayerNorm(x + residual) over the last axis; ``inplace``: x is overwritten with it."""
+    def __call__(self, x: np.ndarray, residual: np.ndarray | None = None, inplace: bool = False,
+                 matmul: Matmul | None = None) -> np.ndarray:
+        """LayerNorm(x + residual) over the last axis; ``inplace``: x is overwritten with it.
+        matmul: a ``matmul`` object with a ``layer_norm(norm, x, residual, inplace)`` method
+        (``OnepathImpl``) computes it; otherwise the numpy glue below."""
+        fused = getattr(matmul, "layer_norm", None)
+        if fused is not None:
+            return fused(self, x, residual, inplace)
         return layer_norm(x, self.gamma, self.beta, self.eps, residual, inplace, tiles=self.tiles)
 
 
@@ -287,9 +302,9 @@ class EncoderLayer:
         b, s, d = h.shape
         x2 = h.reshape(b * s, d)
         ctx = attention(self.qkv(x2, matmul), mask_keys, b, s, self.heads, matmul)
-        a = self.attn_norm(self.attn_out(ctx, matmul), x2, inplace=True)
+        a = self.attn_norm(self.attn_out(ctx, matmul), x2, inplace=True, matmul=matmul)
         f = self.ffn_out(self.ffn_in(a, matmul), matmul)
-        return self.ffn_norm(f, a, inplace=True).reshape(b, s, d)
+        return self.ffn_norm(f, a, inplace=True, matmul=matmul).reshape(b, s, d)
 
 
 class MiniLM:
@@ -330,7 +345,7 @@ class MiniLM:
         """Last-layer token states, (batch, seq, hidden)."""
         s = input_ids.shape[1]
         h = self.word[input_ids] + self.position[:s][np.newaxis] + self.token_type[token_type_ids]
-        h = self.emb_norm(h, inplace=True)  # h is this function's own temporary
+        h = self.emb_norm(h, inplace=True, matmul=matmul)  # h is this function's own temporary
         mask_keys = key_mask(attention_mask)
         for layer in self.layers:
             h = layer(h, mask_keys, matmul)
