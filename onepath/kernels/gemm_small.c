@@ -306,6 +306,7 @@ static void op_small_nt(int64_t m, int64_t n, int64_t k, const float *a, int64_t
 #elif OP_SMALL_NT_R == 2
             if (R == 2) { OP_NT(2) } else { OP_NT(1) }
 #else
+            (void)R;
             OP_NT(1)
 #endif
 #undef OP_NT
