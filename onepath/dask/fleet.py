@@ -184,12 +184,13 @@ def run_fleet(address: str, *, threads=None, isa_level=None, quick=False, suites
 
 
 def _embed_block(ids, *, word, position, token_type, gamma, beta, eps, plan, block_id=None):
-    """Token rows of one sentence batch (flattened b x s ids) -> LayerNorm(embeddings), (b*s, d)."""
-    from onepath.bench.minilm import layer_norm
+    """Token rows of one sentence batch (flattened b x s ids) -> LayerNorm(embeddings), (b*s, d),
+    with ``onepath.layer_norm`` as the single-process encoder (minilm.OnepathImpl) runs it."""
+    import onepath
     b, s = plan[block_id[0]]
     ids = ids.reshape(b, s)
     h = word[ids] + position[:s][np.newaxis] + token_type[np.zeros_like(ids)]
-    return layer_norm(h, gamma, beta, eps).reshape(b * s, -1)
+    return onepath.layer_norm(h, h.shape[-1:], gamma, beta, eps, out=h).reshape(b * s, -1)
 
 
 def _attention_block(qkv, mask, *, heads, plan, block_id=None):
@@ -202,8 +203,9 @@ def _attention_block(qkv, mask, *, heads, plan, block_id=None):
 
 
 def _add_norm_block(x, res, *, gamma, beta, eps):
-    from onepath.bench.minilm import layer_norm
-    return layer_norm(x + res, gamma, beta, eps)
+    """LayerNorm(x + res) in one ``onepath.layer_norm`` pass, as minilm.OnepathImpl runs it."""
+    import onepath
+    return onepath.layer_norm(x, x.shape[-1:], gamma, beta, eps, residual=res)
 
 
 def _pool_block(h, mask, *, plan, block_id=None):
