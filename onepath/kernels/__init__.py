@@ -54,6 +54,8 @@ def _set_options(build: str, mod) -> None:
     from ..dispatch.registry import bf16_variant_flags, conv_f32_flags, gemv_f32_flags
     mod.lib.op_gemv_f32_options(gemv_f32_flags(build))
     mod.lib.op_conv_f32_options(conv_f32_flags(build))
+    from ..dispatch.registry import conv_stem_flags
+    mod.lib.op_conv_stem_options(conv_stem_flags(build))
     mod.lib.op_gemm_bf16_set_variants(bf16_variant_flags(build))
 
 

@@ -7,4 +7,5 @@
 #include "api_conv.h"
 #include "api_repro.h"
 #include "api_small.h"
+#include "api_stem.h"
 #endif
