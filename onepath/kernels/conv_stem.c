@@ -7,10 +7,13 @@
    xq[n][c][r][q][i] (r: padded row, q: plane, i: column in the plane), and every tap (c, ky, kx) of
    an output pixel (oy, ox) is then the element  base(n, oy) + tapoff[tap] + ox  of that copy:
      float32:  plane q = kx % sw holds xpad[r][sw*i + q]; tap column offset kx / sw.
-     bfloat16: taps are paired along kx, (2m, 2m+1), and each pair is one 32-bit element (the VDPBF16PS
-               depth pair): "pair" planes hold (xpad[r][sw*i + q], xpad[r][sw*i + q + 1]); an odd KW's
-               last tap KW-1 pairs with a real zero from a "tail" plane, (xpad[r][sw*i + q], +0), so a
-               padding depth is zero times zero (never a zero weight times an input that may be Inf).
+     bfloat16: taps are paired into one 32-bit element each (the VDPBF16PS depth pair): along kx,
+               (2m, 2m+1), from "pair" planes holding (xpad[r][sw*i + q], xpad[r][sw*i + q + 1]); an
+               odd KW's last taps across rows, (ky, ky+1), from "row-pair" planes holding
+               (xpad[r][sw*i + q], xpad[r+1][sw*i + q]) (7x7: 25 pairs per channel instead of 28),
+               and an odd KH's last one with a real zero from a "tail" plane (xpad[r][sw*i + q], +0).
+               So a padding depth is zero times zero, never a zero weight times an input that may
+               be Inf; every input padding is a zero in the copy.
    The register tile: 14 output pixels of a row (each tap's element broadcast from the copy) x 32
    output channels (two vectors of a weight panel repacked per call as [tap][OC rounded up to 32]),
    28 accumulators, one FMA / VDPBF16PS per accumulator and tap (pair). NHWC stores the tile's rows
@@ -53,34 +56,53 @@ typedef struct {
     const op_conv_desc *d;
     int64_t PH, PWs, NQ;        /* padded rows, plane width (elements), planes per row */
     int64_t rowstep;            /* elements from one padded row to the next (NQ * PWs) */
-    int qkind[2 * OP_STEM_MAXS], qphi[2 * OP_STEM_MAXS];   /* bfloat16: plane kind (0 pair, 1 tail), phase */
+    int qkind[3 * OP_STEM_MAXS], qphi[3 * OP_STEM_MAXS];   /* bfloat16: plane kind (0 pair, 1 tail, 2 row pair), phase */
     int nhwc;
 } op_stem_geo;
 
-/* Geometry of the copy; tapoff: per tap (float32: c, ky, kx; bfloat16: c, ky, pair m) its offset. */
-static int64_t op_stem_geometry(const op_conv_desc *d, int bf16, op_stem_geo *g, int64_t *tapoff)
+/* Geometry of the copy; per tap (float32: c, ky, kx; bfloat16: a depth pair) its offset tapoff and,
+   for bfloat16, the weight depths (c, ky, kx as c*KH*KW + ky*KW + kx) of its pair, wj1 -1 for zero. */
+static int64_t op_stem_geometry(const op_conv_desc *d, int bf16, op_stem_geo *g, int64_t *tapoff,
+                                int *wj0, int *wj1)
 {
-    const int64_t sw = d->sw, KW = d->kw;
+    const int64_t sw = d->sw, KW = d->kw, KH = d->kh;
     g->d = d;
     g->nhwc = d->nhwc == 1;
-    g->PH = (d->oh - 1) * d->sh + d->kh;
+    g->PH = (d->oh - 1) * d->sh + KH;
     g->PWs = op_roundup64(op_roundup64(d->ow, 16) + (KW - 1) / sw + 1, 16);
     int64_t ntap = 0;
     if (!bf16) {
         g->NQ = sw;
         g->rowstep = g->NQ * g->PWs;
         for (int64_t c = 0; c < d->c; c++)
-            for (int64_t ky = 0; ky < d->kh; ky++)
+            for (int64_t ky = 0; ky < KH; ky++)
                 for (int64_t kx = 0; kx < KW; kx++)
                     tapoff[ntap++] = ((c * g->PH + ky) * g->NQ + kx % sw) * g->PWs + kx / sw;
         return ntap;
     }
-    int qidx[2][OP_STEM_MAXS];
+    /* pairs (kx, kx + 1) of a row from "pair" planes (kind 0); an odd KW's last taps paired across
+       rows (ky, ky + 1) from "row-pair" planes (kind 2), an odd KH's last one with a zero (kind 1) */
+    int qidx[3][OP_STEM_MAXS];
     memset(qidx, -1, sizeof qidx);
     int nq = 0;
-    const int64_t np = (KW + 1) / 2;
-    for (int64_t m = 0; m < np; m++) {
-        const int kind = 2 * m + 1 < KW ? 0 : 1, phi = (int)(2 * m % sw);
+    int64_t kind_[OP_STEM_MAXTAPS], row_[OP_STEM_MAXTAPS], col_[OP_STEM_MAXTAPS];
+    for (int64_t c = 0; c < d->c; c++) {
+        for (int64_t ky = 0; ky < KH; ky++)
+            for (int64_t m = 0; 2 * m + 1 < KW; m++) {
+                kind_[ntap] = 0; row_[ntap] = c * g->PH + ky; col_[ntap] = 2 * m;
+                wj0[ntap] = (int)((c * KH + ky) * KW + 2 * m); wj1[ntap] = wj0[ntap] + 1;
+                ntap++;
+            }
+        if (KW % 2)
+            for (int64_t ky = 0; ky < KH; ky += 2) {
+                const int pair = ky + 1 < KH;
+                kind_[ntap] = pair ? 2 : 1; row_[ntap] = c * g->PH + ky; col_[ntap] = KW - 1;
+                wj0[ntap] = (int)((c * KH + ky) * KW + KW - 1); wj1[ntap] = pair ? wj0[ntap] + (int)KW : -1;
+                ntap++;
+            }
+    }
+    for (int64_t t = 0; t < ntap; t++) {
+        const int kind = (int)kind_[t], phi = (int)(col_[t] % sw);
         if (qidx[kind][phi] < 0) {
             qidx[kind][phi] = nq;
             g->qkind[nq] = kind;
@@ -90,12 +112,8 @@ static int64_t op_stem_geometry(const op_conv_desc *d, int bf16, op_stem_geo *g,
     }
     g->NQ = nq;
     g->rowstep = g->NQ * g->PWs;
-    for (int64_t c = 0; c < d->c; c++)
-        for (int64_t ky = 0; ky < d->kh; ky++)
-            for (int64_t m = 0; m < np; m++) {
-                const int kind = 2 * m + 1 < KW ? 0 : 1, phi = (int)(2 * m % sw);
-                tapoff[ntap++] = ((c * g->PH + ky) * g->NQ + qidx[kind][phi]) * g->PWs + 2 * m / sw;
-            }
+    for (int64_t t = 0; t < ntap; t++)
+        tapoff[t] = (row_[t] * g->NQ + qidx[kind_[t]][col_[t] % sw]) * g->PWs + col_[t] / sw;
     return ntap;
 }
 
@@ -105,6 +123,10 @@ typedef struct {
     int x_bf16;     /* float32 copy: the input is bfloat16 bits (widened) */
     void *xq;
     int bf16;       /* the copy holds bfloat16 pairs */
+    const void *w;  /* the weight (OC, C, KH, KW) -> wq (taps, OCP): float32, or bfloat16 pairs */
+    uint32_t *wq;
+    int64_t ntap, OCP;
+    const int *wj0, *wj1;
 } op_stem_fill_ctx;
 
 /* input value (bits as float32 / bfloat16) at (n, c, iy, ix), 0 outside */
@@ -113,26 +135,25 @@ OP_INLINE int64_t op_stem_xidx(const op_conv_desc *d, int nhwc, int64_t n, int64
     return nhwc ? ((n * d->h + iy) * d->w + ix) * d->c + c : ((n * d->c + c) * d->h + iy) * d->w + ix;
 }
 
-/* one task = one padded row (n, c, r): its NQ planes */
-static void op_stem_fill_task(void *ctx, int64_t task, int tid)
+/* one padded row (n, c, r) of the copy: its NQ planes */
+OP_INLINE void op_stem_fill_row(const op_stem_fill_ctx *f, int64_t n, int64_t c, int64_t r)
 {
-    (void)tid;
-    const op_stem_fill_ctx *f = (const op_stem_fill_ctx *)ctx;
     const op_stem_geo *g = f->g;
     const op_conv_desc *d = g->d;
-    const int64_t PH = g->PH, PWs = g->PWs, sw = d->sw, W = d->w;
-    const int64_t r = task % PH, n = task / PH / d->c, c = task / PH % d->c, iy = r - d->pt;
-    const size_t esz = 4;
-    char *dst = (char *)f->xq + (size_t)(task * g->rowstep) * esz;
-    if (iy < 0 || iy >= d->h) {
-        memset(dst, 0, (size_t)g->rowstep * esz);
+    const int64_t PH = g->PH, PWs = g->PWs, sw = d->sw, W = d->w, iy = r - d->pt;
+    const int64_t task = (n * d->c + c) * PH + r;
+    char *dst = (char *)f->xq + (size_t)(task * g->rowstep) * 4;
+    const int lok = iy >= 0 && iy < d->h, nxok = iy + 1 >= 0 && iy + 1 < d->h;
+    if (!lok && (!f->bf16 || !nxok)) {
+        memset(dst, 0, (size_t)g->rowstep * 4);
         return;
     }
-    const int64_t x0 = op_stem_xidx(d, g->nhwc, n, c, iy, 0), xs = g->nhwc ? d->c : 1;
+    const int64_t xs = g->nhwc ? d->c : 1;
+    const int64_t x0 = lok ? op_stem_xidx(d, g->nhwc, n, c, iy, 0) : 0;
     for (int64_t q = 0; q < g->NQ; q++) {
-        const int64_t phi = f->bf16 ? g->qphi[q] : q, tail = f->bf16 ? g->qkind[q] : 1;
+        const int64_t phi = f->bf16 ? g->qphi[q] : q, kind = f->bf16 ? g->qkind[q] : 1;
         /* columns i whose input column ix = sw*i + phi - pl (and, for a pair, ix + 1) lie in [0, W) */
-        const int64_t off = phi - d->pl, need = W - (tail ? 1 : 2);
+        const int64_t off = phi - d->pl, need = W - (kind == 0 ? 2 : 1);
         int64_t ilo = off >= 0 ? 0 : op_cdiv64(-off, sw);
         int64_t ihi = need - off < 0 ? 0 : (need - off) / sw + 1;
         ihi = op_min64(op_max64(ihi, ilo), PWs);
@@ -152,31 +173,61 @@ static void op_stem_fill_task(void *ctx, int64_t task, int tid)
                 else
                     for (int64_t i = ilo; i < ihi; i++) o[i] = xf[i * sw * xs];
             }
-            for (int64_t i = ihi; i < PWs; i++) {
-                const int64_t ix = sw * i + off;
-                o[i] = ix >= 0 && ix < W ? (f->x_bf16 ? op_bf16_to_f32_1(((const uint16_t *)f->x)[x0 + ix * xs])
-                                                      : ((const float *)f->x)[x0 + ix * xs]) : 0.0f;
-            }
+            for (int64_t i = ihi; i < PWs; i++) o[i] = 0.0f;   /* (ix >= W: past the row) */
             continue;
         }
-        const uint16_t *xb = (const uint16_t *)f->x + x0;
+        /* the low and high halves: (row iy, ix) and kind 0 (iy, ix + 1), 1 zero, 2 (iy + 1, ix) */
+        const uint16_t *lo = lok ? (const uint16_t *)f->x + x0 : NULL;
+        const uint16_t *hi = kind == 0 ? lo : kind == 2 && nxok ? (const uint16_t *)f->x + op_stem_xidx(d, g->nhwc, n, c, iy + 1, 0) : NULL;
+        const int64_t hoff = kind == 0 ? xs : 0;
         uint32_t *o = (uint32_t *)(void *)dst + q * PWs;
         for (int64_t i = 0; i < PWs; i++) {
             if (i == ilo && ilo < ihi) {   /* the interior: no bounds tests */
-                const uint16_t *xi = xb + off * xs;
-                if (tail)
-                    for (; i < ihi; i++) o[i] = xi[i * sw * xs];
-                else if (xs == 1 && sw == 2)
-                    memcpy(o + i, xi + 2 * i, sizeof(uint32_t) * (size_t)(ihi - i)), i = ihi;
+                if (!lo && !hi)
+                    for (; i < ihi; i++) o[i] = 0;
+                else if (kind == 0 && xs == 1 && sw == 2)
+                    memcpy(o + i, lo + 2 * i + off, sizeof(uint32_t) * (size_t)(ihi - i)), i = ihi;
+                else if (lo && hi)
+                    for (; i < ihi; i++) o[i] = (uint32_t)lo[(sw * i + off) * xs] | (uint32_t)hi[(sw * i + off) * xs + hoff] << 16;
+                else if (lo)
+                    for (; i < ihi; i++) o[i] = lo[(sw * i + off) * xs];
                 else
-                    for (; i < ihi; i++) o[i] = (uint32_t)xi[i * sw * xs] | (uint32_t)xi[i * sw * xs + xs] << 16;
+                    for (; i < ihi; i++) o[i] = (uint32_t)hi[(sw * i + off) * xs + hoff] << 16;
                 if (i >= PWs) break;
             }
             const int64_t ix = sw * i + off;
-            const uint32_t lo = ix >= 0 && ix < W ? xb[ix * xs] : 0;
-            const uint32_t hi = !tail && ix + 1 >= 0 && ix + 1 < W ? xb[(ix + 1) * xs] : 0;
-            o[i] = lo | hi << 16;
+            const uint32_t l = lo && ix >= 0 && ix < W ? lo[ix * xs] : 0;
+            const int64_t hx = kind == 0 ? ix + 1 : ix;
+            const uint32_t h = hi && hx >= 0 && hx < W ? hi[hx * xs] : 0;
+            o[i] = l | h << 16;
         }
+    }
+}
+
+/* one task = one padded row r of image n, every channel (an NHWC input row is read once, in order) */
+static void op_stem_fill_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_stem_fill_ctx *f = (const op_stem_fill_ctx *)ctx;
+    const op_conv_desc *d = f->g->d;
+    const int64_t PH = f->g->PH;
+    if (task < d->n * PH) {
+        for (int64_t c = 0; c < d->c; c++) op_stem_fill_row(f, task / PH, c, task % PH);
+        return;
+    }
+    /* the last task: the weight as (taps, OCP), the channels past OC zero */
+    const int64_t K = d->c * d->kh * d->kw, OCP = f->OCP;
+    for (int64_t k = 0; k < f->ntap; k++) {
+        uint32_t *o = f->wq + k * OCP;
+        for (int64_t oc = 0; oc < d->oc; oc++) {
+            if (f->bf16) {
+                const uint16_t *wr = (const uint16_t *)f->w + oc * K;
+                o[oc] = (uint32_t)wr[f->wj0[k]] | (f->wj1[k] >= 0 ? (uint32_t)wr[f->wj1[k]] << 16 : 0u);
+            } else {
+                memcpy(o + oc, (const float *)f->w + oc * K + k, 4);
+            }
+        }
+        for (int64_t oc = d->oc; oc < OCP; oc++) o[oc] = 0;
     }
 }
 
@@ -185,10 +236,17 @@ static void op_stem_fill_task(void *ctx, int64_t task, int tid)
 OP_INLINE void op_stem_store(__m512 v, int act, void *y, int64_t idx, int y_bf16, __mmask16 m)
 {
     if (act != OP_ACT_NONE) v = (__m512)op_v16_act((op_v16f)v, act);
-    if (y_bf16)
-        _mm512_mask_cvtepi32_storeu_epi16((uint16_t *)y + idx, m, op_cvt16_int(_mm512_castps_si512(v)));
-    else
+    /* (VPMOVDW to memory under a mask was a fifth of the bfloat16 NCHW tile's time on Zen 4: the
+       narrowing goes to a register, then a plain or masked 256-bit store) */
+    if (y_bf16) {
+        const __m256i h = _mm512_cvtepi32_epi16(op_cvt16_int(_mm512_castps_si512(v)));
+        if (m == 0xFFFF) _mm256_storeu_si256((__m256i *)(void *)((uint16_t *)y + idx), h);
+        else _mm256_mask_storeu_epi16((uint16_t *)y + idx, m, h);
+    } else if (m == 0xFFFF) {
+        _mm512_storeu_ps((float *)y + idx, v);
+    } else {
         _mm512_mask_storeu_ps((float *)y + idx, m, v);
+    }
 }
 
 typedef struct {
@@ -338,12 +396,12 @@ static int op_conv_stem_run(const op_conv_desc *d, const void *x, int x_bf16, co
                             const float *bias, void *y, int y_bf16, int act, int nthreads)
 {
     int64_t tapoff[OP_STEM_MAXTAPS];
+    int wj0[OP_STEM_MAXTAPS], wj1[OP_STEM_MAXTAPS];
     op_stem_geo g;
-    const int64_t ntap = op_stem_geometry(d, bf16, &g, tapoff);
+    const int64_t ntap = op_stem_geometry(d, bf16, &g, tapoff, wj0, wj1);
     const int64_t rows = d->n * d->c * g.PH;
     const double xbytes = (double)rows * (double)g.rowstep * 4.0;
     if (xbytes > (double)(256 << 20)) return 0;
-    const int K = (int)(d->c * d->kh * d->kw);
     const int64_t OCP = op_roundup64(d->oc, 32);
     const size_t wbytes = 4 * (size_t)(ntap * OCP);
     void *xq = op_conv_scratch_alloc((size_t)xbytes);
@@ -353,25 +411,9 @@ static int op_conv_stem_run(const op_conv_desc *d, const void *x, int x_bf16, co
         op_conv_scratch_free(wq);
         return -1;
     }
-    op_stem_fill_ctx fc = {&g, x, x_bf16, xq, bf16};
-    op_parallel_for(rows * g.rowstep >= (1 << 14) ? nthreads : 1, rows, op_stem_fill_task, &fc);
-    /* the weight (float32, or bfloat16 pairs) as (taps, OCP), the channels past OC zero */
-    {
-        memset(wq, 0, wbytes);
-        for (int64_t oc = 0; oc < d->oc; oc++)
-            for (int64_t k = 0; k < ntap; k++) {
-                uint32_t v;
-                if (bf16) {
-                    const uint16_t *wr = (const uint16_t *)w + oc * K;
-                    const int64_t m = k % ((d->kw + 1) / 2), ck = k / ((d->kw + 1) / 2);  /* (c, ky) */
-                    const int64_t j = ck * d->kw + 2 * m;
-                    v = (uint32_t)wr[j] | (2 * m + 1 < d->kw ? (uint32_t)wr[j + 1] << 16 : 0u);
-                } else {
-                    memcpy(&v, (const float *)w + oc * K + k, 4);
-                }
-                ((uint32_t *)wq)[k * OCP + oc] = v;
-            }
-    }
+    /* the copy and (in a last task, while the rows are copied) the weight */
+    op_stem_fill_ctx fc = {&g, x, x_bf16, xq, bf16, w, (uint32_t *)wq, ntap, OCP, wj0, wj1};
+    op_parallel_for(rows * g.rowstep >= (1 << 14) ? nthreads : 1, d->n * g.PH + 1, op_stem_fill_task, &fc);
     op_stem_run_ctx t = {&g, xq, wq, ntap, OCP, tapoff, bias, y, y_bf16, act, bf16};
     const int used = op_parallel_for(nthreads, d->n * d->oh, op_stem_task, &t);
     op_conv_scratch_free(wq);
