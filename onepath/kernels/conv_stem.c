@@ -17,8 +17,8 @@
    The register tile: 14 output pixels of a row (each tap's element broadcast from the copy) x 32
    output channels (two vectors of a weight panel repacked per call as [tap][OC rounded up to 32]),
    28 accumulators, one FMA / VDPBF16PS per accumulator and tap (pair). NHWC stores the tile's rows
-   as they are; NCHW transposes each 16-channel half in registers (op_transpose16_epi32) and stores
-   16 channel rows of 14 pixels. A row's last partial tile moves back to end at OW (the overlapping
+   as they are; NCHW puts them in a per-thread buffer of the output row (OW x OC), transposed into y
+   in 16 x 16 blocks (op_transpose16_epi32) when the row is done (full 64-byte channel-row stores). A row's last partial tile moves back to end at OW (the overlapping
    pixels are computed twice and the same values stored again).
    Bias, activation (act_f32.c) and the bfloat16 output rounding (cvt_bf16.c, op_cvt16_int: round to
    nearest even, NaN quiet) are applied in registers. Threads take output rows (n, oy).
@@ -231,6 +231,11 @@ static void op_stem_fill_task(void *ctx, int64_t task, int tid)
     }
 }
 
+OP_INLINE __m512 op_v16_act_if(__m512 v, int act)
+{
+    return act != OP_ACT_NONE ? (__m512)op_v16_act((op_v16f)v, act) : v;
+}
+
 /* the epilogue of 16 accumulated outputs: bias (already added), activation, store (float32 or
    bfloat16 bits) under mask m */
 OP_INLINE void op_stem_store(__m512 v, int act, void *y, int64_t idx, int y_bf16, __mmask16 m)
@@ -258,6 +263,7 @@ typedef struct {
     const float *bias;
     void *y;
     int y_bf16, act, bf16;
+    float *rowbuf;            /* NCHW: per thread, one output row as (OW, OCP) float32 */
 } op_stem_run_ctx;
 
 /* The write-out of a tile tb[p][32] (np pixels; channel masks m0 / m1 of its two 16-channel halves):
@@ -278,18 +284,33 @@ static OP_NOINLINE void op_stem_store_tile(const op_stem_run_ctx *t, const float
         }
         return;
     }
-    const int64_t cs = d->oh * d->ow;
-    const __mmask16 pm = (__mmask16)((1u << np) - 1u);
-    for (int j = 0; j < 2; j++) {
-        const __mmask16 m = j ? m1 : m0;
-        if (!m) break;
-        __m512i r[16];
-        for (int p = 0; p < 16; p++)
-            r[p] = p < np ? _mm512_castps_si512(_mm512_add_ps(_mm512_load_ps(tb + 32 * p + 16 * j), j ? b1 : b0))
-                          : _mm512_setzero_si512();
-        op_transpose16_epi32(r);
-        for (int i = 0; i < 16; i++)
-            if (m >> i & 1) op_stem_store(_mm512_castsi512_ps(r[i]), t->act, yb, (16 * j + i) * cs, t->y_bf16, pm);
+    /* NCHW: into the thread's row buffer (yb: pixel ox0, channel oc), transposed when the row is done */
+    float *rb = (float *)(void *)yb;
+    for (int p = 0; p < np; p++) {
+        _mm512_store_ps(rb + p * t->OCP, (__m512)op_v16_act_if(_mm512_add_ps(_mm512_load_ps(tb + 32 * p), b0), t->act));
+        _mm512_store_ps(rb + p * t->OCP + 16, (__m512)op_v16_act_if(_mm512_add_ps(_mm512_load_ps(tb + 32 * p + 16), b1), t->act));
+    }
+}
+
+/* NCHW: the row buffer (OW, OCP) of output row (n, oy) transposed into y, 16 x 16 blocks */
+static OP_NOINLINE void op_stem_row_out(const op_stem_run_ctx *t, const float *rb, int64_t n, int64_t oy)
+{
+    const op_conv_desc *d = t->g->d;
+    const int64_t OW = d->ow, OC = d->oc, cs = d->oh * OW;
+    const size_t ysz = t->y_bf16 ? 2 : 4;
+    for (int64_t ox = 0; ox < OW; ox += 16) {
+        const int npx = (int)op_min64(16, OW - ox);
+        const __mmask16 pm = npx == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << npx) - 1u);
+        for (int64_t ocb = 0; ocb < OC; ocb += 16) {
+            __m512i r[16];
+            for (int p = 0; p < 16; p++)
+                r[p] = p < npx ? _mm512_load_si512((const void *)(rb + (ox + p) * t->OCP + ocb)) : _mm512_setzero_si512();
+            op_transpose16_epi32(r);
+            char *yb = (char *)t->y + (size_t)(((n * OC + ocb) * d->oh + oy) * OW + ox) * ysz;
+            const int nc = (int)op_min64(16, OC - ocb);
+            for (int i = 0; i < nc; i++)
+                op_stem_store(_mm512_castsi512_ps(r[i]), OP_ACT_NONE, yb, i * cs, t->y_bf16, pm);
+        }
     }
 }
 
@@ -353,7 +374,6 @@ OP_INLINE void op_stem_nhwc_tile(const int NP, const int BF, const op_stem_run_c
 /* one task = one output row (n, oy) of every channel */
 static void op_stem_task(void *ctx, int64_t task, int tid)
 {
-    (void)tid;
     const op_stem_run_ctx *t = (const op_stem_run_ctx *)ctx;
     const op_stem_geo *g = t->g;
     const op_conv_desc *d = g->d;
@@ -374,8 +394,8 @@ static void op_stem_task(void *ctx, int64_t task, int tid)
                 else np = OW;
             }
             const char *xb = xrow + ox0 * 4;
-            char *yb = (char *)t->y + (size_t)(g->nhwc ? ((n * d->oh + oy) * OW + ox0) * OC + oc
-                                                        : ((n * OC + oc) * d->oh + oy) * OW + ox0) * ysz;
+            char *yb = g->nhwc ? (char *)t->y + (size_t)(((n * d->oh + oy) * OW + ox0) * OC + oc) * ysz
+                               : (char *)(void *)(t->rowbuf + (tid * OW + ox0) * t->OCP + oc);
             if (t->bf16) {
 #if defined(OP_BF16_HAS_DP)
                 OP_STEM_NHWC_CASES(1)
@@ -385,6 +405,7 @@ static void op_stem_task(void *ctx, int64_t task, int tid)
             }
         }
     }
+    if (!g->nhwc) op_stem_row_out(t, t->rowbuf + tid * OW * t->OCP, n, oy);
 }
 
 /* ---------------------------------------------------------------- driver
@@ -414,8 +435,13 @@ static int op_conv_stem_run(const op_conv_desc *d, const void *x, int x_bf16, co
     /* the copy and (in a last task, while the rows are copied) the weight */
     op_stem_fill_ctx fc = {&g, x, x_bf16, xq, bf16, w, (uint32_t *)wq, ntap, OCP, wj0, wj1};
     op_parallel_for(rows * g.rowstep >= (1 << 14) ? nthreads : 1, d->n * g.PH + 1, op_stem_fill_task, &fc);
-    op_stem_run_ctx t = {&g, xq, wq, ntap, OCP, tapoff, bias, y, y_bf16, act, bf16};
-    const int used = op_parallel_for(nthreads, d->n * d->oh, op_stem_task, &t);
+    float *rowbuf = g.nhwc ? NULL : (float *)op_conv_scratch_alloc(sizeof(float) * (size_t)(nthreads * d->ow * OCP));
+    int used = -1;
+    if (g.nhwc || rowbuf) {
+        op_stem_run_ctx t = {&g, xq, wq, ntap, OCP, tapoff, bias, y, y_bf16, act, bf16, rowbuf};
+        used = op_parallel_for(nthreads, d->n * d->oh, op_stem_task, &t);
+    }
+    op_conv_scratch_free(rowbuf);
     op_conv_scratch_free(wq);
     op_conv_scratch_free(xq);
     return used;
