@@ -359,7 +359,13 @@ CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2}  # the bits of op_conv_f32_o
 # "stem_f32": op_conv2d_f32 (FMA; also bfloat16 input widened at levels without BF16 instructions);
 # "stem_bf16": op_conv2d_bf16 (VDPBF16PS on kx-paired taps). Per (uarch, level of the module); a host
 # without a row keeps the implicit GEMM.
-# zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), see the numbers below.
+# zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores, shared: 2-thread timings bimodal),
+# ResNet-50 conv1 (mb1/mb8 ic3ih224oc64oh112kh7sh2ph3), the route off/on alternated in one process
+# with torch 2.13 (onepath.bench.core.alternate, median of 5), onepath GFLOP/s before -> after:
+# 1 thread mb1 f32 NCHW 97 -> 102, f32 NHWC 90 -> 105 (torch 111), bf16 NCHW 123 -> 169, bf16 NHWC
+# 164 -> 174 (torch 163); 2 threads mb1 f32 NCHW 188 -> 190 (torch 207), f32 NHWC 177 -> 198 (209),
+# bf16 NCHW 236 -> 311 (282), bf16 NHWC 311 -> 328 (314); 2 threads mb8 f32 NHWC 163 -> 184 (199),
+# bf16 NCHW 194 -> 213, bf16 NHWC 293 -> 333 (313). Unmeasured on Intel: no row there.
 CONV_STEM_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core"): ("stem_f32",),
     ("zen4", "avx512_core_bf16"): ("stem_f32", "stem_bf16"),
