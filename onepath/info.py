@@ -119,8 +119,9 @@ def variant_rows() -> list[dict]:
     uarch and level; Intel and unmeasured hosts have none): each {"rule", "level", "value"}, the
     rule being ``registry.BF16_VARIANTS`` (bfloat16 decode / A in place / C written from the
     registers), ``GEMV_F32_OPTIONS`` (thin float32 products), ``CONV_F32_OPTIONS`` (float32 k x k
-    convolutions), ``CONV_BF16_OPTIONS`` (bfloat16 k x k convolutions) or ``DW_ROW_KERNELS`` (depthwise 3x3 row kernels, smallest (``_narrow``: largest)
-    input width per stride and input dtype)."""
+    convolutions), ``CONV_BF16_OPTIONS`` (bfloat16 k x k convolutions), ``CONV_STEM_OPTIONS`` (the
+    direct few-channel convolution) or ``DW_ROW_KERNELS`` (depthwise 3x3 row kernels, smallest
+    (``_narrow``: largest) input width per stride and input dtype)."""
     import onepath
     from .dispatch import registry
     uarch = registry._probe().uarch
@@ -130,6 +131,7 @@ def variant_rows() -> list[dict]:
                             ("GEMV_F32_OPTIONS", list(registry.GEMV_F32_OPTIONS.get((uarch, level), ()))),
                             ("CONV_F32_OPTIONS", list(registry.CONV_F32_OPTIONS.get((uarch, level), ()))),
                             ("CONV_BF16_OPTIONS", list(registry.CONV_BF16_OPTIONS.get((uarch, level), ()))),
+                            ("CONV_STEM_OPTIONS", list(registry.CONV_STEM_OPTIONS.get((uarch, level), ()))),
                             ("DW_ROW_KERNELS", registry.DW_ROW_KERNELS.get((uarch, level), {}))):
             if value:
                 out.append({"rule": rule, "level": level, "value": value})

@@ -367,6 +367,34 @@ CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pa
                   "brg_wide_rows": 64}  # the bits of op_conv_f32_options
 
 
+# Direct convolution for few input channels (kernels/conv_stem.c, op_conv_stem_options): groups 1,
+# C <= 4, KH, KW >= 3, dilation 1 (the ResNet-50 7x7 stride-2 stem, K = 147), computed from a padded,
+# stride-phase-split copy of the input instead of gathering 147-deep patches for the GEMM.
+# "stem_f32": op_conv2d_f32 (FMA; also bfloat16 input widened at levels without BF16 instructions);
+# "stem_bf16": op_conv2d_bf16 (VDPBF16PS on kx-paired taps). Per (uarch, level of the module); a host
+# without a row keeps the implicit GEMM.
+# zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores, shared: 2-thread timings bimodal),
+# ResNet-50 conv1 (mb1/mb8 ic3ih224oc64oh112kh7sh2ph3), the route off/on alternated in one process
+# with torch 2.13 (onepath.bench.core.alternate, median of 5), onepath GFLOP/s before -> after:
+# 1 thread mb1 f32 NCHW 97 -> 102, f32 NHWC 90 -> 105 (torch 111), bf16 NCHW 123 -> 169, bf16 NHWC
+# 164 -> 174 (torch 163); 2 threads mb1 f32 NCHW 188 -> 190 (torch 207), f32 NHWC 177 -> 198 (209),
+# bf16 NCHW 236 -> 311 (282), bf16 NHWC 311 -> 328 (314); 2 threads mb8 f32 NHWC 163 -> 184 (199),
+# bf16 NCHW 194 -> 213, bf16 NHWC 293 -> 333 (313). Unmeasured on Intel: no row there.
+CONV_STEM_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("zen4", "avx512_core"): ("stem_f32",),
+    ("zen4", "avx512_core_bf16"): ("stem_f32", "stem_bf16"),
+}
+CONV_STEM_FLAGS = {"stem_f32": 1, "stem_bf16": 2}  # the bits of op_conv_stem_options
+
+
+def conv_stem_flags(level: str, uarch: str | None = None) -> int:
+    """The ``op_conv_stem_options`` bit set for the module of ``level`` on ``uarch`` (default: this
+    host's), from ``CONV_STEM_OPTIONS`` (0 without a row)."""
+    if uarch is None:
+        uarch = _probe().uarch
+    return sum(CONV_STEM_FLAGS[o] for o in CONV_STEM_OPTIONS.get((uarch, level), ()))
+
+
 def conv_f32_flags(level: str, uarch: str | None = None) -> int:
     """The ``op_conv_f32_options`` bit set for the module of ``level`` on ``uarch`` (default: this
     host's), from ``CONV_F32_OPTIONS`` (0 without a row)."""

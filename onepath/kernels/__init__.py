@@ -51,10 +51,12 @@ def _set_options(build: str, mod) -> None:
     """Set the per-uarch options of the thin-product, float32 conv and bfloat16 kernels of a loaded
     module (the registry rules, or this host's tuning file), module-wide C state that every caller,
     ``tune`` included, then runs."""
-    from ..dispatch.registry import bf16_variant_flags, conv_bf16_flags, conv_f32_flags, gemv_f32_flags
+    from ..dispatch.registry import (bf16_variant_flags, conv_bf16_flags, conv_f32_flags, conv_stem_flags,
+                                     gemv_f32_flags)
     mod.lib.op_gemv_f32_options(gemv_f32_flags(build))
     mod.lib.op_conv_f32_options(conv_f32_flags(build))
     mod.lib.op_conv_bf16_options(conv_bf16_flags(build))
+    mod.lib.op_conv_stem_options(conv_stem_flags(build))
     mod.lib.op_gemm_bf16_set_variants(bf16_variant_flags(build))
 
 

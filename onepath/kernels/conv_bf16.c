@@ -1226,6 +1226,8 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
     const int64_t G = d->groups, ocg = d->oc / G;
     const int64_t ohw = d->oh * d->ow, K = d->c / G * d->kh * d->kw;
     if (d->n <= 0 || ohw <= 0 || d->oc <= 0) return 1;
+    const int rs = op_conv_stem_bf16(d, x, w, bias, y, y_bf16, act, nthreads);   /* conv_stem.c */
+    if (rs != 0) return rs;
 #if defined(OP_BF16_NATIVE)
     if (d->nhwc == 2) {   /* NCHW through the NHWC formulation (conv_f32.c) */
         op_conv_desc dn;

@@ -1370,6 +1370,8 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
     const int64_t G = d->groups, cg = d->c / G, ocg = d->oc / G;
     const int64_t ohw = d->oh * d->ow, hw = d->h * d->w, K = cg * d->kh * d->kw;
     if (d->n <= 0 || ohw <= 0 || d->oc <= 0) return 1;
+    const int rs = op_conv_stem_f32(d, x, x_bf16, w, bias, y, act, nthreads);   /* conv_stem.c */
+    if (rs != 0) return rs;
     if (d->nhwc == 2) {   /* NCHW through the NHWC formulation (above) */
         op_conv_desc dn;
         void *xt = op_conv_as_nhwc_input(d, x, x_bf16 ? 2 : 4, nthreads, &dn);

@@ -8,4 +8,5 @@
 #include "api_repro.h"
 #include "api_small.h"
 #include "api_norm.h"
+#include "api_stem.h"
 #endif

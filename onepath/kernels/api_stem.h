@@ -1,0 +1,10 @@
+/* api_stem.h: options of the direct few-channel convolution (kernels/conv_stem.c), identical at every
+   ISA level (also a cffi cdef). Plain declarations only.
+
+   op_conv2d_f32 and op_conv2d_bf16 (api_conv.h) hand a dense k x k convolution with few input
+   channels (groups 1, C <= 4, KH, KW >= 3, dilation 1: the 7x7 stride-2 stem of ResNet-50) to the
+   direct kernel of conv_stem.c when its option bit is set in the module: bit 1 float32 (AVX-512
+   levels), bit 2 bfloat16 (levels with VDPBF16PS). Set by the kernel loader from the registry's
+   CONV_STEM_OPTIONS for the host; default 0 (off). flags < 0 only reads. Returns the flags in force
+   before. */
+int op_conv_stem_options(int flags);

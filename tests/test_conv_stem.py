@@ -1,0 +1,117 @@
+"""The direct few-channel convolution (kernels/conv_stem.c, registry.CONV_STEM_OPTIONS), forced on at
+every level that has it whatever the host's own row says, against the float64 reference: strides,
+paddings, odd sizes, output-channel tails, bias / activations, batch > 1, NCHW and NHWC, float32
+and bfloat16, and non-finite inputs (a padding depth never multiplies an Inf)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ml_dtypes import bfloat16
+
+import onepath
+from onepath.dispatch import registry
+from onepath.dispatch.levels import level_index
+from onepath.kernels import load
+from onepath.ops import conv as _conv
+from onepath.ops.conv import reference_conv2d, select_conv
+
+from test_conv import run_case
+
+_ALL = sum(registry.CONV_STEM_FLAGS.values())
+
+
+@pytest.fixture
+def stem(level):
+    """The direct kernel switched on in the modules that run this level's float32 and bfloat16
+    convolutions (levels below avx512_core have none: skipped)."""
+    if level_index(level) < level_index("avx512_core"):
+        pytest.skip(f"no direct few-channel kernel at {level}")
+    libs = {load(select_conv("implicit_gemm", dt).level).lib for dt in ("float32", "bfloat16")}
+    old = [(lib, lib.op_conv_stem_options(_ALL)) for lib in libs]
+    _conv._PLANS.clear()
+    yield level
+    for lib, flags in old:
+        lib.op_conv_stem_options(flags)
+
+
+# (n, c, h, w, oc, kh, kw, stride, padding)
+CASES = [
+    (1, 3, 33, 31, 64, 7, 7, 2, 3),                     # the stem, odd sizes (OW 16: a moved-back tile)
+    (2, 3, 17, 15, 37, 5, 5, 1, 2),                     # batch 2, stride 1, OC tail (37 = 32 + 5)
+    (1, 2, 20, 29, 20, 3, 3, 3, 0),                     # stride 3, no padding, OC 20 (second half partial)
+    (1, 4, 9, 40, 48, 3, 5, (1, 2), (1, 2)),            # C 4, mixed stride / padding, odd KW 5
+    (1, 1, 12, 12, 16, 3, 4, 2, ((0, 2), (1, 0))),      # C 1, even KW, asymmetric padding
+    (1, 3, 7, 8, 8, 7, 7, 2, 3),                        # OW 4 < 14: a short tile; OC 8
+    (1, 3, 6, 70, 32, 3, 3, 1, 1),                      # OW 70: five tiles of 14
+]
+ACTS = [None, "relu", "gelu", "silu", "gelu_tanh", None, "relu"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("i", range(len(CASES)), ids=lambda i: "x".join(map(str, CASES[i][:7])))
+def test_stem_matches_reference(stem, i, layout, dtype):
+    n, c, h, w, oc, kh, kw, s, p = CASES[i]
+    run_case(n, c, h, w, oc, kh, kw, s, p, 1, 1, layout=layout, bias=i % 3 != 1,
+             activation=ACTS[i], dtype=dtype, seed=i)
+
+
+def test_stem_fallbacks_and_x_bf16(stem):
+    """Problems outside the kernel's reach (dilation, groups, C > 4, 1x1) take the usual path; a
+    bfloat16 input with a float32 weight (widened into the float32 copy) is routed too."""
+    run_case(1, 3, 12, 12, 16, 3, 3, 1, 1, 2, 1)        # dilation 2
+    run_case(1, 4, 12, 12, 16, 3, 3, 1, 1, 1, 2)        # groups 2
+    run_case(1, 5, 12, 12, 16, 3, 3, 2, 1, 1, 1)        # C 5
+    run_case(1, 3, 12, 12, 16, 1, 1, 1, 0, 1, 1)        # 1x1
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 3, 19, 21)).astype(bfloat16)
+    wt = rng.standard_normal((24, 3, 7, 7)).astype(np.float32)
+    got = onepath.conv2d(x, wt, None, 2, 3)
+    assert got.dtype == np.float32
+    ref = reference_conv2d(x, wt, None, (2, 2), ((3, 3), (3, 3)))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("geo", [(7, 2, 3), (3, 1, 1), (5, 2, 0)], ids=lambda g: "k%ds%dp%d" % g)
+def test_stem_nonfinite(stem, geo, layout, dtype):
+    """Inf / NaN inputs at the borders and inside: exactly the reference's NaN / +-Inf outputs (an
+    odd KW's last tap, the pair reaching past a row's end and the padding are real zeros in the
+    copy, so no Inf meets a padding zero), the finite outputs within the float32 bound."""
+    k, s, p = geo
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 3, 15, 17)).astype(np.float32)
+    x[0, 0, 3, -1] = np.inf          # last column
+    x[0, 1, 0, 0] = -np.inf          # first row and column
+    x[0, 2, 7, 6] = np.inf
+    x[1, 0, -1, 8] = np.nan          # last row
+    x[1, 1, 5, -2] = -np.inf
+    wt = rng.standard_normal((40, 3, k, k)).astype(np.float32)
+    b = rng.standard_normal(40).astype(np.float32)
+    if dtype == bfloat16:
+        x, wt = x.astype(bfloat16), wt.astype(bfloat16)
+    xin = x if layout == "NCHW" else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    got = np.asarray(onepath.conv2d(xin, wt, b, s, p, layout=layout), np.float64)
+    if layout == "NHWC":
+        got = got.transpose(0, 3, 1, 2)
+    with np.errstate(invalid="ignore"):
+        ref = reference_conv2d(x, wt, b, (s, s), ((p, p), (p, p)))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(ref))
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(ref))
+    assert np.isnan(ref).any() and np.isinf(ref).any()
+    fin = np.isfinite(ref)
+    tol = 2e-2 if dtype == bfloat16 else 1e-4
+    np.testing.assert_allclose(got[fin], ref[fin], rtol=tol, atol=tol)
+
+
+def test_stem_options_rows():
+    """Only Zen 4 ships the route (unmeasured elsewhere: the implicit GEMM as before); the flags
+    the loader sets are the row's."""
+    assert registry.conv_stem_flags("avx512_core_bf16", uarch="zen4") == _ALL
+    assert registry.conv_stem_flags("avx512_core", uarch="zen4") == registry.CONV_STEM_FLAGS["stem_f32"]
+    for lv in ("avx512_core", "avx512_core_bf16", "avx512_core_amx"):
+        assert registry.conv_stem_flags(lv, uarch="sapphirerapids") == 0
+    lib = load("generic").lib
+    assert lib.op_conv_stem_options(-1) == 0
