@@ -26,7 +26,7 @@ CASES = [
 ]
 
 
-@pytest.fixture(params=[0, 1], ids=["off", "brg"])
+@pytest.fixture(params=[0, 1, 3], ids=["off", "brg", "brg_skip_pad"])
 def brg(request, level):
     lib = load(select_conv("implicit_gemm", "bfloat16").level).lib
     old = lib.op_conv_bf16_options(request.param)
@@ -64,6 +64,26 @@ def test_brg_bf16_matches_gemm_path_with_nan_inf():
     for a, c in zip(out[0], out[1]):
         np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(c, np.float32))
     assert np.isnan(np.asarray(out[1][1], np.float32)).any()
+
+
+def test_non_finite_weight_reaches_the_borders_at_every_level(level):
+    """Shipped options: the padding taps are computed (0 * inf = NaN), so an infinite weight at tap
+    (0, 0) gives the same NaN outputs at every level and in both layouts and dtypes, the generic
+    level's; with the option bits that skip padding taps (tests only) the border outputs stay
+    finite."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 64, 7, 7)).astype(np.float32)
+    wt = rng.standard_normal((32, 64, 3, 3)).astype(np.float32)
+    wt[:, :, 0, 0] = np.inf
+    for dt in (np.float32, bfloat16):
+        xd, wd = x.astype(dt), wt.astype(dt)
+        for layout in ("NCHW", "NHWC"):
+            xi = xd if layout == "NCHW" else np.ascontiguousarray(xd.transpose(0, 2, 3, 1))
+            y = np.asarray(onepath.conv2d(xi, wd, None, 1, 1, layout=layout), np.float32)
+            if layout == "NHWC":
+                y = y.transpose(0, 3, 1, 2)
+            assert np.isnan(y[0, :, 1:, 1:]).all() and np.isfinite(y[0, :, 0, :]).sum() == 0, (dt, layout)
+            assert np.isfinite(y[0, :, :, 0]).sum() == 0, (dt, layout)
 
 
 def test_brg_rule_is_per_uarch():

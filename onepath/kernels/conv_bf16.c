@@ -903,7 +903,7 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
    weight is packed once per call into 32-column k32 panels (op_conv_pack_b_nhwc_k32) and all of K
    is summed in registers (the tile written once: float32, or bfloat16 rounded once from the
    registers after the epilogue, op_dp_row16).
-   Padding taps are skipped along H: the kernel rows ki whose input rows lie in the top or bottom
+   With OP_CONV_BF16_SKIP_PAD, padding taps are skipped along H: the kernel rows ki whose input rows lie in the top or bottom
    padding of an output row are left out of its block list (the lists per range [lo, hi) of valid
    kernel rows, blocks in order), and the half panels are paired by that range (a half panel with no
    partner of its range runs alone, 7 rows), so a 7 x 7 output pairs row oh of image n with row oh
@@ -912,6 +912,10 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
    Per-microarchitecture (op_conv_bf16_options bit 1, the registry's CONV_BF16_OPTIONS): off by
    default (the NHWC GEMM over the packed gather), so a host without a row keeps that path. */
 #define OP_CONV_BF16_BRG 1
+/* OP_CONV_BF16_SKIP_PAD (tests / measurements only; no registry row sets it): the H padding skip
+   above. Off, every output row runs all kernel rows over the padded copy's zero rows: a non-finite
+   weight (0 * inf = NaN) reaches the border outputs as at every other level. */
+#define OP_CONV_BF16_SKIP_PAD 2
 static int op_conv_bf16_opts = 0;
 
 #if defined(OP_BF16_HAS_DP)
@@ -1129,6 +1133,7 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, const uint
                 }
             }
             if (lo >= hi) lo = hi = 0;
+            if (!(op_conv_bf16_opts & OP_CONV_BF16_SKIP_PAD)) lo = 0, hi = KH;
             ocl[oh] = lo * (KH + 1) + hi;
         }
         /* half panels (7 pixels of one output row), paired with the previous unpaired one of their class */
@@ -1318,7 +1323,7 @@ int op_conv_bf16_options(int flags)
 {
 #if defined(OP_BF16_NATIVE)
     const int old = op_conv_bf16_opts;
-    if (flags >= 0) op_conv_bf16_opts = flags & OP_CONV_BF16_BRG;
+    if (flags >= 0) op_conv_bf16_opts = flags & (OP_CONV_BF16_BRG | OP_CONV_BF16_SKIP_PAD);
     return old;
 #else
     (void)flags;

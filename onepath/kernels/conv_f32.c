@@ -592,9 +592,11 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    per-thread buffer (K x NR floats, in L2) just before using it, instead of all panels being packed
    into one shared buffer first (written out and read back from L3 / memory for a large weight). */
 #define OP_CONV_BRG_NSPLIT_PACK 8
-/* OP_CONV_BRG_NOSKIP, OP_CONV_BRG_COPY (tests / measurements only): compute the taps that read
-   padding too; read a padded copy of the input even where the padding taps are all skipped. */
-#define OP_CONV_BRG_NOSKIP 16
+/* OP_CONV_BRG_SKIP_PAD, OP_CONV_BRG_COPY (tests / measurements only; no registry row sets them):
+   skip the taps that read padding (exact only when every weight is finite: 0 * inf is NaN, so a
+   non-finite weight must reach the border outputs as it does at every other level, which multiply
+   the zeros); read a padded copy of the input even where the padding taps are all skipped. */
+#define OP_CONV_BRG_SKIP_PAD 16
 #define OP_CONV_BRG_COPY 32
 /* OP_CONV_BRG_WIDE_ROWS: pixels sw*C floats apart with sw*C a multiple of 1024 (rows 4 KiB apart:
    the 14 pixels of a panel would share one L1d set, e.g. res5a_branch2b, C 512 at stride 2) run the
@@ -607,7 +609,7 @@ int op_conv_f32_options(int flags)
     const int old = op_conv_f32_opts;
     if (flags >= 0)
         op_conv_f32_opts = flags & (OP_CONV_BRG_FULL_K | OP_CONV_BRG_NSPLIT | OP_CONV_BRG_OW7 |
-                                    OP_CONV_BRG_NSPLIT_PACK | OP_CONV_BRG_NOSKIP | OP_CONV_BRG_COPY |
+                                    OP_CONV_BRG_NSPLIT_PACK | OP_CONV_BRG_SKIP_PAD | OP_CONV_BRG_COPY |
                                     OP_CONV_BRG_WIDE_ROWS);
     return old;
 }
@@ -888,7 +890,7 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
     /* the padding taps of the border panels (none without padding or beyond 64 taps) */
     const int pad = d->pt > 0 || d->pl > 0 || (d->oh - 1) * d->sh + (d->kh - 1) * d->dh >= d->h ||
                     (d->ow - 1) * d->sw + (d->kw - 1) * d->dw >= d->w;
-    const int useskip = (pad || npix % MR != 0) && khw <= 64 && !(opts & OP_CONV_BRG_NOSKIP);
+    const int useskip = (pad || npix % MR != 0) && khw <= 64 && (opts & OP_CONV_BRG_SKIP_PAD);
     int16_t *skip = NULL;
     op_convbrg_skip_ctx sc = {d, NULL, npix, npan, 0};
     if (useskip) {
