@@ -564,7 +564,8 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    micro-kernel's time at N = OC of 64-128 (perf, ResNet-50 res2 3x3 at batch 8, Zen 4, 1 thread:
    78 -> 105 GFLOP/s). Rows 4 KiB apart are left to the packing path; OW a multiple of 7 only with
    OP_CONV_BRG_OW7 (below).
-   Padding taps are skipped, not multiplied by the zeros of the copy (oneDNN's brgemm convolution
+   With OP_CONV_BRG_SKIP_PAD (below; tests only: not exact for a non-finite weight), padding taps
+   are skipped, not multiplied by the zeros of the copy (oneDNN's brgemm convolution
    leaves them out the same way: the facts, not its code): per pixel panel and tap, the panel's rows
    whose input pixel lies in the padding (op_convbrg_skip_task); a tap padding for every row is
    dropped (the top / bottom output rows), else the micro-kernel runs a variant without those rows'
