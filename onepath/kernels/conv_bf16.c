@@ -700,93 +700,6 @@ static int op_conv2d_bf16_nhwc(const op_conv_desc *d, const uint16_t *x, const u
     return used;
 }
 
-/* ---------------------------------------------------------------- 16-bit transposes (NCHW <-> NHWC)
-
-   op_convb_tr_tile: dst[j][i] = src[i][j] for i < ni (<= 32), j < nj (<= 16): pairs of source rows
-   interleaved into dwords, one 16 x 16 dword transpose, 32 elements (64 bytes) per destination row.
-   sw2: the source elements are every other one (src[i][2j]): the low halves of 16 dwords. */
-#if defined(OP_HAS_AVX512)
-OP_INLINE void op_convb_tr_tile(const uint16_t *src, int64_t ss, int ni, int nj, uint16_t *dst, int64_t ds,
-                                const int sw2)
-{
-    const __mmask16 lm = (__mmask16)((1u << nj) - 1u);
-    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
-    __m512i r[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) {
-        __m512i e0 = _mm512_setzero_si512(), e1 = e0;
-        if (sw2) {
-            if (2 * i < ni) e0 = _mm512_and_si512(_mm512_maskz_loadu_epi32(lm, src + 2 * i * ss), lo16);
-            if (2 * i + 1 < ni) e1 = _mm512_slli_epi32(_mm512_maskz_loadu_epi32(lm, src + (2 * i + 1) * ss), 16);
-        } else {
-            if (2 * i < ni) e0 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lm, src + 2 * i * ss));
-            if (2 * i + 1 < ni)
-                e1 = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lm, src + (2 * i + 1) * ss)), 16);
-        }
-        r[i] = _mm512_or_si512(e0, e1);
-    }
-    op_transpose16_epi32(r);
-    if (ni == 32) {
-        for (int j = 0; j < nj; j++) _mm512_storeu_si512((void *)(dst + j * ds), r[j]);
-    } else {
-        const __mmask32 sm = (__mmask32)(((uint64_t)1 << ni) - 1u);
-        for (int j = 0; j < nj; j++) _mm512_mask_storeu_epi16((void *)(dst + j * ds), sm, r[j]);
-    }
-}
-#endif
-
-/* dst[j * ds + i] = src[i * ss + j * sj] (sj: 1, or 2 for a stride-2 sample), i < ni, j < nj */
-static void op_convb_tr_block(const uint16_t *src, int64_t ss, int64_t sj, int64_t ni, int64_t nj,
-                              uint16_t *dst, int64_t ds)
-{
-    for (int64_t i0 = 0; i0 < ni; i0 += 32) {
-        const int mi = (int)op_min64(32, ni - i0);
-        for (int64_t j0 = 0; j0 < nj; j0 += 16) {
-            const int mj = (int)op_min64(16, nj - j0);
-            const uint16_t *s = src + i0 * ss + j0 * sj;
-            uint16_t *d = dst + j0 * ds + i0;
-#if defined(OP_HAS_AVX512)
-            if (sj == 1) {
-                op_convb_tr_tile(s, ss, mi, mj, d, ds, 0);
-                continue;
-            }
-            if (sj == 2) {
-                op_convb_tr_tile(s, ss, mi, mj, d, ds, 1);
-                continue;
-            }
-#endif
-            for (int j = 0; j < mj; j++)
-                for (int i = 0; i < mi; i++) d[j * ds + i] = s[i * ss + j * sj];
-        }
-    }
-}
-
-typedef struct {
-    const uint16_t *src;
-    uint16_t *dst;
-    int64_t rows, cols, parts;
-} op_convb_tr_ctx;
-
-/* one task = a range of 16-column blocks of one image */
-static void op_convb_tr_task(void *ctx, int64_t task, int tid)
-{
-    (void)tid;
-    const op_convb_tr_ctx *t = (const op_convb_tr_ctx *)ctx;
-    const int64_t R = t->rows, C = t->cols, P = t->parts, njb = op_cdiv64(C, 16);
-    const int64_t img = task / P, j0 = njb * (task % P) / P * 16, j1 = op_min64(C, njb * (task % P + 1) / P * 16);
-    if (j1 <= j0) return;
-    op_convb_tr_block(t->src + img * R * C + j0, C, 1, R, j1 - j0, t->dst + img * R * C + j0 * R, R);
-}
-
-/* n images of rows x cols bfloat16 -> cols x rows (the vectorised op_conv_transpose for 2-byte elements) */
-static void op_convb_transpose(const uint16_t *src, uint16_t *dst, int64_t n, int64_t rows, int64_t cols,
-                               int nthreads)
-{
-    const int T = n * rows * cols >= (1 << 16) ? nthreads : 1;
-    op_convb_tr_ctx t = {src, dst, rows, cols, n >= 2 * T ? 1 : op_min64(op_cdiv64(cols, 16), 4 * T)};
-    op_parallel_for(T, n * t.parts, op_convb_tr_task, &t);
-}
-
 typedef struct {
     const op_conv_desc *d;        /* the NCHW problem */
     const uint16_t *x;
@@ -854,7 +767,7 @@ static void *op_convb_as_nhwc_input(const op_conv_desc *d, const uint16_t *x, in
         op_parallel_for(dn->n * dn->h * dn->w * dn->c >= (1 << 16) ? nthreads : 1, dn->n * dn->h,
                         op_convb_fill_nchw_task, &fc);
     } else {
-        op_convb_transpose(x, xt, d->n, d->c, d->h * d->w, nthreads);
+        op_conv_transpose(x, xt, d->n, d->c, d->h * d->w, 2, nthreads);
     }
     return xt;
 }
@@ -1260,7 +1173,7 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
             op_conv_scratch_free(xt);
         }
         if (r > 0) {
-            if (y_bf16) op_convb_transpose((const uint16_t *)yt, (uint16_t *)y, d->n, ohw, d->oc, nthreads);
+            if (y_bf16) op_conv_transpose((const uint16_t *)yt, (uint16_t *)y, d->n, ohw, d->oc, 2, nthreads);
             else op_conv_transpose(yt, y, d->n, ohw, d->oc, ysz, nthreads);
         }
         op_conv_scratch_free(yt);

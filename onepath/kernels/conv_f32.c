@@ -1245,6 +1245,68 @@ static float *op_convx_prepare_f32(const op_conv_desc *d, const float *x, int64_
     return xp;
 }
 
+/* ---------------------------------------------------------------- 16-bit transposes (NCHW <-> NHWC)
+
+   op_convb_tr_tile: dst[j][i] = src[i][j] for i < ni (<= 32), j < nj (<= 16): pairs of source rows
+   interleaved into dwords, one 16 x 16 dword transpose, 32 elements (64 bytes) per destination row.
+   sw2: the source elements are every other one (src[i][2j]): the low halves of 16 dwords. */
+#if defined(OP_HAS_AVX512)
+OP_INLINE void op_convb_tr_tile(const uint16_t *src, int64_t ss, int ni, int nj, uint16_t *dst, int64_t ds,
+                                const int sw2)
+{
+    const __mmask16 lm = (__mmask16)((1u << nj) - 1u);
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+    __m512i r[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) {
+        __m512i e0 = _mm512_setzero_si512(), e1 = e0;
+        if (sw2) {
+            if (2 * i < ni) e0 = _mm512_and_si512(_mm512_maskz_loadu_epi32(lm, src + 2 * i * ss), lo16);
+            if (2 * i + 1 < ni) e1 = _mm512_slli_epi32(_mm512_maskz_loadu_epi32(lm, src + (2 * i + 1) * ss), 16);
+        } else {
+            if (2 * i < ni) e0 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lm, src + 2 * i * ss));
+            if (2 * i + 1 < ni)
+                e1 = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lm, src + (2 * i + 1) * ss)), 16);
+        }
+        r[i] = _mm512_or_si512(e0, e1);
+    }
+    op_transpose16_epi32(r);
+    if (ni == 32) {
+        for (int j = 0; j < nj; j++) _mm512_storeu_si512((void *)(dst + j * ds), r[j]);
+    } else {
+        const __mmask32 sm = (__mmask32)(((uint64_t)1 << ni) - 1u);
+        for (int j = 0; j < nj; j++) _mm512_mask_storeu_epi16((void *)(dst + j * ds), sm, r[j]);
+    }
+}
+#endif
+
+/* dst[j * ds + i] = src[i * ss + j * sj] (sj: 1, or 2 for a stride-2 sample), i < ni, j < nj */
+static void op_convb_tr_block(const uint16_t *src, int64_t ss, int64_t sj, int64_t ni, int64_t nj,
+                              uint16_t *dst, int64_t ds)
+{
+    for (int64_t i0 = 0; i0 < ni; i0 += 32) {
+        const int mi = (int)op_min64(32, ni - i0);
+        for (int64_t j0 = 0; j0 < nj; j0 += 16) {
+            const int mj = (int)op_min64(16, nj - j0);
+            const uint16_t *s = src + i0 * ss + j0 * sj;
+            uint16_t *d = dst + j0 * ds + i0;
+#if defined(OP_HAS_AVX512)
+            if (sj == 1) {
+                op_convb_tr_tile(s, ss, mi, mj, d, ds, 0);
+                continue;
+            }
+            if (sj == 2) {
+                op_convb_tr_tile(s, ss, mi, mj, d, ds, 1);
+                continue;
+            }
+#endif
+            for (int j = 0; j < mj; j++)
+                for (int i = 0; i < mi; i++) d[j * ds + i] = s[i * ss + j * sj];
+        }
+    }
+}
+
+
 /* ---------------------------------------------------------------- NCHW through the NHWC formulation
 
    desc.nhwc == 2: NCHW tensors, computed as C[pixel][oc] (the NHWC GEMM: M = OH*OW, N = OC/g). The
@@ -1272,37 +1334,37 @@ static void op_conv_tr_task(void *ctx, int64_t task, int tid)
     const char *s = t->src + (size_t)(task / P) * img;
     char *d = t->dst + (size_t)(task / P) * img;
     const int64_t jlo = njb * (task % P) / P * 16, jhi = op_min64(C, njb * (task % P + 1) / P * 16);
+    if (t->esz == 2) {   /* 32 x 16 tiles, vectorised at AVX-512 */
+        if (jhi > jlo)
+            op_convb_tr_block((const uint16_t *)(const void *)s + jlo, C, 1, R, jhi - jlo,
+                              (uint16_t *)(void *)d + jlo * R, R);
+        return;
+    }
     for (int64_t i0 = 0; i0 < R; i0 += 16) {
         const int64_t ni = op_min64(16, R - i0);
         for (int64_t j0 = jlo; j0 < jhi; j0 += 16) {
             const int64_t nj = op_min64(16, jhi - j0);
-            if (t->esz == 4) {
-                const float *sp = (const float *)(const void *)s + i0 * C + j0;
-                float *dp = (float *)(void *)d + j0 * R + i0;
+            const float *sp = (const float *)(const void *)s + i0 * C + j0;
+            float *dp = (float *)(void *)d + j0 * R + i0;
 #if defined(OP_HAS_AVX512)
-                if (ni == 16 && nj == 16) {
-                    __m512i r[16];
+            if (ni == 16 && nj == 16) {
+                __m512i r[16];
 #pragma GCC unroll 16
-                    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512((const void *)(sp + i * C));
-                    op_transpose16_epi32(r);
+                for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512((const void *)(sp + i * C));
+                op_transpose16_epi32(r);
 #pragma GCC unroll 16
-                    for (int j = 0; j < 16; j++) _mm512_storeu_si512((void *)(dp + j * R), r[j]);
-                    continue;
-                }
-#endif
-                for (int64_t j = 0; j < nj; j++)
-                    for (int64_t i = 0; i < ni; i++) dp[j * R + i] = sp[i * C + j];
-            } else {
-                const uint16_t *sp = (const uint16_t *)(const void *)s + i0 * C + j0;
-                uint16_t *dp = (uint16_t *)(void *)d + j0 * R + i0;
-                for (int64_t j = 0; j < nj; j++)
-                    for (int64_t i = 0; i < ni; i++) dp[j * R + i] = sp[i * C + j];
+                for (int j = 0; j < 16; j++) _mm512_storeu_si512((void *)(dp + j * R), r[j]);
+                continue;
             }
+#endif
+            for (int64_t j = 0; j < nj; j++)
+                for (int64_t i = 0; i < ni; i++) dp[j * R + i] = sp[i * C + j];
         }
     }
 }
 
-/* n images of rows x cols elements (esz bytes) -> cols x rows; threads over images. */
+/* n images of rows x cols elements (esz 4, or 2: bfloat16 bits) -> cols x rows; threads over images
+   (and over column blocks when the images are too few). */
 static void op_conv_transpose(const void *src, void *dst, int64_t n, int64_t rows, int64_t cols, size_t esz,
                               int nthreads)
 {
