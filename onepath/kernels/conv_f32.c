@@ -497,11 +497,14 @@ static void op_conv_pack_a_nhwc_qf32(const op_gemm_args *g, int64_t bi, int64_t 
 /* B of the float32 NHWC GEMM from the weight (OC, C/g, KH, KW) in place (g->b at the entry's group,
    row length csb = K): depths p0 .. p0+kc (whole channel blocks) of NR-column micro-panels,
    d[p*NR + j]. A channel block of one column is the contiguous piece W[oc][c0 .. c0+cbl][all taps];
-   its element k = ci*khw + t goes to depth t*cbl + ci of the block. */
-static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc,
-                                    int64_t kcp, int64_t j0, int64_t nc, void *dst)
+   its element k = ci*khw + t goes to depth t*cbl + ci of the block.
+   op_conv_pack_b_nhwc_f32_nf also returns whether any weight it read is non-finite (Inf or NaN),
+   tested on the loaded vectors (the batch-reduce kernel's padding-tap skip, OP_CONV_BRG_SKIP_PAD). */
+static int op_conv_pack_b_nhwc_f32_nf(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc,
+                                      int64_t kcp, int64_t j0, int64_t nc, void *dst)
 {
     enum { NR = OP_F32_NR };
+    int nonfinite = 0;
     const op_convq_geo *q = (const op_convq_geo *)g->user;
     const int64_t cg = q->d->c / q->d->groups, khw = q->d->kh * q->d->kw, K = g->csb, bk = q->bk;
     const float *W = (const float *)g->b + (g->b_off ? g->b_off[bi] : 0);
@@ -520,12 +523,15 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
                     const int nt = (int)op_min64(16, glen - k0);
                     const __mmask16 km = (__mmask16)((1u << nt) - 1u);
                     __m512i r[16];
+                    __mmask16 bad = 0;   /* classes 0x01 QNaN, 0x08 +Inf, 0x10 -Inf, 0x80 SNaN */
 #pragma GCC unroll 16
                     for (int jj = 0; jj < 16; jj++) {
                         const int j = 16 * h + jj;
                         r[jj] = j < nr ? _mm512_castps_si512(_mm512_maskz_loadu_ps(km, src + j * K + k0))
                                        : _mm512_setzero_si512();
+                        bad |= _mm512_fpclass_ps_mask(_mm512_castsi512_ps(r[jj]), 0x99);
                     }
+                    nonfinite |= bad != 0;
                     op_transpose16_epi32(r);
                     for (int kk = 0; kk < nt; kk++) {
                         _mm512_storeu_si512((void *)(dg + (t * cbl + ci) * NR + 16 * h), r[kk]);
@@ -538,14 +544,24 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
             }
 #else
             for (int j = 0; j < NR; j++)
-                for (int64_t k = 0; k < glen; k++)
-                    dg[((k % khw) * cbl + k / khw) * NR + j] = j < nr ? src[j * K + k] : 0.0f;
+                for (int64_t k = 0; k < glen; k++) {
+                    const float v = j < nr ? src[j * K + k] : 0.0f;
+                    nonfinite |= !isfinite(v);
+                    dg[((k % khw) * cbl + k / khw) * NR + j] = v;
+                }
 #endif
             gp += glen;
         }
         for (int64_t p = kc; p < kcp; p++)
             for (int j = 0; j < NR; j++) d[p * NR + j] = 0.0f;
     }
+    return nonfinite;
+}
+
+static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc,
+                                    int64_t kcp, int64_t j0, int64_t nc, void *dst)
+{
+    (void)op_conv_pack_b_nhwc_f32_nf(g, bi, p0, kc, kcp, j0, nc, dst);
 }
 
 /* ---------------------------------------------------------------- NHWC k x k, A read in place
@@ -728,6 +744,10 @@ typedef struct {
     const int64_t *off;       /* per 16-block: offset from the pixel's first tap */
     const int16_t *skip;      /* per pixel panel, per tap: rows skipped (op_brg_masks), -1: all
                                  (NULL: none) */
+    unsigned char *nf;        /* with skip: per N panel, 1 when its weights hold an Inf or NaN (set
+                                 by its pack); such a panel runs without the skip */
+    int inplace;              /* input read in place: a non-finite panel is left to the redo pass */
+    int redo;                 /* the redo pass: only the non-finite panels, over a padded copy */
     int64_t shift;            /* pixel offsets - shift: the input read in place despite padding */
     int64_t ps;               /* floats from one pixel of the input (copy) to the next: C, or C + 16 */
     int64_t khw, npix;
@@ -765,13 +785,25 @@ static void op_convbrg_task(void *ctx, int64_t task, int tid)
     epi.act = x->act;
     const int has_epi = x->bias || x->act != OP_ACT_NONE;
     float *bt = x->bp + (int64_t)tid * NR * x->K;
-    if (x->tpack)   /* one N panel per task (s1 = s0 + 1): packed here, by this thread */
-        op_conv_pack_b_nhwc_f32(x->g, 0, 0, x->K, x->K, s0 * NR, op_min64(NR, OC - s0 * NR), bt);
+    if (x->redo && x->tpack && !x->nf[s0]) return;
+    if (x->tpack) {   /* one N panel per task (s1 = s0 + 1): packed here, by this thread */
+        const int nf = op_conv_pack_b_nhwc_f32_nf(x->g, 0, 0, x->K, x->K, s0 * NR, op_min64(NR, OC - s0 * NR), bt);
+        if (x->nf && !x->redo) x->nf[s0] = (unsigned char)nf;
+    }
     for (int64_t kb0 = 0; kb0 < x->nblk; kb0 += x->kcb) {
         const int64_t nb = op_min64(x->kcb, x->nblk - kb0);
         const int last = kb0 + nb >= x->nblk;
         for (int64_t s = s0; s < s1; s++) {
             const int nr = (int)op_min64(NR, OC - s * NR);
+            /* a panel with a non-finite weight multiplies the padding's zeros (0 * Inf = NaN, as
+               every other level): without the skip over the padded copy, here or in the redo pass */
+            const int16_t *skip = x->skip;
+            if (x->nf && x->nf[s]) {
+                if (x->inplace) continue;
+                skip = NULL;
+            } else if (x->redo) {
+                continue;
+            }
             const float *bpan = (x->tpack ? bt : x->bp + s * NR * x->K) + kb0 * 16 * NR;
             op_epilogue te = epi;
             if (te.bias) te.bias += s * NR;
@@ -780,7 +812,7 @@ static void op_convbrg_task(void *ctx, int64_t task, int tid)
                 const int64_t pix = pa * MR, o0 = op_convbrg_pixel(x, pix);
                 const int rows = (int)op_min64(MR, x->npix - pix);
                 const int64_t hoff = rows == MR ? op_convbrg_pixel(x, pix + 7) - o0 : 0;
-                op_conv_ukr_brg_f32(kb0, nb, x->khw, x->skip ? x->skip + pa * x->khw : NULL, X + o0, hoff,
+                op_conv_ukr_brg_f32(kb0, nb, x->khw, skip ? skip + pa * x->khw : NULL, X + o0, hoff,
                                     x->off, lda, bpan, x->y + pix * OC + s * NR, OC, rows, nr, kb0 > 0, tep);
             }
         }
@@ -791,6 +823,7 @@ typedef struct {
     const op_gemm_args *g;
     float *bp;
     int64_t K;
+    unsigned char *nf;        /* per N panel: any non-finite weight (NULL: not kept) */
 } op_convbrg_pack_ctx;
 
 static void op_convbrg_pack_task(void *ctx, int64_t s, int tid)
@@ -798,7 +831,8 @@ static void op_convbrg_pack_task(void *ctx, int64_t s, int tid)
     (void)tid;
     const op_convbrg_pack_ctx *x = (const op_convbrg_pack_ctx *)ctx;
     const int64_t nc = op_min64(OP_F32_NR, x->g->n - s * OP_F32_NR);
-    op_conv_pack_b_nhwc_f32(x->g, 0, 0, x->K, x->K, s * OP_F32_NR, nc, x->bp + s * OP_F32_NR * x->K);
+    const int nf = op_conv_pack_b_nhwc_f32_nf(x->g, 0, 0, x->K, x->K, s * OP_F32_NR, nc, x->bp + s * OP_F32_NR * x->K);
+    if (x->nf) x->nf[s] = (unsigned char)nf;
 }
 
 typedef struct {
@@ -872,6 +906,50 @@ static void op_convbrg_wide_task(void *ctx, int64_t task, int tid)
     }
 }
 
+/* The redo pass of an input read in place (every padding tap skipped, no padded copy) whose weight
+   holds an Inf or NaN in some N panels (c->nf, set by the first pass, which left those panels
+   out): those panels again, without the skip, over a padded copy (the padding's zeros multiplied,
+   0 * Inf = NaN, as without OP_CONV_BRG_SKIP_PAD). The other panels' outputs are untouched. Returns
+   the threads used, 0 when the copy's blocks do not fit the kernel (the caller's packing path then
+   computes everything), -1 on allocation failure. */
+static int op_convbrg_redo(const op_convbrg_ctx *c, const void *x, int nthreads, int T)
+{
+    const op_conv_desc *d = c->d;
+    op_convq_geo q;
+    op_convq_buf qb = {NULL, NULL, NULL};
+    if (op_convq_prepare(d, x, 0, 0, 16, OP_F32_MR, nthreads, &q, &qb) != 0) {
+        op_convq_free(&qb);
+        return -1;
+    }
+    int used = 0;
+    int64_t *off = (int64_t *)malloc(sizeof(int64_t) * (size_t)q.nblk);
+    for (int64_t b = 0; off && b < q.nblk; b++) {
+        const op_convq_seg *sg = q.seg + q.bseg[b];
+        if (q.nblk != c->nblk || q.bseg[b + 1] - q.bseg[b] != 1 || sg->t0 != 0 || sg->len != 16) {
+            free(off);
+            op_convq_free(&qb);
+            return 0;
+        }
+        off[b] = sg->off;
+    }
+    if (!off) {
+        used = -1;
+    } else {
+        op_convbrg_ctx r = *c;
+        r.q = &q;
+        r.off = off;
+        r.skip = NULL;
+        r.inplace = 0;
+        r.redo = 1;
+        r.shift = 0;
+        r.ps = d->c;
+        used = op_parallel_for(T, r.tm * r.tn, op_convbrg_task, &r);
+    }
+    free(off);
+    op_convq_free(&qb);
+    return used;
+}
+
 /* Runs the convolution this way when it applies: returns the threads used, 0 when it does not
    apply (the caller takes the packing path), -1 on allocation failure. */
 static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
@@ -893,12 +971,18 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
                     (d->ow - 1) * d->sw + (d->kw - 1) * d->dw >= d->w;
     const int useskip = (pad || npix % MR != 0) && khw <= 64 && (opts & OP_CONV_BRG_SKIP_PAD);
     int16_t *skip = NULL;
+    unsigned char *nf = NULL;   /* per N panel: a non-finite weight (set by the packs) */
     op_convbrg_skip_ctx sc = {d, NULL, npix, npan, 0};
     if (useskip) {
         skip = (int16_t *)malloc(sizeof(int16_t) * (size_t)(npan * khw));
         if (!skip) return -1;
         sc.skip = skip;
         op_parallel_for(npan * khw >= 4096 ? nthreads : 1, op_cdiv64(npan, 64), op_convbrg_skip_task, &sc);
+        nf = (unsigned char *)calloc((size_t)npn, 1);
+        if (!nf) {
+            free(skip);
+            return -1;
+        }
     }
     /* Every padding tap skipped exactly (ResNet's 3 x 3 with padding 1 at OW 7, 14, 28, 56): the
        input is read in place, no padded copy; the pixel offsets of the padded geometry are shifted
@@ -914,6 +998,7 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
         qb.seg = (op_convq_seg *)malloc(sizeof(op_convq_seg) * (size_t)(nblk + op_convq_nruns(d, 16)));
         if (!qb.bseg || !qb.seg) {
             op_convq_free(&qb);
+            free(nf);
             free(skip);
             return -1;
         }
@@ -935,6 +1020,7 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
         ps = d->c + 16;
         qb.xq = op_conv_scratch_alloc(sizeof(float) * (size_t)(d->n * hq * wq * ps));
         if (!qb.xq) {
+            free(nf);
             free(skip);
             return -1;
         }
@@ -951,6 +1037,7 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
         q.nblk = K / 16;
     } else if (op_convq_prepare(d, x, x_bf16, x_bf16, 16, MR, nthreads, &q, &qb) != 0) {
         op_convq_free(&qb);
+        free(nf);
         free(skip);
         return -1;
     }
@@ -963,6 +1050,7 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
         const op_convq_seg *sg = q.seg + q.bseg[b];
         if (q.bseg[b + 1] - q.bseg[b] != 1 || sg->t0 != 0 || sg->len != 16) {
             free(off);
+            free(nf);
             free(skip);
             op_convq_free(&qb);
             return 0;
@@ -1007,7 +1095,7 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
         g.rsb = 1;
         g.user = &q;
         if (!c.tpack) {
-            op_convbrg_pack_ctx pc = {&g, bp, K};
+            op_convbrg_pack_ctx pc = {&g, bp, K, nf};
             op_parallel_for(npn * K * NR >= (1 << 16) ? nthreads : 1, npn, op_convbrg_pack_task, &pc);
         }
         c.d = d;
@@ -1024,13 +1112,20 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
         if ((opts & OP_CONV_BRG_FULL_K) && K <= OP_CONV_BRG_FULL_K_MAX) c.kcb = q.nblk;
         c.off = off;
         c.skip = skip;
+        c.nf = nf;
+        c.inplace = inplace;
+        c.redo = 0;
         c.shift = shift;
         c.ps = ps;
         c.khw = khw;
         c.npix = npix;
         used = op_parallel_for((int)T, c.tm * c.tn, op_convbrg_task, &c);
+        int anynf = 0;
+        for (int64_t s = 0; inplace && s < npn; s++) anynf |= nf[s];
+        if (anynf) used = op_convbrg_redo(&c, x, nthreads, (int)T);
     }
     op_conv_scratch_free(bp);
+    free(nf);
     free(skip);
     free(off);
     op_convq_free(&qb);
