@@ -820,18 +820,22 @@ def test_nhwc_brg_edges(level, opts):
         lib.op_conv_f32_options(old)
 
 
-def test_nhwc_brg_skips_padding_taps():
-    """With bit 16 (tests only) a padding tap is skipped, not multiplied by a zero (as oneDNN's
-    brgconv): an infinite weight at tap (0, 0) leaves the outputs of the top row and left column
-    finite (0 * inf would be NaN), OW 14 and 7. Without it (the shipped options) they are NaN, as at
-    every other level."""
+def _brg_lib():
     from onepath.kernels import load
     row = select_conv("implicit_gemm", "float32")
     if row.level not in ("avx512_core", "avx512_core_bf16", "avx512_core_amx"):
         pytest.skip("the batch-reduce kernel is AVX-512 only")
-    lib = load(row.level).lib
+    return load(row.level).lib
+
+
+def test_nhwc_brg_skips_padding_taps():
+    """Bit 16 skips the padding taps (as oneDNN's brgconv) only in the weight panels whose weights
+    are all finite: an infinite weight at tap (0, 0) of every channel gives NaN outputs in the top
+    row and left column (0 * inf) with the skip as without it, as at every other level, OW 14 and 7,
+    the input read in place (15 + 16) or from the padded copy (+ 32)."""
+    lib = _brg_lib()
     rng = np.random.default_rng(0)
-    for opts, finite in ((31, True), (15, False)):
+    for opts in (31, 63, 15):
         old = lib.op_conv_f32_options(opts)
         try:
             for hw in (14, 7):
@@ -840,6 +844,36 @@ def test_nhwc_brg_skips_padding_taps():
                 wt[:, :, 0, 0] = np.inf
                 y = onepath.conv2d(x, wt, None, 1, 1, layout="NHWC")
                 assert np.isnan(y[0, 1:, 1:]).all()
-                assert np.isfinite(y[0, 0]).all() == finite and np.isfinite(y[0, :, 0]).all() == finite
+                assert np.isnan(y[0, 0]).all() and np.isnan(y[0, :, 0]).all(), opts
         finally:
             lib.op_conv_f32_options(old)
+
+
+def test_nhwc_brg_skip_one_nonfinite_panel():
+    """One Inf weight (output channel 37: the second 32-column panel of 136): with the padding-tap
+    skip (bit 16) that channel's top row and left column are NaN (0 * Inf) and its other outputs
+    infinite, and every output is bit for bit the run without the skip: the input read in place
+    (the Inf panel redone over a padded copy), with a shared or per-task weight pack, and the
+    padded copy (bit 32); NHWC with bias and relu, and NCHW."""
+    lib = _brg_lib()
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 14, 14, 64)).astype(np.float32)
+    wt = rng.standard_normal((136, 64, 3, 3)).astype(np.float32)
+    wt[37, 5, 0, 0] = np.inf
+    b = rng.standard_normal(136).astype(np.float32)
+    xc = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+    old = lib.op_conv_f32_options(-1)
+    try:
+        for opts in (1, 11, 33):
+            out = []
+            for o in (opts, opts | 16):
+                lib.op_conv_f32_options(o)
+                out.append([onepath.conv2d(x, wt, b, 1, 1, layout="NHWC", activation="relu"),
+                            onepath.conv2d(xc, wt, None, 1, 1, layout="NCHW")])
+            for a, c in zip(*out):
+                assert a.tobytes() == c.tobytes(), opts
+            y = out[1][1][0, 37]
+            assert np.isnan(y[0]).all() and np.isnan(y[:, 0]).all() and np.isinf(y[1:, 1:]).all()
+            assert np.isfinite(np.delete(out[1][1], 37, axis=1)).all()
+    finally:
+        lib.op_conv_f32_options(old)

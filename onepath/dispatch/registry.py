@@ -360,11 +360,21 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # 2), left to the packing path before (the 14 rows of a panel in one L1d set), run that kernel over a
 # padded copy with C + 16 floats per pixel. zen4, same day and method: res5a_branch2b batch 8 NCHW
 # 150 -> 178, NHWC 180 -> 210 GFLOP/s (0.74 -> 0.88x, 0.89 -> 1.04x torch); batch 1 unchanged.
+# "brg_skip_pad": that kernel skips the taps that read padding (the border pixels' FMAs left out, the
+# input read in place without a padded copy where every padding tap is skipped), in the 32-column
+# weight panels whose weights are all finite (the pack checks them; a panel with an Inf or NaN runs
+# without the skip over a padded copy: 0 * Inf = NaN at the borders, as at every level). zen4,
+# 2026-11-30 (same VM, 2 threads, median of 7, paired with torch 2.13, GFLOP/s without -> with, x torch):
+# batch 1 NCHW res3a_branch2b 144 -> 164 (0.89 -> 1.01x), res4a_branch2b 154 -> 178 (0.83 -> 0.96x),
+# res5_branch2b 168 -> 195 (0.87 -> 1.02x); NHWC res2_branch2b 172 -> 196 (0.81 -> 0.92x),
+# res4a_branch2b 173 -> 215 (0.85 -> 1.05x); batch 8 NCHW res3a_branch2b 189 -> 208 (0.90 -> 0.99x),
+# res5_branch2b 215 -> 262 (0.85 -> 1.03x); every ResNet-50 3x3 layer +2% to +27%.
 CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("zen4", "avx512_core"): ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows"),
+    ("zen4", "avx512_core"): ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows",
+                              "brg_skip_pad"),
 }
 CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pack": 8,
-                  "brg_wide_rows": 64}  # the bits of op_conv_f32_options
+                  "brg_skip_pad": 16, "brg_wide_rows": 64}  # the bits of op_conv_f32_options
 
 
 # Direct convolution for few input channels (kernels/conv_stem.c, op_conv_stem_options): groups 1,

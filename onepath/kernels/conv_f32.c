@@ -580,13 +580,17 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    micro-kernel's time at N = OC of 64-128 (perf, ResNet-50 res2 3x3 at batch 8, Zen 4, 1 thread:
    78 -> 105 GFLOP/s). Rows 4 KiB apart are left to the packing path; OW a multiple of 7 only with
    OP_CONV_BRG_OW7 (below).
-   With OP_CONV_BRG_SKIP_PAD (below; tests only: not exact for a non-finite weight), padding taps
-   are skipped, not multiplied by the zeros of the copy (oneDNN's brgemm convolution
+   With OP_CONV_BRG_SKIP_PAD (below), padding taps are skipped, not multiplied by the zeros of the copy (oneDNN's brgemm convolution
    leaves them out the same way: the facts, not its code): per pixel panel and tap, the panel's rows
    whose input pixel lies in the padding (op_convbrg_skip_task); a tap padding for every row is
    dropped (the top / bottom output rows), else the micro-kernel runs a variant without those rows'
    FMAs (the left / right border pixels, op_brg_masks). At 14 x 14 that is 9% of the FMAs, at 7 x 7
-   18%. When every padding row is skipped exactly, the input is read in place (no padded copy). */
+   18%. When every padding row is skipped exactly, the input is read in place (no padded copy).
+   Skipping is exact only for a finite weight (adding a +-0 product never changes an accumulator
+   that starts at +0; 0 * Inf is NaN): each N panel's pack reports whether its weights hold an Inf
+   or NaN (op_conv_pack_b_nhwc_f32_nf, on the vectors it loads anyway), and such a panel runs
+   without the skip over the padded copy (when the input is read in place: a second pass over a
+   copy made then, op_convbrg_redo), so its border outputs are NaN as at every other level. */
 /* Per-microarchitecture options of the float32 convolutions (op_conv_f32_options, api_conv.h; set by
    the loader from the registry's CONV_F32_OPTIONS for the host). OP_CONV_BRG_FULL_K: the batch-reduce
    NHWC k x k kernel runs all of K in one block (each C tile written once, never re-read) while a
@@ -609,10 +613,10 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    per-thread buffer (K x NR floats, in L2) just before using it, instead of all panels being packed
    into one shared buffer first (written out and read back from L3 / memory for a large weight). */
 #define OP_CONV_BRG_NSPLIT_PACK 8
-/* OP_CONV_BRG_SKIP_PAD, OP_CONV_BRG_COPY (tests / measurements only; no registry row sets them):
-   skip the taps that read padding (exact only when every weight is finite: 0 * inf is NaN, so a
-   non-finite weight must reach the border outputs as it does at every other level, which multiply
-   the zeros); read a padded copy of the input even where the padding taps are all skipped. */
+/* OP_CONV_BRG_SKIP_PAD: skip the taps that read padding, in the N panels whose weights are all
+   finite (a panel with an Inf or NaN weight multiplies the zeros: 0 * Inf = NaN at the borders, as
+   at every other level). OP_CONV_BRG_COPY (tests / measurements only; no registry row sets it):
+   read a padded copy of the input even where the padding taps are all skipped. */
 #define OP_CONV_BRG_SKIP_PAD 16
 #define OP_CONV_BRG_COPY 32
 /* OP_CONV_BRG_WIDE_ROWS: pixels sw*C floats apart with sw*C a multiple of 1024 (rows 4 KiB apart:
