@@ -2,10 +2,11 @@
    K = C*KH*KW = 147), float32 (FMA) and bfloat16 (VDPBF16PS), NCHW and NHWC, no im2col.
 
    The implicit GEMM gathers C*KH*KW = 147 depths per output pixel for each block of pixels; with
-   only 3 channels that gather (short runs of 7 values) costs as much as the multiplication. Here the
-   input is copied once per call into a zero-padded, stride-phase-split planar layout
-   xq[n][c][r][q][i] (r: padded row, q: plane, i: column in the plane), and every tap (c, ky, kx) of
-   an output pixel (oy, ox) is then the element  base(n, oy) + tapoff[tap] + ox  of that copy:
+   only 3 channels that gather (short runs of 7 values) costs as much as the multiplication. Here
+   each task, a band of up to 16 output rows of one image, first copies the padded input rows the
+   band reads into its thread's own zero-padded, stride-phase-split planar buffer xq[c][r][q][i]
+   (r: padded row of the band, q: plane, i: column in the plane), and every tap (c, ky, kx) of an
+   output pixel (oy, ox) is then the element  base(oy) + tapoff[tap] + ox  of that copy:
      float32:  plane q = kx % sw holds xpad[r][sw*i + q]; tap column offset kx / sw.
      bfloat16: taps are paired into one 32-bit element each (the VDPBF16PS depth pair): along kx,
                (2m, 2m+1), from "pair" planes holding (xpad[r][sw*i + q], xpad[r][sw*i + q + 1]); an
@@ -21,7 +22,12 @@
    in 16 x 16 blocks (op_transpose16_epi32) when the row is done (full 64-byte channel-row stores). A row's last partial tile moves back to end at OW (the overlapping
    pixels are computed twice and the same values stored again).
    Bias, activation (act_f32.c) and the bfloat16 output rounding (cvt_bf16.c, op_cvt16_int: round to
-   nearest even, NaN quiet) are applied in registers. Threads take output rows (n, oy).
+   nearest even, NaN quiet) are applied in registers. Threads take bands (n, oy0 .. oy0 + 15),
+   halved down to 2 rows while there are fewer than 4 tasks per thread; a band's copy repeats the
+   KH - sh padded rows it shares with the previous band (7x7 stride 2, 16 rows: 37 copied rows
+   for 32), the price of a copy that one core writes and reads in its own L2 (a whole-batch copy
+   filled by both threads and then read by both made the 2-thread runs 20% slower on Zen 4). The
+   output lines are prefetched a tile before their stores.
    Where it runs is a per-microarchitecture choice (op_conv_stem_options, api_stem.h; the registry's
    CONV_STEM_OPTIONS): off by default, so hosts without a row keep the implicit GEMM. */
 
