@@ -56,6 +56,22 @@ def test_stem_matches_reference(stem, i, layout, dtype):
              activation=ACTS[i], dtype=dtype, seed=i)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_stem_bands_and_threads(stem, threads):
+    """Tasks are bands of output rows, each copying its own padded rows: full bands of 16 with a
+    partial last one (OH 35, batch 3), and bands halved for balance (OH 17, batch 1), at 1 and 2
+    threads."""
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(threads)
+    try:
+        for dtype in (np.float32, bfloat16):
+            for layout in ("NCHW", "NHWC"):
+                run_case(3, 3, 70, 12, 40, 7, 7, 2, 3, 1, 1, layout=layout, dtype=dtype, seed=3)
+                run_case(1, 3, 33, 30, 64, 7, 7, 2, 3, 1, 1, layout=layout, dtype=dtype, activation="relu", seed=4)
+    finally:
+        onepath.set_num_threads(old)
+
+
 def test_stem_fallbacks_and_x_bf16(stem):
     """Problems outside the kernel's reach (dilation, groups, C > 4, 1x1) take the usual path; a
     bfloat16 input with a float32 weight (widened into the float32 copy) is routed too."""

@@ -390,6 +390,10 @@ CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pa
 # 164 -> 174 (torch 163); 2 threads mb1 f32 NCHW 188 -> 190 (torch 207), f32 NHWC 177 -> 198 (209),
 # bf16 NCHW 236 -> 311 (282), bf16 NHWC 311 -> 328 (314); 2 threads mb8 f32 NHWC 163 -> 184 (199),
 # bf16 NCHW 194 -> 213, bf16 NHWC 293 -> 333 (313). Unmeasured on Intel: no row there.
+# Re-measured 2026-11-30 after the per-thread band copies (same host, 2 threads, `bench conv
+# --desc`, GFLOP/s, x torch 2.13; torch's f32 NCHW ran at 72 in those runs): mb1 f32 NCHW 195,
+# NHWC 204 (0.95), bf16 NCHW 280 (1.10), NHWC 314 (1.00); mb8 f32 NCHW 191, NHWC 206 (0.96), bf16
+# NCHW 318 (1.14), NHWC 344 (1.04).
 CONV_STEM_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core"): ("stem_f32",),
     ("zen4", "avx512_core_bf16"): ("stem_f32", "stem_bf16"),

@@ -2,10 +2,11 @@
    K = C*KH*KW = 147), float32 (FMA) and bfloat16 (VDPBF16PS), NCHW and NHWC, no im2col.
 
    The implicit GEMM gathers C*KH*KW = 147 depths per output pixel for each block of pixels; with
-   only 3 channels that gather (short runs of 7 values) costs as much as the multiplication. Here the
-   input is copied once per call into a zero-padded, stride-phase-split planar layout
-   xq[n][c][r][q][i] (r: padded row, q: plane, i: column in the plane), and every tap (c, ky, kx) of
-   an output pixel (oy, ox) is then the element  base(n, oy) + tapoff[tap] + ox  of that copy:
+   only 3 channels that gather (short runs of 7 values) costs as much as the multiplication. Here
+   each task, a band of up to 16 output rows of one image, first copies the padded input rows the
+   band reads into its thread's own zero-padded, stride-phase-split planar buffer xq[c][r][q][i]
+   (r: padded row of the band, q: plane, i: column in the plane), and every tap (c, ky, kx) of an
+   output pixel (oy, ox) is then the element  base(oy) + tapoff[tap] + ox  of that copy:
      float32:  plane q = kx % sw holds xpad[r][sw*i + q]; tap column offset kx / sw.
      bfloat16: taps are paired into one 32-bit element each (the VDPBF16PS depth pair): along kx,
                (2m, 2m+1), from "pair" planes holding (xpad[r][sw*i + q], xpad[r][sw*i + q + 1]); an
@@ -21,7 +22,12 @@
    in 16 x 16 blocks (op_transpose16_epi32) when the row is done (full 64-byte channel-row stores). A row's last partial tile moves back to end at OW (the overlapping
    pixels are computed twice and the same values stored again).
    Bias, activation (act_f32.c) and the bfloat16 output rounding (cvt_bf16.c, op_cvt16_int: round to
-   nearest even, NaN quiet) are applied in registers. Threads take output rows (n, oy).
+   nearest even, NaN quiet) are applied in registers. Threads take bands (n, oy0 .. oy0 + 15),
+   halved down to 2 rows while there are fewer than 4 tasks per thread; a band's copy repeats the
+   KH - sh padded rows it shares with the previous band (7x7 stride 2, 16 rows: 37 copied rows
+   for 32), the price of a copy that one core writes and reads in its own L2 (a whole-batch copy
+   filled by both threads and then read by both made the 2-thread runs 20% slower on Zen 4). The
+   output lines are prefetched a tile before their stores.
    Where it runs is a per-microarchitecture choice (op_conv_stem_options, api_stem.h; the registry's
    CONV_STEM_OPTIONS): off by default, so hosts without a row keep the implicit GEMM. */
 
@@ -54,7 +60,8 @@ static int op_stem_fits(const op_conv_desc *d)
 
 typedef struct {
     const op_conv_desc *d;
-    int64_t PH, PWs, NQ;        /* padded rows, plane width (elements), planes per row */
+    int64_t band;               /* output rows per task */
+    int64_t PH, PWs, NQ;        /* padded rows of a band's copy, plane width (elements), planes per row */
     int64_t rowstep;            /* elements from one padded row to the next (NQ * PWs) */
     int qkind[3 * OP_STEM_MAXS], qphi[3 * OP_STEM_MAXS];   /* bfloat16: plane kind (0 pair, 1 tail, 2 row pair), phase */
     int nhwc;
@@ -62,13 +69,14 @@ typedef struct {
 
 /* Geometry of the copy; per tap (float32: c, ky, kx; bfloat16: a depth pair) its offset tapoff and,
    for bfloat16, the weight depths (c, ky, kx as c*KH*KW + ky*KW + kx) of its pair, wj1 -1 for zero. */
-static int64_t op_stem_geometry(const op_conv_desc *d, int bf16, op_stem_geo *g, int64_t *tapoff,
-                                int *wj0, int *wj1)
+static int64_t op_stem_geometry(const op_conv_desc *d, int bf16, int64_t band, op_stem_geo *g,
+                                int64_t *tapoff, int *wj0, int *wj1)
 {
     const int64_t sw = d->sw, KW = d->kw, KH = d->kh;
     g->d = d;
     g->nhwc = d->nhwc == 1;
-    g->PH = (d->oh - 1) * d->sh + KH;
+    g->band = band;
+    g->PH = (band - 1) * d->sh + KH;
     g->PWs = op_roundup64(op_roundup64(d->ow, 16) + (KW - 1) / sw + 1, 16);
     int64_t ntap = 0;
     if (!bf16) {
@@ -121,7 +129,6 @@ typedef struct {
     const op_stem_geo *g;
     const void *x;
     int x_bf16;     /* float32 copy: the input is bfloat16 bits (widened) */
-    void *xq;
     int bf16;       /* the copy holds bfloat16 pairs */
     const void *w;  /* the weight (OC, C, KH, KW) -> wq (taps, OCP): float32, or bfloat16 pairs */
     uint32_t *wq;
@@ -135,14 +142,12 @@ OP_INLINE int64_t op_stem_xidx(const op_conv_desc *d, int nhwc, int64_t n, int64
     return nhwc ? ((n * d->h + iy) * d->w + ix) * d->c + c : ((n * d->c + c) * d->h + iy) * d->w + ix;
 }
 
-/* one padded row (n, c, r) of the copy: its NQ planes */
-OP_INLINE void op_stem_fill_row(const op_stem_fill_ctx *f, int64_t n, int64_t c, int64_t r)
+/* padded row r (from the top of the padded image) of image n, channel c, into dst: its NQ planes */
+OP_INLINE void op_stem_fill_row(const op_stem_fill_ctx *f, int64_t n, int64_t c, int64_t r, char *dst)
 {
     const op_stem_geo *g = f->g;
     const op_conv_desc *d = g->d;
-    const int64_t PH = g->PH, PWs = g->PWs, sw = d->sw, W = d->w, iy = r - d->pt;
-    const int64_t task = (n * d->c + c) * PH + r;
-    char *dst = (char *)f->xq + (size_t)(task * g->rowstep) * 4;
+    const int64_t PWs = g->PWs, sw = d->sw, W = d->w, iy = r - d->pt;
     const int lok = iy >= 0 && iy < d->h, nxok = iy + 1 >= 0 && iy + 1 < d->h;
     if (!lok && (!f->bf16 || !nxok)) {
         memset(dst, 0, (size_t)g->rowstep * 4);
@@ -204,18 +209,10 @@ OP_INLINE void op_stem_fill_row(const op_stem_fill_ctx *f, int64_t n, int64_t c,
     }
 }
 
-/* one task = one padded row r of image n, every channel (an NHWC input row is read once, in order) */
-static void op_stem_fill_task(void *ctx, int64_t task, int tid)
+/* the weight as (taps, OCP), the channels past OC zero */
+static void op_stem_pack_w(const op_stem_fill_ctx *f)
 {
-    (void)tid;
-    const op_stem_fill_ctx *f = (const op_stem_fill_ctx *)ctx;
     const op_conv_desc *d = f->g->d;
-    const int64_t PH = f->g->PH;
-    if (task < d->n * PH) {
-        for (int64_t c = 0; c < d->c; c++) op_stem_fill_row(f, task / PH, c, task % PH);
-        return;
-    }
-    /* the last task: the weight as (taps, OCP), the channels past OC zero */
     const int64_t K = d->c * d->kh * d->kw, OCP = f->OCP;
     for (int64_t k = 0; k < f->ntap; k++) {
         uint32_t *o = f->wq + k * OCP;
@@ -256,7 +253,9 @@ OP_INLINE void op_stem_store(__m512 v, int act, void *y, int64_t idx, int y_bf16
 
 typedef struct {
     const op_stem_geo *g;
-    const void *xq;           /* the copy (float32 or uint32 pairs) */
+    const op_stem_fill_ctx *f;
+    char *xq;                 /* per thread, the copy of a band (float32 or uint32 pairs), xqstep bytes apart */
+    size_t xqstep;
     const void *w;            /* (taps, OCP): float32 or uint32 pairs */
     int64_t ntap, OCP;
     const int64_t *tapoff;
@@ -371,15 +370,19 @@ OP_INLINE void op_stem_nhwc_tile(const int NP, const int BF, const op_stem_run_c
     OP_STEM_NHWC_CASE(13, BF) default: op_stem_nhwc_tile(14, BF, t, xb, wp, oc, m0, m1, yb); break;     \
     }
 
-/* one task = one output row (n, oy) of every channel */
-static void op_stem_task(void *ctx, int64_t task, int tid)
+/* output row (n, oy) of every channel, from xrow: the copy's first padded row of the output row */
+static void op_stem_row(const op_stem_run_ctx *t, const char *xrow, int64_t n, int64_t oy, int tid)
 {
-    const op_stem_run_ctx *t = (const op_stem_run_ctx *)ctx;
     const op_stem_geo *g = t->g;
     const op_conv_desc *d = g->d;
-    const int64_t n = task / d->oh, oy = task % d->oh, OW = d->ow, OC = d->oc;
-    const char *xrow = (const char *)t->xq + (size_t)((n * d->c * g->PH + oy * d->sh) * g->rowstep) * 4;
+    const int64_t OW = d->ow, OC = d->oc;
     const size_t ysz = t->y_bf16 ? 2 : 4;
+    /* The output lines are prefetched a tile ahead of their stores: the NCHW row's channel rows
+       spread over the row's tiles, NHWC each tile's own pixels (output rows past the caches made
+       the stores wait for the lines: at batch 8 the NCHW write-out was a sixth of the time). */
+    const int64_t ntile = op_cdiv64(OC, 32) * op_cdiv64(OW, OP_STEM_NHWC_NP), rowbytes = OW * (int64_t)ysz;
+    const char *ynchw = (const char *)t->y + (size_t)((n * OC * d->oh + oy) * OW) * ysz;
+    int64_t tile = 0;
     for (int64_t oc = 0; oc < OC; oc += 32) {
         const int64_t rem = OC - oc;
         const __mmask16 m0 = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1u);
@@ -396,6 +399,19 @@ static void op_stem_task(void *ctx, int64_t task, int tid)
             const char *xb = xrow + ox0 * 4;
             char *yb = g->nhwc ? (char *)t->y + (size_t)(((n * d->oh + oy) * OW + ox0) * OC + oc) * ysz
                                : (char *)(void *)(t->rowbuf + (tid * OW + ox0) * t->OCP + oc);
+            if (g->nhwc) {
+                for (int64_t p = 0; p < np; p++) {
+                    _mm_prefetch(yb + p * OC * (int64_t)ysz, _MM_HINT_T0);
+                    _mm_prefetch(yb + p * OC * (int64_t)ysz + op_min64(rem, 32) * (int64_t)ysz - 1, _MM_HINT_T0);
+                }
+            } else {
+                for (int64_t c = tile * OC / ntile; c < (tile + 1) * OC / ntile; c++) {
+                    const char *yc = ynchw + (size_t)(c * d->oh * OW) * ysz;
+                    for (int64_t off = 0; off < rowbytes; off += 64) _mm_prefetch(yc + off, _MM_HINT_T0);
+                    _mm_prefetch(yc + rowbytes - 1, _MM_HINT_T0);
+                }
+            }
+            tile++;
             if (t->bf16) {
 #if defined(OP_BF16_HAS_DP)
                 OP_STEM_NHWC_CASES(1)
@@ -408,6 +424,24 @@ static void op_stem_task(void *ctx, int64_t task, int tid)
     if (!g->nhwc) op_stem_row_out(t, t->rowbuf + tid * OW * t->OCP, n, oy);
 }
 
+/* one task = a band of g->band output rows of image n: its padded input rows copied into the
+   thread's buffer (each thread reads and writes only its own copy, which stays in its caches;
+   a band's copy repeats KH - sh of the previous band's rows), then its rows computed */
+static void op_stem_task(void *ctx, int64_t task, int tid)
+{
+    const op_stem_run_ctx *t = (const op_stem_run_ctx *)ctx;
+    const op_stem_geo *g = t->g;
+    const op_conv_desc *d = g->d;
+    const int64_t nb = op_cdiv64(d->oh, g->band), n = task / nb, oy0 = task % nb * g->band;
+    const int64_t oy1 = op_min64(d->oh, oy0 + g->band), nr = (oy1 - 1 - oy0) * d->sh + d->kh;
+    char *xq = t->xq + (size_t)tid * t->xqstep;
+    for (int64_t c = 0; c < d->c; c++)
+        for (int64_t r = 0; r < nr; r++)
+            op_stem_fill_row(t->f, n, c, oy0 * d->sh + r, xq + (size_t)((c * g->PH + r) * g->rowstep) * 4);
+    for (int64_t oy = oy0; oy < oy1; oy++)
+        op_stem_row(t, xq + (size_t)((oy - oy0) * d->sh * g->rowstep) * 4, n, oy, tid);
+}
+
 /* ---------------------------------------------------------------- driver
 
    bf16 = 0: float32 weight w (float32 or bfloat16 input, x_bf16), float32 output;
@@ -418,28 +452,25 @@ static int op_conv_stem_run(const op_conv_desc *d, const void *x, int x_bf16, co
 {
     int64_t tapoff[OP_STEM_MAXTAPS];
     int wj0[OP_STEM_MAXTAPS], wj1[OP_STEM_MAXTAPS];
+    /* the band: up to 16 output rows, fewer while the tasks are under 4 per thread (balance) */
+    int64_t band = 16;
+    while (band > 2 && d->n * op_cdiv64(d->oh, band) < 4 * (int64_t)nthreads) band /= 2;
+    band = op_min64(band, d->oh);
     op_stem_geo g;
-    const int64_t ntap = op_stem_geometry(d, bf16, &g, tapoff, wj0, wj1);
-    const int64_t rows = d->n * d->c * g.PH;
-    const double xbytes = (double)rows * (double)g.rowstep * 4.0;
-    if (xbytes > (double)(256 << 20)) return 0;
+    const int64_t ntap = op_stem_geometry(d, bf16, band, &g, tapoff, wj0, wj1);
+    const size_t xqstep = (size_t)op_roundup64(d->c * g.PH * g.rowstep * 4, OP_ALIGN);
+    if ((double)xqstep * nthreads > (double)(256 << 20)) return 0;
     const int64_t OCP = op_roundup64(d->oc, 32);
     const size_t wbytes = 4 * (size_t)(ntap * OCP);
-    void *xq = op_conv_scratch_alloc((size_t)xbytes);
+    char *xq = (char *)op_conv_scratch_alloc(xqstep * (size_t)nthreads);
     void *wq = wbytes ? op_conv_scratch_alloc(wbytes) : NULL;
-    if (!xq || !wq) {
-        op_conv_scratch_free(xq);
-        op_conv_scratch_free(wq);
-        return -1;
-    }
-    /* the copy and (in a last task, while the rows are copied) the weight */
-    op_stem_fill_ctx fc = {&g, x, x_bf16, xq, bf16, w, (uint32_t *)wq, ntap, OCP, wj0, wj1};
-    op_parallel_for(rows * g.rowstep >= (1 << 14) ? nthreads : 1, d->n * g.PH + 1, op_stem_fill_task, &fc);
     float *rowbuf = g.nhwc ? NULL : (float *)op_conv_scratch_alloc(sizeof(float) * (size_t)(nthreads * d->ow * OCP));
     int used = -1;
-    if (g.nhwc || rowbuf) {
-        op_stem_run_ctx t = {&g, xq, wq, ntap, OCP, tapoff, bias, y, y_bf16, act, bf16, rowbuf};
-        used = op_parallel_for(nthreads, d->n * d->oh, op_stem_task, &t);
+    if (xq && wq && (g.nhwc || rowbuf)) {
+        op_stem_fill_ctx fc = {&g, x, x_bf16, bf16, w, (uint32_t *)wq, ntap, OCP, wj0, wj1};
+        op_stem_pack_w(&fc);
+        op_stem_run_ctx t = {&g, &fc, xq, xqstep, wq, ntap, OCP, tapoff, bias, y, y_bf16, act, bf16, rowbuf};
+        used = op_parallel_for(nthreads, d->n * op_cdiv64(d->oh, band), op_stem_task, &t);
     }
     op_conv_scratch_free(rowbuf);
     op_conv_scratch_free(wq);
