@@ -23,10 +23,11 @@ CASES = [
     (1, 64, 8, 14, 16, 5, 5, 1, 2),                 # 5x5
     (2, 64, 14, 7, 24, 1, 1, 1, 0),                 # 1x1
     (1, 33, 7, 7, 8, 3, 3, 1, 1),                   # odd C: the GEMM path
+    (1, 64, 7, 7, 136, 3, 3, 1, 1),                 # weight > input: threads split OC (nsplit, tail panel)
 ]
 
 
-@pytest.fixture(params=[0, 1, 3], ids=["off", "brg", "brg_skip_pad"])
+@pytest.fixture(params=[0, 1, 3, 7], ids=["off", "brg", "brg_skip_pad", "brg_skip_pad_nsplit_pack"])
 def brg(request, level):
     lib = load(select_conv("implicit_gemm", "bfloat16").level).lib
     old = lib.op_conv_bf16_options(request.param)
@@ -56,13 +57,13 @@ def test_brg_bf16_matches_gemm_path_with_nan_inf():
     old = lib.op_conv_bf16_options(-1)
     try:
         out = {}
-        for opt in (0, 1, 3):
+        for opt in (0, 1, 3, 7):
             lib.op_conv_bf16_options(opt)
             out[opt] = [onepath.conv2d(x, wt, b, padding=1, layout="NHWC", activation="relu", dtype=dt)
                         for dt in (np.float32, bfloat16)]
     finally:
         lib.op_conv_bf16_options(old)
-    for opt in (1, 3):
+    for opt in (1, 3, 7):
         for a, c in zip(out[0], out[opt]):
             np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(c, np.float32))
     assert np.isnan(np.asarray(out[3][1], np.float32)).any()
@@ -107,7 +108,7 @@ def test_skip_pad_is_per_weight_panel(level, brg, stride):
     rng = np.random.default_rng(4)
     h = 7 * stride
     x = rng.standard_normal((2, 64, h, h)).astype(bfloat16)
-    wt = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
+    wt = rng.standard_normal((128, 64, 3, 3)).astype(np.float32)   # 4 panels: the OC split at 2 threads
     wt[5, 7, 2, 1] = -np.inf
     wt = wt.astype(bfloat16)
     ref = reference_conv2d(x, wt, None, (stride, stride), ((1, 1), (1, 1)))
@@ -119,11 +120,11 @@ def test_skip_pad_is_per_weight_panel(level, brg, stride):
         np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
         np.testing.assert_array_equal(np.isposinf(y), np.isposinf(ref))
         assert not np.isfinite(y[:, 5]).any() and np.isnan(y[:, 5, -1]).all() == (stride == 1)
-        fin = np.ones(64, bool)
+        fin = np.ones(128, bool)
         fin[5] = False
         np.testing.assert_allclose(y[:, fin], ref[:, fin], rtol=1e-2, atol=0.1)
 
 
 def test_brg_rule_is_per_uarch():
-    assert registry.conv_bf16_flags("avx512_core_bf16", uarch="zen4") == 3   # brg, skip_pad
+    assert registry.conv_bf16_flags("avx512_core_bf16", uarch="zen4") == 7   # brg, skip_pad, nsplit_pack
     assert registry.conv_bf16_flags("avx512_core_amx", uarch="sapphirerapids") == 0

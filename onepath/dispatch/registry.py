@@ -430,11 +430,18 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # NHWC batch 1 res5_branch2b 334 -> 361 (1.26 -> 1.36x torch), res4_branch2b 405 -> 422, res3_branch2b
 # 409 -> 423, res2_branch2b 408 -> 413; NCHW batch 8 (NHWC formulation) res5_branch2b 417 -> 459
 # (0.84 -> 0.92x), res4_branch2b 436 -> 460, res3a_branch2b 374 -> 383.
+# "brg_nsplit_pack": where that kernel's threads split the output channels (a weight larger than the
+# padded input), each task packs its 32-column weight panel (K x 32 bfloat16, in L2) right before using
+# it, in its thread's slot, instead of one pass packing the whole weight first (6.8% of res5_branch2b
+# batch 8 NCHW in perf, the packed 4.5 MiB written out and read back). zen4, same VM and method (median
+# of 7), GFLOP/s "brg" + "skip_pad" -> with "brg_nsplit_pack": batch 8 NCHW res5_branch2b 394 -> 447
+# (0.82 -> 0.92x torch), res5a_branch2b 346 -> 388 (0.83 -> 0.93x), res4_branch2b 409 -> 421; batch 8
+# NHWC res5_branch2b 397 -> 453; batch 1 NHWC res4_branch2b 342 -> 393, res5a_branch2b 191 -> 317.
 # Unmeasured on Intel (its AMX level has the tile kernels): no row.
 CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("zen4", "avx512_core_bf16"): ("brg", "skip_pad"),
+    ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack"),
 }
-CONV_BF16_FLAGS = {"brg": 1, "skip_pad": 2}  # the bits of op_conv_bf16_options
+CONV_BF16_FLAGS = {"brg": 1, "skip_pad": 2, "brg_nsplit_pack": 4}  # the bits of op_conv_bf16_options
 
 
 def conv_bf16_flags(level: str, uarch: str | None = None) -> int:

@@ -848,6 +848,12 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
    would only have added exact zeros to an accumulator that starts at +0 (the same bits). Off, every
    panel runs all kernel rows. */
 #define OP_CONV_BF16_SKIP_PAD 2
+/* OP_CONV_BF16_NSPLIT_PACK (bit 4, "brg_nsplit_pack"): when that kernel's threads split the output
+   channels (a weight larger than the padded input: each task one 32-column panel over all pixels),
+   each task packs its panel into its thread's slot of the packed-weight buffer right before using it
+   (K x 32 bfloat16, up to 288 KiB, kept in L2), instead of one pass packing the whole weight first
+   (written out and read back). */
+#define OP_CONV_BF16_NSPLIT_PACK 4
 static int op_conv_bf16_opts = 0;
 
 #if defined(OP_BF16_HAS_DP)
@@ -933,8 +939,16 @@ static OP_NOINLINE void op_conv_ukr_brg_dp7(int64_t nb, const uint16_t *a, int64
 }
 
 typedef struct {
+    const op_gemm_args *g;
+    uint16_t *bp;
+    unsigned char *pnf;
+    int64_t K, pstride;
+} op_brgb_pack_ctx;
+
+typedef struct {
     const op_conv_desc *d;
     const op_convq_geo *q;
+    const op_brgb_pack_ctx *pk; /* not NULL: each task packs its panel into slot tid of bp first */
     const uint16_t *bp;       /* packed weight: 32-column panel s at bp + s * pstride */
     int64_t pstride;
     const float *bias;
@@ -952,7 +966,6 @@ typedef struct {
 
 static void op_brgb_task(void *ctx, int64_t task, int tid)
 {
-    (void)tid;
     const op_brgb_ctx *x = (const op_brgb_ctx *)ctx;
     const op_conv_desc *d = x->d;
     const int64_t tmi = task / x->tn, tni = task % x->tn;
@@ -971,10 +984,15 @@ static void op_brgb_task(void *ctx, int64_t task, int tid)
     for (int64_t s = s0; s < s1; s++) {
         const int nr = (int)op_min64(32, OC - s * 32);
         const uint16_t *bpan = x->bp + s * x->pstride;
+        int full = x->pk ? 0 : x->pnf[s];
+        if (x->pk) {   /* the panel packed right before use, in this thread's slot (L2) */
+            uint16_t *dst = x->pk->bp + (int64_t)tid * x->pstride;
+            op_conv_pack_b_nhwc_k32_nf(x->pk->g, 0, 0, x->pk->K, x->pk->K, s * 32, nr, dst, &full);
+            bpan = dst;
+        }
         op_epilogue te = epi;
         if (te.bias) te.bias += s * 32;
         const op_epilogue *tep = has_epi ? &te : NULL;
-        const int full = x->pnf[s];
         for (int64_t pa = pa0; pa < pa1; pa++) {
             const int64_t *p = x->pan + 3 * pa;
             const int64_t o0 = op_convq_pixel(x->q, 0, p[0]), cl = full ? x->clfull : p[2];
@@ -991,13 +1009,6 @@ static void op_brgb_task(void *ctx, int64_t task, int tid)
         }
     }
 }
-
-typedef struct {
-    const op_gemm_args *g;
-    uint16_t *bp;
-    unsigned char *pnf;
-    int64_t K, pstride;
-} op_brgb_pack_ctx;
 
 /* one task = one 32-column weight panel, packed and checked for non-finite weights */
 static void op_brgb_pack_task(void *ctx, int64_t s, int tid)
@@ -1104,8 +1115,8 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, const uint
         g.rsb = 1;
         g.user = &q;
         op_brgb_pack_ctx pc = {&g, bp, pnf, K, pstride};
-        op_parallel_for(npn * K * 32 >= (1 << 16) ? nthreads : 1, npn, op_brgb_pack_task, &pc);
         op_brgb_ctx c;
+        c.pk = NULL;
         c.d = d;
         c.q = &q;
         c.bp = bp;
@@ -1141,8 +1152,10 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, const uint
             c.mpb = c.npan;
             c.tm = 1;
             c.tn = npn;
+            if (op_conv_bf16_opts & OP_CONV_BF16_NSPLIT_PACK) c.pk = &pc;
         }
         if (T > c.tm * c.tn) T = c.tm * c.tn;
+        if (!c.pk) op_parallel_for(npn * K * 32 >= (1 << 16) ? nthreads : 1, npn, op_brgb_pack_task, &pc);
         used = op_parallel_for((int)T, c.tm * c.tn, op_brgb_task, &c);
     }
     op_conv_scratch_free(bp);
@@ -1268,7 +1281,7 @@ int op_conv_bf16_options(int flags)
 {
 #if defined(OP_BF16_NATIVE)
     const int old = op_conv_bf16_opts;
-    if (flags >= 0) op_conv_bf16_opts = flags & (OP_CONV_BF16_BRG | OP_CONV_BF16_SKIP_PAD);
+    if (flags >= 0) op_conv_bf16_opts = flags & (OP_CONV_BF16_BRG | OP_CONV_BF16_SKIP_PAD | OP_CONV_BF16_NSPLIT_PACK);
     return old;
 #else
     (void)flags;
