@@ -10,7 +10,7 @@ from ml_dtypes import bfloat16
 import onepath
 from onepath.dispatch import registry
 from onepath.kernels import load
-from onepath.ops.conv import select_conv
+from onepath.ops.conv import reference_conv2d, select_conv
 
 from test_conv import run_case
 
@@ -23,10 +23,11 @@ CASES = [
     (1, 64, 8, 14, 16, 5, 5, 1, 2),                 # 5x5
     (2, 64, 14, 7, 24, 1, 1, 1, 0),                 # 1x1
     (1, 33, 7, 7, 8, 3, 3, 1, 1),                   # odd C: the GEMM path
+    (1, 64, 7, 7, 136, 3, 3, 1, 1),                 # weight > input: threads split OC (nsplit, tail panel)
 ]
 
 
-@pytest.fixture(params=[0, 1, 3], ids=["off", "brg", "brg_skip_pad"])
+@pytest.fixture(params=[0, 1, 3, 7], ids=["off", "brg", "brg_skip_pad", "brg_skip_pad_nsplit_pack"])
 def brg(request, level):
     lib = load(select_conv("implicit_gemm", "bfloat16").level).lib
     old = lib.op_conv_bf16_options(request.param)
@@ -43,7 +44,8 @@ def test_brg_bf16(level, brg, case):
 
 def test_brg_bf16_matches_gemm_path_with_nan_inf():
     """Same K-pair order as the GEMM path (skipped padding taps only ever added exact zeros): bit for
-    bit equal outputs, float32 and bfloat16, NaN and Inf inputs included."""
+    bit equal outputs with and without the padding skip, float32 and bfloat16, NaN and Inf inputs
+    included."""
     row = select_conv("implicit_gemm", "bfloat16")
     lib = load(row.level).lib
     rng = np.random.default_rng(5)
@@ -55,26 +57,36 @@ def test_brg_bf16_matches_gemm_path_with_nan_inf():
     old = lib.op_conv_bf16_options(-1)
     try:
         out = {}
-        for opt in (0, 1):
+        for opt in (0, 1, 3, 7):
             lib.op_conv_bf16_options(opt)
             out[opt] = [onepath.conv2d(x, wt, b, padding=1, layout="NHWC", activation="relu", dtype=dt)
                         for dt in (np.float32, bfloat16)]
     finally:
         lib.op_conv_bf16_options(old)
-    for a, c in zip(out[0], out[1]):
-        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(c, np.float32))
-    assert np.isnan(np.asarray(out[1][1], np.float32)).any()
+    for opt in (1, 3, 7):
+        for a, c in zip(out[0], out[opt]):
+            np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(c, np.float32))
+    assert np.isnan(np.asarray(out[3][1], np.float32)).any()
 
 
-def test_non_finite_weight_reaches_the_borders_at_every_level(level):
-    """Shipped options: the padding taps are computed (0 * inf = NaN), so an infinite weight at tap
-    (0, 0) gives the same NaN outputs at every level and in both layouts and dtypes, the generic
-    level's; with the option bits that skip padding taps (tests only) the border outputs stay
-    finite."""
+@pytest.mark.parametrize("opt", [None, 3], ids=["shipped", "brg_skip_pad"])
+def test_non_finite_weight_reaches_the_borders_at_every_level(level, opt):
+    """An infinite weight at tap (0, 0) gives the same NaN outputs at every level and in both layouts
+    and dtypes, the generic level's: the padding taps are computed (0 * inf = NaN), also with the
+    padding skip on (a weight panel with a non-finite weight runs every kernel row)."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((1, 64, 7, 7)).astype(np.float32)
     wt = rng.standard_normal((32, 64, 3, 3)).astype(np.float32)
     wt[:, :, 0, 0] = np.inf
+    lib = load(select_conv("implicit_gemm", "bfloat16").level).lib
+    old = lib.op_conv_bf16_options(-1 if opt is None else opt)
+    try:
+        _borders_nan(x, wt)
+    finally:
+        lib.op_conv_bf16_options(old)
+
+
+def _borders_nan(x, wt):
     for dt in (np.float32, bfloat16):
         xd, wd = x.astype(dt), wt.astype(dt)
         for layout in ("NCHW", "NHWC"):
@@ -86,6 +98,33 @@ def test_non_finite_weight_reaches_the_borders_at_every_level(level):
             assert np.isfinite(y[0, :, :, 0]).sum() == 0, (dt, layout)
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+def test_skip_pad_is_per_weight_panel(level, brg, stride):
+    """An infinite weight of output channel 5 at kernel row 2 (the first 32-column panel only): that
+    channel's outputs are non-finite, NaN (0 * Inf) in its bottom row where that row reads the
+    padding (stride 1), every other channel
+    finite and right, with the padding skip on or off (the brg fixture), at every level, as the
+    float64 reference gives them."""
+    rng = np.random.default_rng(4)
+    h = 7 * stride
+    x = rng.standard_normal((2, 64, h, h)).astype(bfloat16)
+    wt = rng.standard_normal((128, 64, 3, 3)).astype(np.float32)   # 4 panels: the OC split at 2 threads
+    wt[5, 7, 2, 1] = -np.inf
+    wt = wt.astype(bfloat16)
+    ref = reference_conv2d(x, wt, None, (stride, stride), ((1, 1), (1, 1)))
+    for layout in ("NCHW", "NHWC"):
+        xi = x if layout == "NCHW" else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        y = np.asarray(onepath.conv2d(xi, wt, None, stride, 1, layout=layout, dtype=np.float32))
+        if layout == "NHWC":
+            y = y.transpose(0, 3, 1, 2)
+        np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+        np.testing.assert_array_equal(np.isposinf(y), np.isposinf(ref))
+        assert not np.isfinite(y[:, 5]).any() and np.isnan(y[:, 5, -1]).all() == (stride == 1)
+        fin = np.ones(128, bool)
+        fin[5] = False
+        np.testing.assert_allclose(y[:, fin], ref[:, fin], rtol=1e-2, atol=0.1)
+
+
 def test_brg_rule_is_per_uarch():
-    assert registry.conv_bf16_flags("avx512_core_bf16", uarch="zen4") == 1
+    assert registry.conv_bf16_flags("avx512_core_bf16", uarch="zen4") == 7   # brg, skip_pad, nsplit_pack
     assert registry.conv_bf16_flags("avx512_core_amx", uarch="sapphirerapids") == 0

@@ -199,6 +199,11 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
 # the strided res3a_branch2b (56x56 input) loses (0.80 -> 0.48x: the transposes of its 4x larger
 # input), hence stride 1 only. zen4 bfloat16 "kxk_stride1" 784, same day: `tune` chose it at 1 and
 # 2 threads (res3_branch2b NCHW 0.63 -> 0.88x torch at 2 threads, 0.84 -> 0.92 at 1 thread).
+# zen4 bfloat16 "kxk" 784 (was 196), same VM, 2 threads, paired with torch 2.13 (median of 5-7): the
+# strided res3a_branch2b (56x56 input, 28x28 output) through the NHWC batch-reduce kernel instead of
+# the NCHW GEMM over the phase-split input: batch 1 200 -> 289 GFLOP/s (0.94 -> 1.36x torch), batch 8
+# 348 -> 387 (0.82 -> 0.92x); res2_branch2b (56x56, stride 1, 3136 pixels) measured slower that way
+# (batch 1 0.89 -> 0.86x, batch 8 0.83 -> 0.77x): it stays NCHW.
 # zen4 float32 (avx512_core) "kxk" 784 and "kxk_stride1" 3136, 2026-11-30 (same VM, paired with torch,
 # onepath GFLOP/s before -> after): res2_branch2b (56x56) batch 8 171 -> 182 at 2 threads, batch 1
 # 179 -> 186 at 2 threads and 98 -> 106 at 1; the strided res3a_branch2b (28x28 output) batch 8
@@ -207,7 +212,7 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
 # Hosts without a row (the Intel AMX class: unmeasured) keep the NCHW formulation.
 CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
     ("zen4", "avx512_core"): {"kxk": 784, "kxk_stride1": 3136, "1x1_batch": 49, "1x1_stride": 784},
-    ("zen4", "avx512_core_bf16"): {"kxk": 196, "kxk_stride1": 784, "1x1_batch": 49, "1x1_stride": 784},
+    ("zen4", "avx512_core_bf16"): {"kxk": 784, "kxk_stride1": 784, "1x1_batch": 49, "1x1_stride": 784},
 }
 
 # Variants of the bfloat16 kernels per (uarch, level) (kernels/gemm_bf16.c, op_gemm_bf16_set_variants;
@@ -422,7 +427,7 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # the module): "brg" runs an NHWC k x k convolution (also an NCHW one computed in the NHWC formulation)
 # whose geometry fits (groups 1, C/g a multiple of 32, OW a multiple of 7) on the batch-reduce
 # VDPBF16PS kernel (op_conv2d_nhwc_brg_bf16): its padded input read in place (no packed copy of A),
-# all of K summed in registers, the kernel rows in the H padding skipped. A host without a row runs
+# all of K summed in registers. A host without a row runs
 # the NHWC GEMM over the packed gather.
 # zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores, shared: +-10% noise), ResNet-50 batch 8,
 # paired in one process with torch 2.13 (2 threads): NHWC res2_branch2b 0.87 -> 0.92x torch,
@@ -431,11 +436,26 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # res2_branch2b NHWC 176 -> 201 GFLOP/s (the A pack, 8% of the time, gone; the micro-kernel 78 -> 89%).
 # Strided 1x1 NHWC (res3a_branch1) 7% faster than the GEMM over the gathered A; stride-1 1x1 layers
 # were 3-40% slower on this kernel (few K blocks per call): they stay GEMMs (op_brgb_fits).
+# "skip_pad": that kernel leaves out the kernel rows that fall in the H padding of an output row, per
+# 32-column weight panel whose weights are all finite (checked while the panel is packed; a panel with
+# an Inf or NaN weight runs every kernel row, so 0 * Inf = NaN reaches the border outputs as at every
+# level; for finite weights the skipped taps only added exact zeros: the same bits).
+# zen4, same VM, 2 threads, paired with torch 2.13 (median of 7), GFLOP/s "brg" -> "brg" + "skip_pad":
+# NHWC batch 1 res5_branch2b 334 -> 361 (1.26 -> 1.36x torch), res4_branch2b 405 -> 422, res3_branch2b
+# 409 -> 423, res2_branch2b 408 -> 413; NCHW batch 8 (NHWC formulation) res5_branch2b 417 -> 459
+# (0.84 -> 0.92x), res4_branch2b 436 -> 460, res3a_branch2b 374 -> 383.
+# "brg_nsplit_pack": where that kernel's threads split the output channels (a weight larger than the
+# padded input), each task packs its 32-column weight panel (K x 32 bfloat16, in L2) right before using
+# it, in its thread's slot, instead of one pass packing the whole weight first (6.8% of res5_branch2b
+# batch 8 NCHW in perf, the packed 4.5 MiB written out and read back). zen4, same VM and method (median
+# of 7), GFLOP/s "brg" + "skip_pad" -> with "brg_nsplit_pack": batch 8 NCHW res5_branch2b 394 -> 447
+# (0.82 -> 0.92x torch), res5a_branch2b 346 -> 388 (0.83 -> 0.93x), res4_branch2b 409 -> 421; batch 8
+# NHWC res5_branch2b 397 -> 453; batch 1 NHWC res4_branch2b 342 -> 393, res5a_branch2b 191 -> 317.
 # Unmeasured on Intel (its AMX level has the tile kernels): no row.
 CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("zen4", "avx512_core_bf16"): ("brg",),
+    ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack"),
 }
-CONV_BF16_FLAGS = {"brg": 1}  # the bits of op_conv_bf16_options
+CONV_BF16_FLAGS = {"brg": 1, "skip_pad": 2, "brg_nsplit_pack": 4}  # the bits of op_conv_bf16_options
 
 
 def conv_bf16_flags(level: str, uarch: str | None = None) -> int:

@@ -58,8 +58,10 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
 int op_conv_f32_options(int flags);
 
 /* Per-microarchitecture options of the bfloat16 convolutions (bit 1: an NHWC k x k convolution whose
-   geometry fits runs the batch-reduce VDPBF16PS kernel that reads its padded input in place and skips
-   the kernel rows in the H padding, op_conv2d_nhwc_brg_bf16), set by the kernel loader from the
+   geometry fits runs the batch-reduce VDPBF16PS kernel that reads its padded input in place,
+   op_conv2d_nhwc_brg_bf16; bit 2: that kernel skips the kernel rows in the H padding for each weight
+   panel without a non-finite weight, the same bits; bit 4: where its threads split the output
+   channels, each task packs its weight panel right before use), set by the kernel loader from the
    registry's CONV_BF16_OPTIONS for the host; default 0; levels without VDPBF16PS ignore it. flags < 0
    only reads. Returns the flags in force before. */
 int op_conv_bf16_options(int flags);

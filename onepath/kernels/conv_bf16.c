@@ -592,9 +592,10 @@ static void op_conv_pack_a_nhwc_q(const op_gemm_args *g, int64_t bi, int64_t i0,
    pack's scratch (ops.b_scratch) first: the contiguous pieces W[oc][c0 ..][all taps] of 16 pairs of output channels are
    interleaved into dwords (W[oc][k], W[oc+1][k]) and transposed 16 x 16 (op_transpose16_epi32),
    row k = ci*khw + t landing at depth t*cbl + ci; pairs of rows are then interleaved into K-pairs
-   (as op_pack_b_k32 does for a row-major B). */
-static void op_conv_pack_b_nhwc_k32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc,
-                                    int64_t kcp, int64_t j0, int64_t nc, void *dst)
+   (as op_pack_b_k32 does for a row-major B). *nonfinite (when not NULL) is set to whether a packed
+   element is Inf or NaN (exponent all ones), checked on the rows as they are interleaved. */
+OP_INLINE void op_conv_pack_b_nhwc_k32_nf(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc,
+                                          int64_t kcp, int64_t j0, int64_t nc, void *dst, int *nonfinite)
 {
     const op_convq_geo *q = (const op_convq_geo *)g->user;
     const int64_t cg = q->d->c / q->d->groups, khw = q->d->kh * q->d->kw, K = g->csb, bk = q->bk;
@@ -606,6 +607,10 @@ static void op_conv_pack_b_nhwc_k32(const op_gemm_args *g, int64_t bi, int64_t p
     const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
                                             39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+    const __m512i expo = _mm512_set1_epi16(0x7F80);
+    __mmask32 nf = 0;
+#else
+    int nf = 0;
 #endif
     for (int64_t jr = 0; jr < nc; jr += 32, D += 32 * kcp) {
         const int nr = (int)op_min64(32, nc - jr);
@@ -653,10 +658,14 @@ static void op_conv_pack_b_nhwc_k32(const op_gemm_args *g, int64_t bi, int64_t p
                 const __m512i x1 = _mm512_load_si512((const void *)(r0 + 32));
                 _mm512_storeu_si512((void *)blk, _mm512_permutex2var_epi16(x0, lo_idx, x1));
                 _mm512_storeu_si512((void *)(blk + 512), _mm512_permutex2var_epi16(x0, hi_idx, x1));
+                if (nonfinite)
+                    nf |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(x0, expo), expo) |
+                          _mm512_cmpeq_epi16_mask(_mm512_and_si512(x1, expo), expo);
 #else
                 for (int j = 0; j < 32; j++) {
                     blk[(j >> 4) * 512 + (j & 15) * 2] = r0[j];
                     blk[(j >> 4) * 512 + (j & 15) * 2 + 1] = r0[32 + j];
+                    if (nonfinite) nf |= (r0[j] & 0x7F80) == 0x7F80 || (r0[32 + j] & 0x7F80) == 0x7F80;
                 }
 #endif
             }
@@ -669,6 +678,13 @@ static void op_conv_pack_b_nhwc_k32(const op_gemm_args *g, int64_t bi, int64_t p
             memset(blk + 512, 0, 64);
         }
     }
+    if (nonfinite) *nonfinite = nf != 0;
+}
+
+static void op_conv_pack_b_nhwc_k32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc,
+                                    int64_t kcp, int64_t j0, int64_t nc, void *dst)
+{
+    op_conv_pack_b_nhwc_k32_nf(g, bi, p0, kc, kcp, j0, nc, dst, NULL);
 }
 
 /* NHWC bf16 over the padded input (conv_f32.c), every NHWC convolution but the 1x1 stride-1 unpadded
@@ -825,10 +841,19 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
    Per-microarchitecture (op_conv_bf16_options bit 1, the registry's CONV_BF16_OPTIONS): off by
    default (the NHWC GEMM over the packed gather), so a host without a row keeps that path. */
 #define OP_CONV_BF16_BRG 1
-/* OP_CONV_BF16_SKIP_PAD (tests / measurements only; no registry row sets it): the H padding skip
-   above. Off, every output row runs all kernel rows over the padded copy's zero rows: a non-finite
-   weight (0 * inf = NaN) reaches the border outputs as at every other level. */
+/* OP_CONV_BF16_SKIP_PAD (op_conv_bf16_options bit 2, the registry's CONV_BF16_OPTIONS "skip_pad"): the
+   H padding skip above, per 32-column weight panel: a panel holding a non-finite weight (found while
+   it is packed, op_brgb_pack_task) runs every kernel row over the padded copy's zero rows, so
+   0 * Inf = NaN reaches its border outputs as at every other level; for a finite panel a skipped tap
+   would only have added exact zeros to an accumulator that starts at +0 (the same bits). Off, every
+   panel runs all kernel rows. */
 #define OP_CONV_BF16_SKIP_PAD 2
+/* OP_CONV_BF16_NSPLIT_PACK (bit 4, "brg_nsplit_pack"): when that kernel's threads split the output
+   channels (a weight larger than the padded input: each task one 32-column panel over all pixels),
+   each task packs its panel into its thread's slot of the packed-weight buffer right before using it
+   (K x 32 bfloat16, up to 288 KiB, kept in L2), instead of one pass packing the whole weight first
+   (written out and read back). */
+#define OP_CONV_BF16_NSPLIT_PACK 4
 static int op_conv_bf16_opts = 0;
 
 #if defined(OP_BF16_HAS_DP)
@@ -914,8 +939,16 @@ static OP_NOINLINE void op_conv_ukr_brg_dp7(int64_t nb, const uint16_t *a, int64
 }
 
 typedef struct {
+    const op_gemm_args *g;
+    uint16_t *bp;
+    unsigned char *pnf;
+    int64_t K, pstride;
+} op_brgb_pack_ctx;
+
+typedef struct {
     const op_conv_desc *d;
     const op_convq_geo *q;
+    const op_brgb_pack_ctx *pk; /* not NULL: each task packs its panel into slot tid of bp first */
     const uint16_t *bp;       /* packed weight: 32-column panel s at bp + s * pstride */
     int64_t pstride;
     const float *bias;
@@ -925,13 +958,14 @@ typedef struct {
     const int64_t *pan;       /* per panel: first pixel of each half (second: -1 alone), class */
     const int64_t *lnb, *lst; /* per class: blocks, first entry in aoff / boff */
     const int64_t *aoff, *boff;
+    const unsigned char *pnf; /* per 32-column panel: a non-finite weight (all kernel rows run) */
+    int64_t clfull;           /* the class of all kernel rows */
     int64_t npan, npn;        /* panels, 32-column panels */
     int64_t mpb, tm, tn;      /* panels per task block; task grid tm x tn */
 } op_brgb_ctx;
 
 static void op_brgb_task(void *ctx, int64_t task, int tid)
 {
-    (void)tid;
     const op_brgb_ctx *x = (const op_brgb_ctx *)ctx;
     const op_conv_desc *d = x->d;
     const int64_t tmi = task / x->tn, tni = task % x->tn;
@@ -950,12 +984,18 @@ static void op_brgb_task(void *ctx, int64_t task, int tid)
     for (int64_t s = s0; s < s1; s++) {
         const int nr = (int)op_min64(32, OC - s * 32);
         const uint16_t *bpan = x->bp + s * x->pstride;
+        int full = x->pk ? 0 : x->pnf[s];
+        if (x->pk) {   /* the panel packed right before use, in this thread's slot (L2) */
+            uint16_t *dst = x->pk->bp + (int64_t)tid * x->pstride;
+            op_conv_pack_b_nhwc_k32_nf(x->pk->g, 0, 0, x->pk->K, x->pk->K, s * 32, nr, dst, &full);
+            bpan = dst;
+        }
         op_epilogue te = epi;
         if (te.bias) te.bias += s * 32;
         const op_epilogue *tep = has_epi ? &te : NULL;
         for (int64_t pa = pa0; pa < pa1; pa++) {
             const int64_t *p = x->pan + 3 * pa;
-            const int64_t o0 = op_convq_pixel(x->q, 0, p[0]), cl = p[2];
+            const int64_t o0 = op_convq_pixel(x->q, 0, p[0]), cl = full ? x->clfull : p[2];
             const int64_t *ao = x->aoff + x->lst[cl], *bo = x->boff + x->lst[cl];
             const int64_t c0 = p[0] * OC + s * 32;
             if (p[1] >= 0) {
@@ -970,18 +1010,15 @@ static void op_brgb_task(void *ctx, int64_t task, int tid)
     }
 }
 
-typedef struct {
-    const op_gemm_args *g;
-    uint16_t *bp;
-    int64_t K, pstride;
-} op_brgb_pack_ctx;
-
+/* one task = one 32-column weight panel, packed and checked for non-finite weights */
 static void op_brgb_pack_task(void *ctx, int64_t s, int tid)
 {
     (void)tid;
     const op_brgb_pack_ctx *x = (const op_brgb_pack_ctx *)ctx;
     const int64_t nc = op_min64(32, x->g->n - s * 32);
-    op_conv_pack_b_nhwc_k32(x->g, 0, 0, x->K, x->K, s * 32, nc, x->bp + s * x->pstride);
+    int nf = 0;
+    op_conv_pack_b_nhwc_k32_nf(x->g, 0, 0, x->K, x->K, s * 32, nc, x->bp + s * x->pstride, &nf);
+    x->pnf[s] = (unsigned char)nf;
 }
 
 /* Whether the NHWC problem d fits the batch-reduce kernel (and the option is on). */
@@ -1017,8 +1054,9 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, const uint
     const int64_t pstride = 32 * K + 32 * (op_min64(32, d->c) * khw + 1);
     int64_t *ibuf = (int64_t *)malloc(sizeof(int64_t) * (size_t)(2 * ncls * nblk + 3 * ncls + OH + 3 * nhalf));
     uint16_t *bp = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(npn * pstride));
+    unsigned char *pnf = (unsigned char *)malloc((size_t)npn);
     int used = -1;
-    if (ibuf && bp) {
+    if (ibuf && bp && pnf) {
         int64_t *aoff = ibuf, *boff = aoff + ncls * nblk, *lnb = boff + ncls * nblk, *lst = lnb + ncls;
         int64_t *pend = lst + ncls, *ocl = pend + ncls, *pan = ocl + OH;
         /* block lists per range [lo, hi) of valid kernel rows: class lo * (KH + 1) + hi */
@@ -1076,9 +1114,9 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, const uint
         g.csb = K;
         g.rsb = 1;
         g.user = &q;
-        op_brgb_pack_ctx pc = {&g, bp, K, pstride};
-        op_parallel_for(npn * K * 32 >= (1 << 16) ? nthreads : 1, npn, op_brgb_pack_task, &pc);
+        op_brgb_pack_ctx pc = {&g, bp, pnf, K, pstride};
         op_brgb_ctx c;
+        c.pk = NULL;
         c.d = d;
         c.q = &q;
         c.bp = bp;
@@ -1092,6 +1130,10 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, const uint
         c.lst = lst;
         c.aoff = aoff;
         c.boff = boff;
+        /* a panel with a non-finite weight runs every kernel row (0 * Inf = NaN at the borders, as
+           at every level); with finite weights a skipped padding tap only adds exact zeros */
+        c.pnf = pnf;
+        c.clfull = KH;
         c.npan = np;
         c.npn = npn;
         const int64_t mc = blk && blk->mc > 0 ? blk->mc : 112;
@@ -1110,11 +1152,14 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, const uint
             c.mpb = c.npan;
             c.tm = 1;
             c.tn = npn;
+            if (op_conv_bf16_opts & OP_CONV_BF16_NSPLIT_PACK) c.pk = &pc;
         }
         if (T > c.tm * c.tn) T = c.tm * c.tn;
+        if (!c.pk) op_parallel_for(npn * K * 32 >= (1 << 16) ? nthreads : 1, npn, op_brgb_pack_task, &pc);
         used = op_parallel_for((int)T, c.tm * c.tn, op_brgb_task, &c);
     }
     op_conv_scratch_free(bp);
+    free(pnf);
     free(ibuf);
     return used;
 }
@@ -1236,7 +1281,7 @@ int op_conv_bf16_options(int flags)
 {
 #if defined(OP_BF16_NATIVE)
     const int old = op_conv_bf16_opts;
-    if (flags >= 0) op_conv_bf16_opts = flags & (OP_CONV_BF16_BRG | OP_CONV_BF16_SKIP_PAD);
+    if (flags >= 0) op_conv_bf16_opts = flags & (OP_CONV_BF16_BRG | OP_CONV_BF16_SKIP_PAD | OP_CONV_BF16_NSPLIT_PACK);
     return old;
 #else
     (void)flags;
