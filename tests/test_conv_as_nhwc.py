@@ -17,7 +17,7 @@ from test_conv import run_case
 @pytest.fixture
 def as_nhwc(monkeypatch):
     """Every level of this host's uarch takes the NHWC formulation for NCHW implicit GEMMs."""
-    big = {"kxk": 1 << 30, "1x1_batch": 1 << 30, "1x1_stride": 1 << 30}
+    big = {"kxk": 1 << 30, "1x1_batch": 1 << 30, "1x1_stride": 1 << 30, "1x1_single": 1 << 30}
     table = {(probe().uarch, lv): big for lv in LEVELS}
     monkeypatch.setattr(registry, "CONV_NCHW_AS_NHWC", table)
     _conv._PLANS.clear()
@@ -32,6 +32,7 @@ CASES = [
     (1, 40, 7, 7, 33, 3, 3, 2, 1, 2),      # stride and dilation, more than 32 channels
     (3, 20, 5, 6, 17, 3, 3, 1, 1, 1),      # a batch: one GEMM over the pixels of all images
     (2, 24, 7, 7, 40, 1, 1, 1, 0, 1),      # 1x1 with a batch
+    (1, 24, 7, 7, 40, 1, 1, 1, 0, 1),      # 1x1 at batch 1 ("1x1_single": M = 49 rows, a 7-row tail)
     (3, 16, 9, 8, 8, 1, 1, 2, 0, 1),       # 1x1 stride 2 with a batch: the sampled pixels only
     (1, 16, 9, 8, 8, 1, 1, (3, 2), 0, 1),  # 1x1 strides 3, 2 at batch 1
     (1, 16, 9, 8, 8, 1, 1, 2, 1, 1),       # 1x1 stride 2 with padding (border pixels = bias)
@@ -73,7 +74,9 @@ def test_rule_is_per_uarch():
     assert not registry.conv_nchw_as_nhwc(row, 1, lim["kxk_stride1"] + 1, uarch="zen4")
     assert not registry.conv_nchw_as_nhwc(row, 1, 49, uarch="sapphirerapids")
     one = registry.replace(row, algorithm="1x1_gemm")
-    assert not registry.conv_nchw_as_nhwc(one, 1, 49, uarch="zen4")
+    assert registry.conv_nchw_as_nhwc(one, 1, 49, uarch="zen4")        # "1x1_single" (7x7)
+    assert not registry.conv_nchw_as_nhwc(one, 1, 196, uarch="zen4")
+    assert not registry.conv_nchw_as_nhwc(one, 1, 49, uarch="sapphirerapids")
     assert registry.conv_nchw_as_nhwc(one, 8, 49, uarch="zen4")
     assert not registry.conv_nchw_as_nhwc(one, 8, 196, uarch="zen4")
     assert registry.conv_nchw_as_nhwc(one, 1, 784, True, uarch="zen4")

@@ -184,7 +184,8 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
 #   "kxk"         kernels larger than 1x1 (implicit_gemm), any batch;
 #   "kxk_stride1" the same with stride 1 (the larger of the two limits applies);
 #   "1x1_batch"   1x1 kernels, stride 1, batch of 2 or more;
-#   "1x1_stride"  1x1 kernels with a stride > 1, any batch.
+#   "1x1_stride"  1x1 kernels with a stride > 1, any batch;
+#   "1x1_single"  1x1 kernels, stride 1, batch 1 (no `tune` choice: shipped rows only).
 # At small planes the NCHW GEMM's N = OH*OW leaves a ragged last micro-panel (196 pixels fill 6.1
 # panels of 32, 49 fill 1.5) and a batch repacks the weight per image; the NHWC GEMM is full and
 # packs the weight once.
@@ -209,9 +210,15 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
 # 179 -> 186 at 2 threads and 98 -> 106 at 1; the strided res3a_branch2b (28x28 output) batch 8
 # 147 -> 169, batch 1 145 -> 179 at 2 threads and 89 -> 96 at 1 (the transposes around the NHWC
 # batch-reduce kernel cost less than the NCHW GEMM's 64- and 128-row M edges and per-image weight packs).
+# zen4 float32 (avx512_core) "1x1_single" 49, 2026-11-30 (same VM, 2 threads, median of 5, paired
+# with torch 2.13, NCHW GEMM -> NHWC formulation, GFLOP/s): batch 1 res5_branch2a (C 2048 -> 512,
+# 7x7) 130 -> 155 (0.85 -> 1.01x torch), res5_branch2c (512 -> 2048) 143 -> 173 (0.86 -> 1.04x): the
+# NCHW GEMM's N = 49 pixels fill 32 + 17 columns of two 32-wide panels, the NHWC one's M = 49 rows
+# 14 + 14 + 14 + 7 (a 7-row tile costs half a 14-row one on Zen 4's one 512-bit FMA per cycle).
 # Hosts without a row (the Intel AMX class: unmeasured) keep the NCHW formulation.
 CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
-    ("zen4", "avx512_core"): {"kxk": 784, "kxk_stride1": 3136, "1x1_batch": 49, "1x1_stride": 784},
+    ("zen4", "avx512_core"): {"kxk": 784, "kxk_stride1": 3136, "1x1_batch": 49, "1x1_stride": 784,
+                              "1x1_single": 49},
     ("zen4", "avx512_core_bf16"): {"kxk": 784, "kxk_stride1": 784, "1x1_batch": 49, "1x1_stride": 784},
 }
 
@@ -292,7 +299,7 @@ def conv_nchw_as_nhwc(row: Kernel, n: int, pixels: int, strided: bool = False,
         return pixels <= lim.get("kxk", 0) or (not strided and pixels <= lim.get("kxk_stride1", 0))
     if strided:
         return pixels <= lim.get("1x1_stride", 0)
-    return n > 1 and pixels <= lim.get("1x1_batch", 0)
+    return pixels <= lim.get("1x1_batch" if n > 1 else "1x1_single", 0)
 
 
 # Options of the float32 thin-product paths (kernels/gemv_f32.c, op_gemv_f32_options), per

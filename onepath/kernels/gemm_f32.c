@@ -280,7 +280,18 @@ OP_INLINE void op_ukr_avx512_body(const int MRV, int64_t kc, const float *OP_RES
     }
 #define OP_RALL OP_R(0) OP_R(1) OP_R(2) OP_R(3) OP_R(4) OP_R(5) OP_R(6) \
                 OP_R(7) OP_R(8) OP_R(9) OP_R(10) OP_R(11) OP_R(12) OP_R(13)
-    if (ldb == OP_F32_NR) {  /* packed B micro-panel: one sequential stream */
+#define OP_R1(i)                                                         \
+    if (MRV > i) c##i##_0 = _mm512_fmadd_ps(_mm512_set1_ps(a[i]), b0, c##i##_0);
+    if (ldb == OP_F32_NR && nr <= 16) {  /* a column tail of <= 16 (a 14 x 14 plane's 196 = 6 x 32 + 4
+                                            pixels): the first vector only, half the FMAs */
+        for (int64_t p = 0; p < kc; p++) {
+            __m512 b0 = _mm512_loadu_ps(b);
+            OP_R1(0) OP_R1(1) OP_R1(2) OP_R1(3) OP_R1(4) OP_R1(5) OP_R1(6)
+            OP_R1(7) OP_R1(8) OP_R1(9) OP_R1(10) OP_R1(11) OP_R1(12) OP_R1(13)
+            a += OP_F32_MR;
+            b += ldb;
+        }
+    } else if (ldb == OP_F32_NR) {  /* packed B micro-panel: one sequential stream */
         for (int64_t p = 0; p < kc; p++) {
             __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
             OP_RALL
@@ -300,6 +311,7 @@ OP_INLINE void op_ukr_avx512_body(const int MRV, int64_t kc, const float *OP_RES
         }
     }
 #undef OP_RALL
+#undef OP_R1
 #undef OP_R
     if (OP_LIKELY(csc == 1)) {
         op_epi512 e;
