@@ -105,4 +105,4 @@ def test_errors():
         onepath.attention(qkv, 2, dtype=np.float16)
     with pytest.raises(TypeError, match="scale"):
         onepath.attention(qkv, 2, scale="1")
-    assert onepath.attention(qkv[:0], 2).shape == (0, 5, 4)
+    assert onepath.attention(qkv[:0], 2).shape == (0, 5, 8)
