@@ -45,6 +45,7 @@ static void op_attn_task(void *vctx, int64_t t, int tid)
     float *vf = kt + (size_t)(hd * s16);                       /* seq x hd */
     float *mk = vf + (size_t)(seq * hd);                       /* s16: the mask, -Inf on padding lanes */
     float *sc = mk + s16;                                      /* OP_ATTN_QB x s16 scores */
+    float *qb = sc + OP_ATTN_QB * s16;                         /* OP_ATTN_QB x hd queries */
     const char *base = (const char *)c->qkv + (size_t)(b * seq * c->qkv_rs) * qs;
     for (int64_t j = 0; j < seq; j++) {
         const char *row = base + (size_t)(j * c->qkv_rs) * qs;
@@ -61,10 +62,9 @@ static void op_attn_task(void *vctx, int64_t t, int tid)
     const op_v16f scv = op_v16_splat(c->scale), zero = op_v16_splat(0.0f), lo = op_v16_splat(-87.0f);
     for (int64_t i0 = 0; i0 < seq; i0 += OP_ATTN_QB) {
         const int nq = (int)op_min64(OP_ATTN_QB, seq - i0);
-        float q[OP_ATTN_QB][hd];
         for (int qi = 0; qi < OP_ATTN_QB; qi++) {
             const char *row = base + (size_t)((i0 + (qi < nq ? qi : 0)) * c->qkv_rs) * qs;
-            for (int64_t e = 0; e < hd; e++) q[qi][e] = op_ln_load1(row, qdt, h * hd + e);
+            for (int64_t e = 0; e < hd; e++) qb[qi * hd + e] = op_ln_load1(row, qdt, h * hd + e);
         }
         /* scores: 16 keys per vector, OP_ATTN_QB queries side by side */
         for (int64_t jb = 0; jb < s16; jb += 16) {
@@ -73,7 +73,7 @@ static void op_attn_task(void *vctx, int64_t t, int tid)
             for (int64_t e = 0; e < hd; e++) {
                 op_v16f kv;
                 memcpy(&kv, kt + e * s16 + jb, sizeof kv);
-                for (int qi = 0; qi < OP_ATTN_QB; qi++) a[qi] += kv * q[qi][e];
+                for (int qi = 0; qi < OP_ATTN_QB; qi++) a[qi] += kv * qb[qi * hd + e];
             }
             op_v16f mv;
             memcpy(&mv, mk + jb, sizeof mv);
@@ -154,8 +154,8 @@ int op_attention(int64_t batch, int64_t seq, int64_t heads, int64_t hd,
     if (nthreads < 1 || tasks * seq * seq * hd * 2 < OP_ATTN_MIN_PAR) nthreads = 1;
     if (nthreads > tasks) nthreads = (int)tasks;
     const int64_t s16 = op_roundup64(seq, 16);
-    /* kt (hd x s16), vf (seq x hd), mk (s16), sc (QB x s16); rounded up to whole cache lines */
-    const size_t per = (size_t)op_roundup64(hd * s16 + seq * hd + s16 + OP_ATTN_QB * s16, 16);
+    /* kt (hd x s16), vf (seq x hd), mk (s16), sc (QB x s16), qb (QB x hd); whole cache lines */
+    const size_t per = (size_t)op_roundup64(hd * s16 + seq * hd + s16 + OP_ATTN_QB * (s16 + hd), 16);
     float *scratch = (float *)op_aligned_alloc(per * sizeof(float) * (size_t)nthreads);
     if (!scratch) return -1;
     op_attn_ctx c = {seq, heads, hd, s16, qkv, qkv_rs, mask, mask_rs, ctx, ctx_rs, scratch, per, scale,
