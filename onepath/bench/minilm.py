@@ -227,13 +227,14 @@ class Linear:
 
 
 class OnepathImpl:
-    """The ``matmul`` argument of the model for onepath: attention products through
-    ``onepath.matmul`` (float32), every Linear through ``onepath.linear`` with the bias and GELU
+    """The ``matmul`` argument of the model for onepath: the attention block (scores, masked
+    softmax, context) in one ``onepath.attention`` call, every Linear through ``onepath.linear`` with the bias and GELU
     fused and the weight prepacked once (``onepath.prepack``), every LayerNorm through
     ``onepath.layer_norm`` with the residual add fused (one threaded pass where the numpy glue makes
     ~9 on one thread: 0.42 -> ~0.15 ms per 1344 x 384 call, Zen 4, 2 threads). dtype bfloat16:
     weights and the Linear inputs in bfloat16, float32 accumulation and float32 outputs (LayerNorm,
-    softmax and the residuals stay float32)."""
+    softmax and the residuals stay float32); the QKV Linear's output and the attention's context in
+    bfloat16 (as torch's bfloat16 model keeps them; the attention computes in float32)."""
 
     def __init__(self, dtype=np.float32):
         import onepath
