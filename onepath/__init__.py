@@ -5,7 +5,7 @@ Intel and AMD.
     >>> onepath.matmul(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32)).shape
     (2, 4)
 
-Public API: ``matmul``, ``layer_norm``; ``isa``, ``available_isas``, ``max_isa``;
+Public API: ``matmul``, ``layer_norm``, ``attention``; ``isa``, ``available_isas``, ``max_isa``;
 ``set_num_threads``, ``get_num_threads``; ``reproducible``, ``set_reproducible``, ``is_reproducible``; the ``dispatch``
 subpackage (probe, registry). Environment: ``ONEPATH_MAX_ISA``, ``ONEPATH_NUM_THREADS``,
 ``ONEPATH_VERBOSE``, ``ONEPATH_REPRODUCIBLE``. Importing is cheap: the CPU is probed and kernels are
@@ -17,6 +17,7 @@ from .ops.matmul import matmul
 from .dtypes import bfloat16
 from .ops.linear import PackedWeight, linear, prepack
 from .ops.norm import layer_norm
+from .ops.attention import attention
 from ._repro_mode import is_reproducible, reproducible, set_reproducible
 
 
@@ -34,5 +35,5 @@ def __dir__():
     return sorted(set(globals()) | set(__all__))
 
 __version__ = "0.1.0"
-__all__ = ["matmul", "linear", "prepack", "layer_norm", "PackedWeight", "bfloat16", "conv2d", "conv1d", "isa", "available_isas", "max_isa", "set_num_threads", "get_num_threads",
+__all__ = ["matmul", "linear", "prepack", "layer_norm", "attention", "PackedWeight", "bfloat16", "conv2d", "conv1d", "isa", "available_isas", "max_isa", "set_num_threads", "get_num_threads",
            "reproducible", "set_reproducible", "is_reproducible"]

@@ -162,7 +162,13 @@ def attention(qkv: np.ndarray, mask_keys: np.ndarray, b: int, s: int, heads: int
     The scores are laid out with the key axis first, st[j, b, h, i] = k_j . q_i, written by the
     batched products through strided views (the kernels read and write them in place): the softmax
     over the keys is then elementwise passes over whole (b, heads, s) slabs, where numpy's
-    reductions over a short last axis (~20 keys) are several times slower."""
+    reductions over a short last axis (~20 keys) are several times slower.
+
+    A ``matmul`` object with an ``attention(qkv, mask_keys, b, s, heads)`` method (``OnepathImpl``:
+    ``onepath.attention``, the whole block in one threaded call) computes it instead."""
+    fused = getattr(matmul, "attention", None)
+    if fused is not None:
+        return fused(qkv, mask_keys, b, s, heads)
     d = qkv.shape[-1] // 3
     hd = d // heads
     t = qkv.reshape(b, s, 3, heads, hd)
@@ -202,6 +208,7 @@ class Linear:
     bias: np.ndarray | None
     activation: str | None = None
     feeds_linear: bool = False
+    feeds_attention: bool = False  # read only by ``attention``: the same rule as feeds_linear
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
@@ -220,13 +227,14 @@ class Linear:
 
 
 class OnepathImpl:
-    """The ``matmul`` argument of the model for onepath: attention products through
-    ``onepath.matmul`` (float32), every Linear through ``onepath.linear`` with the bias and GELU
+    """The ``matmul`` argument of the model for onepath: the attention block (scores, masked
+    softmax, context) in one ``onepath.attention`` call, every Linear through ``onepath.linear`` with the bias and GELU
     fused and the weight prepacked once (``onepath.prepack``), every LayerNorm through
     ``onepath.layer_norm`` with the residual add fused (one threaded pass where the numpy glue makes
     ~9 on one thread: 0.42 -> ~0.15 ms per 1344 x 384 call, Zen 4, 2 threads). dtype bfloat16:
     weights and the Linear inputs in bfloat16, float32 accumulation and float32 outputs (LayerNorm,
-    softmax and the residuals stay float32)."""
+    softmax and the residuals stay float32); the QKV Linear's output and the attention's context in
+    bfloat16 (as torch's bfloat16 model keeps them; the attention computes in float32)."""
 
     def __init__(self, dtype=np.float32):
         import onepath
@@ -247,7 +255,15 @@ class OnepathImpl:
         # a result read only by the next Linear leaves in bfloat16 (rounded once in the kernel's
         # write-out, the bits to_bfloat16 would give it there): half the bytes, no conversion pass
         return op.linear(x, p, layer.bias, activation=layer.activation,
-                         dtype=self.dtype if layer.feeds_linear else np.float32)
+                         dtype=self.dtype if layer.feeds_linear or layer.feeds_attention else np.float32)
+
+    def attention(self, qkv: np.ndarray, mask_keys: np.ndarray, b: int, s: int, heads: int) -> np.ndarray:
+        """``onepath.attention`` on the fused [q | k | v] rows (q already scaled: scale 1), the
+        additive key mask of ``key_mask`` as (b, s); the context (b*s, d) in the compute dtype (a
+        bfloat16 context is what the output Linear would round it to)."""
+        mask = np.ascontiguousarray(mask_keys.reshape(s, b).T) if mask_keys.reshape(s, b).any() else None
+        ctx = self._onepath.attention(qkv.reshape(b, s, -1), heads, mask, scale=1.0, dtype=self.dtype)
+        return ctx.reshape(b * s, -1)
 
     def layer_norm(self, norm: "LayerNorm", x: np.ndarray, residual: np.ndarray | None,
                    inplace: bool) -> np.ndarray:
@@ -295,7 +311,8 @@ class EncoderLayer:
         d = self.query.weight.shape[0]
         scale = np.float32(1.0 / math.sqrt(d // self.heads))
         self.qkv = Linear(np.concatenate([self.query.weight * scale, self.key.weight, self.value.weight]),
-                          np.concatenate([self.query.bias * scale, self.key.bias, self.value.bias]))
+                          np.concatenate([self.query.bias * scale, self.key.bias, self.value.bias]),
+                          feeds_attention=True)
 
     def __call__(self, h: np.ndarray, mask_keys: np.ndarray, matmul: Matmul) -> np.ndarray:
         """h: (b, s, d) float32; mask_keys: (s, b, 1, 1), 0 on tokens and -1e9 on padding keys."""

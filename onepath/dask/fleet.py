@@ -194,12 +194,11 @@ def _embed_block(ids, *, word, position, token_type, gamma, beta, eps, plan, blo
 
 
 def _attention_block(qkv, mask, *, heads, plan, block_id=None):
-    """Self-attention of one batch, as minilm.EncoderLayer computes it (minilm.attention with
-    onepath.matmul); qkv: the layer's fused [q | k | v] Linear output (b*s, 3d)."""
-    import onepath
-    from onepath.bench.minilm import attention, key_mask
+    """Self-attention of one batch, as minilm.EncoderLayer computes it with minilm.OnepathImpl
+    (float32: ``onepath.attention``); qkv: the layer's fused [q | k | v] Linear output (b*s, 3d)."""
+    from onepath.bench.minilm import OnepathImpl, attention, key_mask
     b, s = plan[block_id[0]]
-    return attention(qkv, key_mask(mask.reshape(b, s)), b, s, heads, onepath.matmul)
+    return attention(qkv, key_mask(mask.reshape(b, s)), b, s, heads, OnepathImpl(np.float32))
 
 
 def _add_norm_block(x, res, *, gamma, beta, eps):

@@ -8,5 +8,6 @@
 #include "api_repro.h"
 #include "api_small.h"
 #include "api_norm.h"
+#include "api_attn.h"
 #include "api_stem.h"
 #endif

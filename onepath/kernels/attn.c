@@ -1,0 +1,166 @@
+/* attn.c: multi-head self-attention of packed [q | k | v] token rows (api_attn.h), float32 or
+   bfloat16 in and out, float32 inside. One task per (sequence, head) on the pool: K is copied
+   transposed (hd x keys, the keys padded to a multiple of 16) and V widened to float32 in the
+   thread's scratch, then for each block of up to four queries: the scores over 16 keys per vector
+   (one chain over hd per score), the mask added, the softmax over the keys (the maximum, exp of the
+   difference with act_f32.c's op_v16_exp, zero below -87 and on the padding lanes, the sum as
+   op_ln_hsum's tree, one reciprocal), then ctx = p V (one chain over the keys per element).
+   Written with GCC vector extensions (as norm.c): the build is ISO C (no FMA contraction), so every
+   level computes the same bits. Products of this size (a sequence of ~20 tokens, hd 32) lose most
+   of their time to packing and per-call set-up in the GEMM driver; here nothing is packed but
+   K's transpose. */
+
+#define OP_ATTN_QB 4             /* queries per block: four independent chains per score / ctx vector */
+#define OP_ATTN_MIN_PAR 200000   /* below this many multiply-adds one thread (waking the pool costs more) */
+
+typedef struct {
+    int64_t seq, heads, hd, s16;
+    const void *qkv;
+    int64_t qkv_rs;
+    const float *mask;
+    int64_t mask_rs;
+    void *ctx;
+    int64_t ctx_rs;
+    float *scratch;
+    size_t per_thread;           /* floats of scratch per thread */
+    float scale;
+    int qdt, cdt;
+} op_attn_ctx;
+
+OP_INLINE float op_attn_max16(op_v16f v)
+{
+    float m = v[0];
+    for (int l = 1; l < 16; l++) m = v[l] > m ? v[l] : m;
+    return m;
+}
+
+static void op_attn_task(void *vctx, int64_t t, int tid)
+{
+    const op_attn_ctx *c = (const op_attn_ctx *)vctx;
+    const int64_t seq = c->seq, hd = c->hd, s16 = c->s16, d = c->heads * hd;
+    const int64_t b = t / c->heads, h = t % c->heads;
+    const int qdt = c->qdt;
+    const size_t qs = qdt ? 2 : 4, cs = c->cdt ? 2 : 4;
+    float *kt = c->scratch + c->per_thread * (size_t)tid;     /* hd x s16 */
+    float *vf = kt + (size_t)(hd * s16);                       /* seq x hd */
+    float *mk = vf + (size_t)(seq * hd);                       /* s16: the mask, -Inf on padding lanes */
+    float *sc = mk + s16;                                      /* OP_ATTN_QB x s16 scores */
+    float *qb = sc + OP_ATTN_QB * s16;                         /* OP_ATTN_QB x hd queries */
+    const char *base = (const char *)c->qkv + (size_t)(b * seq * c->qkv_rs) * qs;
+    for (int64_t j = 0; j < seq; j++) {
+        const char *row = base + (size_t)(j * c->qkv_rs) * qs;
+        for (int64_t e = 0; e < hd; e++) {
+            kt[e * s16 + j] = op_ln_load1(row, qdt, d + h * hd + e);
+            vf[j * hd + e] = op_ln_load1(row, qdt, 2 * d + h * hd + e);
+        }
+    }
+    for (int64_t e = 0; e < hd; e++)
+        for (int64_t j = seq; j < s16; j++) kt[e * s16 + j] = 0.0f;
+    for (int64_t j = 0; j < s16; j++)
+        mk[j] = j >= seq ? -INFINITY : (c->mask ? c->mask[b * c->mask_rs + j] : 0.0f);
+    const int use_scale = c->scale != 1.0f;
+    const op_v16f scv = op_v16_splat(c->scale), zero = op_v16_splat(0.0f), lo = op_v16_splat(-87.0f);
+    for (int64_t i0 = 0; i0 < seq; i0 += OP_ATTN_QB) {
+        const int nq = (int)op_min64(OP_ATTN_QB, seq - i0);
+        for (int qi = 0; qi < OP_ATTN_QB; qi++) {
+            const char *row = base + (size_t)((i0 + (qi < nq ? qi : 0)) * c->qkv_rs) * qs;
+            for (int64_t e = 0; e < hd; e++) qb[qi * hd + e] = op_ln_load1(row, qdt, h * hd + e);
+        }
+        /* scores: 16 keys per vector, OP_ATTN_QB queries side by side */
+        for (int64_t jb = 0; jb < s16; jb += 16) {
+            op_v16f a[OP_ATTN_QB];
+            for (int qi = 0; qi < OP_ATTN_QB; qi++) a[qi] = zero;
+            for (int64_t e = 0; e < hd; e++) {
+                op_v16f kv;
+                memcpy(&kv, kt + e * s16 + jb, sizeof kv);
+                for (int qi = 0; qi < OP_ATTN_QB; qi++) a[qi] += kv * qb[qi * hd + e];
+            }
+            op_v16f mv;
+            memcpy(&mv, mk + jb, sizeof mv);
+            for (int qi = 0; qi < OP_ATTN_QB; qi++) {
+                op_v16f v = use_scale ? a[qi] * scv : a[qi];
+                v += mv;
+                memcpy(sc + qi * s16 + jb, &v, sizeof v);
+            }
+        }
+        /* softmax over the keys of each query row */
+        for (int qi = 0; qi < nq; qi++) {
+            float *row = sc + qi * s16;
+            op_v16f m;
+            memcpy(&m, row, sizeof m);
+            for (int64_t jb = 16; jb < s16; jb += 16) {
+                op_v16f v;
+                memcpy(&v, row + jb, sizeof v);
+                m = op_v16_sel(v > m, v, m);
+            }
+            const op_v16f mx = op_v16_splat(op_attn_max16(m));
+            op_v16f s0 = zero;
+            for (int64_t jb = 0; jb < s16; jb += 16) {
+                op_v16f v;
+                memcpy(&v, row + jb, sizeof v);
+                v -= mx;
+                const op_v16i under = v < lo;   /* exp below 1.6e-38 (and the -Inf lanes): 0 */
+                v = op_v16_sel(under, zero, op_v16_exp(v));
+                memcpy(row + jb, &v, sizeof v);
+                s0 += v;
+            }
+            const op_v16f rz = op_v16_splat(1.0f / op_ln_hsum(s0));
+            for (int64_t jb = 0; jb < s16; jb += 16) {
+                op_v16f v;
+                memcpy(&v, row + jb, sizeof v);
+                v *= rz;
+                memcpy(row + jb, &v, sizeof v);
+            }
+        }
+        /* ctx = p V: 16 elements of the head per vector, a chain over the keys */
+        for (int64_t e0 = 0; e0 < hd; e0 += 16) {
+            const int full = e0 + 16 <= hd;
+            op_v16f a[OP_ATTN_QB];
+            for (int qi = 0; qi < OP_ATTN_QB; qi++) a[qi] = zero;
+            if (full) {
+                for (int64_t j = 0; j < seq; j++) {
+                    op_v16f vv;
+                    memcpy(&vv, vf + j * hd + e0, sizeof vv);
+                    for (int qi = 0; qi < OP_ATTN_QB; qi++) a[qi] += vv * sc[qi * s16 + j];
+                }
+            } else {
+                for (int64_t j = 0; j < seq; j++) {
+                    op_v16f vv = zero;
+                    memcpy(&vv, vf + j * hd + e0, sizeof(float) * (size_t)(hd - e0));
+                    for (int qi = 0; qi < OP_ATTN_QB; qi++) a[qi] += vv * sc[qi * s16 + j];
+                }
+            }
+            const int64_t ne = full ? 16 : hd - e0;
+            for (int qi = 0; qi < nq; qi++) {
+                char *out = (char *)c->ctx + (size_t)(((b * seq + i0 + qi) * c->ctx_rs) + h * hd + e0) * cs;
+                if (c->cdt == 0) {
+                    memcpy(out, &a[qi], sizeof(float) * (size_t)ne);
+                } else {
+                    const op_v16h hv = op_ln_to_bf16(a[qi]);
+                    memcpy(out, &hv, sizeof(uint16_t) * (size_t)ne);
+                }
+            }
+        }
+    }
+}
+
+int op_attention(int64_t batch, int64_t seq, int64_t heads, int64_t hd,
+                 const void *qkv, int qkv_dtype, int64_t qkv_rs,
+                 const float *mask, int64_t mask_rs, float scale,
+                 void *ctx, int ctx_dtype, int64_t ctx_rs, int nthreads)
+{
+    if (batch <= 0 || seq <= 0 || heads <= 0 || hd <= 0) return 1;
+    const int64_t tasks = batch * heads;
+    if (nthreads < 1 || tasks * seq * seq * hd * 2 < OP_ATTN_MIN_PAR) nthreads = 1;
+    if (nthreads > tasks) nthreads = (int)tasks;
+    const int64_t s16 = op_roundup64(seq, 16);
+    /* kt (hd x s16), vf (seq x hd), mk (s16), sc (QB x s16), qb (QB x hd); whole cache lines */
+    const size_t per = (size_t)op_roundup64(hd * s16 + seq * hd + s16 + OP_ATTN_QB * (s16 + hd), 16);
+    float *scratch = (float *)op_aligned_alloc(per * sizeof(float) * (size_t)nthreads);
+    if (!scratch) return -1;
+    op_attn_ctx c = {seq, heads, hd, s16, qkv, qkv_rs, mask, mask_rs, ctx, ctx_rs, scratch, per, scale,
+                     qkv_dtype != 0, ctx_dtype != 0};
+    const int used = op_parallel_for(nthreads, tasks, op_attn_task, &c);
+    op_aligned_free(scratch);
+    return used;
+}
