@@ -202,6 +202,8 @@ def _bench(args) -> int:
         for w in caught:
             print(w.message, file=sys.stderr)
     threads = onepath.get_num_threads()
+    from .bench.cli import steady_malloc
+    steady_malloc()  # the same allocator state for onepath and its baselines (see its docstring)
     try:
         if args.list_suites:
             from .bench.core import discover
