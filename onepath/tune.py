@@ -396,8 +396,8 @@ def _host():
 
 # Per problem class of registry.CONV_NCHW_AS_NHWC, ResNet-50 layers (NCHW), largest output plane
 # first: (c, h, oc, kh, n, s). "kxk" (any stride) is measured on the strided 3x3 layers, as
-# "kxk_stride1" (the larger limit applies at stride 1) covers the others. The 1x1 stride-1 class
-# applies to batches only: measured at batch 8.
+# "kxk_stride1" (the larger limit applies at stride 1) covers the others. The 1x1 stride-1 classes:
+# "1x1_batch" measured at batch 8, "1x1_single" at batch 1.
 CONV_CLASS_PROBLEMS = {
     "kxk": ((128, 56, 128, 3, 1, 2), (256, 28, 256, 3, 1, 2), (512, 14, 512, 3, 1, 2)),
     "kxk_stride1": ((64, 56, 64, 3, 1, 1), (128, 28, 128, 3, 1, 1), (256, 14, 256, 3, 1, 1),
@@ -405,6 +405,7 @@ CONV_CLASS_PROBLEMS = {
     "1x1_batch": ((256, 56, 64, 1, 8, 1), (512, 28, 128, 1, 8, 1), (1024, 14, 256, 1, 8, 1),
                   (2048, 7, 512, 1, 8, 1)),
     "1x1_stride": ((256, 56, 512, 1, 1, 2), (512, 28, 1024, 1, 1, 2), (1024, 14, 2048, 1, 1, 2)),
+    "1x1_single": ((1024, 14, 256, 1, 1, 1), (2048, 7, 512, 1, 1, 1), (512, 7, 2048, 1, 1, 1)),
 }
 YMM_OPS = ("matmul", "linear")   # where tune offers the 256-bit (avx2) kernel at an AVX-512 level
 

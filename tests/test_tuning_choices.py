@@ -328,7 +328,7 @@ def test_tune_measures_and_writes_choices(tmp_path, monkeypatch):
     monkeypatch.setattr(tune, "CONV_CLASS_PROBLEMS", {
         "kxk": ((8, 14, 12, 3, 1, 2),), "kxk_stride1": ((8, 7, 12, 3, 1, 1), (8, 14, 12, 3, 1, 1)),
         "1x1_batch": ((16, 7, 8, 1, 2, 1),),
-        "1x1_stride": ((16, 9, 8, 1, 1, 2),)})
+        "1x1_stride": ((16, 9, 8, 1, 1, 2),), "1x1_single": ((16, 7, 8, 1, 1, 1),)})
     conv_row = _conv.select_conv("implicit_gemm", "float32", level=TOP)
     raw = [r for r in registry.REGISTRY if (r.level, r.op, r.dtype, r.algorithm)
            in {(top.level, "matmul", "float32", "gemm"), (conv_row.level, "conv2d", "float32", "implicit_gemm")}]

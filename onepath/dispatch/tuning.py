@@ -21,7 +21,7 @@ Besides the blocking ``rows``, schema 2 has ``choices``, one per (level, op, dty
 
 * ``conv_as_nhwc`` (conv2d only): which NCHW convolutions on that level's conv rows run in the NHWC
   formulation, as ``registry.CONV_NCHW_AS_NHWC`` gives them per microarchitecture: the largest
-  output plane (OH*OW pixels) per problem class "kxk", "kxk_stride1", "1x1_batch", "1x1_stride" (0: never); the
+  output plane (OH*OW pixels) per problem class "kxk", "kxk_stride1", "1x1_batch", "1x1_stride", "1x1_single" (0: never); the
   classes the choice names replace the shipped ones, the others stay;
 * ``kernel_level``: a lower ISA level whose kernel of the same (op, dtype, algorithm) runs where
   dispatch would run this level's (e.g. the 256-bit ``avx2`` GEMM at ``avx512_core``);
@@ -72,7 +72,7 @@ _ROW_OPTIONAL = {"gflops", "model_gflops", "pct_peak", "problem"}
 _CHOICE_REQUIRED = {"op", "dtype", "level"}
 _CHOICE_KINDS = {"conv_as_nhwc", "kernel_level", "thin_f32"}
 _CHOICE_OPTIONAL = _CHOICE_KINDS | {"detail"}     # detail: what tune measured (not read)
-CONV_CLASSES = ("kxk", "kxk_stride1", "1x1_batch", "1x1_stride")  # registry.CONV_NCHW_AS_NHWC's problem classes
+CONV_CLASSES = ("kxk", "kxk_stride1", "1x1_batch", "1x1_stride", "1x1_single")  # registry.CONV_NCHW_AS_NHWC's problem classes
 CONV_PIXELS_MAX = 1 << 24
 # Upper bounds: a blocking beyond them is no tuning result (and would allocate huge packing buffers).
 LIMITS = {"mc": 4096, "kc": 4096, "nc": 16384}
