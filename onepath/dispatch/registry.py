@@ -458,11 +458,17 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # of 7), GFLOP/s "brg" + "skip_pad" -> with "brg_nsplit_pack": batch 8 NCHW res5_branch2b 394 -> 447
 # (0.82 -> 0.92x torch), res5a_branch2b 346 -> 388 (0.83 -> 0.93x), res4_branch2b 409 -> 421; batch 8
 # NHWC res5_branch2b 397 -> 453; batch 1 NHWC res4_branch2b 342 -> 393, res5a_branch2b 191 -> 317.
+# "1x1_out16": an NHWC 1x1 stride-1 unpadded convolution with a bfloat16 output (C / groups a
+# multiple of 32) runs the GEMM's in-place-A kernel writing bfloat16 straight from its registers
+# (no float tile rounded by the driver per 14 x 32 tile), the same bits. zen4, same VM, 2 threads,
+# batch 8 NHWC, paired in one process with torch 2.13 (median of 7), GFLOP/s without -> with:
+# res2_branch2c 333 -> 398 (0.77 -> 0.92x torch), res2a_branch2a 326 -> 370 (0.81 -> 0.92x),
+# res3_branch2c 365 -> 417 (0.85 -> 0.97x).
 # Unmeasured on Intel (its AMX level has the tile kernels): no row.
 CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack"),
+    ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16"),
 }
-CONV_BF16_FLAGS = {"brg": 1, "skip_pad": 2, "brg_nsplit_pack": 4}  # the bits of op_conv_bf16_options
+CONV_BF16_FLAGS = {"brg": 1, "skip_pad": 2, "brg_nsplit_pack": 4, "1x1_out16": 8}  # the bits of op_conv_bf16_options
 
 
 def conv_bf16_flags(level: str, uarch: str | None = None) -> int:

@@ -61,7 +61,9 @@ int op_conv_f32_options(int flags);
    geometry fits runs the batch-reduce VDPBF16PS kernel that reads its padded input in place,
    op_conv2d_nhwc_brg_bf16; bit 2: that kernel skips the kernel rows in the H padding for each weight
    panel without a non-finite weight, the same bits; bit 4: where its threads split the output
-   channels, each task packs its weight panel right before use), set by the kernel loader from the
+   channels, each task packs its weight panel right before use; bit 8: an NHWC 1x1 stride-1 unpadded
+   convolution with a bfloat16 output writes it from the GEMM kernel's registers, the same bits),
+   set by the kernel loader from the
    registry's CONV_BF16_OPTIONS for the host; default 0; levels without VDPBF16PS ignore it. flags < 0
    only reads. Returns the flags in force before. */
 int op_conv_bf16_options(int flags);

@@ -854,6 +854,12 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
    (K x 32 bfloat16, up to 288 KiB, kept in L2), instead of one pass packing the whole weight first
    (written out and read back). */
 #define OP_CONV_BF16_NSPLIT_PACK 4
+/* OP_CONV_BF16_1X1_OUT16 (bit 8, "1x1_out16"): an NHWC 1x1 stride-1 unpadded convolution with a
+   bfloat16 output and C / groups a multiple of 32 (rows not 2 KiB apart) runs gemm_bf16.c's in-place-A set
+   (op_bf16_dp_ref_ops: the input rows referenced, not copied) with its bfloat16 write-out from the
+   registers (op_ukr16_dp_ref), instead of op_conv_ukr_a_dp's float tile rounded by the driver. Same
+   VDPBF16PS order per accumulator and the same single rounding: the same bits. */
+#define OP_CONV_BF16_1X1_OUT16 8
 static int op_conv_bf16_opts = 0;
 
 #if defined(OP_BF16_HAS_DP)
@@ -1267,6 +1273,11 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
         ops.ukr_a = op_conv_ukr_a_dp;
         ops.ukr_a_bcast = 1;
     }
+    if (inplace && d->nhwc && !amx && y_bf16 && (op_conv_bf16_opts & OP_CONV_BF16_1X1_OUT16) &&
+        (d->c / G) % 32 == 0 && d->c % 1024 != 0 && (!blk || blk->kc <= 0 || blk->kc % 32 == 0)) {
+        ops = op_bf16_dp_ref_ops;
+        ops.ukr16 = op_ukr16_dp_ref;
+    }
 #endif
     op_convb_geo q;
     q.d = d;
@@ -1281,7 +1292,8 @@ int op_conv_bf16_options(int flags)
 {
 #if defined(OP_BF16_NATIVE)
     const int old = op_conv_bf16_opts;
-    if (flags >= 0) op_conv_bf16_opts = flags & (OP_CONV_BF16_BRG | OP_CONV_BF16_SKIP_PAD | OP_CONV_BF16_NSPLIT_PACK);
+    if (flags >= 0) op_conv_bf16_opts = flags & (OP_CONV_BF16_BRG | OP_CONV_BF16_SKIP_PAD | OP_CONV_BF16_NSPLIT_PACK |
+                                             OP_CONV_BF16_1X1_OUT16);
     return old;
 #else
     (void)flags;
