@@ -786,7 +786,7 @@ def test_nhwc_brg_options(level, opts):
 # (op_conv2d_nhwc_brg_f32): borders of panels within a row (OW 14, 28), two-row panels and a ragged
 # last panel of 7 pixels (OW 7, 21; a panel across two images at batch 3), stride 2, padding the
 # masks do not cover exactly (5x5 padding 2, 3x3 padding 2: the padded copy), no padding, an
-# output-channel tail. (n, c, h, w, oc, kh, kw, stride, padding)
+# output-channel tail, C 4 / 8 / 12 (a 16-depth block spans taps). (n, c, h, w, oc, kh, kw, stride, padding)
 BRG_EDGES = [
     (1, 32, 7, 7, 40, 3, 3, 1, 1),
     (3, 16, 7, 7, 32, 3, 3, 1, 1),
@@ -797,6 +797,9 @@ BRG_EDGES = [
     (1, 16, 7, 7, 32, 3, 3, 1, 2),
     (2, 16, 16, 16, 32, 3, 3, 1, 0),
     (2, 512, 6, 6, 24, 3, 3, 2, 1),      # pixels 4 KiB apart: the wide copy (bit 64)
+    (1, 8, 13, 13, 32, 2, 2, 1, 1),      # C 4, 8, 12: 16-depth blocks across taps (no skip)
+    (1, 4, 13, 13, 32, 2, 2, 1, 1),
+    (1, 12, 13, 13, 40, 4, 4, 1, 2),
 ]
 
 
@@ -804,7 +807,7 @@ BRG_EDGES = [
                          ids=["old", "ow7_tpack_wide", "skip_pad", "copy", "kc_blocks"])
 def test_nhwc_brg_edges(level, opts):
     """op_conv_f32_options bits 4 (OW a multiple of 7), 8 (per-task weight packs in the N split),
-    16 (padding taps skipped; tests only), 32 (padded copy even when every padding tap is skipped), 64 (pixels 4 KiB
+    16 (padding taps skipped; on for zen4), 32 (padded copy even when every padding tap is skipped), 64 (pixels 4 KiB
     apart over a wider copy) over BRG_EDGES, NHWC
     with bias and relu, and NCHW (computed through NHWC where the registry says so)."""
     from onepath.kernels import load

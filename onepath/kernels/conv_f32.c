@@ -973,7 +973,11 @@ static int op_conv2d_nhwc_brg_f32(const op_conv_desc *d, const void *x, int x_bf
     /* the padding taps of the border panels (none without padding or beyond 64 taps) */
     const int pad = d->pt > 0 || d->pl > 0 || (d->oh - 1) * d->sh + (d->kh - 1) * d->dh >= d->h ||
                     (d->ow - 1) * d->sw + (d->kw - 1) * d->dw >= d->w;
-    const int useskip = (pad || npix % MR != 0) && khw <= 64 && (opts & OP_CONV_BRG_SKIP_PAD);
+    /* (a tap's skip covers whole 16-depth blocks only when C is a multiple of 16: with C = 4, 8 or
+       12 a block joins the runs of several taps, and skipping one tap would drop or misplace the
+       others' products) */
+    const int useskip = (pad || npix % MR != 0) && khw <= 64 && d->c % 16 == 0 &&
+                        (opts & OP_CONV_BRG_SKIP_PAD);
     int16_t *skip = NULL;
     unsigned char *nf = NULL;   /* per N panel: a non-finite weight (set by the packs) */
     op_convbrg_skip_ctx sc = {d, NULL, npix, npan, 0};
