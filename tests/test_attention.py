@@ -105,4 +105,10 @@ def test_errors():
         onepath.attention(qkv, 2, dtype=np.float16)
     with pytest.raises(TypeError, match="scale"):
         onepath.attention(qkv, 2, scale="1")
+    with pytest.raises(TypeError, match="heads"):
+        onepath.attention(qkv, True)
+    with pytest.raises(TypeError, match="scale"):
+        onepath.attention(qkv, 2, scale=True)
+    with pytest.raises(ValueError, match="1e.300"):
+        onepath.attention(qkv, 2, scale=1e300)
     assert onepath.attention(qkv[:0], 2).shape == (0, 5, 8)

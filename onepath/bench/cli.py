@@ -73,14 +73,17 @@ def steady_malloc() -> dict:
 
     Returns the state recorded in the run's fingerprint: ``{"pinned": bool, "reason": str,
     "mmap_threshold": bytes, "trim_threshold": bytes}``. Not glibc (macOS, musl, Windows), or
-    ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` / ``GLIBC_TUNABLES`` set by the user: left
-    as it is (``pinned`` False, ``reason`` says why). Source of the thresholds' behaviour: the glibc
+    ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` / a ``glibc.malloc.*`` entry of
+    ``GLIBC_TUNABLES`` set by the user: left as it is (``pinned`` False, ``reason`` says why). Source of the thresholds' behaviour: the glibc
     manual, "Memory Allocation Tunables", and mallopt(3).
     """
     global _malloc_state
-    user = [k for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES") if k in os.environ]
+    user = {k: os.environ[k] for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_") if k in os.environ}
+    if "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""):
+        user["GLIBC_TUNABLES"] = os.environ["GLIBC_TUNABLES"]
     if user:
-        _malloc_state = {"pinned": False, "reason": f"{', '.join(user)} set by the user"}
+        _malloc_state = {"pinned": False, "reason": ", ".join(f"{k}={v}" for k, v in user.items())
+                         + " set by the user"}
         return _malloc_state
     try:
         import ctypes
@@ -186,7 +189,7 @@ def header_lines(fp: dict) -> list[str]:
         lines.append(f"malloc: mmap threshold {m['mmap_threshold'] >> 20} MiB, trim threshold "
                      f"{m['trim_threshold'] >> 20} MiB for every side (steady_malloc: no per-call page faults)")
     elif m:
-        lines.append(f"malloc: glibc defaults ({m.get('reason')})")
+        lines.append(f"malloc: not pinned ({m.get('reason')})")
     return lines
 
 

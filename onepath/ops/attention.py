@@ -33,9 +33,10 @@ def attention(qkv, heads, mask=None, *, scale=None, dtype=None):
     Returns:
         ndarray (batch, seq, d), the heads side by side (BERT's context layout).
     Raises:
-        TypeError: qkv or mask of another dtype, dtype not float32 / bfloat16, heads not an int,
-            scale not a real number. ValueError: qkv not 3-D, its last axis not 3 * heads * a
-            positive head size, heads < 1, mask of another shape. MemoryError: scratch allocation.
+        TypeError: qkv or mask of another dtype, dtype not float32 / bfloat16, heads not an int
+            (a bool is refused), scale not a real number (a bool is refused). ValueError: qkv not
+            3-D, its last axis not 3 * heads * a positive head size, heads < 1, mask of another
+            shape, scale not finite in float32. MemoryError: scratch allocation.
     The scores, the softmax (exp: act_f32.c's polynomial, Cephes's split of ln 2; a probability
     below exp(-87) is 0) and the products run in float32 with one chain per element, one thread
     per (sequence, head) over ``onepath.get_num_threads()`` threads: the bits do not depend on the
@@ -47,6 +48,8 @@ def attention(qkv, heads, mask=None, *, scale=None, dtype=None):
     if q.ndim != 3:
         raise ValueError(f"attention: qkv must be (batch, seq, 3 * d), got shape {q.shape}")
     try:
+        if isinstance(heads, (bool, np.bool_)):
+            raise TypeError
         heads = operator.index(heads)
     except TypeError:
         raise TypeError(f"attention: heads must be an int, got {type(heads).__name__}") from None
@@ -59,8 +62,10 @@ def attention(qkv, heads, mask=None, *, scale=None, dtype=None):
     hd = d // heads
     if scale is None:
         scale = 1.0 / math.sqrt(hd)
-    elif not isinstance(scale, numbers.Real):
+    elif not isinstance(scale, numbers.Real) or isinstance(scale, (bool, np.bool_)):
         raise TypeError(f"attention: scale must be a real number, got {type(scale).__name__}")
+    elif not abs(float(scale)) <= float(np.finfo(np.float32).max):
+        raise ValueError(f"attention: scale {scale!r} is not a finite float32 (the scores are float32)")
     out_dt = q.dtype if dtype is None else np.dtype(dtype)
     if out_dt not in _CODES:
         raise TypeError(f"attention: dtype must be float32 or bfloat16, got {out_dt}")
