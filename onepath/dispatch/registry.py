@@ -386,7 +386,8 @@ CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
                               "brg_skip_pad"),
 }
 CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pack": 8,
-                  "brg_skip_pad": 16, "brg_wide_rows": 64}  # the bits of op_conv_f32_options
+                  "brg_skip_pad": 16, "brg_wide_rows": 64,
+                  "nchw1x1_direct_b": 256}  # the bits of op_conv_f32_options
 
 
 # Direct convolution for few input channels (kernels/conv_stem.c, op_conv_stem_options): groups 1,
