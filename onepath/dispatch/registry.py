@@ -381,12 +381,19 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # res5_branch2b 168 -> 195 (0.87 -> 1.02x); NHWC res2_branch2b 172 -> 196 (0.81 -> 0.92x),
 # res4a_branch2b 173 -> 215 (0.85 -> 1.05x); batch 8 NCHW res3a_branch2b 189 -> 208 (0.90 -> 0.99x),
 # res5_branch2b 215 -> 262 (0.85 -> 1.03x); every ResNet-50 3x3 layer +2% to +27%.
+# "nchw1x1_direct_b": an NCHW 1x1 stride-1 unpadded convolution with OC/groups <= 64 and C/groups <= 256
+# reads its input (the GEMM's B) in place in the micro-kernel instead of packing it (same sums).
+# zen4, 2026-11-30 (same VM, 2 threads, median of 7, paired with torch 2.13 and the bit off/on,
+# GFLOP/s off -> on, x torch): batch 8 res2a_branch2a (C 64 -> 64, 56x56) 168 -> 194 (1.05 -> 1.21x),
+# res2_branch2a (C 256 -> 64) 157 -> 213 (1.17 -> 1.59x); batch 1 res2_branch2a 199 -> 217 (1.13 ->
+# 1.23x). OC 128 / 256 measured 4-8% slower in place (left packed). Unmeasured on Intel.
 CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core"): ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows",
-                              "brg_skip_pad"),
+                              "brg_skip_pad", "nchw1x1_direct_b"),
 }
 CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pack": 8,
-                  "brg_skip_pad": 16, "brg_wide_rows": 64}  # the bits of op_conv_f32_options
+                  "brg_skip_pad": 16, "brg_wide_rows": 64,
+                  "nchw1x1_direct_b": 256}  # the bits of op_conv_f32_options
 
 
 # Direct convolution for few input channels (kernels/conv_stem.c, op_conv_stem_options): groups 1,

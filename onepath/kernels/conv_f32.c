@@ -623,6 +623,16 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    the 14 pixels of a panel would share one L1d set, e.g. res5a_branch2b, C 512 at stride 2) run the
    kernel over a padded copy whose pixels are C + 16 floats apart. */
 #define OP_CONV_BRG_WIDE_ROWS 64
+/* OP_CONV_NCHW1X1_DIRECT_B: an NCHW 1x1 stride-1 unpadded float32 convolution (out = W @ X per image)
+   with few output channels (OC/groups <= OP_CONV_NCHW1X1_DIRECT_MAXM) and a depth C/groups <=
+   OP_CONV_NCHW1X1_DIRECT_MAXK reads its B (X, rows H*W floats apart) in place in the micro-kernel
+   instead of packing it: with M = 64 rows the B pack (a read and a write of the whole input) costs
+   about as much as the FMAs, and a 32-column B micro-panel (C x 32 floats, 8 KiB at C = 64) is read
+   from memory once and from L1 by the other micro-kernel calls of its rows. Same kc, same sums.
+   (Zen 4, 2 threads: with M = 128 or 256 the pack paid off, in-place was 4-8% slower.) */
+#define OP_CONV_NCHW1X1_DIRECT_B 256
+#define OP_CONV_NCHW1X1_DIRECT_MAXK 256
+#define OP_CONV_NCHW1X1_DIRECT_MAXM 64
 static int op_conv_f32_opts = 0;
 
 int op_conv_f32_options(int flags)
@@ -632,6 +642,7 @@ int op_conv_f32_options(int flags)
         op_conv_f32_opts = flags & (OP_CONV_BRG_FULL_K | OP_CONV_BRG_NSPLIT | OP_CONV_BRG_OW7 |
                                     OP_CONV_BRG_NSPLIT_PACK | OP_CONV_BRG_SKIP_PAD | OP_CONV_BRG_COPY |
                                     OP_CONV_BRG_WIDE_ROWS);
+    if (flags >= 0) op_conv_f32_opts |= flags & OP_CONV_NCHW1X1_DIRECT_B;
     return old;
 }
 
@@ -1662,6 +1673,8 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
             g.a = w; g.a_off = wo; g.rsa = K; g.csa = 1;
             g.b = x; g.b_off = xo; g.rsb = hw; g.csb = 1;        /* in place only when 1x1 */
             g.rsc = ohw; g.csc = 1;
+            g.b_direct = inplace && K <= OP_CONV_NCHW1X1_DIRECT_MAXK && ocg <= OP_CONV_NCHW1X1_DIRECT_MAXM &&
+                         (op_conv_f32_opts & OP_CONV_NCHW1X1_DIRECT_B) != 0;
         }
         op_blocking bx;
         const int r = op_gemm_drive(&ops, &g, xp ? op_convx_blk(blk, &ops, &bx) : blk, nthreads);

@@ -109,6 +109,8 @@ typedef struct op_gemm_args {
     uint16_t *c16; const int64_t *c16_off; int64_t rsc16, csc16;
     const op_epilogue *epi;     /* NULL: none */
     const void *user;           /* free for pack callbacks (e.g. convolution geometry) */
+    int b_direct;               /* 1: the micro-kernel reads B in place (csb == 1, ops->direct_b)
+                                   whatever m, with the blocking's own kc (same sums as packed B) */
 } op_gemm_args;
 
 typedef void (*op_pack_a_fn)(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc,
@@ -889,7 +891,10 @@ static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op
        stride apart (often a power of two: same L1 set), so kc is kept small: the kc rows are
        kc concurrent streams (prefetched by the ukr), and the C tile is re-read per block. */
     x.direct = ops->direct_b && g->csb == 1 && g->m <= MR;
-    if (x.direct) x.kc = op_min64(x.kc, OP_GEMM_DIRECT_KC);
+    if (x.direct && !g->b_direct) x.kc = op_min64(x.kc, OP_GEMM_DIRECT_KC);
+    /* B in place at any m, on request (a shallow B, e.g. an NCHW 1x1 convolution's input: see
+       OP_CONV_NCHW1X1_DIRECT_B in conv_f32.c): kc kept, so every C element is the same sum */
+    if (ops->direct_b && g->csb == 1 && g->b_direct) x.direct = 1;
 
     /* threads: at least OP_GEMM_MIN_FLOPS_PER_THREAD each */
     const double flops = 2.0 * (double)g->batch * (double)g->m * (double)g->n * (double)op_max64(g->k, 1);

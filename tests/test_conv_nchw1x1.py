@@ -1,0 +1,43 @@
+"""The NCHW 1x1 float32 convolution reading its input in place in the micro-kernel
+(op_conv_f32_options bit 256, registry.CONV_F32_FLAGS["nchw1x1_direct_b"]): same bits as the packed
+input, and within the reference's bound, at every level the host can run."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import onepath
+from onepath.ops.conv import select_conv
+
+from test_conv import run_case
+
+# (n, c, h, w, oc): C = 64 (the deepest that reads in place), rows not a multiple of the register
+# block (64 = 4 x 14 + 8, 20 <= 2 x 14, 9 < 14), pixels with a column tail (7 x 7 = 49 = 32 + 17,
+# 5 x 3 = 15 < 32), C = 65 (deeper: packed, whatever the bit)
+CASES = [
+    (2, 64, 8, 8, 64),
+    (1, 17, 7, 7, 20),
+    (3, 5, 5, 3, 9),
+    (1, 65, 6, 6, 30),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
+def test_nchw_1x1_direct_b(level, case):
+    from onepath.kernels import load
+    lib = load(select_conv("1x1_gemm", "float32").level).lib
+    n, c, h, w, oc = case
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((oc, c, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(oc).astype(np.float32)
+    old = lib.op_conv_f32_options(-1)
+    try:
+        got = {}
+        for bit in (0, 256):
+            lib.op_conv_f32_options((old & ~256) | bit)
+            got[bit] = onepath.conv2d(x, wt, b, activation="relu")
+            run_case(n, c, h, w, oc, 1, 1, activation="relu", seed=n + c)
+        assert np.array_equal(got[0], got[256])
+    finally:
+        lib.op_conv_f32_options(old)
