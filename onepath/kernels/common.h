@@ -44,6 +44,23 @@
 #define OP_LIKELY(x) __builtin_expect(!!(x), 1)
 #define OP_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
+/* The float accumulator tile of a 14 x 32 AVX-512 micro-kernel (registers c0_0, c0_1 .. c13_0, c13_1 in
+   scope), its first `rows` rows stored to t: 32 floats a row, t 64-byte aligned. */
+#define OP_TILE_ROW_STORE(t, rows, i)                       \
+    if ((rows) > i) {                                       \
+        _mm512_store_ps((t) + i * 32, c##i##_0);            \
+        _mm512_store_ps((t) + i * 32 + 16, c##i##_1);       \
+    }
+#define OP_TILE14_STORE(t, rows)                                                                   \
+    do {                                                                                           \
+        OP_TILE_ROW_STORE(t, rows, 0) OP_TILE_ROW_STORE(t, rows, 1) OP_TILE_ROW_STORE(t, rows, 2)  \
+        OP_TILE_ROW_STORE(t, rows, 3) OP_TILE_ROW_STORE(t, rows, 4) OP_TILE_ROW_STORE(t, rows, 5)  \
+        OP_TILE_ROW_STORE(t, rows, 6) OP_TILE_ROW_STORE(t, rows, 7) OP_TILE_ROW_STORE(t, rows, 8)  \
+        OP_TILE_ROW_STORE(t, rows, 9) OP_TILE_ROW_STORE(t, rows, 10)                               \
+        OP_TILE_ROW_STORE(t, rows, 11) OP_TILE_ROW_STORE(t, rows, 12)                              \
+        OP_TILE_ROW_STORE(t, rows, 13)                                                             \
+    } while (0)
+
 /* Cache-line / vector alignment of every packed buffer. */
 #define OP_ALIGN 64
 

@@ -238,12 +238,7 @@ static void op_conv_ukr_a_f32(int64_t kc, const void *a_, int64_t lda, const voi
 #undef OP_W
     } else {
         float t[OP_F32_MR * 32] OP_ALIGNED(64);
-#define OP_T(i)                                         \
-    _mm512_store_ps(t + i * 32, c##i##_0);              \
-    _mm512_store_ps(t + i * 32 + 16, c##i##_1);
-        OP_T(0) OP_T(1) OP_T(2) OP_T(3) OP_T(4) OP_T(5) OP_T(6)
-        OP_T(7) OP_T(8) OP_T(9) OP_T(10) OP_T(11) OP_T(12) OP_T(13)
-#undef OP_T
+        OP_TILE14_STORE(t, 14);
         op_tile_store(t, 32, OP_F32_MR, nr, c, rsc, csc, acc, epi);
     }
 }

@@ -325,14 +325,7 @@ OP_INLINE void op_ukr_avx512_body(const int MRV, int64_t kc, const float *OP_RES
 #undef OP_W
     } else {
         float t[OP_F32_MR * 32] OP_ALIGNED(64);
-#define OP_T(i)                                         \
-    if (MRV > i) {                                      \
-        _mm512_store_ps(t + i * 32, c##i##_0);          \
-        _mm512_store_ps(t + i * 32 + 16, c##i##_1);     \
-    }
-        OP_T(0) OP_T(1) OP_T(2) OP_T(3) OP_T(4) OP_T(5) OP_T(6)
-        OP_T(7) OP_T(8) OP_T(9) OP_T(10) OP_T(11) OP_T(12) OP_T(13)
-#undef OP_T
+        OP_TILE14_STORE(t, MRV);
         op_tile_store(t, 32, MRV, nr, c, rsc, csc, acc, epi);
     }
 }
