@@ -87,6 +87,18 @@ def kernel_rows() -> list[dict]:
     return out
 
 
+# Ops outside the registry: one kernel per ISA level (the level in force), no blocking or tuning.
+OTHER_OPS = (("attention", "float32, bfloat16", "kernels/attn.c"), ("layer_norm", "float32, bfloat16", "kernels/norm.c"))
+
+
+def other_op_rows() -> list[dict]:
+    """The ops that run the level in force's module directly (``OTHER_OPS``), not a registry row:
+    [{"op", "dtypes", "source", "level"}]."""
+    import onepath
+    level = onepath.isa()
+    return [{"op": op, "dtypes": dt, "source": src, "level": level} for op, dt, src in OTHER_OPS]
+
+
 def choice_rows() -> list[dict]:
     """The kernel choices in force beside the blocking: for each (level, dtype) of the conv rows
     at or below the level in force, the NCHW-as-NHWC limits (largest output plane OH*OW per problem
@@ -219,6 +231,7 @@ def collect(with_py_cpuinfo: bool = True, env_errors: dict | None = None) -> dic
         "reproducible": _repro_info(),
         "features": feature_rows(cpu),
         "kernels": kernel_rows(),
+        "other_ops": other_op_rows(),
         "choices": choice_rows(),
         "variants": variant_rows(),
         "tuning": tuning_state(),
@@ -301,6 +314,10 @@ def render(report: dict, all_features: bool = False) -> str:
                       k["name"], level, f"{k['mr']}x{k['nr']}", *blk, src])
     lines += _table(["op", "dtype", "algorithm", "kernel", "level", "MRxNR", "MC", "KC", "NC",
                      "MC/KC/NC from"], krows)
+    if r.get("other_ops"):
+        lines += ["", "Other ops (no registry row: the level in force's kernel, no blocking)"]
+        lines += _table(["op", "dtypes", "level", "source"],
+                        [[o["op"], o["dtypes"], o["level"], o["source"]] for o in r["other_ops"]])
     conv = [c for c in r.get("choices", []) if c["choice"] == "conv_as_nhwc"]
     if conv:
         lines += ["", "NCHW convolutions in the NHWC formulation (largest output plane OH*OW per "

@@ -46,6 +46,7 @@ def test_info_json():
     k = next(k for k in d["kernels"] if (k["op"], k["dtype"]) == ("matmul", "float32"))
     assert k["level"] in d["available_isas"] and k["mr"] > 0 and k["kc"] > 0
     assert "py_cpuinfo" in d and "brand" in d["py_cpuinfo"] or not d["py_cpuinfo"]["available"]
+    assert {o["op"]: o["level"] for o in d["other_ops"]} == {"attention": d["isa"], "layer_norm": d["isa"]}
 
 
 def test_info_respects_cap():
@@ -58,6 +59,7 @@ def test_info_respects_cap():
     d = json.loads(r.stdout)
     assert d["isa"] == "avx2" and "ONEPATH_MAX_ISA" in d["cap_reason"]
     assert all(k["level"] in ("generic", "avx2") for k in d["kernels"] if "level" in k)
+    assert all(o["level"] == "avx2" for o in d["other_ops"])
 
 
 def test_bench_quick_json(tmp_path):
