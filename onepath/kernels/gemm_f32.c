@@ -111,6 +111,11 @@ typedef struct op_gemm_args {
     const void *user;           /* free for pack callbacks (e.g. convolution geometry) */
     int b_direct;               /* 1: the micro-kernel reads B in place (csb == 1, ops->direct_b)
                                    whatever m, with the blocking's own kc (same sums as packed B) */
+    /* C of several images side by side along N (c_cols > 0; float C, c16 NULL): column j is column
+       j % c_cols of image j / c_cols, whose C starts c_img floats after the previous image's (the
+       NCHW 1x1 convolution over all images' pixels, conv_f32.c). A tile spanning two images runs
+       on the thread's tile buffer, copied in from and out to its pieces. 0: C is one matrix. */
+    int64_t c_cols, c_img;
 } op_gemm_args;
 
 typedef void (*op_pack_a_fn)(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc,
@@ -129,6 +134,29 @@ typedef void (*op_ukr_a_fn)(int64_t kcp, const void *a, int64_t lda, const void 
    bfloat16 C (rows rsc16 apart), rounded once as op_tile_to_bf16 rounds (op_gemm_ops.ukr16). */
 typedef void (*op_ukr16_fn)(int64_t kcp, const void *a, const void *b, int64_t ldb, uint16_t *c16,
                             int64_t rsc16, int mr, int nr, const op_epilogue *epi);
+
+/* A tile of C with images side by side (op_gemm_args.c_cols): t[i * ldt + j] to (out = 1) or from
+   (out = 0) C rows i0 .., columns j0 .., piece by piece per image. */
+static void op_tile_cols_io(float *t, int64_t ldt, float *C, const op_gemm_args *g, int64_t i0,
+                            int64_t j0, int mr, int nr, int out)
+{
+    for (int jj = 0; jj < nr;) {
+        const int64_t j = j0 + jj, im = j / g->c_cols, jc = j % g->c_cols;
+        const int len = (int)op_min64(nr - jj, g->c_cols - jc);
+        for (int i = 0; i < mr; i++) {
+            float *cp = C + im * g->c_img + (i0 + i) * g->rsc + jc * g->csc;
+            float *tp = t + i * ldt + jj;
+            if (g->csc == 1)
+                memcpy(out ? cp : tp, out ? tp : cp, sizeof(float) * (size_t)len);
+            else
+                for (int l = 0; l < len; l++) {
+                    if (out) cp[l * g->csc] = tp[l];
+                    else tp[l] = cp[l * g->csc];
+                }
+        }
+        jj += len;
+    }
+}
 
 typedef struct op_gemm_ops {
     int mr, nr;
@@ -803,7 +831,20 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                             continue;
                         }
                         float *ct = via_tile ? tile : C + i * rsc + j * csc;
-                        const int64_t crs = via_tile ? NR : rsc, ccs = via_tile ? 1 : csc;
+                        int64_t crs = via_tile ? NR : rsc, ccs = via_tile ? 1 : csc;
+                        int pieces = 0;   /* images side by side: this tile spans two of them */
+                        if (g->c_cols > 0) {
+                            const int64_t im = j / g->c_cols, jc = j % g->c_cols;
+                            if (jc + nr <= g->c_cols) {
+                                ct = C + im * g->c_img + i * rsc + jc * csc;
+                            } else {
+                                pieces = 1;
+                                ct = tile;
+                                crs = NR;
+                                ccs = 1;
+                                if (!first) op_tile_cols_io(tile, NR, C, g, i, j, mr, nr, 0);
+                            }
+                        }
                         if (ir < afull)
                             o->ukr_a(kcp, Ad + (i * g->rsa + pc) * (int64_t)o->a_elem, g->rsa, bp, ct, crs,
                                      ccs, mr, nr, !first, tep);
@@ -813,6 +854,7 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                         if (C16 && last)
                             op_tile_to_bf16(ct, crs, ccs, mr, nr, C16 + i * g->rsc16 + j * g->csc16,
                                             g->rsc16, g->csc16);
+                        if (pieces) op_tile_cols_io(tile, NR, C, g, i, j, mr, nr, 1);
                     }
                 }
             }
