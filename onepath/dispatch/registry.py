@@ -387,13 +387,21 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # GFLOP/s off -> on, x torch): batch 8 res2a_branch2a (C 64 -> 64, 56x56) 168 -> 194 (1.05 -> 1.21x),
 # res2_branch2a (C 256 -> 64) 157 -> 213 (1.17 -> 1.59x); batch 1 res2_branch2a 199 -> 217 (1.13 ->
 # 1.23x). OC 128 / 256 measured 4-8% slower in place (left packed). Unmeasured on Intel.
+# "nchw1x1_joint": an NCHW 1x1 convolution (groups 1, batch >= 2, unpadded, any stride whose samples
+# lie in the input) with output planes of at most 784 pixels runs as one GEMM over the pixels of all
+# images, out[oc][(n, pixel)] = W @ X (conv_f32.c, op_conv2d_f32_joint): the B pack gathers the
+# (strided) pixels straight from the input, the weight is packed once per thread instead of once per
+# image, B panels are full across images, C is written in NCHW in place. It replaces the per-image
+# GEMM and, where CONV_NCHW_AS_NHWC routes these problems ("1x1_stride", "1x1_batch"), the NHWC
+# formulation's subsample copy and transposes. Same sums (same kc).
+# __MEASURED__
 CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core"): ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows",
-                              "brg_skip_pad", "nchw1x1_direct_b"),
+                              "brg_skip_pad", "nchw1x1_direct_b", "nchw1x1_joint"),
 }
 CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pack": 8,
                   "brg_skip_pad": 16, "brg_wide_rows": 64,
-                  "nchw1x1_direct_b": 256}  # the bits of op_conv_f32_options
+                  "nchw1x1_direct_b": 256, "nchw1x1_joint": 512}  # the bits of op_conv_f32_options
 
 
 # Direct convolution for few input channels (kernels/conv_stem.c, op_conv_stem_options): groups 1,

@@ -640,7 +640,6 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    output transposes. Same kc, so every output is the same sum in the same order. */
 #define OP_CONV_NCHW1X1_JOINT 512
 #define OP_CONV_NCHW1X1_JOINT_MAXP 784
-#define OP_CONV_J1_SUB 1024
 static int op_conv_f32_opts = 0;
 
 int op_conv_f32_options(int flags)
@@ -650,7 +649,7 @@ int op_conv_f32_options(int flags)
         op_conv_f32_opts = flags & (OP_CONV_BRG_FULL_K | OP_CONV_BRG_NSPLIT | OP_CONV_BRG_OW7 |
                                     OP_CONV_BRG_NSPLIT_PACK | OP_CONV_BRG_SKIP_PAD | OP_CONV_BRG_COPY |
                                     OP_CONV_BRG_WIDE_ROWS);
-    if (flags >= 0) op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_DIRECT_B | OP_CONV_NCHW1X1_JOINT | OP_CONV_J1_SUB);
+    if (flags >= 0) op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_DIRECT_B | OP_CONV_NCHW1X1_JOINT);
     return old;
 }
 
@@ -1635,6 +1634,8 @@ static void op_conv_pack_b_nchw_j1_f32(const op_gemm_args *g, int64_t bi, int64_
             }
         }
 #else
+        (void)contig;
+        (void)ncontig;
         for (int64_t p = 0; p < kc; p++) {
             const float *sp = xb + p * hw;
             for (int t = 0; t < NR; t++) d[p * NR + t] = t < nr ? sp[idx[t]] : 0.0f;
@@ -1655,14 +1656,6 @@ static int op_conv2d_nchw1x1_joint_f32(const op_conv_desc *d, const float *x, co
 {
     const int64_t P = d->oh * d->ow;
     op_conv_j1_geo q = {x, d->h * d->w, d->c * d->h * d->w, P, d->ow, d->w, d->sh, d->sw};
-    float *xs = NULL;
-    if ((d->sh > 1 || d->sw > 1) && (op_conv_f32_opts & OP_CONV_J1_SUB)) {
-        xs = (float *)op_conv_scratch_alloc(sizeof(float) * (size_t)(d->n * d->c * P));
-        if (!xs) return -1;
-        op_conv_sub_ctx sc = {d, (const char *)x, (char *)xs, sizeof(float)};
-        op_parallel_for(d->n * d->c * P >= (1 << 16) ? nthreads : 1, d->n * d->c, op_conv_sub_task, &sc);
-        q.x = xs; q.hw = P; q.chw = d->c * P; q.w = d->ow; q.sh = q.sw = 1;
-    }
     op_gemm_ops ops = op_gemm_f32_ops;
     ops.direct_b = 0;
     ops.pack_b = op_conv_pack_b_nchw_j1_f32;
@@ -1681,9 +1674,12 @@ static int op_conv2d_nchw1x1_joint_f32(const op_conv_desc *d, const float *x, co
     g.b = x; g.rsb = 0; g.csb = 0;          /* (read by the pack only) */
     g.c = y; g.rsc = P; g.csc = 1;
     g.c_cols = P; g.c_img = d->oc * P;
-    const int r = op_gemm_drive(&ops, &g, blk, nthreads);
-    op_conv_scratch_free(xs);
-    return r;
+    return op_gemm_drive(&ops, &g, blk, nthreads);
+}
+
+int op_conv2d_f32_joint(const op_conv_desc *d, int x_bf16)
+{
+    return d->nhwc != 1 && !x_bf16 && (op_conv_f32_opts & OP_CONV_NCHW1X1_JOINT) && op_conv_j1_fits(d);
 }
 
 int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
@@ -1694,7 +1690,7 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
     if (d->n <= 0 || ohw <= 0 || d->oc <= 0) return 1;
     const int rs = op_conv_stem_f32(d, x, x_bf16, w, bias, y, act, nthreads);   /* conv_stem.c */
     if (rs != 0) return rs;
-    if (d->nhwc != 1 && !x_bf16 && (op_conv_f32_opts & OP_CONV_NCHW1X1_JOINT) && op_conv_j1_fits(d))
+    if (op_conv2d_f32_joint(d, x_bf16))   /* NCHW 1x1 over all images' pixels (above) */
         return op_conv2d_nchw1x1_joint_f32(d, (const float *)x, w, bias, y, act, blk, nthreads);
     if (d->nhwc == 2) {   /* NCHW through the NHWC formulation (above) */
         op_conv_desc dn;

@@ -755,6 +755,11 @@ typedef struct {
     int direct;               /* B read in place by the micro-kernel (csb == 1, small m) */
     char *buf;                /* per-thread A and B packing buffers */
     size_t a_bytes, thr_bytes;
+    /* images side by side (g->c_cols) with K over several KC blocks, batch 1: the tiles spanning two
+       images accumulate in edge (panel s: edge_slot[s] >= 0, mblk * mr rows of nr floats) and are
+       copied out once, after the last block; NULL: through the tile buffer per KC block */
+    float *edge;
+    int32_t *edge_slot;
 } op_drive_ctx;
 
 /* Computes C[m0:m1, n0:n1] of batch entry bi with the thread's buffers. */
@@ -837,6 +842,11 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                             const int64_t im = j / g->c_cols, jc = j % g->c_cols;
                             if (jc + nr <= g->c_cols) {
                                 ct = C + im * g->c_img + i * rsc + jc * csc;
+                            } else if (x->edge) {
+                                pieces = last ? 1 : 0;
+                                ct = x->edge + ((int64_t)x->edge_slot[j / NR] * x->mblk * MR + i) * NR;
+                                crs = NR;
+                                ccs = 1;
                             } else {
                                 pieces = 1;
                                 ct = tile;
@@ -854,7 +864,7 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                         if (C16 && last)
                             op_tile_to_bf16(ct, crs, ccs, mr, nr, C16 + i * g->rsc16 + j * g->csc16,
                                             g->rsc16, g->csc16);
-                        if (pieces) op_tile_cols_io(tile, NR, C, g, i, j, mr, nr, 1);
+                        if (pieces) op_tile_cols_io(ct, NR, C, g, i, j, mr, nr, 1);
                     }
                 }
             }
@@ -972,10 +982,30 @@ static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op
         gs.c = scratch; gs.c_off = scratch_off; gs.rsc = g->n; gs.csc = 1;
         x.g = &gs;
     }
+    x.edge = NULL;
+    x.edge_slot = NULL;
+    if (g->c_cols > 0 && g->batch == 1 && g->k > x.kc && !g->c16) {
+        int32_t nslot = 0;
+        x.edge_slot = (int32_t *)malloc(sizeof(int32_t) * (size_t)x.nblk);
+        if (!x.edge_slot) return -1;
+        for (int64_t sp = 0; sp < x.nblk; sp++) {
+            const int64_t j0 = sp * NR, j1 = op_min64(g->n, j0 + NR) - 1;
+            x.edge_slot[sp] = j0 / g->c_cols != j1 / g->c_cols ? nslot++ : -1;
+        }
+        if (nslot > 0) {
+            x.edge = (float *)op_aligned_alloc(sizeof(float) * (size_t)(nslot * x.mblk * MR * NR));
+            if (!x.edge) {
+                free(x.edge_slot);
+                return -1;
+            }
+        }
+    }
     x.buf = (char *)op_aligned_alloc(x.thr_bytes * (size_t)T);
     int used = -1;
     if (x.buf) used = op_parallel_for((int)T, ntasks, op_drive_task, &x);
     op_aligned_free(x.buf);
+    op_aligned_free(x.edge);
+    free(x.edge_slot);
     op_aligned_free(scratch);
     free(scratch_off);
     return used;
