@@ -116,6 +116,8 @@ typedef struct op_gemm_args {
        NCHW 1x1 convolution over all images' pixels, conv_f32.c). A tile spanning two images runs
        on the thread's tile buffer, copied in from and out to its pieces. 0: C is one matrix. */
     int64_t c_cols, c_img;
+    int split_n;                /* 1: threads within a batch entry split N only (each packs its own
+                                   columns of B and all of A: a B pack that costs more than A's) */
 } op_gemm_args;
 
 typedef void (*op_pack_a_fn)(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc,
@@ -951,7 +953,12 @@ static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op
         x.pm = x.pn = 1;  /* whole batch entries per task */
     } else {
         const int64_t P = g->batch >= T ? T : op_cdiv64(T, g->batch);
-        op_split_parts(P, x.mblk, x.nblk, MR, NR, &x.pm, &x.pn);
+        if (g->split_n) {
+            x.pm = 1;
+            x.pn = op_min64(P, x.nblk);
+        } else {
+            op_split_parts(P, x.mblk, x.nblk, MR, NR, &x.pm, &x.pn);
+        }
     }
     const int64_t ntasks = g->batch * x.pm * x.pn;
     if (T > ntasks) T = ntasks;
