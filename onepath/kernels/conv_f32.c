@@ -630,16 +630,17 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
 #define OP_CONV_NCHW1X1_DIRECT_MAXM 64
 /* OP_CONV_NCHW1X1_JOINT: an NCHW 1x1 unpadded float32 convolution, groups 1, batch >= 2, output
    planes of at most OP_CONV_NCHW1X1_JOINT_MAXP pixels (stride 1 or a stride whose samples lie
-   inside the input) runs as one GEMM over the pixels of all images, out[oc][(n, pixel)] =
+   inside the input; not the problems OP_CONV_NCHW1X1_DIRECT_B reads in place when that bit is set)
+   runs as one GEMM over the pixels of all images, out[oc][(n, pixel)] =
    W[oc][c] * X[c][(n, pixel)] (op_conv2d_nchw1x1_joint_f32, below): the B pack gathers each column's
    (strided) pixel straight from the input, the weight is packed once per thread instead of once
    per image, the 32-column B panels are full across image boundaries (196 pixels fill 6.1 panels
    per image, 8 x 196 exactly 49), and C is written in place in NCHW (a tile spanning two images
-   through a tile buffer). It replaces both the per-image NCHW GEMM and, for the planes the
-   registry routes there (CONV_NCHW_AS_NHWC), the NHWC formulation's subsample copy, input and
-   output transposes. Same kc, so every output is the same sum in the same order. */
+   through the driver's tile or edge buffer). It replaces both the per-image NCHW GEMM and, for
+   the planes the registry routes there (CONV_NCHW_AS_NHWC), the NHWC formulation's subsample
+   copy, input and output transposes. Same kc, so every output is the same sum in the same order. */
 #define OP_CONV_NCHW1X1_JOINT 512
-#define OP_CONV_NCHW1X1_JOINT_MAXP 784
+#define OP_CONV_NCHW1X1_JOINT_MAXP 3136
 static int op_conv_f32_opts = 0;
 
 int op_conv_f32_options(int flags)
@@ -1564,7 +1565,10 @@ OP_INLINE int op_conv_j1_fits(const op_conv_desc *d)
 {
     return d->groups == 1 && d->kh == 1 && d->kw == 1 && d->pt == 0 && d->pl == 0 && d->n >= 2 &&
            d->oh * d->ow <= OP_CONV_NCHW1X1_JOINT_MAXP && (d->oh - 1) * d->sh < d->h &&
-           (d->ow - 1) * d->sw < d->w && d->n * d->c * d->h * d->w < ((int64_t)1 << 31);
+           (d->ow - 1) * d->sw < d->w && d->n * d->c * d->h * d->w < ((int64_t)1 << 31) &&
+           /* (not the per-image GEMMs that read B in place: OP_CONV_NCHW1X1_DIRECT_B) */
+           !((op_conv_f32_opts & OP_CONV_NCHW1X1_DIRECT_B) && d->sh == 1 && d->sw == 1 &&
+             d->c <= OP_CONV_NCHW1X1_DIRECT_MAXK && d->oc <= OP_CONV_NCHW1X1_DIRECT_MAXM);
 }
 
 /* The input offsets (floats, channel 0) of columns j0 .. j0 + nr - 1 (idx[t], t < OP_F32_NR; the
