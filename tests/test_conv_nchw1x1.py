@@ -46,16 +46,18 @@ def test_nchw_1x1_direct_b(level, case):
 # (n, c, h, w, oc, stride): NCHW 1x1 as one GEMM over all images' pixels (op_conv_f32_options bit
 # 512, registry.CONV_F32_FLAGS["nchw1x1_joint"]). Planes of 25 / 16 pixels (a 32-column tile spans
 # two or three images), 7 x 7 with C = 600 (K over several KC blocks: the tiles across images
-# accumulate in the edge buffer), a non-square plane at stride 3, rows not a multiple of 14.
+# accumulate in the edge buffer), a non-square plane at stride 3, rows not a multiple of 14, strides
+# (2, 1) (a panel of two runs of consecutive pixels, rows apart).
 JOINT_CASES = [
     (2, 33, 9, 9, 45, 2),
     (3, 600, 7, 7, 20, 1),
     (4, 40, 13, 11, 70, 3),
     (3, 16, 4, 4, 31, 1),
+    (2, 24, 10, 40, 30, (2, 1)),
 ]
 
 
-@pytest.mark.parametrize("case", JOINT_CASES, ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("case", JOINT_CASES, ids=lambda c: "x".join(map(str, c)).replace(" ", ""))
 def test_nchw_1x1_joint(level, case):
     from onepath.kernels import load
     lib = load(select_conv("1x1_gemm", "float32").level).lib

@@ -1572,22 +1572,27 @@ OP_INLINE int op_conv_j1_fits(const op_conv_desc *d)
 }
 
 /* The input offsets (floats, channel 0) of columns j0 .. j0 + nr - 1 (idx[t], t < OP_F32_NR; the
-   lanes past nr repeat column j0); returns 1 when they are consecutive. */
+   lanes past nr repeat column j0). Returns the length of the first run of consecutive offsets
+   when the columns are one run (nr) or two (the second one at an offset >= the first run's
+   length: read by two masked loads per vector), else 0 (gathered). */
 static int op_conv_j1_cols(const op_conv_j1_geo *q, int64_t j0, int nr, int32_t *idx)
 {
-    int contig = 1;
+    int t1 = nr, runs = 1;
     for (int t = 0; t < OP_F32_NR; t++) {
         const int64_t j = j0 + (t < nr ? t : 0), im = j / q->p, pp = j % q->p;
         idx[t] = (int32_t)(im * q->chw + (pp / q->ow) * q->sh * q->w + (pp % q->ow) * q->sw);
-        if (t < nr && idx[t] != idx[0] + t) contig = 0;
+        if (t > 0 && t < nr && idx[t] != idx[t - 1] + 1) {
+            if (++runs == 2) t1 = t;
+        }
     }
-    return contig;
+    return runs == 1 || (runs == 2 && idx[t1] >= t1) ? t1 : 0;
 }
 
-/* B block depth p0.., columns j0.. -> micro-panels of OP_F32_NR columns (d[p*NR + j]), gathered.
-   While a panel is gathered, the lines of the next panel's pixels in the same channel are
-   prefetched into L2: a panel visits a few lines in each of kc planes, a pattern the hardware
-   prefetchers do not follow (without: the pack took 10% of res4a_branch1 at 1 thread). */
+/* B block depth p0.., columns j0.. -> micro-panels of OP_F32_NR columns (d[p*NR + j]): one or two
+   runs of consecutive pixels by masked loads, other columns (strided pixels) gathered. While a
+   panel is packed, the lines of the next panel's pixels in the same channel are prefetched into
+   L2: a panel visits a few lines in each of kc planes, a pattern the hardware prefetchers do not
+   follow (without: the pack took 10% of res4a_branch1 at 1 thread). */
 static void op_conv_pack_b_nchw_j1_f32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc,
                                        int64_t kcp, int64_t j0, int64_t nc, void *dst)
 {
@@ -1598,30 +1603,39 @@ static void op_conv_pack_b_nchw_j1_f32(const op_gemm_args *g, int64_t bi, int64_
     const float *xb = q->x + p0 * hw;
     float *d = (float *)dst;
     int32_t idx[NR] OP_ALIGNED(64), nidx[NR] OP_ALIGNED(64);
-    int contig = op_conv_j1_cols(q, j0, (int)op_min64(NR, nc), idx);
+    int t1 = op_conv_j1_cols(q, j0, (int)op_min64(NR, nc), idx);
     for (int64_t jr = 0; jr < nc; jr += NR, d += NR * kcp) {
         const int nr = (int)op_min64(NR, nc - jr);
         const int nnr = (int)op_min64(NR, nc - jr - NR);   /* next panel's columns (<= 0: none) */
-        const int ncontig = nnr > 0 ? op_conv_j1_cols(q, j0 + jr + NR, nnr, nidx) : 1;
+        const int nt1 = nnr > 0 ? op_conv_j1_cols(q, j0 + jr + NR, nnr, nidx) : 0;
 #if defined(OP_HAS_AVX512)
-        const __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1u);
-        const __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (1u << (nr - 16)) - 1u);
         const int64_t f0 = nnr > 0 ? nidx[0] : 0, f1 = nnr > 0 ? nidx[(nnr - 1) / 4] : 0,
                       f2 = nnr > 0 ? nidx[(nnr - 1) / 2] : 0, f3 = nnr > 0 ? nidx[3 * (nnr - 1) / 4] : 0,
                       f4 = nnr > 0 ? nidx[nnr - 1] : 0;
         const float *s = xb;
-        if (contig) {
-            const float *sc = xb + idx[0];
-            for (int64_t p = 0; p < kc; p++, s += hw, sc += hw) {
+        if (t1 > 0) {   /* runs [0, t1) and [t1, nr) */
+            const uint32_t all = nr >= 32 ? 0xFFFFFFFFu : (1u << nr) - 1u, ma = (1u << (t1 & 31)) - 1u;
+            const uint32_t mA = t1 >= 32 ? all : ma & all, mB = all & ~mA;
+            const __mmask16 a0 = (__mmask16)mA, a1 = (__mmask16)(mA >> 16);
+            const __mmask16 b0 = (__mmask16)mB, b1 = (__mmask16)(mB >> 16);
+            const float *sa = xb + idx[0], *sb = xb + (idx[t1 < nr ? t1 : 0] - (t1 < nr ? t1 : 0));
+            for (int64_t p = 0; p < kc; p++, s += hw, sa += hw, sb += hw) {
                 if (nnr > 0) {
                     _mm_prefetch((const char *)(s + f0), _MM_HINT_T1);
                     _mm_prefetch((const char *)(s + f2), _MM_HINT_T1);
                     _mm_prefetch((const char *)(s + f4), _MM_HINT_T1);
                 }
-                _mm512_storeu_ps(d + p * NR, _mm512_maskz_loadu_ps(m0, sc));
-                _mm512_storeu_ps(d + p * NR + 16, _mm512_maskz_loadu_ps(m1, sc + 16));
+                __m512 v0 = _mm512_maskz_loadu_ps(a0, sa), v1 = _mm512_maskz_loadu_ps(a1, sa + 16);
+                if (mB) {
+                    v0 = _mm512_mask_loadu_ps(v0, b0, sb);
+                    v1 = _mm512_mask_loadu_ps(v1, b1, sb + 16);
+                }
+                _mm512_storeu_ps(d + p * NR, v0);
+                _mm512_storeu_ps(d + p * NR + 16, v1);
             }
         } else {
+            const __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1u);
+            const __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (1u << (nr - 16)) - 1u);
             const __m512i i0 = _mm512_load_si512((const void *)idx);
             const __m512i i1 = _mm512_load_si512((const void *)(idx + 16));
             const __m512 z = _mm512_setzero_ps();
@@ -1638,8 +1652,7 @@ static void op_conv_pack_b_nchw_j1_f32(const op_gemm_args *g, int64_t bi, int64_
             }
         }
 #else
-        (void)contig;
-        (void)ncontig;
+        (void)t1;
         for (int64_t p = 0; p < kc; p++) {
             const float *sp = xb + p * hw;
             for (int t = 0; t < NR; t++) d[p * NR + t] = t < nr ? sp[idx[t]] : 0.0f;
@@ -1649,7 +1662,7 @@ static void op_conv_pack_b_nchw_j1_f32(const op_gemm_args *g, int64_t bi, int64_
             for (int t = 0; t < NR; t++) d[p * NR + t] = 0.0f;
         if (nnr > 0) {
             memcpy(idx, nidx, sizeof idx);
-            contig = ncontig;
+            t1 = nt1;
         }
     }
 }
