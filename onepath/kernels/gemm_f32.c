@@ -991,7 +991,7 @@ static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op
     }
     x.edge = NULL;
     x.edge_slot = NULL;
-    if (g->c_cols > 0 && g->batch == 1 && g->k > x.kc && !g->c16) {
+    if (g->c_cols > 0 && g->batch == 1 && g->k > x.kc && !g->c16) {   /* (no scratch then) */
         int32_t nslot = 0;
         x.edge_slot = (int32_t *)malloc(sizeof(int32_t) * (size_t)x.nblk);
         if (!x.edge_slot) return -1;
