@@ -41,3 +41,38 @@ def test_nchw_1x1_direct_b(level, case):
         assert np.array_equal(got[0], got[256])
     finally:
         lib.op_conv_f32_options(old)
+
+
+# (n, c, h, w, oc, stride): NCHW 1x1 as one GEMM over all images' pixels (op_conv_f32_options bit
+# 512, registry.CONV_F32_FLAGS["nchw1x1_joint"]). Planes of 25 / 16 pixels (a 32-column tile spans
+# two or three images), 7 x 7 with C = 600 (K over several KC blocks: the tiles across images
+# accumulate in the edge buffer), a non-square plane at stride 3, rows not a multiple of 14, strides
+# (2, 1) (a panel of two runs of consecutive pixels, rows apart).
+JOINT_CASES = [
+    (2, 33, 9, 9, 45, 2),
+    (3, 600, 7, 7, 20, 1),
+    (4, 40, 13, 11, 70, 3),
+    (3, 16, 4, 4, 31, 1),
+    (2, 24, 10, 40, 30, (2, 1)),
+]
+
+
+@pytest.mark.parametrize("case", JOINT_CASES, ids=lambda c: "x".join(map(str, c)).replace(" ", ""))
+def test_nchw_1x1_joint(level, case):
+    from onepath.kernels import load
+    lib = load(select_conv("1x1_gemm", "float32").level).lib
+    n, c, h, w, oc, s = case
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((oc, c, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(oc).astype(np.float32)
+    old = lib.op_conv_f32_options(-1)
+    try:
+        got = {}
+        for bit in (0, 512):
+            lib.op_conv_f32_options((old & ~512) | bit)
+            got[bit] = onepath.conv2d(x, wt, b, stride=s, activation="relu")
+        run_case(n, c, h, w, oc, 1, 1, stride=s, activation="relu", seed=n + c)
+        assert np.array_equal(got[0], got[512])
+    finally:
+        lib.op_conv_f32_options(old)

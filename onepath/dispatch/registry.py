@@ -215,7 +215,8 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
 # 7x7) 130 -> 155 (0.85 -> 1.01x torch), res5_branch2c (512 -> 2048) 143 -> 173 (0.86 -> 1.04x): the
 # NCHW GEMM's N = 49 pixels fill 32 + 17 columns of two 32-wide panels, the NHWC one's M = 49 rows
 # 14 + 14 + 14 + 7 (a 7-row tile costs half a 14-row one on Zen 4's one 512-bit FMA per cycle).
-# Hosts without a row (the Intel AMX class: unmeasured) keep the NCHW formulation.
+# Hosts without a row (the Intel AMX class: unmeasured) keep the NCHW formulation. float32 1x1
+# problems at batch >= 2 that CONV_F32_OPTIONS's "nchw1x1_joint" takes (zen4) run that instead.
 CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
     ("zen4", "avx512_core"): {"kxk": 784, "kxk_stride1": 3136, "1x1_batch": 49, "1x1_stride": 784,
                               "1x1_single": 49},
@@ -387,13 +388,28 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # GFLOP/s off -> on, x torch): batch 8 res2a_branch2a (C 64 -> 64, 56x56) 168 -> 194 (1.05 -> 1.21x),
 # res2_branch2a (C 256 -> 64) 157 -> 213 (1.17 -> 1.59x); batch 1 res2_branch2a 199 -> 217 (1.13 ->
 # 1.23x). OC 128 / 256 measured 4-8% slower in place (left packed). Unmeasured on Intel.
+# "nchw1x1_joint": an NCHW 1x1 convolution (groups 1, batch >= 2, unpadded, any stride whose samples
+# lie in the input) with output planes of at most 3136 pixels (not the problems "nchw1x1_direct_b"
+# reads in place) runs as one GEMM over the pixels of all images, out[oc][(n, pixel)] = W @ X
+# (conv_f32.c, op_conv2d_f32_joint): the B pack reads the (strided) pixels straight from the input,
+# the weight is packed once per thread instead of once per image, B panels are full across images,
+# C is written in NCHW in place. It replaces the per-image GEMM and, where CONV_NCHW_AS_NHWC routes
+# these problems ("1x1_stride", "1x1_batch" at n >= 2), the NHWC formulation's subsample copy and
+# transposes. Same sums (same kc), bit for bit. zen4, 2026-11-30 (same VM, 2 threads, paired with
+# torch 2.13 and the bit off/on in one process, median of 7, GFLOP/s off -> on, x torch), batch 8:
+# res3a_branch1 (stride 2, 28x28) 140 -> 196 (1.02 -> 1.43x), res4a_branch1 (stride 2, 14x14)
+# 149 -> 187 (0.84 -> 1.05x), res5a_branch1 (stride 2, 7x7) 180 -> 192 (0.94 -> 1.00x),
+# res4_branch2a 179 -> 204 (0.87 -> 0.99x), res5a_branch2a 191 -> 209 (0.88 -> 0.96x),
+# res4_branch2c 191 -> 208 (0.97 -> 1.06x), res3_branch2a 171 -> 194 (0.96 -> 1.09x), res3a_branch2a
+# 178 -> 189 (1.10 -> 1.17x), res5_branch2c 199 -> 206 (0.95 -> 0.98x), res5_branch2a 194 -> 194
+# (0.93x both). Unmeasured on Intel: no row there.
 CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core"): ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows",
-                              "brg_skip_pad", "nchw1x1_direct_b"),
+                              "brg_skip_pad", "nchw1x1_direct_b", "nchw1x1_joint"),
 }
 CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pack": 8,
                   "brg_skip_pad": 16, "brg_wide_rows": 64,
-                  "nchw1x1_direct_b": 256}  # the bits of op_conv_f32_options
+                  "nchw1x1_direct_b": 256, "nchw1x1_joint": 512}  # the bits of op_conv_f32_options
 
 
 # Direct convolution for few input channels (kernels/conv_stem.c, op_conv_stem_options): groups 1,

@@ -53,9 +53,17 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
    weight is larger than the padded input; bit 4: it also runs outputs whose width is a multiple of 7;
    bit 8: in the channel split each task packs its own weight panel; bit 64: pixels 4 KiB apart run it
    over a copy with C + 16 floats per pixel; bits 16 / 32, for tests: no padding-tap skips / a padded
-   input copy always), set by the kernel loader from the registry's
-   CONV_F32_OPTIONS for the host; default 0. flags < 0 only reads. Returns the flags in force before. */
+   input copy always; bit 256: an NCHW 1x1 stride-1 convolution with OC <= 64 and C <= 256 reads its
+   input in place; bit 512: an NCHW 1x1 convolution (groups 1, batch >= 2, unpadded, output planes
+   of at most 3136 pixels; not those bit 256 reads in place) runs as one GEMM over all images'
+   pixels, op_conv2d_f32_joint), set by the kernel loader from the registry's CONV_F32_OPTIONS for
+   the host; default 0. flags < 0 only reads. Returns the flags in force before. */
 int op_conv_f32_options(int flags);
+
+/* 1 when op_conv2d_f32 runs the NCHW problem d (x_bf16: bfloat16 input) as one GEMM over all images'
+   pixels (op_conv_f32_options bit 512 set and the geometry fits), whatever d->nhwc (0 or 2) says;
+   else 0. */
+int op_conv2d_f32_joint(const op_conv_desc *d, int x_bf16);
 
 /* Per-microarchitecture options of the bfloat16 convolutions (bit 1: an NHWC k x k convolution whose
    geometry fits runs the batch-reduce VDPBF16PS kernel that reads its padded input in place,

@@ -628,6 +628,19 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
 #define OP_CONV_NCHW1X1_DIRECT_B 256
 #define OP_CONV_NCHW1X1_DIRECT_MAXK 256
 #define OP_CONV_NCHW1X1_DIRECT_MAXM 64
+/* OP_CONV_NCHW1X1_JOINT: an NCHW 1x1 unpadded float32 convolution, groups 1, batch >= 2, output
+   planes of at most OP_CONV_NCHW1X1_JOINT_MAXP pixels (stride 1 or a stride whose samples lie
+   inside the input; not the problems OP_CONV_NCHW1X1_DIRECT_B reads in place when that bit is set)
+   runs as one GEMM over the pixels of all images, out[oc][(n, pixel)] =
+   W[oc][c] * X[c][(n, pixel)] (op_conv2d_nchw1x1_joint_f32, below): the B pack gathers each column's
+   (strided) pixel straight from the input, the weight is packed once per thread instead of once
+   per image, the 32-column B panels are full across image boundaries (196 pixels fill 6.1 panels
+   per image, 8 x 196 exactly 49), and C is written in place in NCHW (a tile spanning two images
+   through the driver's tile or edge buffer). It replaces both the per-image NCHW GEMM and, for
+   the planes the registry routes there (CONV_NCHW_AS_NHWC), the NHWC formulation's subsample
+   copy, input and output transposes. Same kc, so every output is the same sum in the same order. */
+#define OP_CONV_NCHW1X1_JOINT 512
+#define OP_CONV_NCHW1X1_JOINT_MAXP 3136
 static int op_conv_f32_opts = 0;
 
 int op_conv_f32_options(int flags)
@@ -637,7 +650,7 @@ int op_conv_f32_options(int flags)
         op_conv_f32_opts = flags & (OP_CONV_BRG_FULL_K | OP_CONV_BRG_NSPLIT | OP_CONV_BRG_OW7 |
                                     OP_CONV_BRG_NSPLIT_PACK | OP_CONV_BRG_SKIP_PAD | OP_CONV_BRG_COPY |
                                     OP_CONV_BRG_WIDE_ROWS);
-    if (flags >= 0) op_conv_f32_opts |= flags & OP_CONV_NCHW1X1_DIRECT_B;
+    if (flags >= 0) op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_DIRECT_B | OP_CONV_NCHW1X1_JOINT);
     return old;
 }
 
@@ -1538,6 +1551,159 @@ static void *op_conv_as_nhwc_input(const op_conv_desc *d, const void *x, size_t 
     return xt;
 }
 
+/* ---------------------------------------------------------------- NCHW 1x1 over all images' pixels
+
+   OP_CONV_NCHW1X1_JOINT (above). Column j of the GEMM is pixel j % P of image j / P (P = OH*OW);
+   its input element for channel c is x[((n * C + c) * H + oh * sh) * W + ow * sw]. */
+typedef struct {
+    const float *x;
+    int64_t hw, chw;           /* input plane H*W, image C*H*W (floats) */
+    int64_t p, ow, w, sh, sw;  /* output pixels per image, output width, input width, strides */
+} op_conv_j1_geo;
+
+OP_INLINE int op_conv_j1_fits(const op_conv_desc *d)
+{
+    return d->groups == 1 && d->kh == 1 && d->kw == 1 && d->pt == 0 && d->pl == 0 && d->n >= 2 &&
+           d->oh * d->ow <= OP_CONV_NCHW1X1_JOINT_MAXP && (d->oh - 1) * d->sh < d->h &&
+           (d->ow - 1) * d->sw < d->w && d->n * d->c * d->h * d->w < ((int64_t)1 << 31) &&
+           /* (not the per-image GEMMs that read B in place: OP_CONV_NCHW1X1_DIRECT_B) */
+           !((op_conv_f32_opts & OP_CONV_NCHW1X1_DIRECT_B) && d->sh == 1 && d->sw == 1 &&
+             d->c <= OP_CONV_NCHW1X1_DIRECT_MAXK && d->oc <= OP_CONV_NCHW1X1_DIRECT_MAXM);
+}
+
+/* The input offsets (floats, channel 0) of columns j0 .. j0 + nr - 1 (idx[t], t < OP_F32_NR; the
+   lanes past nr repeat column j0). Returns the length of the first run of consecutive offsets
+   when the columns are one run (nr) or two (the second one at an offset >= the first run's
+   length: read by two masked loads per vector), else 0 (gathered). */
+static int op_conv_j1_cols(const op_conv_j1_geo *q, int64_t j0, int nr, int32_t *idx)
+{
+    int t1 = nr, runs = 1;
+    for (int t = 0; t < OP_F32_NR; t++) {
+        const int64_t j = j0 + (t < nr ? t : 0), im = j / q->p, pp = j % q->p;
+        idx[t] = (int32_t)(im * q->chw + (pp / q->ow) * q->sh * q->w + (pp % q->ow) * q->sw);
+        if (t > 0 && t < nr && idx[t] != idx[t - 1] + 1) {
+            if (++runs == 2) t1 = t;
+        }
+    }
+    return runs == 1 || (runs == 2 && idx[t1] >= t1) ? t1 : 0;
+}
+
+/* B block depth p0.., columns j0.. -> micro-panels of OP_F32_NR columns (d[p*NR + j]): one or two
+   runs of consecutive pixels by masked loads, other columns (strided pixels) gathered. While a
+   panel is packed, the lines of the next panel's pixels in the same channel are prefetched into
+   L2: a panel visits a few lines in each of kc planes, a pattern the hardware prefetchers do not
+   follow (without: the pack took 10% of res4a_branch1 at 1 thread). */
+static void op_conv_pack_b_nchw_j1_f32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc,
+                                       int64_t kcp, int64_t j0, int64_t nc, void *dst)
+{
+    (void)bi;
+    enum { NR = OP_F32_NR };
+    const op_conv_j1_geo *q = (const op_conv_j1_geo *)g->user;
+    const int64_t hw = q->hw;
+    const float *xb = q->x + p0 * hw;
+    float *d = (float *)dst;
+    int32_t idx[NR] OP_ALIGNED(64), nidx[NR] OP_ALIGNED(64);
+    int t1 = op_conv_j1_cols(q, j0, (int)op_min64(NR, nc), idx);
+    for (int64_t jr = 0; jr < nc; jr += NR, d += NR * kcp) {
+        const int nr = (int)op_min64(NR, nc - jr);
+        const int nnr = (int)op_min64(NR, nc - jr - NR);   /* next panel's columns (<= 0: none) */
+        const int nt1 = nnr > 0 ? op_conv_j1_cols(q, j0 + jr + NR, nnr, nidx) : 0;
+#if defined(OP_HAS_AVX512)
+        const int64_t f0 = nnr > 0 ? nidx[0] : 0, f1 = nnr > 0 ? nidx[(nnr - 1) / 4] : 0,
+                      f2 = nnr > 0 ? nidx[(nnr - 1) / 2] : 0, f3 = nnr > 0 ? nidx[3 * (nnr - 1) / 4] : 0,
+                      f4 = nnr > 0 ? nidx[nnr - 1] : 0;
+        const float *s = xb;
+        if (t1 > 0) {   /* runs [0, t1) and [t1, nr) */
+            const uint32_t all = nr >= 32 ? 0xFFFFFFFFu : (1u << nr) - 1u, ma = (1u << (t1 & 31)) - 1u;
+            const uint32_t mA = t1 >= 32 ? all : ma & all, mB = all & ~mA;
+            const __mmask16 a0 = (__mmask16)mA, a1 = (__mmask16)(mA >> 16);
+            const __mmask16 b0 = (__mmask16)mB, b1 = (__mmask16)(mB >> 16);
+            const float *sa = xb + idx[0], *sb = xb + (idx[t1 < nr ? t1 : 0] - (t1 < nr ? t1 : 0));
+            for (int64_t p = 0; p < kc; p++, s += hw, sa += hw, sb += hw) {
+                if (nnr > 0) {
+                    _mm_prefetch((const char *)(s + f0), _MM_HINT_T1);
+                    _mm_prefetch((const char *)(s + f2), _MM_HINT_T1);
+                    _mm_prefetch((const char *)(s + f4), _MM_HINT_T1);
+                }
+                __m512 v0 = _mm512_maskz_loadu_ps(a0, sa), v1 = _mm512_maskz_loadu_ps(a1, sa + 16);
+                if (mB) {
+                    v0 = _mm512_mask_loadu_ps(v0, b0, sb);
+                    v1 = _mm512_mask_loadu_ps(v1, b1, sb + 16);
+                }
+                _mm512_storeu_ps(d + p * NR, v0);
+                _mm512_storeu_ps(d + p * NR + 16, v1);
+            }
+        } else {
+            const __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1u);
+            const __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (1u << (nr - 16)) - 1u);
+            const __m512i i0 = _mm512_load_si512((const void *)idx);
+            const __m512i i1 = _mm512_load_si512((const void *)(idx + 16));
+            const __m512 z = _mm512_setzero_ps();
+            for (int64_t p = 0; p < kc; p++, s += hw) {
+                if (nnr > 0) {
+                    _mm_prefetch((const char *)(s + f0), _MM_HINT_T1);
+                    _mm_prefetch((const char *)(s + f1), _MM_HINT_T1);
+                    _mm_prefetch((const char *)(s + f2), _MM_HINT_T1);
+                    _mm_prefetch((const char *)(s + f3), _MM_HINT_T1);
+                    _mm_prefetch((const char *)(s + f4), _MM_HINT_T1);
+                }
+                _mm512_storeu_ps(d + p * NR, _mm512_mask_i32gather_ps(z, m0, i0, s, 4));
+                _mm512_storeu_ps(d + p * NR + 16, _mm512_mask_i32gather_ps(z, m1, i1, s, 4));
+            }
+        }
+#else
+        (void)t1;
+        for (int64_t p = 0; p < kc; p++) {
+            const float *sp = xb + p * hw;
+            for (int t = 0; t < NR; t++) d[p * NR + t] = t < nr ? sp[idx[t]] : 0.0f;
+        }
+#endif
+        for (int64_t p = kc; p < kcp; p++)
+            for (int t = 0; t < NR; t++) d[p * NR + t] = 0.0f;
+        if (nnr > 0) {
+            memcpy(idx, nidx, sizeof idx);
+            t1 = nt1;
+        }
+    }
+}
+
+static int op_conv2d_nchw1x1_joint_f32(const op_conv_desc *d, const float *x, const float *w,
+                                       const float *bias, float *y, int act, const op_blocking *blk,
+                                       int nthreads)
+{
+    const int64_t P = d->oh * d->ow;
+    op_conv_j1_geo q = {x, d->h * d->w, d->c * d->h * d->w, P, d->ow, d->w, d->sh, d->sw};
+    op_gemm_ops ops = op_gemm_f32_ops;
+    ops.direct_b = 0;
+    ops.pack_b = op_conv_pack_b_nchw_j1_f32;
+    op_epilogue epi;
+    epi.bias = bias;
+    epi.bias_stride = 1;
+    epi.bias_axis = 0;
+    epi.act = act;
+    op_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.batch = 1;
+    g.m = d->oc; g.n = d->n * P; g.k = d->c;
+    g.epi = (bias || act != OP_ACT_NONE) ? &epi : NULL;
+    g.user = &q;
+    g.a = w; g.rsa = d->c; g.csa = 1;
+    g.b = x; g.rsb = 0; g.csb = 0;          /* (read by the pack only) */
+    g.c = y; g.rsc = P; g.csc = 1;
+    g.c_cols = P; g.c_img = d->oc * P;
+    /* threads: split the pixels when they outnumber the output channels (each thread gathers only
+       its columns of B, the costlier pack, and packs all of W), else the split the driver picks.
+       Zen 4, 2 threads, best of 9: res4a_branch1 (1568 pixels, OC 1024) 170 -> 197 GFLOP/s;
+       res5a_branch1 (392 pixels, OC 2048) 191 -> 187 with the pixel split, so not there. */
+    g.split_n = g.n >= g.m;
+    return op_gemm_drive(&ops, &g, blk, nthreads);
+}
+
+int op_conv2d_f32_joint(const op_conv_desc *d, int x_bf16)
+{
+    return d->nhwc != 1 && !x_bf16 && (op_conv_f32_opts & OP_CONV_NCHW1X1_JOINT) && op_conv_j1_fits(d);
+}
+
 int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
                   const float *bias, float *y, int act, const op_blocking *blk, int nthreads)
 {
@@ -1546,6 +1712,8 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
     if (d->n <= 0 || ohw <= 0 || d->oc <= 0) return 1;
     const int rs = op_conv_stem_f32(d, x, x_bf16, w, bias, y, act, nthreads);   /* conv_stem.c */
     if (rs != 0) return rs;
+    if (op_conv2d_f32_joint(d, x_bf16))   /* NCHW 1x1 over all images' pixels (above) */
+        return op_conv2d_nchw1x1_joint_f32(d, (const float *)x, w, bias, y, act, blk, nthreads);
     if (d->nhwc == 2) {   /* NCHW through the NHWC formulation (above) */
         op_conv_desc dn;
         void *xt = op_conv_as_nhwc_input(d, x, x_bf16 ? 2 : 4, nthreads, &dn);

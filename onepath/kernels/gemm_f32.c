@@ -111,6 +111,13 @@ typedef struct op_gemm_args {
     const void *user;           /* free for pack callbacks (e.g. convolution geometry) */
     int b_direct;               /* 1: the micro-kernel reads B in place (csb == 1, ops->direct_b)
                                    whatever m, with the blocking's own kc (same sums as packed B) */
+    /* C of several images side by side along N (c_cols > 0; float C, c16 NULL): column j is column
+       j % c_cols of image j / c_cols, whose C starts c_img floats after the previous image's (the
+       NCHW 1x1 convolution over all images' pixels, conv_f32.c). A tile spanning two images runs
+       on the thread's tile buffer, copied in from and out to its pieces. 0: C is one matrix. */
+    int64_t c_cols, c_img;
+    int split_n;                /* 1: threads within a batch entry split N only (each packs its own
+                                   columns of B and all of A: a B pack that costs more than A's) */
 } op_gemm_args;
 
 typedef void (*op_pack_a_fn)(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc,
@@ -129,6 +136,29 @@ typedef void (*op_ukr_a_fn)(int64_t kcp, const void *a, int64_t lda, const void 
    bfloat16 C (rows rsc16 apart), rounded once as op_tile_to_bf16 rounds (op_gemm_ops.ukr16). */
 typedef void (*op_ukr16_fn)(int64_t kcp, const void *a, const void *b, int64_t ldb, uint16_t *c16,
                             int64_t rsc16, int mr, int nr, const op_epilogue *epi);
+
+/* A tile of C with images side by side (op_gemm_args.c_cols): t[i * ldt + j] to (out = 1) or from
+   (out = 0) C rows i0 .., columns j0 .., piece by piece per image. */
+static void op_tile_cols_io(float *t, int64_t ldt, float *C, const op_gemm_args *g, int64_t i0,
+                            int64_t j0, int mr, int nr, int out)
+{
+    for (int jj = 0; jj < nr;) {
+        const int64_t j = j0 + jj, im = j / g->c_cols, jc = j % g->c_cols;
+        const int len = (int)op_min64(nr - jj, g->c_cols - jc);
+        for (int i = 0; i < mr; i++) {
+            float *cp = C + im * g->c_img + (i0 + i) * g->rsc + jc * g->csc;
+            float *tp = t + i * ldt + jj;
+            if (g->csc == 1)
+                memcpy(out ? cp : tp, out ? tp : cp, sizeof(float) * (size_t)len);
+            else
+                for (int l = 0; l < len; l++) {
+                    if (out) cp[l * g->csc] = tp[l];
+                    else tp[l] = cp[l * g->csc];
+                }
+        }
+        jj += len;
+    }
+}
 
 typedef struct op_gemm_ops {
     int mr, nr;
@@ -727,6 +757,11 @@ typedef struct {
     int direct;               /* B read in place by the micro-kernel (csb == 1, small m) */
     char *buf;                /* per-thread A and B packing buffers */
     size_t a_bytes, thr_bytes;
+    /* images side by side (g->c_cols) with K over several KC blocks, batch 1: the tiles spanning two
+       images accumulate in edge (panel s: edge_slot[s] >= 0, mblk * mr rows of nr floats) and are
+       copied out once, after the last block; NULL: through the tile buffer per KC block */
+    float *edge;
+    int32_t *edge_slot;
 } op_drive_ctx;
 
 /* Computes C[m0:m1, n0:n1] of batch entry bi with the thread's buffers. */
@@ -803,7 +838,25 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                             continue;
                         }
                         float *ct = via_tile ? tile : C + i * rsc + j * csc;
-                        const int64_t crs = via_tile ? NR : rsc, ccs = via_tile ? 1 : csc;
+                        int64_t crs = via_tile ? NR : rsc, ccs = via_tile ? 1 : csc;
+                        int pieces = 0;   /* images side by side: this tile spans two of them */
+                        if (g->c_cols > 0) {
+                            const int64_t im = j / g->c_cols, jc = j % g->c_cols;
+                            if (jc + nr <= g->c_cols) {
+                                ct = C + im * g->c_img + i * rsc + jc * csc;
+                            } else if (x->edge) {
+                                pieces = last ? 1 : 0;
+                                ct = x->edge + ((int64_t)x->edge_slot[j / NR] * x->mblk * MR + i) * NR;
+                                crs = NR;
+                                ccs = 1;
+                            } else {
+                                pieces = 1;
+                                ct = tile;
+                                crs = NR;
+                                ccs = 1;
+                                if (!first) op_tile_cols_io(tile, NR, C, g, i, j, mr, nr, 0);
+                            }
+                        }
                         if (ir < afull)
                             o->ukr_a(kcp, Ad + (i * g->rsa + pc) * (int64_t)o->a_elem, g->rsa, bp, ct, crs,
                                      ccs, mr, nr, !first, tep);
@@ -813,6 +866,7 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                         if (C16 && last)
                             op_tile_to_bf16(ct, crs, ccs, mr, nr, C16 + i * g->rsc16 + j * g->csc16,
                                             g->rsc16, g->csc16);
+                        if (pieces) op_tile_cols_io(ct, NR, C, g, i, j, mr, nr, 1);
                     }
                 }
             }
@@ -899,7 +953,12 @@ static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op
         x.pm = x.pn = 1;  /* whole batch entries per task */
     } else {
         const int64_t P = g->batch >= T ? T : op_cdiv64(T, g->batch);
-        op_split_parts(P, x.mblk, x.nblk, MR, NR, &x.pm, &x.pn);
+        if (g->split_n) {
+            x.pm = 1;
+            x.pn = op_min64(P, x.nblk);
+        } else {
+            op_split_parts(P, x.mblk, x.nblk, MR, NR, &x.pm, &x.pn);
+        }
     }
     const int64_t ntasks = g->batch * x.pm * x.pn;
     if (T > ntasks) T = ntasks;
@@ -930,10 +989,30 @@ static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op
         gs.c = scratch; gs.c_off = scratch_off; gs.rsc = g->n; gs.csc = 1;
         x.g = &gs;
     }
+    x.edge = NULL;
+    x.edge_slot = NULL;
+    if (g->c_cols > 0 && g->batch == 1 && g->k > x.kc && !g->c16) {   /* (no scratch then) */
+        int32_t nslot = 0;
+        x.edge_slot = (int32_t *)malloc(sizeof(int32_t) * (size_t)x.nblk);
+        if (!x.edge_slot) return -1;
+        for (int64_t sp = 0; sp < x.nblk; sp++) {
+            const int64_t j0 = sp * NR, j1 = op_min64(g->n, j0 + NR) - 1;
+            x.edge_slot[sp] = j0 / g->c_cols != j1 / g->c_cols ? nslot++ : -1;
+        }
+        if (nslot > 0) {
+            x.edge = (float *)op_aligned_alloc(sizeof(float) * (size_t)(nslot * x.mblk * MR * NR));
+            if (!x.edge) {
+                free(x.edge_slot);
+                return -1;
+            }
+        }
+    }
     x.buf = (char *)op_aligned_alloc(x.thr_bytes * (size_t)T);
     int used = -1;
     if (x.buf) used = op_parallel_for((int)T, ntasks, op_drive_task, &x);
     op_aligned_free(x.buf);
+    op_aligned_free(x.edge);
+    free(x.edge_slot);
     op_aligned_free(scratch);
     free(scratch_off);
     return used;

@@ -512,6 +512,12 @@ def _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc
     d.dh, d.dw = dl
     d.groups = groups
     d.nhwc = 1 if nhwc else (2 if registry.conv_nchw_as_nhwc(row, n, oh * ow, st != (1, 1)) else 0)
+    # NCHW 1x1 float32 over all images' pixels (zen4 CONV_F32_OPTIONS "nchw1x1_joint"): the kernel
+    # decides (op_conv2d_f32_joint); it replaces the NHWC formulation, so the plan says "joint"
+    joint = (not nhwc and not native and algo == "1x1_gemm" and not x_bf16
+             and bool(lib.op_conv2d_f32_joint(d, 0)))
+    if joint:
+        d.nhwc = 0
     if algo == "depthwise" and not nhwc:
         d.dw_rows = 1 if registry.dw_row_kernels(row, st, wd, bool(x_bf16)) else 0
     pl.desc = d
@@ -529,7 +535,7 @@ def _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc
     pl.dw_wbits = algo == "depthwise" and w.dtype == _BF16
     pl.dw_ybf16 = algo == "depthwise" and out_dt == _BF16
     pl.dts = ("bf16" if x_bf16 else "f32") + ":f32:" + ("bf16" if out_dt == _BF16 else "f32")
-    pl.text = describe(d) + (",nhwc" if nhwc else ",as_nhwc" if d.nhwc == 2 else "")
+    pl.text = describe(d) + (",nhwc" if nhwc else ",as_nhwc" if d.nhwc == 2 else ",joint" if joint else "")
     return pl
 
 
