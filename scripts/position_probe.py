@@ -14,6 +14,8 @@ torch's conv2d in each round (after a 0.12 s settle, as the bench does).
 What it showed on Zen 4 (2 threads, res2a_branch2a mb8ic64ih56oc64oh56kh1, float32 NCHW): the rate
 sits at about 195 or about 140 GFLOP/s and jumps between the two when only the heap is shifted, e.g.
 ``198 199 200 154 151 152 ...`` (torch stays at 155-170); two of eight fresh processes started slow.
+res4a_branch1 (mb8ic512ih28oc1024oh14kh1sh2): 171 then 146 after a shift (torch 189 -> 172), another
+process 147 throughout; bf16 NHWC res2_branch2b stayed at 412-420 (torch 455-462) in two processes.
 Page faults per call are 0 in both states and huge pages (numpy's MADV_HUGEPAGE on >= 4 MiB arrays)
 made no difference with the input and output in fixed mmap'd buffers; moving the GEMM driver's
 per-thread packing buffer (``x.buf`` in gemm_f32.c) by multiples of 256 bytes modulo 4 KiB against a
