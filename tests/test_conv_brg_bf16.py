@@ -130,12 +130,14 @@ def test_brg_rule_is_per_uarch():
     assert registry.conv_bf16_flags("avx512_core_amx", uarch="sapphirerapids") == 0
 
 
-def test_res2_plane_nchw_takes_nhwc_on_zen4(level):
-    """zen4 bfloat16 (CONV_NCHW_AS_NHWC "kxk_stride1" 3136): an NCHW 3x3 stride-1 convolution with a
-    56 x 56 output (res2_branch2b's plane) runs in the NHWC formulation there, not on hosts without a
-    row; with few channels it is checked against the float64 reference at every level."""
+def test_res2_plane_nchw_route_on_zen4(level):
+    """zen4 bfloat16 (CONV_NCHW_AS_NHWC "kxk_stride1" 784): an NCHW 3x3 stride-1 convolution with a
+    28 x 28 output runs in the NHWC formulation there, a 56 x 56 one (res2_branch2b's plane) and
+    hosts without a row keep the NCHW GEMM; with few channels the 56 x 56 plane is checked against
+    the float64 reference at every level."""
     row = registry.replace(select_conv("implicit_gemm", "bfloat16", level="generic"), level="avx512_core_bf16")
-    assert registry.conv_nchw_as_nhwc(row, 8, 56 * 56, uarch="zen4")
+    assert registry.conv_nchw_as_nhwc(row, 8, 28 * 28, uarch="zen4")
+    assert not registry.conv_nchw_as_nhwc(row, 8, 56 * 56, uarch="zen4")
     assert not registry.conv_nchw_as_nhwc(row, 8, 56 * 56, True, uarch="zen4")   # strided: "kxk" 784
     assert not registry.conv_nchw_as_nhwc(row, 8, 56 * 56, uarch="sapphirerapids")
     run_case(1, 32, 56, 56, 32, 3, 3, 1, 1, 1, 1, bias=True, activation="relu", dtype=bfloat16)

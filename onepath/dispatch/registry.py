@@ -215,19 +215,18 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
 # 7x7) 130 -> 155 (0.85 -> 1.01x torch), res5_branch2c (512 -> 2048) 143 -> 173 (0.86 -> 1.04x): the
 # NCHW GEMM's N = 49 pixels fill 32 + 17 columns of two 32-wide panels, the NHWC one's M = 49 rows
 # 14 + 14 + 14 + 7 (a 7-row tile costs half a 14-row one on Zen 4's one 512-bit FMA per cycle).
-# zen4 bfloat16 "kxk_stride1" 3136 (was 784), 2026-11-30, same VM: res2_branch2b (56x56, stride 1)
-# NCHW through the NHWC batch-reduce kernel (its padded NHWC copy transposed from x in one pass,
-# skip_pad) instead of the NCHW GEMM over the phase-split input; both routes and torch 2.13
-# alternated in one process (median of 9), GFLOP/s old -> new: 2 threads batch 8 377 -> 397
-# (0.90 -> 0.95x torch), batch 1 373 -> 389 (1.02 -> 1.06x); 1 thread batch 8 187 -> 196
-# (0.90 -> 0.94x), batch 1 193 -> 210 (0.95 -> 1.04x). (The 0.77x measured before was the NHWC
-# GEMM, before the "brg" option.)
+# zen4 bfloat16 "kxk_stride1" stays 784, 2026-12-01, same VM: res2_branch2b (56x56, stride 1) NCHW
+# through the NHWC batch-reduce kernel measured 397 vs 377 GFLOP/s (0.95 vs 0.90x torch, batch 8, 2
+# threads) in a fresh process, but under a shifted heap (scripts/position_probe.py, 8 rounds, torch
+# 2.13 alternated) it ran 400-408 in most placements and 303 in others (0.73x), while the NCHW GEMM
+# held 377-389 in every one (0.90-0.93x); the full bench measured 0.74 against 0.84 and 0.90 for
+# the GEMM. The transposes around the kernel are the placement-sensitive part (NHWC is steady).
 # Hosts without a row (the Intel AMX class: unmeasured) keep the NCHW formulation. float32 1x1
 # problems at batch >= 2 that CONV_F32_OPTIONS's "nchw1x1_joint" takes (zen4) run that instead.
 CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
     ("zen4", "avx512_core"): {"kxk": 784, "kxk_stride1": 3136, "1x1_batch": 49, "1x1_stride": 784,
                               "1x1_single": 49},
-    ("zen4", "avx512_core_bf16"): {"kxk": 784, "kxk_stride1": 3136, "1x1_batch": 49, "1x1_stride": 784},
+    ("zen4", "avx512_core_bf16"): {"kxk": 784, "kxk_stride1": 784, "1x1_batch": 49, "1x1_stride": 784},
 }
 
 # Variants of the bfloat16 kernels per (uarch, level) (kernels/gemm_bf16.c, op_gemm_bf16_set_variants;
