@@ -397,9 +397,10 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # "nchw1x1_joint": an NCHW 1x1 convolution (groups 1, batch >= 2, unpadded, any stride whose samples
 # lie in the input) with output planes of at most 3136 pixels (not the problems "nchw1x1_direct_b"
 # reads in place) runs as one GEMM over the pixels of all images, out[oc][(n, pixel)] = W @ X
-# (conv_f32.c, op_conv2d_f32_joint): the B pack reads the (strided) pixels straight from the input,
-# the weight is packed once per thread instead of once per image, B panels are full across images,
-# C is written in NCHW in place. It replaces the per-image GEMM and, where CONV_NCHW_AS_NHWC routes
+# (conv_f32.c, op_conv2d_nchw1x1_joint_f32; op_conv2d_f32_joint says whether a problem takes it):
+# the B pack reads the (strided) pixels straight from the input, the weight is packed once per
+# thread instead of once per image, B panels are full across images, C is written in NCHW in place.
+# It replaces the per-image GEMM and, where CONV_NCHW_AS_NHWC routes
 # these problems ("1x1_stride", "1x1_batch" at n >= 2), the NHWC formulation's subsample copy and
 # transposes. Same sums (same kc), bit for bit. zen4, 2026-11-30 (same VM, 2 threads, paired with
 # torch 2.13 and the bit off/on in one process, median of 7, GFLOP/s off -> on, x torch), batch 8:

@@ -56,8 +56,9 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
    input copy always; bit 256: an NCHW 1x1 stride-1 convolution with OC <= 64 and C <= 256 reads its
    input in place; bit 512: an NCHW 1x1 convolution (groups 1, batch >= 2, unpadded, output planes
    of at most 3136 pixels; not those bit 256 reads in place) runs as one GEMM over all images'
-   pixels, op_conv2d_f32_joint), set by the kernel loader from the registry's CONV_F32_OPTIONS for
-   the host; default 0. flags < 0 only reads. Returns the flags in force before. */
+   pixels: op_conv2d_nchw1x1_joint_f32 in conv_f32.c; op_conv2d_f32_joint below says which), set
+   by the kernel loader from the registry's CONV_F32_OPTIONS for the host; default 0. flags < 0
+   only reads. Returns the flags in force before. */
 int op_conv_f32_options(int flags);
 
 /* 1 when op_conv2d_f32 runs the NCHW problem d (x_bf16: bfloat16 input) as one GEMM over all images'
