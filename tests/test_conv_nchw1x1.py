@@ -22,26 +22,30 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
-def test_nchw_1x1_direct_b(level, case):
+def _same_with_bit_off_and_on(bit, n, c, h, w, oc, stride=1, seed=1):
+    """conv2d of random NCHW data with op_conv_f32_options ``bit`` off and on (the rest as in force):
+    bit-identical results, and the reference check of test_conv.run_case with the bit on."""
     from onepath.kernels import load
     lib = load(select_conv("1x1_gemm", "float32").level).lib
-    n, c, h, w, oc = case
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     wt = rng.standard_normal((oc, c, 1, 1)).astype(np.float32)
     b = rng.standard_normal(oc).astype(np.float32)
     old = lib.op_conv_f32_options(-1)
     try:
         got = {}
-        for bit in (0, 256):
-            lib.op_conv_f32_options((old & ~256) | bit)
-            got[bit] = onepath.conv2d(x, wt, b, activation="relu")
-            run_case(n, c, h, w, oc, 1, 1, activation="relu", seed=n + c)
-        assert np.array_equal(got[0], got[256])
+        for on in (0, bit):
+            lib.op_conv_f32_options((old & ~bit) | on)
+            got[on] = onepath.conv2d(x, wt, b, stride=stride, activation="relu")
+        run_case(n, c, h, w, oc, 1, 1, stride=stride, activation="relu", seed=n + c)
+        assert np.array_equal(got[0], got[bit])
     finally:
         lib.op_conv_f32_options(old)
 
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
+def test_nchw_1x1_direct_b(level, case):
+    _same_with_bit_off_and_on(256, *case)
 
 # (n, c, h, w, oc, stride): NCHW 1x1 as one GEMM over all images' pixels (op_conv_f32_options bit
 # 512, registry.CONV_F32_FLAGS["nchw1x1_joint"]). Planes of 25 / 16 pixels (a 32-column tile spans
@@ -59,20 +63,5 @@ JOINT_CASES = [
 
 @pytest.mark.parametrize("case", JOINT_CASES, ids=lambda c: "x".join(map(str, c)).replace(" ", ""))
 def test_nchw_1x1_joint(level, case):
-    from onepath.kernels import load
-    lib = load(select_conv("1x1_gemm", "float32").level).lib
-    n, c, h, w, oc, s = case
-    rng = np.random.default_rng(2)
-    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
-    wt = rng.standard_normal((oc, c, 1, 1)).astype(np.float32)
-    b = rng.standard_normal(oc).astype(np.float32)
-    old = lib.op_conv_f32_options(-1)
-    try:
-        got = {}
-        for bit in (0, 512):
-            lib.op_conv_f32_options((old & ~512) | bit)
-            got[bit] = onepath.conv2d(x, wt, b, stride=s, activation="relu")
-        run_case(n, c, h, w, oc, 1, 1, stride=s, activation="relu", seed=n + c)
-        assert np.array_equal(got[0], got[512])
-    finally:
-        lib.op_conv_f32_options(old)
+    *shape, s = case
+    _same_with_bit_off_and_on(512, *shape, stride=s, seed=2)
