@@ -111,9 +111,9 @@ typedef struct op_gemm_args {
     const void *user;           /* free for pack callbacks (e.g. convolution geometry) */
     int b_direct;               /* 1: the micro-kernel reads B in place (csb == 1, ops->direct_b)
                                    whatever m, with the blocking's own kc (same sums as packed B) */
-    /* C of several images side by side along N (c_cols > 0; float C, c16 NULL): column j is column
-       j % c_cols of image j / c_cols, whose C starts c_img floats after the previous image's (the
-       NCHW 1x1 convolution over all images' pixels, conv_f32.c). A tile spanning two images runs
+    /* C of several images side by side along N (c_cols > 0; float C, csc 1, c16 NULL): column j
+       is column j % c_cols of image j / c_cols, whose C starts c_img floats after the previous
+       image's (the NCHW 1x1 convolution over all images' pixels, conv_f32.c). A tile spanning two images runs
        on the thread's tile buffer, copied in from and out to its pieces. 0: C is one matrix. */
     int64_t c_cols, c_img;
     int split_n;                /* 1: threads within a batch entry split N only (each packs its own
@@ -146,15 +146,9 @@ static void op_tile_cols_io(float *t, int64_t ldt, float *C, const op_gemm_args 
         const int64_t j = j0 + jj, im = j / g->c_cols, jc = j % g->c_cols;
         const int len = (int)op_min64(nr - jj, g->c_cols - jc);
         for (int i = 0; i < mr; i++) {
-            float *cp = C + im * g->c_img + (i0 + i) * g->rsc + jc * g->csc;
+            float *cp = C + im * g->c_img + (i0 + i) * g->rsc + jc;   /* (csc is 1 with c_cols) */
             float *tp = t + i * ldt + jj;
-            if (g->csc == 1)
-                memcpy(out ? cp : tp, out ? tp : cp, sizeof(float) * (size_t)len);
-            else
-                for (int l = 0; l < len; l++) {
-                    if (out) cp[l * g->csc] = tp[l];
-                    else tp[l] = cp[l * g->csc];
-                }
+            memcpy(out ? cp : tp, out ? tp : cp, sizeof(float) * (size_t)len);
         }
         jj += len;
     }
