@@ -494,11 +494,19 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # batch 8 NHWC, paired in one process with torch 2.13 (median of 7), GFLOP/s without -> with:
 # res2_branch2c 333 -> 398 (0.77 -> 0.92x torch), res2a_branch2a 326 -> 370 (0.81 -> 0.92x),
 # res3_branch2c 365 -> 417 (0.85 -> 0.97x).
+# "1x1_strided_ref": an NHWC strided unpadded 1x1 convolution (groups 1, C a multiple of 32, OW a
+# multiple of 14, all of K in one KC block) runs one GEMM whose 14-row A micro-panels point at the
+# sampled input pixels in place (one output row's pixels, sw*C apart; no gathered copy) with the
+# bfloat16 write-out from the registers, instead of the "brg" kernel; the same bits. zen4, same VM,
+# 2 threads, paired in one process (median of 7), GFLOP/s "brg" -> "1x1_strided_ref" (the GEMM over the
+# gathered copy beside it): res3a_branch1 batch 8 364 -> 398 (378), batch 1 402 -> 426 (410);
+# res4a_branch1 batch 1 403 -> 420 (415).
 # Unmeasured on Intel (its AMX level has the tile kernels): no row.
 CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16"),
+    ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16", "1x1_strided_ref"),
 }
-CONV_BF16_FLAGS = {"brg": 1, "skip_pad": 2, "brg_nsplit_pack": 4, "1x1_out16": 8}  # the bits of op_conv_bf16_options
+CONV_BF16_FLAGS = {"brg": 1, "skip_pad": 2, "brg_nsplit_pack": 4, "1x1_out16": 8,
+                   "1x1_strided_ref": 32}  # the bits of op_conv_bf16_options
 
 
 def conv_bf16_flags(level: str, uarch: str | None = None) -> int:

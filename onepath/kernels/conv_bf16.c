@@ -855,6 +855,14 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
    registers (op_ukr16_dp_ref), instead of op_conv_ukr_a_dp's float tile rounded by the driver. Same
    VDPBF16PS order per accumulator and the same single rounding: the same bits. */
 #define OP_CONV_BF16_1X1_OUT16 8
+/* OP_CONV_BF16_1X1_STRIDED_REF (bit 32, "1x1_strided_ref"): an NHWC strided unpadded 1x1 convolution
+   (groups 1, C a multiple of 32, OW a multiple of 14, all of K in one KC block) runs as one GEMM over
+   its sampled pixels read in place: gemm_bf16.c's in-place-A set (op_bf16_dp_ref_ops) with the A
+   "pack" op_conv_pack_a_s1x1_ref pointing each 14-row micro-panel (14 pixels of one output row, sw*C
+   elements apart) at the input, bfloat16 C written from the registers (op_ukr16_dp_ref), instead of
+   the batch-reduce kernel (which takes it when this bit is off) or the GEMM over a gathered copy. One
+   KC block: all of K summed in registers in the same order as those paths, the same bits. */
+#define OP_CONV_BF16_1X1_STRIDED_REF 32
 static int op_conv_bf16_opts = 0;
 
 #if defined(OP_BF16_HAS_DP)
@@ -1165,6 +1173,52 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, const uint
     return used;
 }
 
+/* ---------------------------------------------------------------- NHWC strided 1x1, A read in place
+
+   OP_CONV_BF16_1X1_STRIDED_REF (above). Row i of the GEMM (M = N*OH*OW pixels, or OH*OW of the batch
+   entry's image) is input pixel (n, oh*sh, ow*sw); a 14-row micro-panel starts at a multiple of 14
+   and OW is one, so its rows are one output row's pixels, sw*C elements apart: the panel's slot holds
+   only where they lie (op_dp_aref), as op_pack_a_dp_ref does for a row-major A. */
+static void op_conv_pack_a_s1x1_ref(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc, int64_t p0,
+                                    int64_t kc, int64_t kcp, void *dst)
+{
+    (void)kc;
+    const op_convb_geo *q = (const op_convb_geo *)g->user;
+    const op_conv_desc *d = q->d;
+    const int64_t ohw = d->oh * d->ow, C = d->c, rs = d->w * C, is = d->h * rs;
+    const uint16_t *A = (const uint16_t *)g->a + (g->a_off ? g->a_off[bi] : 0) + p0;
+    for (int64_t ir = 0; ir < mc; ir += OP_DP_MR) {
+        const int64_t i = i0 + ir, n = i / ohw, pix = i % ohw;
+        op_dp_aref *r = (op_dp_aref *)((uint16_t *)dst + ir * kcp);
+        r->a = A + n * is + (pix / d->ow) * d->sh * rs + (pix % d->ow) * d->sw * C;
+        r->lda = d->sw * C;
+    }
+}
+
+/* Whether the NHWC problem d takes op_conv2d_bf16_s1x1_ref (the option on, geometry and one KC block). */
+static int op_s1x1_ref_fits(const op_conv_desc *d, const op_blocking *blk)
+{
+    const int64_t kc = blk && blk->kc > 0 ? blk->kc : op_bf16_dp_ref_ops.blk.kc;
+    return (op_conv_bf16_opts & OP_CONV_BF16_1X1_STRIDED_REF) && d->nhwc == 1 && d->groups == 1 &&
+           d->kh == 1 && d->kw == 1 && (d->sh > 1 || d->sw > 1) && d->pt == 0 && d->pl == 0 &&
+           d->c % 32 == 0 && d->ow % OP_DP_MR == 0 && d->c <= kc && kc % 32 == 0;
+}
+
+static int op_conv2d_bf16_s1x1_ref(const op_conv_desc *d, const uint16_t *x, const uint16_t *w,
+                                   const float *bias, void *y, int y_bf16, int act, const op_blocking *blk,
+                                   int nthreads)
+{
+    op_gemm_ops ops = op_bf16_dp_ref_ops;
+    ops.pack_a = op_conv_pack_a_s1x1_ref;
+    ops.ukr16 = op_ukr16_dp_ref;
+    op_convb_geo q;
+    q.d = d;
+    q.x = x;
+    q.cg = d->c;
+    q.ocg = d->oc;
+    return op_convb_gemm(d, &ops, 0, &q, &q.g0, x, w, d->c, bias, act, y, y_bf16, blk, nthreads);
+}
+
 /* An NHWC convolution on the batch-reduce kernel when it fits: the threads used, 0 when it does not
    apply (the caller takes the GEMM path), -1 on allocation failure. */
 static int op_conv2d_nhwc_brg_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w,
@@ -1244,6 +1298,8 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
     const int inplace = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 &&
                         d->pl == 0 && d->oh == d->h && d->ow == d->w;
 #if defined(OP_BF16_HAS_DP)
+    if (d->nhwc && op_s1x1_ref_fits(d, blk))
+        return op_conv2d_bf16_s1x1_ref(d, x, w, bias, y, y_bf16, act, blk, nthreads);
     if (d->nhwc) {
         const int rb = op_conv2d_nhwc_brg_bf16(d, x, w, bias, y, y_bf16, act, blk, nthreads);
         if (rb != 0) return rb;
@@ -1288,7 +1344,7 @@ int op_conv_bf16_options(int flags)
 #if defined(OP_BF16_NATIVE)
     const int old = op_conv_bf16_opts;
     if (flags >= 0) op_conv_bf16_opts = flags & (OP_CONV_BF16_BRG | OP_CONV_BF16_SKIP_PAD | OP_CONV_BF16_NSPLIT_PACK |
-                                             OP_CONV_BF16_1X1_OUT16);
+                                             OP_CONV_BF16_1X1_OUT16 | OP_CONV_BF16_1X1_STRIDED_REF);
     return old;
 #else
     (void)flags;

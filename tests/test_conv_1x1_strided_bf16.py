@@ -1,0 +1,64 @@
+"""The bfloat16 NHWC strided 1x1 convolution as one GEMM over its sampled pixels read in place
+(kernels/conv_bf16.c, op_conv_bf16_options bit 32; the registry's CONV_BF16_OPTIONS
+"1x1_strided_ref"), forced on at every level against the float64 reference, and bit for bit against
+the paths it replaces (the batch-reduce kernel, the GEMM over a gathered copy)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ml_dtypes import bfloat16
+
+import onepath
+from onepath.kernels import load
+from onepath.ops.conv import select_conv
+
+from test_conv import run_case
+
+STRIDED_REF = 32
+BRG = 1
+# (n, c, h, w, oc, stride): OW 14 at batch 2 with an OC tail, odd H and W (OH 15: an MC block tail),
+# a stride (2, 1); OW 7 and C 48 (not taken: the other paths)
+CASES = [(2, 64, 28, 28, 40, 2), (1, 32, 29, 27, 64, 2), (1, 64, 5, 14, 32, (2, 1)), (2, 64, 14, 14, 32, 2),
+         (1, 48, 28, 28, 32, 2)]
+
+
+def _lib():
+    return load(select_conv("1x1_gemm", "bfloat16").level).lib
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
+def test_1x1_strided_ref(level, case):
+    n, c, h, w, oc, s = case
+    lib = _lib()
+    old = lib.op_conv_bf16_options(-1)
+    try:
+        lib.op_conv_bf16_options(old | STRIDED_REF)
+        run_case(n, c, h, w, oc, 1, 1, s, 0, 1, 1, layout="NHWC", activation="relu", dtype=bfloat16)
+    finally:
+        lib.op_conv_bf16_options(old)
+
+
+def test_1x1_strided_ref_same_bits_with_nan_inf():
+    """On, off (batch-reduce kernel) and off without it (gathered GEMM) give the same bits (bias,
+    ReLU, NaN and Inf inputs, float32 and bfloat16 output, batch 1 and 2)."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 28, 28, 64)).astype(np.float32)
+    x[0, 2, 4, 3], x[1, 26, 26, 63] = np.nan, np.inf
+    x = x.astype(bfloat16)
+    wt = rng.standard_normal((72, 64, 1, 1)).astype(bfloat16)
+    b = rng.standard_normal(72).astype(np.float32)
+    lib = _lib()
+    old = lib.op_conv_bf16_options(-1)
+    try:
+        out = []
+        for opt in (old | STRIDED_REF | BRG, (old | BRG) & ~STRIDED_REF, old & ~(STRIDED_REF | BRG)):
+            lib.op_conv_bf16_options(opt)
+            out.append([onepath.conv2d(xx, wt, bb, stride=2, layout="NHWC", activation=act, dtype=dt)
+                        for xx in (x, x[:1]) for dt in (np.float32, bfloat16)
+                        for bb, act in ((None, None), (b, "relu"))])
+    finally:
+        lib.op_conv_bf16_options(old)
+    for other in out[1:]:
+        for u, v in zip(out[0], other):
+            np.testing.assert_array_equal(np.asarray(u, np.float32), np.asarray(v, np.float32))
+    assert np.isnan(np.asarray(out[0][0], np.float32)).any()
