@@ -413,6 +413,64 @@ static void op_conv_ukr_a_dp(int64_t kcp, const void *a_, int64_t lda, const voi
 }
 #endif
 
+#if defined(OP_BF16_HAS_DP)
+/* op_gemm_ops.ukr16 of the NHWC 1x1 stride-1 path with A read in place (a: an op_dp_aref panel slot,
+   op_bf16_dp_ref_ops): a 14-row panel as op_conv_ukr_a_dp computes it, written as bfloat16 from the
+   registers with the epilogue (op_dp_row16, as op_ukr16_dp_ref's float tile does: the same bits);
+   shorter panels go to op_ukr16_dp_ref. */
+static void op_conv_ukr16_a_dp(int64_t kcp, const void *a_, const void *b_, int64_t ldb, uint16_t *c16,
+                               int64_t rsc16, int mr, int nr, const op_epilogue *epi)
+{
+    if (mr != OP_DP_MR) {
+        op_ukr16_dp_ref(kcp, a_, b_, ldb, c16, rsc16, mr, nr, epi);
+        return;
+    }
+    const op_dp_aref *ar = (const op_dp_aref *)a_;
+    const int64_t lda = ar->lda;
+    const uint16_t *OP_RESTRICT b = (const uint16_t *)b_;
+    const uint16_t *p0 = ar->a, *p3 = p0 + 3 * lda, *p6 = p0 + 6 * lda,
+                   *p9 = p0 + 9 * lda, *p12 = p0 + 12 * lda, *pf = p0 + OP_DP_MR * lda;
+    const int64_t l2 = 2 * lda;
+    __m512 c0_0 = _mm512_setzero_ps(), c0_1 = c0_0, c1_0 = c0_0, c1_1 = c0_0, c2_0 = c0_0,
+           c2_1 = c0_0, c3_0 = c0_0, c3_1 = c0_0, c4_0 = c0_0, c4_1 = c0_0, c5_0 = c0_0,
+           c5_1 = c0_0, c6_0 = c0_0, c6_1 = c0_0, c7_0 = c0_0, c7_1 = c0_0, c8_0 = c0_0,
+           c8_1 = c0_0, c9_0 = c0_0, c9_1 = c0_0, c10_0 = c0_0, c10_1 = c0_0, c11_0 = c0_0,
+           c11_1 = c0_0, c12_0 = c0_0, c12_1 = c0_0, c13_0 = c0_0, c13_1 = c0_0;
+    for (int i = 0; i < OP_DP_MR; i++) _mm_prefetch((const char *)(c16 + i * rsc16), _MM_HINT_T0);
+#define OP_BH(x) ((__m512bh)(x))
+#define OP_RA(i, src)                                                                     \
+    {                                                                                     \
+        int32_t av;                                                                       \
+        memcpy(&av, (src), 4);                                                            \
+        const __m512i ai = _mm512_set1_epi32(av);                                         \
+        c##i##_0 = _mm512_dpbf16_ps(c##i##_0, OP_BH(ai), OP_BH(b0));                      \
+        c##i##_1 = _mm512_dpbf16_ps(c##i##_1, OP_BH(ai), OP_BH(b1));                      \
+    }
+    for (int64_t kb = 0; kb * 32 < kcp; kb++) {
+        for (int pr = 0; pr < 16; pr++) {
+            const int64_t k = kb * 32 + 2 * pr;
+            const __m512i b0 = _mm512_loadu_si512((const void *)(b + pr * 32));
+            const __m512i b1 = _mm512_loadu_si512((const void *)(b + 512 + pr * 32));
+            if (pr < OP_DP_MR) _mm_prefetch((const char *)(pf + pr * lda + kb * 32), _MM_HINT_T0);
+            OP_RA(0, p0 + k) OP_RA(1, p0 + lda + k) OP_RA(2, p0 + l2 + k)
+            OP_RA(3, p3 + k) OP_RA(4, p3 + lda + k) OP_RA(5, p3 + l2 + k)
+            OP_RA(6, p6 + k) OP_RA(7, p6 + lda + k) OP_RA(8, p6 + l2 + k)
+            OP_RA(9, p9 + k) OP_RA(10, p9 + lda + k) OP_RA(11, p9 + l2 + k)
+            OP_RA(12, p12 + k) OP_RA(13, p12 + lda + k)
+        }
+        b += 1024;
+    }
+#undef OP_RA
+#undef OP_BH
+    op_epi512 e;
+    op_epi512_init(&e, nr, epi);
+#define OP_W(i) op_dp_row16(&e, c16 + i * rsc16, i, c##i##_0, c##i##_1, nr);
+    OP_W(0) OP_W(1) OP_W(2) OP_W(3) OP_W(4) OP_W(5) OP_W(6)
+    OP_W(7) OP_W(8) OP_W(9) OP_W(10) OP_W(11) OP_W(12) OP_W(13)
+#undef OP_W
+}
+#endif
+
 /* ---------------------------------------------------------------- the GEMM calls
 
    One bfloat16 convolution GEMM through op_bf16_run: one driver call per group when the groups
@@ -863,6 +921,11 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
    the batch-reduce kernel (which takes it when this bit is off) or the GEMM over a gathered copy. One
    KC block: all of K summed in registers in the same order as those paths, the same bits. */
 #define OP_CONV_BF16_1X1_STRIDED_REF 32
+/* OP_CONV_BF16_1X1_OUT16_CONV (bit 64, "1x1_out16_conv"): with "1x1_out16", the full 14-row panels
+   run op_conv_ukr16_a_dp (below) instead of gemm_bf16.c's op_ukr16_dp_ref: the same VDPBF16PS order
+   and write-out (op_dp_row16, epilogue in registers), with op_conv_ukr_a_dp's addressing (five row
+   bases) and prefetch (the next panel's rows, a line per K-pair step; no B prefetch). */
+#define OP_CONV_BF16_1X1_OUT16_CONV 64
 static int op_conv_bf16_opts = 0;
 
 #if defined(OP_BF16_HAS_DP)
@@ -1327,7 +1390,7 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
     if (inplace && d->nhwc && !amx && y_bf16 && (op_conv_bf16_opts & OP_CONV_BF16_1X1_OUT16) &&
         (d->c / G) % 32 == 0 && d->c % 1024 != 0 && (!blk || blk->kc <= 0 || blk->kc % 32 == 0)) {
         ops = op_bf16_dp_ref_ops;
-        ops.ukr16 = op_ukr16_dp_ref;
+        ops.ukr16 = (op_conv_bf16_opts & OP_CONV_BF16_1X1_OUT16_CONV) ? op_conv_ukr16_a_dp : op_ukr16_dp_ref;
     }
 #endif
     op_convb_geo q;
@@ -1344,7 +1407,8 @@ int op_conv_bf16_options(int flags)
 #if defined(OP_BF16_NATIVE)
     const int old = op_conv_bf16_opts;
     if (flags >= 0) op_conv_bf16_opts = flags & (OP_CONV_BF16_BRG | OP_CONV_BF16_SKIP_PAD | OP_CONV_BF16_NSPLIT_PACK |
-                                             OP_CONV_BF16_1X1_OUT16 | OP_CONV_BF16_1X1_STRIDED_REF);
+                                             OP_CONV_BF16_1X1_OUT16 | OP_CONV_BF16_1X1_STRIDED_REF |
+                                             OP_CONV_BF16_1X1_OUT16_CONV);
     return old;
 #else
     (void)flags;
