@@ -62,3 +62,47 @@ def test_1x1_strided_ref_same_bits_with_nan_inf():
         for u, v in zip(out[0], other):
             np.testing.assert_array_equal(np.asarray(u, np.float32), np.asarray(v, np.float32))
     assert np.isnan(np.asarray(out[0][0], np.float32)).any()
+
+
+# The NHWC 1x1 stride-1 bfloat16-output path's own panel kernel (op_conv_bf16_options bit 64, the
+# registry's "1x1_out16_conv", on top of "1x1_out16", bit 8)
+OUT16, OUT16_CONV = 8, 64
+# (n, c, h, w, oc, groups): full 14-row panels and a row tail, an OC tail; per-group calls (bias)
+CASES_S1 = [(2, 64, 5, 7, 40, 1), (1, 64, 3, 5, 48, 2), (1, 96, 6, 7, 32, 1)]
+
+
+@pytest.mark.parametrize("case", CASES_S1, ids=lambda c: "x".join(map(str, c)))
+def test_1x1_out16_conv(level, case):
+    n, c, h, w, oc, g = case
+    lib = _lib()
+    old = lib.op_conv_bf16_options(-1)
+    try:
+        lib.op_conv_bf16_options(old | OUT16 | OUT16_CONV)
+        run_case(n, c, h, w, oc, 1, 1, 1, 0, 1, g, layout="NHWC", activation="relu", dtype=bfloat16)
+    finally:
+        lib.op_conv_bf16_options(old)
+
+
+def test_1x1_out16_conv_same_bits_with_nan_inf():
+    """The conv panel kernel, the GEMM's and the float-tile path give the same bits (bias, ReLU, NaN
+    and Inf inputs, bfloat16 and float32 output)."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 7, 8, 64)).astype(np.float32)
+    x[0, 1, 2, 3], x[1, 6, 7, 63] = np.nan, np.inf
+    x = x.astype(bfloat16)
+    wt = rng.standard_normal((72, 64, 1, 1)).astype(bfloat16)
+    b = rng.standard_normal(72).astype(np.float32)
+    lib = _lib()
+    old = lib.op_conv_bf16_options(-1)
+    try:
+        out = []
+        for opt in (old | OUT16 | OUT16_CONV, (old | OUT16) & ~OUT16_CONV, old & ~(OUT16 | OUT16_CONV)):
+            lib.op_conv_bf16_options(opt)
+            out.append([onepath.conv2d(x, wt, bb, layout="NHWC", activation=act, dtype=dt)
+                        for dt in (bfloat16, np.float32) for bb, act in ((None, None), (b, "relu"))])
+    finally:
+        lib.op_conv_bf16_options(old)
+    for other in out[1:]:
+        for u, v in zip(out[0], other):
+            np.testing.assert_array_equal(np.asarray(u, np.float32), np.asarray(v, np.float32))
+    assert np.isnan(np.asarray(out[0][0], np.float32)).any()

@@ -126,7 +126,7 @@ def test_skip_pad_is_per_weight_panel(level, brg, stride):
 
 
 def test_brg_rule_is_per_uarch():
-    assert registry.conv_bf16_flags("avx512_core_bf16", uarch="zen4") == 47   # brg, skip_pad, nsplit_pack, 1x1_out16, 1x1_strided_ref
+    assert registry.conv_bf16_flags("avx512_core_bf16", uarch="zen4") == 111   # brg, skip_pad, nsplit_pack, 1x1_out16, 1x1_strided_ref, 1x1_out16_conv
     assert registry.conv_bf16_flags("avx512_core_amx", uarch="sapphirerapids") == 0
 
 

@@ -501,12 +501,20 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # 2 threads, paired in one process (median of 7), GFLOP/s "brg" -> "1x1_strided_ref" (the GEMM over the
 # gathered copy beside it): res3a_branch1 batch 8 364 -> 398 (378), batch 1 402 -> 426 (410);
 # res4a_branch1 batch 1 403 -> 420 (415).
+# "1x1_out16_conv": with "1x1_out16", the full 14-row panels run the conv's own in-place-A kernel
+# (op_conv_ukr16_a_dp: five row bases, the next panel's rows prefetched, no B prefetch; the same
+# VDPBF16PS order and bfloat16 write-out from the registers) instead of the GEMM's; the same bits.
+# zen4, same VM, 2 threads, paired in one process (median of 7), GFLOP/s without -> with: batch 8
+# res2a_branch2a 374 -> 400, res2_branch2c 397 -> 411, res3_branch2c 416 -> 430, res2_branch2a
+# 424 -> 435, res5_branch2c 424 -> 435, res3_branch2a 438 -> 441; batch 1 res2a_branch2a 317 -> 342,
+# res2_branch2c 367 -> 388, res3_branch2c 349 -> 359, res4_branch2c 399 -> 395 (noise).
 # Unmeasured on Intel (its AMX level has the tile kernels): no row.
 CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16", "1x1_strided_ref"),
+    ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16", "1x1_strided_ref",
+                                    "1x1_out16_conv"),
 }
 CONV_BF16_FLAGS = {"brg": 1, "skip_pad": 2, "brg_nsplit_pack": 4, "1x1_out16": 8,
-                   "1x1_strided_ref": 32}  # the bits of op_conv_bf16_options
+                   "1x1_strided_ref": 32, "1x1_out16_conv": 64}  # the bits of op_conv_bf16_options
 
 
 def conv_bf16_flags(level: str, uarch: str | None = None) -> int:
