@@ -16,7 +16,8 @@
            input ("NHWC over a padded input": depth order (channel block of 32, kh, kw, c), a block
            plan of contiguous runs, so a k32 A row of a pixel is one or a few masked 64-byte loads,
            op_conv_pack_a_nhwc_q) and the weight packed in place in that order
-           (op_conv_pack_b_nhwc_k32). A 1x1 stride-1 unpadded convolution is a plain GEMM.
+           (op_conv_pack_b_nhwc_k32). A 1x1 stride-1 unpadded convolution is a plain GEMM; a strided
+           unpadded 1x1 one (option "1x1_strided_ref") a GEMM over its sampled pixels read in place.
    A bfloat16 output is rounded once per finished tile by the GEMM driver (op_gemm_args.c16): from
    the thread's float tile when the depth fits one KC block, else from the driver's float scratch.
    Levels without BF16 instructions widen the weight and run op_conv2d_f32 (bfloat16 input). */
@@ -1099,7 +1100,7 @@ static int op_brgb_fits(const op_conv_desc *d)
     /* a 1x1 stride-1 convolution stays a GEMM on the input in place (Zen 4, ResNet-50 1x1 layers at
        batch 8: 3-40% faster than this kernel, whose few K blocks per call leave its set-up and
        write-out exposed); a strided 1x1 one takes it (NHWC res3a_branch1: 7% faster than the GEMM
-       over the gathered A). (Rows 4 KiB apart, sw*C a multiple of 2048, would share one L1d set:
+       over the gathered A) unless OP_CONV_BF16_1X1_STRIDED_REF takes it first. (Rows 4 KiB apart, sw*C a multiple of 2048, would share one L1d set:
        the GEMM path.) */
     return (op_conv_bf16_opts & OP_CONV_BF16_BRG) && d->groups == 1 &&
            (d->kh * d->kw >= 2 || d->sh > 1 || d->sw > 1) &&
