@@ -101,3 +101,8 @@ def test_dw_row_kernels_rule():
     assert not registry.dw_row_kernels(row, (1, 1), 14, False, uarch="zen4")
     assert not registry.dw_row_kernels(row, (2, 1), 112, False, uarch="zen4")
     assert not registry.dw_row_kernels(row, (1, 1), 112, False, uarch="sapphirerapids")
+    # batch cap of the wide float32 stride-1 rows only (narrow rows, bfloat16 and stride 2 keep them)
+    assert not registry.dw_row_kernels(row, (1, 1), 112, False, uarch="zen4", n=8)
+    assert registry.dw_row_kernels(row, (1, 1), 7, False, uarch="zen4", n=8)
+    assert registry.dw_row_kernels(row, (2, 2), 112, False, uarch="zen4", n=8)
+    assert registry.dw_row_kernels(row, (1, 1), 14, True, uarch="zen4", n=8)
