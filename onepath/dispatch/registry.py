@@ -535,8 +535,15 @@ DW_ROW_KERNELS: dict[tuple[str, str], dict[str, int]] = {
     ("zen4", "avx512_core"): {"s1_float32": 56, "s1_bfloat16": 9, "s2_float32": 28, "s2_bfloat16": 28,
                               "s1_float32_narrow": 8, "s1_bfloat16_narrow": 8,
                               "s2_float32_narrow": 16, "s2_bfloat16_narrow": 16,
-                              "s1_float32_max_batch": 1},
+                              "s1_float32_max_batch": 1, "s1_bfloat16_widen": 56},
 }
+# "s1_bfloat16_widen": the smallest input width at which a bfloat16 stride-1 request (already asking
+# for the row kernels) also sets op_conv_desc.dw_rows bit 2: each plane widened once into float32
+# scratch, then op_dw3_s1r's rows (op_dw3_s1r_w) instead of the even / odd (W > 64) or flat kernel.
+# Zen 4, 2026-12-01, kernel-only best-of 15 at 2 threads, inputs 16 B and outputs 48 B off a cache
+# line (as numpy's), bfloat16 in and out, this shared host, two runs: 112x112 C32 115.9 / 114.9 ->
+# 119.9 / 123.0 GFLOP/s, 56x56 C144 105.8 / 106.6 -> 110.0 / 109.2; 28x28 C192 even (102.0 / 100.4
+# -> 98.7 / 101.3: not taken). Not measured on Intel: no row.
 
 
 def dw_row_kernels(row: Kernel, stride: tuple[int, int], w: int, x_bf16: bool,
@@ -556,6 +563,19 @@ def dw_row_kernels(row: Kernel, stride: tuple[int, int], w: int, x_bf16: bool,
     key = f"s{stride[0]}_{'bfloat16' if x_bf16 else 'float32'}"
     wide = key in lim and w >= lim[key] and n <= lim.get(key + "_max_batch", n)
     return wide or w <= lim.get(key + "_narrow", 0)
+
+
+def dw_row_flags(row: Kernel, stride: tuple[int, int], w: int, x_bf16: bool,
+                 uarch: str | None = None, n: int = 1) -> int:
+    """``op_conv_desc.dw_rows`` for a depthwise NCHW problem (arguments as ``dw_row_kernels``): bit 1
+    when ``dw_row_kernels`` asks for the row-register kernels, plus bit 2 for a bfloat16 stride-1
+    input at least ``DW_ROW_KERNELS``' ``s1_bfloat16_widen`` wide (the plane widened once, then
+    float32 rows); 0 for neither."""
+    if not dw_row_kernels(row, stride, w, x_bf16, uarch, n):
+        return 0
+    lim = DW_ROW_KERNELS.get((uarch or _probe().uarch, row.level), {})
+    widen = x_bf16 and stride == (1, 1) and w >= lim.get("s1_bfloat16_widen", w + 1)
+    return 1 | (2 if widen else 0)
 
 
 def blocking_for(row: Kernel, caches: dict, elem_size: int | None = None) -> tuple[int, int, int]:
