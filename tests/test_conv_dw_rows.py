@@ -110,9 +110,10 @@ def test_dw_row_kernels_rule():
     assert registry.dw_row_kernels(row, (1, 1), 7, False, uarch="zen4", n=8)
     assert registry.dw_row_kernels(row, (2, 2), 112, False, uarch="zen4", n=8)
     assert registry.dw_row_kernels(row, (1, 1), 14, True, uarch="zen4", n=8)
-    # dw_rows bit 2: bfloat16 stride-1 rows from 56 columns widened first
+    # dw_rows bit 2: bfloat16 stride-1 rows of more than 64 columns widened first
     assert registry.dw_row_flags(row, (1, 1), 112, True, uarch="zen4") == 3
-    assert registry.dw_row_flags(row, (1, 1), 28, True, uarch="zen4") == 1
+    assert registry.dw_row_flags(row, (1, 1), 112, True, uarch="zen4", n=8) == 3
+    assert registry.dw_row_flags(row, (1, 1), 56, True, uarch="zen4") == 1
     assert registry.dw_row_flags(row, (1, 1), 112, False, uarch="zen4") == 1
     assert registry.dw_row_flags(row, (2, 2), 112, True, uarch="zen4") == 1
     assert registry.dw_row_flags(row, (1, 1), 112, True, uarch="sapphirerapids") == 0

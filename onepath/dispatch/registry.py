@@ -535,15 +535,16 @@ DW_ROW_KERNELS: dict[tuple[str, str], dict[str, int]] = {
     ("zen4", "avx512_core"): {"s1_float32": 56, "s1_bfloat16": 9, "s2_float32": 28, "s2_bfloat16": 28,
                               "s1_float32_narrow": 8, "s1_bfloat16_narrow": 8,
                               "s2_float32_narrow": 16, "s2_bfloat16_narrow": 16,
-                              "s1_float32_max_batch": 1, "s1_bfloat16_widen": 56},
+                              "s1_float32_max_batch": 1, "s1_bfloat16_widen": 65},
 }
 # "s1_bfloat16_widen": the smallest input width at which a bfloat16 stride-1 request (already asking
 # for the row kernels) also sets op_conv_desc.dw_rows bit 2: each plane widened once into float32
-# scratch, then op_dw3_s1r's rows (op_dw3_s1r_w) instead of the even / odd (W > 64) or flat kernel.
-# Zen 4, 2026-12-01, kernel-only best-of 15 at 2 threads, inputs 16 B and outputs 48 B off a cache
-# line (as numpy's), bfloat16 in and out, this shared host, two runs: 112x112 C32 115.9 / 114.9 ->
-# 119.9 / 123.0 GFLOP/s, 56x56 C144 105.8 / 106.6 -> 110.0 / 109.2; 28x28 C192 even (102.0 / 100.4
-# -> 98.7 / 101.3: not taken). Not measured on Intel: no row.
+# scratch, then op_dw3_s1r's rows (op_dw3_s1r_w) instead of the even / odd kernel (rows of more than
+# 64 columns). Zen 4, 2026-12-01, this shared host, bfloat16 in and out, MobileNet-v2 112x112 C32:
+# kernel-only best-of 15 at 2 threads through onepath's numpy operands, batch 1, two runs 91.4 / 91.4
+# -> 107.8 / 107.5 GFLOP/s; batch 8 (best-of 9) 109.9 / 111.5 -> 118.2 / 118.3; 1 thread 56.5 ->
+# 61.4. 56x56 C144 (against the flat kernel) was even (81.5 / 79.5 -> 78.3 / 80.9): not taken.
+# Not measured on Intel: no row.
 
 
 def dw_row_kernels(row: Kernel, stride: tuple[int, int], w: int, x_bf16: bool,

@@ -17,7 +17,8 @@
        microarchitecture by the registry): one 16-column vector of R output rows at a time
        (stride 1 with padding 1 along W: op_dw3_s1r; stride 2: op_dw3_s2r), and for rows of at most
        8 columns one 256-bit vector per row (stride 1: op_dw3_r8; stride 2, input rows of <= 16
-       columns: op_dw3_s2n).
+       columns: op_dw3_s2n); with dw_rows bit 2, bfloat16 stride-1 rows of more than 16 columns
+       widen each plane once into scratch, then run op_dw3_s1r's float32 rows (op_dw3_s1r_w).
    NHWC: one task per output row; the channel axis is the vector axis (acc[c] += w[c] x[c]); AVX-512
    builds run 3x3 multiplier-1 problems on op_dw_nhwc_row16 (weights and 4-8 output pixels in
    registers). bfloat16 input is widened while it is read (bfloat16 weights once per call). Bias and
@@ -44,7 +45,8 @@ typedef struct {
                                 rows, 2 flat (stride 1), 3 phase planes (stride 2), 5 whole rows in
                                 registers (stride 1), 7 even / odd columns (bfloat16, stride 1),
                                 8 / 9 row-register vectors (stride 1 / 2), 10 widened whole rows
-                                (bfloat16, 9..16 columns), 11 / 12 256-bit rows (<= 8 columns, stride 1 / 2); NHWC 3x3 multiplier 1:
+                                (bfloat16, 9..16 columns), 11 / 12 256-bit rows (<= 8 columns, stride 1 / 2),
+                                13 widened planes on row-register vectors (bfloat16, stride 1); NHWC 3x3 multiplier 1:
                                 4 channel vectors */
     int64_t chunk;           /* NCHW: output planes per task (one division per task, not per plane) */
 #if defined(OP_HAS_AVX512)
@@ -1151,7 +1153,7 @@ OP_INLINE void op_dw3_s1r(const op_dw_ctx *c, int64_t p0, int64_t p1, const int 
     }
 }
 
-/* op_dw3_s1r for bfloat16 input (dw_rows bit 2; zen4 only, registry.DW_ROW_KERNELS "_widen"): each
+/* op_dw3_s1r for bfloat16 input (dw_rows bit 2; zen4 only, registry.DW_ROW_KERNELS "s1_bfloat16_widen"): each
    plane is first widened once into the thread's float32 scratch (double-buffered, as op_dw3_rowv_w),
    then computed as float32 rows; the output may be float32 or bfloat16 (YB). */
 OP_INLINE void op_dw3_s1r_w(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_RESTRICT s, const int YB)
