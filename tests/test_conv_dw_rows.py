@@ -70,13 +70,17 @@ def _run(lib, ffi, case, x_bf16, y_bf16, act, dw_rows, threads):
 @pytest.mark.parametrize("io", ["f32", "bf16", "bf16_yb"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
 def test_depthwise_row_kernels(level, case, io):
-    """dw_rows = 1 (the row-register kernels where the geometry fits) agrees with the float64
-    reference, without activation and with relu (the activation-specialised and generic copies)."""
+    """dw_rows = 1 (the row-register kernels where the geometry fits), and 3 where bit 2 changes the
+    kernel, agree with the float64 reference, without activation and with relu (the
+    activation-specialised and generic copies)."""
     mod = load(level)
     onepath._stats.record("conv2d", "bfloat16" if io != "f32" else "float32", level)
     x_bf16, y_bf16 = io != "f32", io == "bf16_yb"
-    for act, threads in ((0, 1), (1, 2)):  # OP_ACT_NONE, OP_ACT_RELU
-        got, ref, mag = _run(mod.lib, mod.ffi, case, x_bf16, y_bf16, act, 1, threads)
+    # dw_rows 3: bit 2 as well (bfloat16 stride-1 rows of more than 16 columns: the plane widened)
+    for act, threads, dw_rows in ((0, 1, 1), (1, 2, 1), (0, 1, 3), (1, 2, 3)):  # OP_ACT_NONE, OP_ACT_RELU
+        if dw_rows == 3 and not (x_bf16 and case[3] == 1 and case[2] > 16):
+            continue
+        got, ref, mag = _run(mod.lib, mod.ffi, case, x_bf16, y_bf16, act, dw_rows, threads)
         if act == 1:
             ref = np.maximum(ref, 0.0)
         tol = 16 * EPS32 * mag + 1e-6 + (np.abs(ref) * 2.0 ** -8 if y_bf16 else 0.0)
@@ -101,3 +105,15 @@ def test_dw_row_kernels_rule():
     assert not registry.dw_row_kernels(row, (1, 1), 14, False, uarch="zen4")
     assert not registry.dw_row_kernels(row, (2, 1), 112, False, uarch="zen4")
     assert not registry.dw_row_kernels(row, (1, 1), 112, False, uarch="sapphirerapids")
+    # batch cap of the wide float32 stride-1 rows only (narrow rows, bfloat16 and stride 2 keep them)
+    assert not registry.dw_row_kernels(row, (1, 1), 112, False, uarch="zen4", n=8)
+    assert registry.dw_row_kernels(row, (1, 1), 7, False, uarch="zen4", n=8)
+    assert registry.dw_row_kernels(row, (2, 2), 112, False, uarch="zen4", n=8)
+    assert registry.dw_row_kernels(row, (1, 1), 14, True, uarch="zen4", n=8)
+    # dw_rows bit 2: bfloat16 stride-1 rows of more than 64 columns widened first
+    assert registry.dw_row_flags(row, (1, 1), 112, True, uarch="zen4") == 3
+    assert registry.dw_row_flags(row, (1, 1), 112, True, uarch="zen4", n=8) == 3
+    assert registry.dw_row_flags(row, (1, 1), 56, True, uarch="zen4") == 1
+    assert registry.dw_row_flags(row, (1, 1), 112, False, uarch="zen4") == 1
+    assert registry.dw_row_flags(row, (2, 2), 112, True, uarch="zen4") == 1
+    assert registry.dw_row_flags(row, (1, 1), 112, True, uarch="sapphirerapids") == 0

@@ -541,19 +541,35 @@ def conv_bf16_flags(level: str, uarch: str | None = None) -> int:
 # (27.4 -> 18.9 us, 15.0 -> 10.5 us). Stride 2, input rows of <= 16 columns and left padding 1
 # (op_dw3_s2n, other paddings keep the default): 14x14 -> 7x7 (C576) 1.6-1.8x faster than the
 # phase-plane kernel at 1 and 2 threads (f32 25.0 -> 15.9 us, 17.5 -> 10.8; bf16 27.0 -> 15.3, 18.9 -> 10.6).
+# A key ending in "_max_batch" caps the batch for the wide rows of the same request (the "_narrow"
+# rows keep no cap). Zen 4, 2026-12-01, kernel-only best-of 7 at 2 threads, this shared host, batch 8
+# (inputs of 13-14 MB, streamed from memory: op_dw3_s1r keeps R + 2 = 10 input and 8 output rows in
+# flight, the whole-row kernel 3 + 1 or 4 + 2): stride 1 float32 MobileNet-v2 112x112 C32 op_dw3_s1r
+# 99.6 -> whole rows 140.2 GFLOP/s, 56x56 C144 70.2 -> 97.3; at batch 1 op_dw3_s1r stays (112x112
+# C32 165 vs 150 GFLOP/s, 56x56 C144 137-141 vs 136-145: even).
 DW_ROW_KERNELS: dict[tuple[str, str], dict[str, int]] = {
     ("zen4", "avx512_core"): {"s1_float32": 56, "s1_bfloat16": 9, "s2_float32": 28, "s2_bfloat16": 28,
                               "s1_float32_narrow": 8, "s1_bfloat16_narrow": 8,
-                              "s2_float32_narrow": 16, "s2_bfloat16_narrow": 16},
+                              "s2_float32_narrow": 16, "s2_bfloat16_narrow": 16,
+                              "s1_float32_max_batch": 1, "s1_bfloat16_widen": 65},
 }
+# "s1_bfloat16_widen": the smallest input width at which a bfloat16 stride-1 request (already asking
+# for the row kernels) also sets op_conv_desc.dw_rows bit 2: each plane widened once into float32
+# scratch, then op_dw3_s1r's rows (op_dw3_s1r_w) instead of the even / odd kernel (rows of more than
+# 64 columns). Zen 4, 2026-12-01, this shared host, bfloat16 in and out, MobileNet-v2 112x112 C32:
+# kernel-only best-of 15 at 2 threads through onepath's numpy operands, batch 1, two runs 91.4 / 91.4
+# -> 107.8 / 107.5 GFLOP/s; batch 8 (best-of 9) 109.9 / 111.5 -> 118.2 / 118.3; 1 thread 56.5 ->
+# 61.4. 56x56 C144 (against the flat kernel) was even (81.5 / 79.5 -> 78.3 / 80.9): not taken.
+# Not measured on Intel: no row.
 
 
 def dw_row_kernels(row: Kernel, stride: tuple[int, int], w: int, x_bf16: bool,
-                   uarch: str | None = None) -> bool:
+                   uarch: str | None = None, n: int = 1) -> bool:
     """Whether a depthwise NCHW problem on conv ``row`` (``stride`` (sh, sw), input width ``w``,
-    bfloat16 input when ``x_bf16``) asks for the row-register 3x3 kernels on ``uarch`` (default: this
-    host's), per ``DW_ROW_KERNELS``: ``w`` at least the key's width, or at most its ``_narrow``
-    width (the kernel still checks that the geometry fits them)."""
+    bfloat16 input when ``x_bf16``, batch ``n``) asks for the row-register 3x3 kernels on ``uarch``
+    (default: this host's), per ``DW_ROW_KERNELS``: ``w`` at least the key's width (and ``n`` at most
+    its ``_max_batch`` where it has one), or at most its ``_narrow`` width (the kernel still checks
+    that the geometry fits them)."""
     if row.algorithm != "depthwise" or stride not in ((1, 1), (2, 2)):
         return False
     if uarch is None:
@@ -562,7 +578,21 @@ def dw_row_kernels(row: Kernel, stride: tuple[int, int], w: int, x_bf16: bool,
     if lim is None:
         return False
     key = f"s{stride[0]}_{'bfloat16' if x_bf16 else 'float32'}"
-    return (key in lim and w >= lim[key]) or w <= lim.get(key + "_narrow", 0)
+    wide = key in lim and w >= lim[key] and n <= lim.get(key + "_max_batch", n)
+    return wide or w <= lim.get(key + "_narrow", 0)
+
+
+def dw_row_flags(row: Kernel, stride: tuple[int, int], w: int, x_bf16: bool,
+                 uarch: str | None = None, n: int = 1) -> int:
+    """``op_conv_desc.dw_rows`` for a depthwise NCHW problem (arguments as ``dw_row_kernels``): bit 1
+    when ``dw_row_kernels`` asks for the row-register kernels, plus bit 2 for a bfloat16 stride-1
+    input at least ``DW_ROW_KERNELS``' ``s1_bfloat16_widen`` wide (the plane widened once, then
+    float32 rows); 0 for neither."""
+    if not dw_row_kernels(row, stride, w, x_bf16, uarch, n):
+        return 0
+    lim = DW_ROW_KERNELS.get((uarch or _probe().uarch, row.level), {})
+    widen = x_bf16 and stride == (1, 1) and w >= lim.get("s1_bfloat16_widen", w + 1)
+    return 1 | (2 if widen else 0)
 
 
 def blocking_for(row: Kernel, caches: dict, elem_size: int | None = None) -> tuple[int, int, int]:

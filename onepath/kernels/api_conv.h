@@ -20,7 +20,9 @@ typedef struct {
                                 op_conv2d_bf16 only: the input and output transposed around it) */
     int dw_rows;             /* op_conv2d_dw_f32, NCHW 3x3 at the AVX-512 levels: 1 runs the
                                 row-register kernels where the geometry fits them (stride 1 with
-                                padding 1 along W and OW = W, or stride 2), 0 the default choice */
+                                padding 1 along W and OW = W, or stride 2), 0 the default choice;
+                                with bit 2 as well, bfloat16 stride-1 rows of more than 16 columns
+                                widen each plane once, then run float32 rows (op_dw3_s1r_w) */
 } op_conv_desc;
 
 /* Convolution as a GEMM through the level's GEMM driver and f32 micro-kernel (no im2col buffer):

@@ -17,7 +17,8 @@
        microarchitecture by the registry): one 16-column vector of R output rows at a time
        (stride 1 with padding 1 along W: op_dw3_s1r; stride 2: op_dw3_s2r), and for rows of at most
        8 columns one 256-bit vector per row (stride 1: op_dw3_r8; stride 2, input rows of <= 16
-       columns: op_dw3_s2n).
+       columns: op_dw3_s2n); with dw_rows bit 2, bfloat16 stride-1 rows of more than 16 columns
+       widen each plane once into scratch, then run op_dw3_s1r's float32 rows (op_dw3_s1r_w).
    NHWC: one task per output row; the channel axis is the vector axis (acc[c] += w[c] x[c]); AVX-512
    builds run 3x3 multiplier-1 problems on op_dw_nhwc_row16 (weights and 4-8 output pixels in
    registers). bfloat16 input is widened while it is read (bfloat16 weights once per call). Bias and
@@ -44,7 +45,8 @@ typedef struct {
                                 rows, 2 flat (stride 1), 3 phase planes (stride 2), 5 whole rows in
                                 registers (stride 1), 7 even / odd columns (bfloat16, stride 1),
                                 8 / 9 row-register vectors (stride 1 / 2), 10 widened whole rows
-                                (bfloat16, 9..16 columns), 11 / 12 256-bit rows (<= 8 columns, stride 1 / 2); NHWC 3x3 multiplier 1:
+                                (bfloat16, 9..16 columns), 11 / 12 256-bit rows (<= 8 columns, stride 1 / 2),
+                                13 widened planes on row-register vectors (bfloat16, stride 1); NHWC 3x3 multiplier 1:
                                 4 channel vectors */
     int64_t chunk;           /* NCHW: output planes per task (one division per task, not per plane) */
 #if defined(OP_HAS_AVX512)
@@ -1114,9 +1116,9 @@ OP_INLINE void op_dw3_s1r_col(const op_dw_ctx *c, const char *const *rp, const _
     }
 }
 
-OP_INLINE void op_dw3_s1r_blk(const op_dw_ctx *c, int64_t plane, const __m512 *wv, __m512 bv,
-                              int64_t yrow, int64_t oh0, const int R, const int A2, const int ACT,
-                              const int BF16, const int YB)
+OP_INLINE void op_dw3_s1r_blk(const op_dw_ctx *c, const void *xs, int64_t plane, const __m512 *wv,
+                              __m512 bv, int64_t yrow, int64_t oh0, const int R, const int A2,
+                              const int ACT, const int BF16, const int YB)
 {
     const op_conv_desc *d = c->d;
     const int64_t H = d->h, W = d->w;
@@ -1124,7 +1126,7 @@ OP_INLINE void op_dw3_s1r_blk(const op_dw_ctx *c, int64_t plane, const __m512 *w
     const char *rp[10];
     for (int t = 0; t < R + 2; t++) {
         const int64_t ih = oh0 - d->pt + t;
-        rp[t] = ih >= 0 && ih < H ? (const char *)c->x + (plane + ih * W) * esz
+        rp[t] = ih >= 0 && ih < H ? (const char *)xs + (plane + ih * W) * esz
                                   : (const char *)op_dw3_zrow + 64;
     }
     for (int64_t j0 = 0; j0 < W; j0 += 16) {
@@ -1144,12 +1146,38 @@ OP_INLINE void op_dw3_s1r(const op_dw_ctx *c, int64_t p0, int64_t p1, const int 
         __m512 wv[9], bv;
         op_dw3_row_setup(c, n, oc, HW, OH * W, &plane, &yplane, wv, &bv);
         int64_t oh0 = 0;
-        for (; oh0 + R <= OH; oh0 += R) op_dw3_s1r_blk(c, plane, wv, bv, yplane, oh0, R, A2, ACT, BF16, YB);
-        for (; oh0 + 2 <= OH; oh0 += 2) op_dw3_s1r_blk(c, plane, wv, bv, yplane, oh0, 2, A2, ACT, BF16, YB);
-        if (oh0 < OH) op_dw3_s1r_blk(c, plane, wv, bv, yplane, oh0, 1, A2, ACT, BF16, YB);
+        for (; oh0 + R <= OH; oh0 += R) op_dw3_s1r_blk(c, c->x, plane, wv, bv, yplane, oh0, R, A2, ACT, BF16, YB);
+        for (; oh0 + 2 <= OH; oh0 += 2) op_dw3_s1r_blk(c, c->x, plane, wv, bv, yplane, oh0, 2, A2, ACT, BF16, YB);
+        if (oh0 < OH) op_dw3_s1r_blk(c, c->x, plane, wv, bv, yplane, oh0, 1, A2, ACT, BF16, YB);
         if (++oc == OC) { oc = 0; n++; }
     }
 }
+
+/* op_dw3_s1r for bfloat16 input (dw_rows bit 2; zen4 only, registry.DW_ROW_KERNELS "s1_bfloat16_widen"): each
+   plane is first widened once into the thread's float32 scratch (double-buffered, as op_dw3_rowv_w),
+   then computed as float32 rows; the output may be float32 or bfloat16 (YB). */
+OP_INLINE void op_dw3_s1r_w(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_RESTRICT s, const int YB)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t OC = d->oc, OH = d->oh, W = d->w, HW = d->h * W, tot = op_roundup64(HW, 16) + 16;
+    enum { R = 8 };
+    op_dw3_widen(c, p0, s, HW);
+    int64_t n = p0 / OC, oc = p0 % OC;
+    for (int64_t p = p0; p < p1; p++) {
+        const float *q = s + ((p - p0) & 1) * tot;
+        if (p + 1 < p1) op_dw3_widen(c, p + 1, s + ((p + 1 - p0) & 1) * tot, HW);
+        int64_t plane, yplane;
+        __m512 wv[9], bv;
+        op_dw3_row_setup(c, n, oc, HW, OH * W, &plane, &yplane, wv, &bv);
+        int64_t oh0 = 0;
+        for (; oh0 + R <= OH; oh0 += R) op_dw3_s1r_blk(c, q, 0, wv, bv, yplane, oh0, R, 0, 1, 0, YB);
+        for (; oh0 + 2 <= OH; oh0 += 2) op_dw3_s1r_blk(c, q, 0, wv, bv, yplane, oh0, 2, 0, 1, 0, YB);
+        if (oh0 < OH) op_dw3_s1r_blk(c, q, 0, wv, bv, yplane, oh0, 1, 0, 1, 0, YB);
+        if (++oc == OC) { oc = 0; n++; }
+    }
+}
+static OP_NOINLINE void op_dw3_s1r_w_bf16(const op_dw_ctx *c, int64_t p0, int64_t p1, float *s) { op_dw3_s1r_w(c, p0, p1, s, 0); }
+static OP_NOINLINE void op_dw3_s1r_w_bf16_yb(const op_dw_ctx *c, int64_t p0, int64_t p1, float *s) { op_dw3_s1r_w(c, p0, p1, s, 1); }
 /* float32 only (bfloat16 input: the even / odd, flat and widened whole-row kernels measured faster) */
 static OP_NOINLINE void op_dw3_s1r_f32(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_s1r(c, p0, p1, 8, 0, 1, 0, 0); }
 static OP_NOINLINE void op_dw3_s1r_f32_noact(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_s1r(c, p0, p1, 8, 0, 0, 0, 0); }
@@ -1519,6 +1547,10 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
         else op_dw3_eo_bf16(c, p0, p1);
         return;
     }
+    if (c->direct3 == 13) {
+        (c->ybf16 ? op_dw3_s1r_w_bf16_yb : op_dw3_s1r_w_bf16)(c, p0, p1, buf);
+        return;
+    }
     if (c->direct3 == 10) {
         (c->ybf16 ? op_dw3_rowv_w1_yb : op_dw3_rowv_w1)(c, p0, p1, buf);
         return;
@@ -1608,7 +1640,7 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
         c.direct3 = 7;
     /* the row-register kernels, where the caller asks for them (op_conv_desc.dw_rows: chosen per
        microarchitecture by registry.dw_row_kernels) and the geometry fits them */
-    if (c.direct3 && d->dw_rows && d->w <= OP_DW3_ZROW - 128) {
+    if (c.direct3 && (d->dw_rows & 1) && d->w <= OP_DW3_ZROW - 128) {
         if (d->sw == 1 && d->pl == 1 && d->ow == d->w && d->w <= 8) {
             c.direct3 = 11;  /* rows of <= 8 columns: one 256-bit vector per row (op_dw3_r8) */
         } else if (d->sw == 2 && d->pl == 1 && d->w <= 16 && d->ow <= 8) {
@@ -1616,6 +1648,8 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
         } else if (d->sw == 1 && d->pl == 1 && d->ow == d->w && x_bf16) {
             if (d->w >= 9 && d->w <= 16)
                 c.direct3 = 10;  /* (wider bfloat16 rows keep the flat and even / odd kernels) */
+            else if ((d->dw_rows & 2) && d->w > 16)
+                c.direct3 = 13;  /* the plane widened, then float32 rows (op_dw3_s1r_w) */
         } else if (d->sw == 1 && d->pl == 1 && d->ow == d->w)
             c.direct3 = 8;
         else if (d->sw == 2 && d->pl <= 15 && d->w > 16)
@@ -1662,7 +1696,7 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
             c.fm0[b] = (uint16_t)m0;
             c.fm2[b] = (uint16_t)m2;
         }
-    } else if (c.direct3 == 10) {
+    } else if (c.direct3 == 10 || c.direct3 == 13) {
         c.scratch_elems = 2 * (op_roundup64(d->h * d->w, 16) + 16);
     } else if (c.direct3 == 3) {
         c.scratch_elems = op_dw3_s2_scratch(d->oh);

@@ -519,7 +519,7 @@ def _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc
     if joint:
         d.nhwc = 0
     if algo == "depthwise" and not nhwc:
-        d.dw_rows = 1 if registry.dw_row_kernels(row, st, wd, bool(x_bf16)) else 0
+        d.dw_rows = registry.dw_row_flags(row, st, wd, bool(x_bf16), n=n)
     pl.desc = d
     pl.blk = ffi.new("op_blocking *", {"mc": row.mc, "kc": row.kc, "nc": row.nc})
     pl.wtype = "uint16_t[]" if native else "float[]"
