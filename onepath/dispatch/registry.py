@@ -494,11 +494,18 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # batch 8 NHWC, paired in one process with torch 2.13 (median of 7), GFLOP/s without -> with:
 # res2_branch2c 333 -> 398 (0.77 -> 0.92x torch), res2a_branch2a 326 -> 370 (0.81 -> 0.92x),
 # res3_branch2c 365 -> 417 (0.85 -> 0.97x).
+# "brg_inplace" (with "skip_pad"): that kernel reads a padded NHWC input in place instead of its
+# padded copy (the H padding rows skipped as above, a W padding tap of a border pixel reading a line of
+# zeros: the same products, the same bits), when the padding is at most one pixel per side and the
+# weight is packed in one pass and all finite (else the copy). zen4, same VM, 2 threads, paired in one
+# process (median of ~90), us/call "brg" + "skip_pad" -> with "brg_inplace": NHWC res2_branch2b
+# batch 1 578 -> 555 (0.97 -> 1.01x torch), batch 8 4517 -> 4481.
 # Unmeasured on Intel (its AMX level has the tile kernels): no row.
 CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16"),
+    ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16", "brg_inplace"),
 }
-CONV_BF16_FLAGS = {"brg": 1, "skip_pad": 2, "brg_nsplit_pack": 4, "1x1_out16": 8}  # the bits of op_conv_bf16_options
+CONV_BF16_FLAGS = {"brg": 1, "skip_pad": 2, "brg_nsplit_pack": 4, "1x1_out16": 8,
+                   "brg_inplace": 16}  # the bits of op_conv_bf16_options
 
 
 def conv_bf16_flags(level: str, uarch: str | None = None) -> int:
