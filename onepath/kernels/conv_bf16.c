@@ -1151,23 +1151,28 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, int inplac
         /* the input in place: per panel and kernel column, the rows whose input pixel lies in the
            W padding (inexact: one outside OP_BRGB_ZROWS, or the H padding rows not skipped) */
         int inexact = !(opts & OP_CONV_BF16_SKIP_PAD), anyw = 0;
-        for (int64_t pa = 0; skipw && pa < np; pa++) {
-            const int64_t *p = pan + 3 * pa;
+        int16_t *hm = skipw ? (int16_t *)malloc(sizeof(int16_t) * (size_t)(OW / 7 * KW)) : NULL;
+        if (skipw && !hm) inexact = 1;
+        for (int64_t h = 0; hm && h < OW / 7; h++)   /* per half position in a row */
             for (int64_t kj = 0; kj < KW; kj++) {
                 int m = 0;
-                for (int h = 0; h < 2; h++) {
-                    if (p[h] < 0) continue;
-                    const int64_t ow0 = p[h] % OW;
-                    for (int i = 0; i < 7; i++) {
-                        const int64_t iw = (ow0 + i) * d->sw - d->pl + kj * d->dw;
-                        if (iw < 0 || iw >= d->w) m |= 1 << (7 * h + i);
-                    }
+                for (int i = 0; i < 7; i++) {
+                    const int64_t iw = (7 * h + i) * d->sw - d->pl + kj * d->dw;
+                    if (iw < 0 || iw >= d->w) m |= 1 << i;
                 }
-                if (m & ~OP_BRGB_ZROWS) inexact = 1;
+                hm[h * KW + kj] = (int16_t)m;
                 anyw |= m;
+            }
+        for (int64_t pa = 0; hm && anyw && pa < np; pa++) {
+            const int64_t *p = pan + 3 * pa;
+            const int16_t *h0 = hm + (p[0] % OW) / 7 * KW, *h1 = p[1] >= 0 ? hm + (p[1] % OW) / 7 * KW : NULL;
+            for (int64_t kj = 0; kj < KW; kj++) {
+                const int m = h0[kj] | (h1 ? h1[kj] << 7 : 0);
+                if (m & ~OP_BRGB_ZROWS) inexact = 1;
                 wmask[pa * KW + kj] = (int16_t)m;
             }
         }
+        free(hm);
         op_gemm_args g;
         memset(&g, 0, sizeof g);
         g.n = d->oc;
@@ -1224,7 +1229,9 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, int inplac
         /* the input read in place: every padding tap skipped, the weight packed (and checked) first */
         int nf = 0;
         if (inplace && (inexact || c.pk)) goto copy;
-        if (!c.pk) op_parallel_for(npn * K * 32 >= (1 << 16) ? nthreads : 1, npn, op_brgb_pack_task, &pc);
+        /* (the pack on every thread from 16K weights: res2_branch2b's 2 panels of 36 KiB took 3-4% of
+           the batch-1 call on one thread while the other waited) */
+        if (!c.pk) op_parallel_for(npn * K * 32 >= (1 << 14) ? nthreads : 1, npn, op_brgb_pack_task, &pc);
         for (int64_t s = 0; inplace && s < npn; s++) nf |= pnf[s];
         if (nf) goto copy;
         used = op_parallel_for((int)T, c.tm * c.tn, op_brgb_task, &c);
