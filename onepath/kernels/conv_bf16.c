@@ -831,7 +831,9 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
    padding of an output row are left out of its block list (the lists per range [lo, hi) of valid
    kernel rows, blocks in order), and the half panels are paired by that range (a half panel with no
    partner of its range runs alone, 7 rows), so a 7 x 7 output pairs row oh of image n with row oh
-   of image n + 1. The W padding stays in the padded copy (zeros, computed). oneDNN's brgemm
+   of image n + 1. The W padding stays in the padded copy (zeros, computed), or, with
+   OP_CONV_BF16_INPLACE (below), the input is read in place and a W padding tap reads a zero line
+   (the same products). oneDNN's brgemm
    convolution skips padding taps the same way (its kh range per output row); code our own.
    Per-microarchitecture (op_conv_bf16_options bit 1, the registry's CONV_BF16_OPTIONS): off by
    default (the NHWC GEMM over the packed gather), so a host without a row keeps that path. */
