@@ -24,10 +24,12 @@ CASES = [
     (2, 64, 14, 7, 24, 1, 1, 1, 0),                 # 1x1
     (1, 33, 7, 7, 8, 3, 3, 1, 1),                   # odd C: the GEMM path
     (1, 64, 7, 7, 136, 3, 3, 1, 1),                 # weight > input: threads split OC (nsplit, tail panel)
+    (2, 64, 14, 14, 24, 3, 3, 2, ((0, 1), (0, 1))), # bottom / right padding only (read in place, no shift)
 ]
 
 
-@pytest.fixture(params=[0, 1, 3, 7], ids=["off", "brg", "brg_skip_pad", "brg_skip_pad_nsplit_pack"])
+@pytest.fixture(params=[0, 1, 3, 7, 19, 23], ids=["off", "brg", "brg_skip_pad", "brg_skip_pad_nsplit_pack",
+                                                "brg_skip_pad_inplace", "brg_skip_pad_nsplit_pack_inplace"])
 def brg(request, level):
     lib = load(select_conv("implicit_gemm", "bfloat16").level).lib
     old = lib.op_conv_bf16_options(request.param)
@@ -57,19 +59,19 @@ def test_brg_bf16_matches_gemm_path_with_nan_inf():
     old = lib.op_conv_bf16_options(-1)
     try:
         out = {}
-        for opt in (0, 1, 3, 7):
+        for opt in (0, 1, 3, 7, 19, 23):
             lib.op_conv_bf16_options(opt)
             out[opt] = [onepath.conv2d(x, wt, b, padding=1, layout="NHWC", activation="relu", dtype=dt)
                         for dt in (np.float32, bfloat16)]
     finally:
         lib.op_conv_bf16_options(old)
-    for opt in (1, 3, 7):
+    for opt in (1, 3, 7, 19, 23):
         for a, c in zip(out[0], out[opt]):
             np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(c, np.float32))
     assert np.isnan(np.asarray(out[3][1], np.float32)).any()
 
 
-@pytest.mark.parametrize("opt", [None, 3], ids=["shipped", "brg_skip_pad"])
+@pytest.mark.parametrize("opt", [None, 3, 19], ids=["shipped", "brg_skip_pad", "brg_skip_pad_inplace"])
 def test_non_finite_weight_reaches_the_borders_at_every_level(level, opt):
     """An infinite weight at tap (0, 0) gives the same NaN outputs at every level and in both layouts
     and dtypes, the generic level's: the padding taps are computed (0 * inf = NaN), also with the
@@ -126,7 +128,8 @@ def test_skip_pad_is_per_weight_panel(level, brg, stride):
 
 
 def test_brg_rule_is_per_uarch():
-    assert registry.conv_bf16_flags("avx512_core_bf16", uarch="zen4") == 111   # brg, skip_pad, nsplit_pack, 1x1_out16, 1x1_strided_ref, 1x1_out16_conv
+    # brg, skip_pad, nsplit_pack, 1x1_out16, brg_inplace, 1x1_strided_ref, 1x1_out16_conv
+    assert registry.conv_bf16_flags("avx512_core_bf16", uarch="zen4") == 127
     assert registry.conv_bf16_flags("avx512_core_amx", uarch="sapphirerapids") == 0
 
 

@@ -508,12 +508,21 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # res2a_branch2a 374 -> 400, res2_branch2c 397 -> 411, res3_branch2c 416 -> 430, res2_branch2a
 # 424 -> 435, res5_branch2c 424 -> 435, res3_branch2a 438 -> 441; batch 1 res2a_branch2a 317 -> 342,
 # res2_branch2c 367 -> 388, res3_branch2c 349 -> 359, res4_branch2c 399 -> 395 (noise).
+# "brg_inplace" (with "skip_pad"): that kernel reads a padded NHWC input in place instead of its
+# padded copy (the H padding rows skipped as above, a W padding tap of a border pixel reading a line of
+# zeros: the same products, the same bits), when the padding is at most one pixel per side and the
+# weight is packed in one pass and all finite (else the copy). zen4, same VM, 2 threads, paired in one
+# process with torch 2.13 (median of 40-90 rounds), us/call "brg" + "skip_pad" + "brg_nsplit_pack" ->
+# with "brg_inplace": NHWC res2_branch2b batch 1 578 -> 555 (0.97 -> 1.01x torch), batch 8 4369 ->
+# 4192 (0.93 -> 0.97x), res3a_branch2b batch 8 4981 -> 4473 (0.87 -> 0.97x), res3_branch2b batch 8
+# 4129 -> 4084 (0.95 -> 0.96x); batch 1 res3_branch2b / res4_branch2b and batch 8 res4_branch2b (the
+# output-channel split, per-task packs: the copy) unchanged.
 # Unmeasured on Intel (its AMX level has the tile kernels): no row.
 CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16", "1x1_strided_ref",
-                                    "1x1_out16_conv"),
+    ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16", "brg_inplace",
+                                    "1x1_strided_ref", "1x1_out16_conv"),
 }
-CONV_BF16_FLAGS = {"brg": 1, "skip_pad": 2, "brg_nsplit_pack": 4, "1x1_out16": 8,
+CONV_BF16_FLAGS = {"brg": 1, "skip_pad": 2, "brg_nsplit_pack": 4, "1x1_out16": 8, "brg_inplace": 16,
                    "1x1_strided_ref": 32, "1x1_out16_conv": 64}  # the bits of op_conv_bf16_options
 
 

@@ -73,7 +73,8 @@ int op_conv2d_f32_joint(const op_conv_desc *d, int x_bf16);
    op_conv2d_nhwc_brg_bf16; bit 2: that kernel skips the kernel rows in the H padding for each weight
    panel without a non-finite weight, the same bits; bit 4: where its threads split the output
    channels, each task packs its weight panel right before use; bit 8: an NHWC 1x1 stride-1 unpadded
-   convolution with a bfloat16 output writes it from the GEMM kernel's registers, the same bits),
+   convolution with a bfloat16 output writes it from the GEMM kernel's registers, the same bits; bit 16,
+   with bit 2: that kernel reads a padded NHWC input in place, without its padded copy, the same bits),
    set by the kernel loader from the
    registry's CONV_BF16_OPTIONS for the host; default 0; levels without VDPBF16PS ignore it. flags < 0
    only reads. Returns the flags in force before. */

@@ -890,7 +890,9 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
    padding of an output row are left out of its block list (the lists per range [lo, hi) of valid
    kernel rows, blocks in order), and the half panels are paired by that range (a half panel with no
    partner of its range runs alone, 7 rows), so a 7 x 7 output pairs row oh of image n with row oh
-   of image n + 1. The W padding stays in the padded copy (zeros, computed). oneDNN's brgemm
+   of image n + 1. The W padding stays in the padded copy (zeros, computed), or, with
+   OP_CONV_BF16_INPLACE (below), the input is read in place and a W padding tap reads a zero line
+   (the same products). oneDNN's brgemm
    convolution skips padding taps the same way (its kh range per output row); code our own.
    Per-microarchitecture (op_conv_bf16_options bit 1, the registry's CONV_BF16_OPTIONS): off by
    default (the NHWC GEMM over the packed gather), so a host without a row keeps that path. */
@@ -914,6 +916,17 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
    registers (op_ukr16_dp_ref), instead of op_conv_ukr_a_dp's float tile rounded by the driver. Same
    VDPBF16PS order per accumulator and the same single rounding: the same bits. */
 #define OP_CONV_BF16_1X1_OUT16 8
+/* OP_CONV_BF16_INPLACE (bit 16, "brg_inplace"): with OP_CONV_BF16_SKIP_PAD, the batch-reduce kernel reads
+   a padded NHWC input in place, without the padded copy (3.4% of res2_branch2b at batch 8 on Zen 4):
+   the pixel offsets of the padded geometry are shifted back by the padding (a border pixel's first
+   tap lies before its row), the kernel rows in the H padding are skipped as above, and a tap of a
+   border pixel in the W padding reads a line of zeros instead (per pixel panel and kernel column,
+   the panel's first / last pixel of either half: rows 0, 6, 7, 13 of the micro-kernel), so it adds
+   the same products as the padded copy's zeros did. It applies when every W padding pixel is one of
+   those rows (padding of at most one pixel per side, as ResNet-50's 3 x 3 layers) and the weight is
+   packed in one pass and all finite (a non-finite panel runs every kernel row, which needs the
+   copy's zero rows; not OP_CONV_BF16_NSPLIT_PACK's per-task packs); otherwise the padded copy. */
+#define OP_CONV_BF16_INPLACE 16
 /* OP_CONV_BF16_1X1_STRIDED_REF (bit 32, "1x1_strided_ref"): an NHWC strided unpadded 1x1 convolution
    (groups 1, C a multiple of 32, OW a multiple of 14, all of K in one KC block) runs as one GEMM over
    its sampled pixels read in place: gemm_bf16.c's in-place-A set (op_bf16_dp_ref_ops) with the A
@@ -930,8 +943,17 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
 static int op_conv_bf16_opts = 0;
 
 #if defined(OP_BF16_HAS_DP)
+/* The rows of the micro-kernel whose W padding taps read a line of zeros (OP_CONV_BF16_INPLACE):
+   the first and last pixel of each half. */
+#define OP_BRGB_ZROWS 0x20C1
+static const uint16_t op_brgb_zero[32] OP_ALIGNED(64) = {0};
+
+/* nb blocks: block kb reads a + aoff[kb] (second half: + hoff) and the packed weight at
+   b + boff[kb]; with wm (the panel's rows per kernel column that lie in the W padding, within
+   OP_BRGB_ZROWS), those rows of block kb read op_brgb_zero instead. */
 OP_INLINE void op_brgb_body(const int MRV, int64_t nb, const uint16_t *a, int64_t hoff,
-                            const int64_t *aoff, const int64_t *boff, int64_t lda,
+                            const int64_t *aoff, const int64_t *boff, const int16_t *kcol,
+                            const int16_t *wm, int64_t lda,
                             const uint16_t *OP_RESTRICT b, float *c, uint16_t *c16, int64_t choff,
                             int64_t rsc, int nr, const op_epilogue *epi)
 {
@@ -956,6 +978,12 @@ OP_INLINE void op_brgb_body(const int MRV, int64_t nb, const uint16_t *a, int64_
         /* the block after next: one line per pixel, and its 32 lines of B */
         const int64_t kf = kb + 2 < nb ? kb + 2 : kb;
         const uint16_t *pf = a + aoff[kf], *bf = b + boff[kf];
+        /* the border rows: their pixel, or zeros for a tap in the W padding */
+        const int sk = wm ? wm[kcol[kb]] : 0;
+        const uint16_t *r0 = (sk & 0x0001) ? op_brgb_zero : p0;
+        const uint16_t *r6 = (sk & 0x0040) ? op_brgb_zero : p3 + l2 + lda;
+        const uint16_t *r7 = (sk & 0x0080) ? op_brgb_zero : p7;
+        const uint16_t *r13 = (sk & 0x2000) ? op_brgb_zero : p10 + l2 + lda;
 #pragma GCC unroll 16
         for (int pr = 0; pr < 16; pr++) {
             const __m512i b0 = _mm512_loadu_si512((const void *)(bb + pr * 32));
@@ -964,12 +992,12 @@ OP_INLINE void op_brgb_body(const int MRV, int64_t nb, const uint16_t *a, int64_
             else if (pr < 14 && MRV > 7) _mm_prefetch((const char *)(pf + hoff + (pr - 7) * lda), _MM_HINT_T0);
             _mm_prefetch((const char *)(bf + pr * 64), _MM_HINT_T0);
             _mm_prefetch((const char *)(bf + pr * 64 + 32), _MM_HINT_T0);
-            OP_RA(0, p0 + 2 * pr) OP_RA(1, p0 + lda + 2 * pr) OP_RA(2, p0 + l2 + 2 * pr)
+            OP_RA(0, r0 + 2 * pr) OP_RA(1, p0 + lda + 2 * pr) OP_RA(2, p0 + l2 + 2 * pr)
             OP_RA(3, p3 + 2 * pr) OP_RA(4, p3 + lda + 2 * pr) OP_RA(5, p3 + l2 + 2 * pr)
-            OP_RA(6, p3 + l2 + lda + 2 * pr)
-            OP_RA(7, p7 + 2 * pr) OP_RA(8, p7 + lda + 2 * pr) OP_RA(9, p7 + l2 + 2 * pr)
+            OP_RA(6, r6 + 2 * pr)
+            OP_RA(7, r7 + 2 * pr) OP_RA(8, p7 + lda + 2 * pr) OP_RA(9, p7 + l2 + 2 * pr)
             OP_RA(10, p10 + 2 * pr) OP_RA(11, p10 + lda + 2 * pr) OP_RA(12, p10 + l2 + 2 * pr)
-            OP_RA(13, p10 + l2 + lda + 2 * pr)
+            OP_RA(13, r13 + 2 * pr)
         }
     }
 #undef OP_RA
@@ -996,19 +1024,21 @@ OP_INLINE void op_brgb_body(const int MRV, int64_t nb, const uint16_t *a, int64_
 }
 
 static OP_NOINLINE void op_conv_ukr_brg_dp14(int64_t nb, const uint16_t *a, int64_t hoff, const int64_t *aoff,
-                                             const int64_t *boff, int64_t lda, const uint16_t *b, float *c,
+                                             const int64_t *boff, const int16_t *kcol, const int16_t *wm,
+                                             int64_t lda, const uint16_t *b, float *c,
                                              uint16_t *c16, int64_t choff, int64_t rsc, int nr,
                                              const op_epilogue *epi)
 {
-    op_brgb_body(14, nb, a, hoff, aoff, boff, lda, b, c, c16, choff, rsc, nr, epi);
+    op_brgb_body(14, nb, a, hoff, aoff, boff, kcol, wm, lda, b, c, c16, choff, rsc, nr, epi);
 }
 
 static OP_NOINLINE void op_conv_ukr_brg_dp7(int64_t nb, const uint16_t *a, int64_t hoff, const int64_t *aoff,
-                                            const int64_t *boff, int64_t lda, const uint16_t *b, float *c,
+                                            const int64_t *boff, const int16_t *kcol, const int16_t *wm,
+                                            int64_t lda, const uint16_t *b, float *c,
                                             uint16_t *c16, int64_t choff, int64_t rsc, int nr,
                                             const op_epilogue *epi)
 {
-    op_brgb_body(7, nb, a, hoff, aoff, boff, lda, b, c, c16, choff, rsc, nr, epi);
+    op_brgb_body(7, nb, a, hoff, aoff, boff, kcol, wm, lda, b, c, c16, choff, rsc, nr, epi);
 }
 
 typedef struct {
@@ -1031,6 +1061,10 @@ typedef struct {
     const int64_t *pan;       /* per panel: first pixel of each half (second: -1 alone), class */
     const int64_t *lnb, *lst; /* per class: blocks, first entry in aoff / boff */
     const int64_t *aoff, *boff;
+    const int16_t *kcol;      /* per entry of aoff / boff: the block's kernel column */
+    const int16_t *wmask;     /* per pixel panel, per kernel column: rows reading zeros (the W
+                                 padding, OP_CONV_BF16_INPLACE; NULL: none) */
+    int64_t kw, shift;        /* kernel columns; pixel offsets - shift (the input read in place) */
     const unsigned char *pnf; /* per 32-column panel: a non-finite weight (all kernel rows run) */
     int64_t clfull;           /* the class of all kernel rows */
     int64_t npan, npn;        /* panels, 32-column panels */
@@ -1068,15 +1102,16 @@ static void op_brgb_task(void *ctx, int64_t task, int tid)
         const op_epilogue *tep = has_epi ? &te : NULL;
         for (int64_t pa = pa0; pa < pa1; pa++) {
             const int64_t *p = x->pan + 3 * pa;
-            const int64_t o0 = op_convq_pixel(x->q, 0, p[0]), cl = full ? x->clfull : p[2];
+            const int64_t o0 = op_convq_pixel(x->q, 0, p[0]) - x->shift, cl = full ? x->clfull : p[2];
             const int64_t *ao = x->aoff + x->lst[cl], *bo = x->boff + x->lst[cl];
+            const int16_t *kc = x->kcol + x->lst[cl], *wm = x->wmask ? x->wmask + pa * x->kw : NULL;
             const int64_t c0 = p[0] * OC + s * 32;
             if (p[1] >= 0) {
-                const int64_t hoff = op_convq_pixel(x->q, 0, p[1]) - o0, choff = (p[1] - p[0]) * OC;
-                op_conv_ukr_brg_dp14(x->lnb[cl], X + o0, hoff, ao, bo, lda, bpan, yf ? yf + c0 : NULL,
+                const int64_t hoff = op_convq_pixel(x->q, 0, p[1]) - x->shift - o0, choff = (p[1] - p[0]) * OC;
+                op_conv_ukr_brg_dp14(x->lnb[cl], X + o0, hoff, ao, bo, kc, wm, lda, bpan, yf ? yf + c0 : NULL,
                                      yh ? yh + c0 : NULL, choff, OC, nr, tep);
             } else {
-                op_conv_ukr_brg_dp7(x->lnb[cl], X + o0, 0, ao, bo, lda, bpan, yf ? yf + c0 : NULL,
+                op_conv_ukr_brg_dp7(x->lnb[cl], X + o0, 0, ao, bo, kc, wm, lda, bpan, yf ? yf + c0 : NULL,
                                     yh ? yh + c0 : NULL, 0, OC, nr, tep);
             }
         }
@@ -1109,9 +1144,12 @@ static int op_brgb_fits(const op_conv_desc *d)
 
 /* The batch-reduce kernel on the NHWC problem d over its padded copy q (bk 32): returns the threads
    used, 0 when the plan does not fit (the caller takes the GEMM path), -1 on allocation failure.
-   y: NHWC, float32 or bfloat16 bits (y_bf16). */
-static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, const uint16_t *w, const float *bias,
-                       void *y, int y_bf16, int act, const op_blocking *blk, int nthreads)
+   y: NHWC, float32 or bfloat16 bits (y_bf16). inplace: q is the input itself with the padded
+   geometry's plan (rows W*C apart, OP_CONV_BF16_INPLACE); returns -2 before writing y when that
+   cannot be used (a W padding pixel not in OP_BRGB_ZROWS, per-task weight packs, a non-finite
+   weight): the caller then makes the padded copy. */
+static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, int inplace, const uint16_t *w,
+                       const float *bias, void *y, int y_bf16, int act, const op_blocking *blk, int nthreads)
 {
     enum { MR = OP_DP_MR };
     const op_convq_geo q = *qp;
@@ -1122,16 +1160,20 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, const uint
         const op_convq_seg *sg = q.seg + q.bseg[b];
         if (q.bseg[b + 1] - q.bseg[b] != 1 || sg->t0 != 0 || sg->len != 32) return 0;
     }
-    const int64_t nhalf = N * OH * (OW / 7);
+    const int64_t nhalf = N * OH * (OW / 7), KW = d->kw;
     const int64_t npn = op_cdiv64(d->oc, 32);
     const int64_t pstride = 32 * K + 32 * (op_min64(32, d->c) * khw + 1);
+    const int opts = op_conv_bf16_opts;
+    const int skipw = inplace;
     int64_t *ibuf = (int64_t *)malloc(sizeof(int64_t) * (size_t)(2 * ncls * nblk + 3 * ncls + OH + 3 * nhalf));
+    int16_t *sbuf = (int16_t *)malloc(sizeof(int16_t) * (size_t)(ncls * nblk + (skipw ? nhalf * KW : 0)));
     uint16_t *bp = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(npn * pstride));
     unsigned char *pnf = (unsigned char *)malloc((size_t)npn);
     int used = -1;
-    if (ibuf && bp && pnf) {
+    if (ibuf && sbuf && bp && pnf) {
         int64_t *aoff = ibuf, *boff = aoff + ncls * nblk, *lnb = boff + ncls * nblk, *lst = lnb + ncls;
         int64_t *pend = lst + ncls, *ocl = pend + ncls, *pan = ocl + OH;
+        int16_t *kcol = sbuf, *wmask = skipw ? sbuf + ncls * nblk : NULL;
         /* block lists per range [lo, hi) of valid kernel rows: class lo * (KH + 1) + hi */
         for (int64_t lo = 0; lo <= KH; lo++)
             for (int64_t hi = 0; hi <= KH; hi++) {
@@ -1143,6 +1185,7 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, const uint
                     if (ki < lo || ki >= hi) continue;
                     aoff[cl * nblk + m] = q.seg[q.bseg[b]].off;
                     boff[cl * nblk + m] = b * 1024;
+                    kcol[cl * nblk + m] = (int16_t)((b % khw) % KW);
                     m++;
                 }
                 lnb[cl] = m;
@@ -1157,7 +1200,7 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, const uint
                 }
             }
             if (lo >= hi) lo = hi = 0;
-            if (!(op_conv_bf16_opts & OP_CONV_BF16_SKIP_PAD)) lo = 0, hi = KH;
+            if (!(opts & OP_CONV_BF16_SKIP_PAD)) lo = 0, hi = KH;
             ocl[oh] = lo * (KH + 1) + hi;
         }
         /* half panels (7 pixels of one output row), paired with the previous unpaired one of their class */
@@ -1179,6 +1222,31 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, const uint
                         pend[cl] = np++;
                     }
                 }
+        /* the input in place: per panel and kernel column, the rows whose input pixel lies in the
+           W padding (inexact: one outside OP_BRGB_ZROWS, or the H padding rows not skipped) */
+        int inexact = !(opts & OP_CONV_BF16_SKIP_PAD), anyw = 0;
+        int16_t *hm = skipw ? (int16_t *)malloc(sizeof(int16_t) * (size_t)(OW / 7 * KW)) : NULL;
+        if (skipw && !hm) inexact = 1;
+        for (int64_t h = 0; hm && h < OW / 7; h++)   /* per half position in a row */
+            for (int64_t kj = 0; kj < KW; kj++) {
+                int m = 0;
+                for (int i = 0; i < 7; i++) {
+                    const int64_t iw = (7 * h + i) * d->sw - d->pl + kj * d->dw;
+                    if (iw < 0 || iw >= d->w) m |= 1 << i;
+                }
+                hm[h * KW + kj] = (int16_t)m;
+                anyw |= m;
+            }
+        for (int64_t pa = 0; hm && anyw && pa < np; pa++) {
+            const int64_t *p = pan + 3 * pa;
+            const int16_t *h0 = hm + (p[0] % OW) / 7 * KW, *h1 = p[1] >= 0 ? hm + (p[1] % OW) / 7 * KW : NULL;
+            for (int64_t kj = 0; kj < KW; kj++) {
+                const int m = h0[kj] | (h1 ? h1[kj] << 7 : 0);
+                if (m & ~OP_BRGB_ZROWS) inexact = 1;
+                wmask[pa * KW + kj] = (int16_t)m;
+            }
+        }
+        free(hm);
         op_gemm_args g;
         memset(&g, 0, sizeof g);
         g.n = d->oc;
@@ -1203,6 +1271,10 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, const uint
         c.lst = lst;
         c.aoff = aoff;
         c.boff = boff;
+        c.kcol = kcol;
+        c.wmask = anyw ? wmask : NULL;
+        c.kw = KW;
+        c.shift = inplace ? d->pt * q.rs + d->pl * d->c : 0;
         /* a panel with a non-finite weight runs every kernel row (0 * Inf = NaN at the borders, as
            at every level); with finite weights a skipped padding tap only adds exact zeros */
         c.pnf = pnf;
@@ -1228,11 +1300,23 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, const uint
             if (op_conv_bf16_opts & OP_CONV_BF16_NSPLIT_PACK) c.pk = &pc;
         }
         if (T > c.tm * c.tn) T = c.tm * c.tn;
-        if (!c.pk) op_parallel_for(npn * K * 32 >= (1 << 16) ? nthreads : 1, npn, op_brgb_pack_task, &pc);
+        /* the input read in place: every padding tap skipped, the weight packed (and checked) first */
+        int nf = 0;
+        if (inplace && (inexact || c.pk)) goto copy;
+        /* (the pack on every thread from 16K weights: res2_branch2b's 2 panels of 36 KiB took 3-4% of
+           the batch-1 call on one thread while the other waited) */
+        if (!c.pk) op_parallel_for(npn * K * 32 >= (1 << 14) ? nthreads : 1, npn, op_brgb_pack_task, &pc);
+        for (int64_t s = 0; inplace && s < npn; s++) nf |= pnf[s];
+        if (nf) goto copy;
         used = op_parallel_for((int)T, c.tm * c.tn, op_brgb_task, &c);
+    }
+    if (0) {
+copy:
+        used = -2;
     }
     op_conv_scratch_free(bp);
     free(pnf);
+    free(sbuf);
     free(ibuf);
     return used;
 }
@@ -1293,8 +1377,33 @@ static int op_conv2d_nhwc_brg_bf16(const op_conv_desc *d, const uint16_t *x, con
     op_convq_geo q;
     op_convq_buf qb = {NULL, NULL, NULL};
     int used = -1;
+    const int all = OP_CONV_BF16_SKIP_PAD | OP_CONV_BF16_INPLACE;
+    const int pad = d->pt > 0 || d->pl > 0 || (d->oh - 1) * d->sh + (d->kh - 1) * d->dh >= d->h ||
+                    (d->ow - 1) * d->sw + (d->kw - 1) * d->dw >= d->w;
+    if (pad && (op_conv_bf16_opts & all) == all) {   /* OP_CONV_BF16_INPLACE: no padded copy */
+        const int64_t nblk = op_cdiv64(d->c * d->kh * d->kw, 32);
+        qb.bseg = (int64_t *)malloc(sizeof(int64_t) * (size_t)(nblk + 1));
+        qb.seg = (op_convq_seg *)malloc(sizeof(op_convq_seg) * (size_t)(nblk + op_convq_nruns(d, 32)));
+        if (qb.bseg && qb.seg) {
+            q.d = d;
+            q.g0 = -1;
+            q.ohw_joint = op_conv_joint(d) ? d->oh * d->ow : 0;
+            q.xq = x;
+            q.rs = d->w * d->c;
+            q.is = d->h * d->w * d->c;
+            q.mr = OP_DP_MR;
+            q.bk = 32;
+            q.nblk = op_convq_plan(d, q.rs, 32, qb.bseg, qb.seg);
+            q.bseg = qb.bseg;
+            q.seg = qb.seg;
+            used = op_brgb_run(d, &q, 1, w, bias, y, y_bf16, act, blk, nthreads);
+        }
+        op_convq_free(&qb);
+        if (used != -2) return used;
+        used = -1;
+    }
     if (op_convq_prepare(d, x, 1, 0, 32, OP_DP_MR, nthreads, &q, &qb) == 0)
-        used = op_brgb_run(d, &q, w, bias, y, y_bf16, act, blk, nthreads);
+        used = op_brgb_run(d, &q, 0, w, bias, y, y_bf16, act, blk, nthreads);
     op_convq_free(&qb);
     return used;
 }
@@ -1323,7 +1432,7 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
         op_convb_nchw_problem(d, &dn, NULL);
         if (yt && op_brgb_fits(&dn)) {
             r = op_convb_prepare_nchw(d, x, OP_DP_MR, nthreads, &dn, &q, &qb) == 0
-                    ? op_brgb_run(&dn, &q, w, bias, yt, y_bf16, act, blk, nthreads) : -1;
+                    ? op_brgb_run(&dn, &q, 0, w, bias, yt, y_bf16, act, blk, nthreads) : -1;
         } else {
             r = 0;
         }
@@ -1408,8 +1517,8 @@ int op_conv_bf16_options(int flags)
 #if defined(OP_BF16_NATIVE)
     const int old = op_conv_bf16_opts;
     if (flags >= 0) op_conv_bf16_opts = flags & (OP_CONV_BF16_BRG | OP_CONV_BF16_SKIP_PAD | OP_CONV_BF16_NSPLIT_PACK |
-                                             OP_CONV_BF16_1X1_OUT16 | OP_CONV_BF16_1X1_STRIDED_REF |
-                                             OP_CONV_BF16_1X1_OUT16_CONV);
+                                             OP_CONV_BF16_1X1_OUT16 | OP_CONV_BF16_INPLACE |
+                                             OP_CONV_BF16_1X1_STRIDED_REF | OP_CONV_BF16_1X1_OUT16_CONV);
     return old;
 #else
     (void)flags;
