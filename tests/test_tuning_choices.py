@@ -210,8 +210,11 @@ def test_conv_as_nhwc_choice_every_level(level, clean, limits):
                 _conv._PLANS.clear()
                 n, c, h, w, oc, kh, kw, s, p, d = case
                 run_case(n, c, h, w, oc, kh, kw, s, p, d, 1, bias=True, activation="relu", dtype=dtype)
+                # (NCHW 1x1 float32 at batch >= 2 runs the joint GEMM where the host's option has it:
+                # op_conv2d_f32_joint replaces the NHWC formulation, whatever the limits)
                 plans = list(_conv._PLANS.values())
-                assert plans and all(pl.desc.nhwc == (2 if limits is ALWAYS else 0) for pl in plans)
+                assert plans and all(pl.desc.nhwc == (2 if limits is ALWAYS else 0) for pl in plans
+                                     if not pl.text.endswith(",joint"))
 
 
 def _lower_levels(level):

@@ -395,8 +395,8 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # res2_branch2a (C 256 -> 64) 157 -> 213 (1.17 -> 1.59x); batch 1 res2_branch2a 199 -> 217 (1.13 ->
 # 1.23x). OC 128 / 256 measured 4-8% slower in place (left packed). Unmeasured on Intel.
 # "nchw1x1_joint": an NCHW 1x1 convolution (groups 1, batch >= 2, unpadded, any stride whose samples
-# lie in the input) with output planes of at most 3136 pixels (not the problems "nchw1x1_direct_b"
-# reads in place) runs as one GEMM over the pixels of all images, out[oc][(n, pixel)] = W @ X
+# lie in the input) with output planes of at most 3136 pixels (also, since 2026-12-01, the batch >= 2
+# problems "nchw1x1_direct_b" would read in place: see op_conv_j1_fits) runs as one GEMM over the pixels of all images, out[oc][(n, pixel)] = W @ X
 # (conv_f32.c, op_conv2d_nchw1x1_joint_f32; op_conv2d_f32_joint says whether a problem takes it):
 # the B pack reads the (strided) pixels straight from the input, the weight is packed once per
 # thread instead of once per image, B panels are full across images, C is written in NCHW in place.

@@ -630,7 +630,7 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
 #define OP_CONV_NCHW1X1_DIRECT_MAXM 64
 /* OP_CONV_NCHW1X1_JOINT: an NCHW 1x1 unpadded float32 convolution, groups 1, batch >= 2, output
    planes of at most OP_CONV_NCHW1X1_JOINT_MAXP pixels (stride 1 or a stride whose samples lie
-   inside the input; not the problems OP_CONV_NCHW1X1_DIRECT_B reads in place when that bit is set)
+   inside the input; at batch >= 2 also the problems OP_CONV_NCHW1X1_DIRECT_B reads in place)
    runs as one GEMM over the pixels of all images, out[oc][(n, pixel)] =
    W[oc][c] * X[c][(n, pixel)] (op_conv2d_nchw1x1_joint_f32, below): the B pack gathers each column's
    (strided) pixel straight from the input, the weight is packed once per thread instead of once
@@ -1565,10 +1565,13 @@ OP_INLINE int op_conv_j1_fits(const op_conv_desc *d)
 {
     return d->groups == 1 && d->kh == 1 && d->kw == 1 && d->pt == 0 && d->pl == 0 && d->n >= 2 &&
            d->oh * d->ow <= OP_CONV_NCHW1X1_JOINT_MAXP && (d->oh - 1) * d->sh < d->h &&
-           (d->ow - 1) * d->sw < d->w && d->n * d->c * d->h * d->w < ((int64_t)1 << 31) &&
-           /* (not the per-image GEMMs that read B in place: OP_CONV_NCHW1X1_DIRECT_B) */
-           !((op_conv_f32_opts & OP_CONV_NCHW1X1_DIRECT_B) && d->sh == 1 && d->sw == 1 &&
-             d->c <= OP_CONV_NCHW1X1_DIRECT_MAXK && d->oc <= OP_CONV_NCHW1X1_DIRECT_MAXM);
+           (d->ow - 1) * d->sw < d->w && d->n * d->c * d->h * d->w < ((int64_t)1 << 31);
+    /* (batch >= 2 also where OP_CONV_NCHW1X1_DIRECT_B would read B in place: the joint GEMM held
+       its rate when the input and output fell out of L3, the in-place one did not. zen4,
+       2026-12-01, batch 8, 2 threads, paired with torch 2.13 in one process over placements
+       (scripts/place_sweep.py), GFLOP/s in-place vs joint: res2_branch2a (C 256 -> 64, 56x56)
+       119-133 vs 162-168 with L3 degraded (one placement 212 vs 168 without); res2a_branch2a
+       (C 64 -> 64) 137-146 vs 157-175 degraded, 192-196 vs 180-184 otherwise.) */
 }
 
 /* The input offsets (floats, channel 0) of columns j0 .. j0 + nr - 1 (idx[t], t < OP_F32_NR; the

@@ -784,6 +784,16 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
     const int a_aligned = ((uintptr_t)Ad % 64 == 0) && ((g->rsa * (int64_t)o->a_elem) % 64 == 0);
     const int a_anyalign = o->ukr_a_bcast;
     const int a_inplace = o->ukr_a && g->csa == 1;
+    /* B read in place on request (g->b_direct: the NCHW 1x1 conv, rows H*W floats apart): C is
+       written straight from the ukr, 32 columns of every row at a time, the next block's lines
+       fetched only when that block's ukr starts (its own T0 prefetch, a few hundred cycles before
+       the write-out). With the input and output not resident in L3 (a state of the shared Zen 4
+       VM that comes and goes by the minute: random reads over 16 MiB at ~5 instead of ~3 ns) the
+       write-out waits on DRAM; prefetching the next block's C lines of the same rows into L2 one
+       block ahead (~1 us) hides it. zen4, 2026-12-01, res2a_branch2a batch 8, 2 threads, paired in
+       one process with torch 2.13 (scripts/place_sweep.py): 142 -> 146 and 141 -> 159 GFLOP/s in
+       that state, 192-194 -> 193-196 otherwise. Prefetches only: same results. */
+    const int cpf = x->direct && g->b_direct && !g->c_cols && !via_tile && csc == 1;
 
     for (int64_t jc = n0; jc < n1; jc += x->nc) {
         const int64_t nc = op_min64(x->nc, n1 - jc);
@@ -849,6 +859,14 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                                 crs = NR;
                                 ccs = 1;
                                 if (!first) op_tile_cols_io(tile, NR, C, g, i, j, mr, nr, 0);
+                            }
+                        }
+                        if (cpf && jr + NR < nc) {   /* next column block's C lines of these rows */
+                            const float *cn = C + i * rsc + (j + NR) * csc;
+                            for (int r = 0; r < mr; r++) {
+                                __builtin_prefetch(cn + r * rsc, 0, 2);
+                                __builtin_prefetch(cn + r * rsc + 16, 0, 2);
+                                __builtin_prefetch(cn + r * rsc + 31, 0, 2);
                             }
                         }
                         if (ir < afull)
