@@ -16,7 +16,8 @@ buffers' addresses mod 4 KiB here: with the input, output and the GEMM packing b
 16-byte offsets in one process the rate stayed within a few percent, while whole runs switched by
 the minute between about 193 and 140 GFLOP/s (res2a_branch2a, batch 8, 2 threads), in step with
 random reads over 16 MiB taking ~5 instead of ~3 ns per element (the shared L3 degraded); 1 thread
-was unaffected. torch's rate moved the other way (155 -> 172).
+was unaffected. torch's rate moved the other way (155 -> 172). (It replaces the earlier
+scripts/position_probe.py, whose placement explanation this sweep did not confirm.)
 """
 from __future__ import annotations
 

@@ -217,10 +217,11 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
 # 14 + 14 + 14 + 7 (a 7-row tile costs half a 14-row one on Zen 4's one 512-bit FMA per cycle).
 # zen4 bfloat16 "kxk_stride1" stays 784, 2026-12-01, same VM: res2_branch2b (56x56, stride 1) NCHW
 # through the NHWC batch-reduce kernel measured 397 vs 377 GFLOP/s (0.95 vs 0.90x torch, batch 8, 2
-# threads) in a fresh process, but under a shifted heap (scripts/position_probe.py, 8 rounds, torch
-# 2.13 alternated) it ran 400-408 in most placements and 303 in others (0.73x), while the NCHW GEMM
-# held 377-389 in every one (0.90-0.93x); the full bench measured 0.74 against 0.84 and 0.90 for
-# the GEMM. The transposes around the kernel are the placement-sensitive part (NHWC is steady).
+# threads) in a fresh process, but in 8 rounds under a shifted heap (torch 2.13 alternated) it ran
+# 400-408 in most rounds and 303 in others (0.73x), while the NCHW GEMM held 377-389 in every one
+# (0.90-0.93x); the full bench measured 0.74 against 0.84 and 0.90 for the GEMM. The transposes around
+# the kernel are the sensitive part (NHWC is steady); the slow rounds follow the shared L3's state, not
+# the heap (scripts/place_sweep.py).
 # Hosts without a row (the Intel AMX class: unmeasured) keep the NCHW formulation. float32 1x1
 # problems at batch >= 2 that CONV_F32_OPTIONS's "nchw1x1_joint" takes (zen4) run that instead.
 CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
