@@ -356,14 +356,44 @@ static void op_convx_wr_task(void *ctx, int64_t oc, int tid)
    does for float32 (packing A costs a large share when OC/g is 64-256: each input row feeds only
    2-8 B panels). The next 14 rows are prefetched a line per K-pair step. Full 14-row panels. */
 #if defined(OP_BF16_HAS_DP)
+/* The k loop shared by op_conv_ukr_a_dp and op_conv_ukr16_a_dp: adds the kcp-deep product of 14 A
+   rows read in place (row i at A + i * LDA, each K-pair broadcast as 32 bits) and the k32-packed B
+   panel B_ (1024 elements per 32 of depth) to the caller's accumulators c0_0 ... c13_1, prefetching
+   the next 14 rows a line per K-pair step. */
+#define OP_ADP_RA(i, src)                                                                 \
+    {                                                                                     \
+        int32_t av;                                                                       \
+        memcpy(&av, (src), 4);                                                            \
+        const __m512i ai = _mm512_set1_epi32(av);                                         \
+        c##i##_0 = _mm512_dpbf16_ps(c##i##_0, (__m512bh)ai, (__m512bh)b0);                \
+        c##i##_1 = _mm512_dpbf16_ps(c##i##_1, (__m512bh)ai, (__m512bh)b1);                \
+    }
+#define OP_ADP_LOOP14(A, LDA, B_, KCP)                                                    \
+    {                                                                                     \
+        const int64_t lda_ = (LDA), l2 = 2 * lda_;                                        \
+        const uint16_t *OP_RESTRICT b = (B_);                                             \
+        const uint16_t *p0 = (A), *p3 = p0 + 3 * lda_, *p6 = p0 + 6 * lda_,               \
+                       *p9 = p0 + 9 * lda_, *p12 = p0 + 12 * lda_, *pf = p0 + OP_DP_MR * lda_; \
+        for (int64_t kb = 0; kb * 32 < (KCP); kb++) {                                     \
+            for (int pr = 0; pr < 16; pr++) {                                             \
+                const int64_t k = kb * 32 + 2 * pr;                                       \
+                const __m512i b0 = _mm512_loadu_si512((const void *)(b + pr * 32));       \
+                const __m512i b1 = _mm512_loadu_si512((const void *)(b + 512 + pr * 32)); \
+                if (pr < OP_DP_MR) _mm_prefetch((const char *)(pf + pr * lda_ + kb * 32), _MM_HINT_T0); \
+                OP_ADP_RA(0, p0 + k) OP_ADP_RA(1, p0 + lda_ + k) OP_ADP_RA(2, p0 + l2 + k)  \
+                OP_ADP_RA(3, p3 + k) OP_ADP_RA(4, p3 + lda_ + k) OP_ADP_RA(5, p3 + l2 + k)  \
+                OP_ADP_RA(6, p6 + k) OP_ADP_RA(7, p6 + lda_ + k) OP_ADP_RA(8, p6 + l2 + k)  \
+                OP_ADP_RA(9, p9 + k) OP_ADP_RA(10, p9 + lda_ + k) OP_ADP_RA(11, p9 + l2 + k) \
+                OP_ADP_RA(12, p12 + k) OP_ADP_RA(13, p12 + lda_ + k)                      \
+            }                                                                             \
+            b += 1024;                                                                    \
+        }                                                                                 \
+    }
+
 static void op_conv_ukr_a_dp(int64_t kcp, const void *a_, int64_t lda, const void *b_, float *c,
                              int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
 {
     (void)mr;   /* always OP_DP_MR (14) */
-    const uint16_t *OP_RESTRICT b = (const uint16_t *)b_;
-    const uint16_t *p0 = (const uint16_t *)a_, *p3 = p0 + 3 * lda, *p6 = p0 + 6 * lda,
-                   *p9 = p0 + 9 * lda, *p12 = p0 + 12 * lda, *pf = p0 + OP_DP_MR * lda;
-    const int64_t l2 = 2 * lda;
     __m512 c0_0 = _mm512_setzero_ps(), c0_1 = c0_0, c1_0 = c0_0, c1_1 = c0_0, c2_0 = c0_0,
            c2_1 = c0_0, c3_0 = c0_0, c3_1 = c0_0, c4_0 = c0_0, c4_1 = c0_0, c5_0 = c0_0,
            c5_1 = c0_0, c6_0 = c0_0, c6_1 = c0_0, c7_0 = c0_0, c7_1 = c0_0, c8_0 = c0_0,
@@ -374,31 +404,7 @@ static void op_conv_ukr_a_dp(int64_t kcp, const void *a_, int64_t lda, const voi
             _mm_prefetch((const char *)(c + i * rsc), _MM_HINT_T0);
             _mm_prefetch((const char *)(c + i * rsc + 31), _MM_HINT_T0);
         }
-#define OP_BH(x) ((__m512bh)(x))
-#define OP_RA(i, src)                                                                     \
-    {                                                                                     \
-        int32_t av;                                                                       \
-        memcpy(&av, (src), 4);                                                            \
-        const __m512i ai = _mm512_set1_epi32(av);                                         \
-        c##i##_0 = _mm512_dpbf16_ps(c##i##_0, OP_BH(ai), OP_BH(b0));                      \
-        c##i##_1 = _mm512_dpbf16_ps(c##i##_1, OP_BH(ai), OP_BH(b1));                      \
-    }
-    for (int64_t kb = 0; kb * 32 < kcp; kb++) {
-        for (int pr = 0; pr < 16; pr++) {
-            const int64_t k = kb * 32 + 2 * pr;
-            const __m512i b0 = _mm512_loadu_si512((const void *)(b + pr * 32));
-            const __m512i b1 = _mm512_loadu_si512((const void *)(b + 512 + pr * 32));
-            if (pr < OP_DP_MR) _mm_prefetch((const char *)(pf + pr * lda + kb * 32), _MM_HINT_T0);
-            OP_RA(0, p0 + k) OP_RA(1, p0 + lda + k) OP_RA(2, p0 + l2 + k)
-            OP_RA(3, p3 + k) OP_RA(4, p3 + lda + k) OP_RA(5, p3 + l2 + k)
-            OP_RA(6, p6 + k) OP_RA(7, p6 + lda + k) OP_RA(8, p6 + l2 + k)
-            OP_RA(9, p9 + k) OP_RA(10, p9 + lda + k) OP_RA(11, p9 + l2 + k)
-            OP_RA(12, p12 + k) OP_RA(13, p12 + lda + k)
-        }
-        b += 1024;
-    }
-#undef OP_RA
-#undef OP_BH
+    OP_ADP_LOOP14((const uint16_t *)a_, lda, (const uint16_t *)b_, kcp)
     if (OP_LIKELY(csc == 1)) {
         op_epi512 e;
         op_epi512_init(&e, nr, epi);
@@ -427,42 +433,13 @@ static void op_conv_ukr16_a_dp(int64_t kcp, const void *a_, const void *b_, int6
         return;
     }
     const op_dp_aref *ar = (const op_dp_aref *)a_;
-    const int64_t lda = ar->lda;
-    const uint16_t *OP_RESTRICT b = (const uint16_t *)b_;
-    const uint16_t *p0 = ar->a, *p3 = p0 + 3 * lda, *p6 = p0 + 6 * lda,
-                   *p9 = p0 + 9 * lda, *p12 = p0 + 12 * lda, *pf = p0 + OP_DP_MR * lda;
-    const int64_t l2 = 2 * lda;
     __m512 c0_0 = _mm512_setzero_ps(), c0_1 = c0_0, c1_0 = c0_0, c1_1 = c0_0, c2_0 = c0_0,
            c2_1 = c0_0, c3_0 = c0_0, c3_1 = c0_0, c4_0 = c0_0, c4_1 = c0_0, c5_0 = c0_0,
            c5_1 = c0_0, c6_0 = c0_0, c6_1 = c0_0, c7_0 = c0_0, c7_1 = c0_0, c8_0 = c0_0,
            c8_1 = c0_0, c9_0 = c0_0, c9_1 = c0_0, c10_0 = c0_0, c10_1 = c0_0, c11_0 = c0_0,
            c11_1 = c0_0, c12_0 = c0_0, c12_1 = c0_0, c13_0 = c0_0, c13_1 = c0_0;
     for (int i = 0; i < OP_DP_MR; i++) _mm_prefetch((const char *)(c16 + i * rsc16), _MM_HINT_T0);
-#define OP_BH(x) ((__m512bh)(x))
-#define OP_RA(i, src)                                                                     \
-    {                                                                                     \
-        int32_t av;                                                                       \
-        memcpy(&av, (src), 4);                                                            \
-        const __m512i ai = _mm512_set1_epi32(av);                                         \
-        c##i##_0 = _mm512_dpbf16_ps(c##i##_0, OP_BH(ai), OP_BH(b0));                      \
-        c##i##_1 = _mm512_dpbf16_ps(c##i##_1, OP_BH(ai), OP_BH(b1));                      \
-    }
-    for (int64_t kb = 0; kb * 32 < kcp; kb++) {
-        for (int pr = 0; pr < 16; pr++) {
-            const int64_t k = kb * 32 + 2 * pr;
-            const __m512i b0 = _mm512_loadu_si512((const void *)(b + pr * 32));
-            const __m512i b1 = _mm512_loadu_si512((const void *)(b + 512 + pr * 32));
-            if (pr < OP_DP_MR) _mm_prefetch((const char *)(pf + pr * lda + kb * 32), _MM_HINT_T0);
-            OP_RA(0, p0 + k) OP_RA(1, p0 + lda + k) OP_RA(2, p0 + l2 + k)
-            OP_RA(3, p3 + k) OP_RA(4, p3 + lda + k) OP_RA(5, p3 + l2 + k)
-            OP_RA(6, p6 + k) OP_RA(7, p6 + lda + k) OP_RA(8, p6 + l2 + k)
-            OP_RA(9, p9 + k) OP_RA(10, p9 + lda + k) OP_RA(11, p9 + l2 + k)
-            OP_RA(12, p12 + k) OP_RA(13, p12 + lda + k)
-        }
-        b += 1024;
-    }
-#undef OP_RA
-#undef OP_BH
+    OP_ADP_LOOP14(ar->a, ar->lda, (const uint16_t *)b_, kcp)
     op_epi512 e;
     op_epi512_init(&e, nr, epi);
 #define OP_W(i) op_dp_row16(&e, c16 + i * rsc16, i, c##i##_0, c##i##_1, nr);
