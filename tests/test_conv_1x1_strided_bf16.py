@@ -9,9 +9,8 @@ import pytest
 from ml_dtypes import bfloat16
 
 import onepath
-from onepath.kernels import load
-from onepath.ops.conv import select_conv
 
+from bf16_options import assert_same_bits, bf16_options, shipped_bf16_options
 from test_conv import run_case
 
 STRIDED_REF = 32
@@ -22,20 +21,11 @@ CASES = [(2, 64, 28, 28, 40, 2), (1, 32, 29, 27, 64, 2), (1, 64, 5, 14, 32, (2, 
          (1, 48, 28, 28, 32, 2)]
 
 
-def _lib():
-    return load(select_conv("1x1_gemm", "bfloat16").level).lib
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
 def test_1x1_strided_ref(level, case):
     n, c, h, w, oc, s = case
-    lib = _lib()
-    old = lib.op_conv_bf16_options(-1)
-    try:
-        lib.op_conv_bf16_options(old | STRIDED_REF)
+    with bf16_options(shipped_bf16_options() | STRIDED_REF):
         run_case(n, c, h, w, oc, 1, 1, s, 0, 1, 1, layout="NHWC", activation="relu", dtype=bfloat16)
-    finally:
-        lib.op_conv_bf16_options(old)
 
 
 def test_1x1_strided_ref_same_bits_with_nan_inf():
@@ -47,21 +37,11 @@ def test_1x1_strided_ref_same_bits_with_nan_inf():
     x = x.astype(bfloat16)
     wt = rng.standard_normal((72, 64, 1, 1)).astype(bfloat16)
     b = rng.standard_normal(72).astype(np.float32)
-    lib = _lib()
-    old = lib.op_conv_bf16_options(-1)
-    try:
-        out = []
-        for opt in (old | STRIDED_REF | BRG, (old | BRG) & ~STRIDED_REF, old & ~(STRIDED_REF | BRG)):
-            lib.op_conv_bf16_options(opt)
-            out.append([onepath.conv2d(xx, wt, bb, stride=2, layout="NHWC", activation=act, dtype=dt)
-                        for xx in (x, x[:1]) for dt in (np.float32, bfloat16)
-                        for bb, act in ((None, None), (b, "relu"))])
-    finally:
-        lib.op_conv_bf16_options(old)
-    for other in out[1:]:
-        for u, v in zip(out[0], other):
-            np.testing.assert_array_equal(np.asarray(u, np.float32), np.asarray(v, np.float32))
-    assert np.isnan(np.asarray(out[0][0], np.float32)).any()
+    old = shipped_bf16_options()
+    assert_same_bits((old | STRIDED_REF | BRG, (old | BRG) & ~STRIDED_REF, old & ~(STRIDED_REF | BRG)),
+                     lambda: [onepath.conv2d(xx, wt, bb, stride=2, layout="NHWC", activation=act, dtype=dt)
+                              for xx in (x, x[:1]) for dt in (np.float32, bfloat16)
+                              for bb, act in ((None, None), (b, "relu"))])
 
 
 # The NHWC 1x1 stride-1 bfloat16-output path's own panel kernel (op_conv_bf16_options bit 64, the
@@ -74,13 +54,8 @@ CASES_S1 = [(2, 64, 5, 7, 40, 1), (1, 64, 3, 5, 48, 2), (1, 96, 6, 7, 32, 1)]
 @pytest.mark.parametrize("case", CASES_S1, ids=lambda c: "x".join(map(str, c)))
 def test_1x1_out16_conv(level, case):
     n, c, h, w, oc, g = case
-    lib = _lib()
-    old = lib.op_conv_bf16_options(-1)
-    try:
-        lib.op_conv_bf16_options(old | OUT16 | OUT16_CONV)
+    with bf16_options(shipped_bf16_options() | OUT16 | OUT16_CONV):
         run_case(n, c, h, w, oc, 1, 1, 1, 0, 1, g, layout="NHWC", activation="relu", dtype=bfloat16)
-    finally:
-        lib.op_conv_bf16_options(old)
 
 
 def test_1x1_out16_conv_same_bits_with_nan_inf():
@@ -92,17 +67,7 @@ def test_1x1_out16_conv_same_bits_with_nan_inf():
     x = x.astype(bfloat16)
     wt = rng.standard_normal((72, 64, 1, 1)).astype(bfloat16)
     b = rng.standard_normal(72).astype(np.float32)
-    lib = _lib()
-    old = lib.op_conv_bf16_options(-1)
-    try:
-        out = []
-        for opt in (old | OUT16 | OUT16_CONV, (old | OUT16) & ~OUT16_CONV, old & ~(OUT16 | OUT16_CONV)):
-            lib.op_conv_bf16_options(opt)
-            out.append([onepath.conv2d(x, wt, bb, layout="NHWC", activation=act, dtype=dt)
-                        for dt in (bfloat16, np.float32) for bb, act in ((None, None), (b, "relu"))])
-    finally:
-        lib.op_conv_bf16_options(old)
-    for other in out[1:]:
-        for u, v in zip(out[0], other):
-            np.testing.assert_array_equal(np.asarray(u, np.float32), np.asarray(v, np.float32))
-    assert np.isnan(np.asarray(out[0][0], np.float32)).any()
+    old = shipped_bf16_options()
+    assert_same_bits((old | OUT16 | OUT16_CONV, (old | OUT16) & ~OUT16_CONV, old & ~(OUT16 | OUT16_CONV)),
+                     lambda: [onepath.conv2d(x, wt, bb, layout="NHWC", activation=act, dtype=dt)
+                              for dt in (bfloat16, np.float32) for bb, act in ((None, None), (b, "relu"))])

@@ -9,9 +9,9 @@ from ml_dtypes import bfloat16
 
 import onepath
 from onepath.dispatch import registry
-from onepath.kernels import load
 from onepath.ops.conv import reference_conv2d, select_conv
 
+from bf16_options import assert_same_bits, conv_bf16_lib
 from test_conv import run_case
 
 # (n, c, h, w, oc, kh, kw, stride, padding)
@@ -31,7 +31,7 @@ CASES = [
 @pytest.fixture(params=[0, 1, 3, 7, 19, 23], ids=["off", "brg", "brg_skip_pad", "brg_skip_pad_nsplit_pack",
                                                 "brg_skip_pad_inplace", "brg_skip_pad_nsplit_pack_inplace"])
 def brg(request, level):
-    lib = load(select_conv("implicit_gemm", "bfloat16").level).lib
+    lib = conv_bf16_lib()
     old = lib.op_conv_bf16_options(request.param)
     yield request.param
     lib.op_conv_bf16_options(old)
@@ -48,27 +48,15 @@ def test_brg_bf16_matches_gemm_path_with_nan_inf():
     """Same K-pair order as the GEMM path (skipped padding taps only ever added exact zeros): bit for
     bit equal outputs with and without the padding skip, float32 and bfloat16, NaN and Inf inputs
     included."""
-    row = select_conv("implicit_gemm", "bfloat16")
-    lib = load(row.level).lib
     rng = np.random.default_rng(5)
     x = rng.standard_normal((2, 7, 14, 64)).astype(np.float32)
     x[0, 3, 4, 5], x[1, 0, 0, 7], x[1, 6, 13, 63] = np.nan, np.inf, -np.inf
     x = x.astype(bfloat16)
     wt = rng.standard_normal((40, 64, 3, 3)).astype(bfloat16)
     b = rng.standard_normal(40).astype(np.float32)
-    old = lib.op_conv_bf16_options(-1)
-    try:
-        out = {}
-        for opt in (0, 1, 3, 7, 19, 23):
-            lib.op_conv_bf16_options(opt)
-            out[opt] = [onepath.conv2d(x, wt, b, padding=1, layout="NHWC", activation="relu", dtype=dt)
-                        for dt in (np.float32, bfloat16)]
-    finally:
-        lib.op_conv_bf16_options(old)
-    for opt in (1, 3, 7, 19, 23):
-        for a, c in zip(out[0], out[opt]):
-            np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(c, np.float32))
-    assert np.isnan(np.asarray(out[3][1], np.float32)).any()
+    assert_same_bits((0, 1, 3, 7, 19, 23),
+                     lambda: [onepath.conv2d(x, wt, b, padding=1, layout="NHWC", activation="relu", dtype=dt)
+                              for dt in (np.float32, bfloat16)], nan_index=1)
 
 
 @pytest.mark.parametrize("opt", [None, 3, 19], ids=["shipped", "brg_skip_pad", "brg_skip_pad_inplace"])
@@ -80,7 +68,7 @@ def test_non_finite_weight_reaches_the_borders_at_every_level(level, opt):
     x = rng.standard_normal((1, 64, 7, 7)).astype(np.float32)
     wt = rng.standard_normal((32, 64, 3, 3)).astype(np.float32)
     wt[:, :, 0, 0] = np.inf
-    lib = load(select_conv("implicit_gemm", "bfloat16").level).lib
+    lib = conv_bf16_lib()
     old = lib.op_conv_bf16_options(-1 if opt is None else opt)
     try:
         _borders_nan(x, wt)
