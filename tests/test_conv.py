@@ -721,6 +721,32 @@ def test_depthwise_3x3_rows_top_bottom_padding(level, pads, w):
         run_case(1, 3, 8, w, 6, 3, 3, 1, pads, 1, 3, dtype=dtype, activation="relu", seed=5)
 
 
+# (n, c, h, w, dtype): 3x3 stride 1 padding 1 planes that take each NCHW kernel choice: the flat
+# kernel (7x7; bfloat16 17 and 64 columns; float32 rows past the whole-row kernel at batch 2), the
+# whole-row and even / odd kernels, the widened bfloat16 rows
+DW_INF_CASES = [(1, 2, 7, 7, np.float32), (2, 2, 5, 130, np.float32), (1, 2, 5, 130, np.float32),
+                (2, 2, 5, 112, np.float32), (1, 2, 5, 17, bfloat16), (1, 2, 5, 64, bfloat16),
+                (1, 2, 5, 80, bfloat16), (2, 3, 6, 40, bfloat16)]
+
+
+@pytest.mark.parametrize("case", DW_INF_CASES, ids=lambda c: "x".join(map(str, c[:4])) + np.dtype(c[4]).name)
+def test_depthwise_inf_border_column_weight_gives_nan_at_the_border(level, case):
+    """An infinite weight in kernel column 0 (or 2) meets the left (right) padding zeros: NaN in output
+    column 0 (W - 1) of that channel, as in PyTorch and at every level, whichever kernel runs."""
+    n, c, h, w, dt = case
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32).astype(dt)
+    for col in (0, 2):
+        wt = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+        wt[0, 0, 1, col] = np.inf
+        y = np.asarray(onepath.conv2d(x, wt.astype(dt), None, 1, 1, 1, c), np.float32)
+        edge = 0 if col == 0 else w - 1
+        assert np.isnan(y[:, 0, :, edge]).all(), (case, col)
+        ref = reference_conv2d(np.asarray(x, np.float64), np.asarray(wt.astype(dt), np.float64), None,
+                               (1, 1), ((1, 1), (1, 1)), (1, 1), c)
+        np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+
+
 def test_depthwise_entry_rejects_bf16_output_from_f32_input(level):
     """op_conv2d_dw_f32 has kernels for f32->f32, bf16->f32 and bf16->bf16 only (the promotion
     rules never pair float32 input with a bfloat16 output): the other pairing is refused (-3)."""

@@ -22,7 +22,8 @@ typedef struct {
                                 row-register kernels where the geometry fits them (stride 1 with
                                 padding 1 along W and OW = W, or stride 2), 0 the default choice;
                                 with bit 2 as well, bfloat16 stride-1 rows of more than 16 columns
-                                widen each plane once, then run float32 rows (op_dw3_s1r_w) */
+                                widen each plane once, then run float32 rows (op_dw3_s1r_w; the
+                                registry sets the bit from DW_ROW_KERNELS' smallest width) */
 } op_conv_desc;
 
 /* Convolution as a GEMM through the level's GEMM driver and f32 micro-kernel (no im2col buffer):

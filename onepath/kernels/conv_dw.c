@@ -450,6 +450,19 @@ OP_INLINE int64_t op_dw3_flat_buf(int64_t W, int64_t HW)
    computed, so the tap loads never wait for the copy's stores to retire) */
 OP_INLINE int64_t op_dw3_flat_scratch(int64_t W, int64_t HW) { return 2 * op_dw3_flat_buf(W, HW); }
 
+/* Whether every weight of kernel columns 0 and 2 (the taps that meet the left / right padding) is
+   finite. The flat kernel drops those taps at the border lanes instead of multiplying a padding zero,
+   so a non-finite one there (Inf * 0 = NaN at every other level and in PyTorch) needs another kernel. */
+static int op_dw3_border_cols_finite(const op_dw_ctx *c)
+{
+    for (int64_t i = 0; i < c->d->oc * 9; i += 3)
+        for (int j = 0; j < 3; j += 2) {
+            const float v = c->wb ? op_bf16_to_f32_1(c->wb[i + j]) : c->w[i + j];
+            if (!isfinite(v)) return 0;
+        }
+    return 1;
+}
+
 /* plane p (= n * OC + oc) into the copy at q */
 OP_INLINE void op_dw3_flat_copy(const op_dw_ctx *c, int64_t p, float *OP_RESTRICT q, int64_t HW,
                                 int64_t nb, __mmask16 tail, const int BF16)
@@ -1669,6 +1682,11 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
             c.w = wf;
         }
     }
+#if defined(OP_HAS_AVX512)
+    if (c.direct3 == 2 && !op_dw3_border_cols_finite(&c))
+        c.direct3 = 1;  /* a non-finite border-column weight: the register-blocked rows (which multiply
+                           the padding zeros) instead of the flat kernel */
+#endif
     const int64_t nplanes = d->n * d->oc, plane = d->oh * d->ow;
     const double flops = 2.0 * (double)nplanes * (double)plane * (double)(d->kh * d->kw);
     /* the pool's workers are awake between calls (threads.c): a second thread pays from about
