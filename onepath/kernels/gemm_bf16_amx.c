@@ -185,4 +185,6 @@ static const op_gemm_ops op_bf16_amx_ops = {
     {256, 1024, 2048},
     0, 0,
     op_ukr_amx_a,
+    0, NULL,
+    1,   /* tile_cost_fixed */
 };

@@ -22,6 +22,10 @@
          size_t b_scratch;      bytes of per-thread scratch after the packed B block for pack_b
          op_ukr_a_fn ukr_a;     optional micro-kernel reading a row-major A in place (full panels)
          int ukr_a_bcast;       1: ukr_a reads A by broadcasts only, so it runs at any alignment of A
+         op_ukr16_fn ukr16;     optional micro-kernel writing a bfloat16 C from its registers
+         int tile_cost_fixed;   1: a tile of mr' < mr rows costs as much as a full one (AMX tiles),
+                                so threads split M at multiples of mr; 0: the cost follows the rows
+                                (FMA micro-kernels), so threads split M into equal row counts
      } op_gemm_ops;
 
    Packed layouts the driver assumes (it only does pointer arithmetic with them):
@@ -46,7 +50,9 @@
    once into c16. The f32 instance is
    op_gemm_f32_ops; its pieces (op_pack_a_f32, op_pack_b_f32, op_ukr_f32, OP_F32_MR/NR) may be reused.
    Threads: op_gemm_drive picks the thread count (>= OP_GEMM_MIN_FLOPS_PER_THREAD flops each), gives
-   each thread a disjoint block of C (batch entries, or N in multiples of nr, or M in multiples of mr)
+   each thread a disjoint block of C (batch entries, or N in multiples of nr, or M in equal row counts:
+   an FMA micro-kernel's time follows its rows, so 1024 rows over 2 threads are 512 + 512, 36 full
+   panels and an 8-row one each, not 37 panels + 36 and a 2-row one; at mr multiples for AMX tiles)
    and one A and one B packing buffer for the whole call.
    ============================================================================================ */
 
@@ -174,6 +180,7 @@ typedef struct op_gemm_ops {
                           load, so it runs at any alignment of A (the conv kernels' ukr_a) */
     op_ukr16_fn ukr16; /* optional: ukr for a bfloat16 C with column stride 1 when one KC block holds
                           all of K (no float tile, no separate rounding pass); same packed A and B */
+    int tile_cost_fixed; /* 1: an mr' < mr tile costs a full one (AMX): threads split M at mr multiples */
 } op_gemm_ops;
 
 /* ---------------------------------------------------------------- f32 micro-kernels */
@@ -893,7 +900,11 @@ static void op_drive_task(void *ctx, int64_t task, int tid)
     const int64_t parts = x->pm * x->pn;
     const int64_t bi = task / parts, r = task % parts, im = r / x->pn, in = r % x->pn;
     const int64_t MR = x->ops->mr, NR = x->ops->nr, m = x->g->m, n = x->g->n;
-    const int64_t m0 = x->mblk * im / x->pm * MR, m1 = op_min64(m, x->mblk * (im + 1) / x->pm * MR);
+    int64_t m0 = x->mblk * im / x->pm * MR, m1 = op_min64(m, x->mblk * (im + 1) / x->pm * MR);
+    if (!x->ops->tile_cost_fixed) {   /* equal row counts (see "Threads" at the top of this file) */
+        m0 = m * im / x->pm;
+        m1 = m * (im + 1) / x->pm;
+    }
     const int64_t n0 = x->nblk * in / x->pn * NR, n1 = op_min64(n, x->nblk * (in + 1) / x->pn * NR);
     if (m0 >= m1 || n0 >= n1) return;
     char *abuf = x->buf + (size_t)tid * x->thr_bytes;
@@ -901,9 +912,10 @@ static void op_drive_task(void *ctx, int64_t task, int tid)
 }
 
 /* Splits P parts of one entry into pm x pn (pm <= mblk, pn <= nblk) minimising the per-thread
-   compute (mt * nt) plus packing (mt + nt) cost. */
-static void op_split_parts(int64_t P, int64_t mblk, int64_t nblk, int64_t MR, int64_t NR,
-                           int64_t *pm, int64_t *pn)
+   compute (mt * nt) plus packing (mt + nt) cost; m rows, split in equal counts unless fixed
+   (tile_cost_fixed: at MR multiples, see op_drive_task). */
+static void op_split_parts(int64_t P, int64_t m, int64_t mblk, int64_t nblk, int64_t MR, int64_t NR,
+                           int fixed, int64_t *pm, int64_t *pn)
 {
     for (; P >= 1; P--) {
         double best = -1.0;
@@ -911,7 +923,8 @@ static void op_split_parts(int64_t P, int64_t mblk, int64_t nblk, int64_t MR, in
             if (P % q) continue;
             const int64_t a = P / q;  /* q parts along N, a along M */
             if (q > nblk || a > mblk) continue;
-            const double mt = (double)(op_cdiv64(mblk, a) * MR), nt = (double)(op_cdiv64(nblk, q) * NR);
+            const double mt = fixed ? (double)(op_cdiv64(mblk, a) * MR) : (double)op_cdiv64(m, a);
+            const double nt = (double)(op_cdiv64(nblk, q) * NR);
             const double cost = mt * nt + 16.0 * (mt + nt);
             if (best < 0 || cost < best) {
                 best = cost;
@@ -969,7 +982,7 @@ static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op
             x.pm = 1;
             x.pn = op_min64(P, x.nblk);
         } else {
-            op_split_parts(P, x.mblk, x.nblk, MR, NR, &x.pm, &x.pn);
+            op_split_parts(P, g->m, x.mblk, x.nblk, MR, NR, ops->tile_cost_fixed, &x.pm, &x.pn);
         }
     }
     const int64_t ntasks = g->batch * x.pm * x.pn;
