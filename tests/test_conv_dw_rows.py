@@ -34,6 +34,7 @@ CASES = [
     (3, 11, 29, 2, (1, 1), 1),
     (2, 14, 70, 2, (0, 0), 1),
     (2, 9, 40, 2, (2, 2), 2),
+    (2, 5, 48, 2, (1, 1), 1),   # float32 stride 2: a last block of 8 outputs that reads column W - 1
 ]
 
 

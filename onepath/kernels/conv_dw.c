@@ -1256,6 +1256,57 @@ OP_INLINE void op_dw3_s2r_col(const op_dw_ctx *c, const char *const *rp, const _
     }
 }
 
+/* op_dw3_s2r_col for float32 on an output block of at most 8 columns (the last one of a row of
+   16 k + 1 .. 16 k + 8 outputs, e.g. 56 = 3 x 16 + 8 for MobileNet-v2 112x112 -> 56x56): the same
+   taps, lanes and FMA order in 256-bit vectors (bit for bit the 16-lane result's first 8 lanes), so
+   the half-empty block costs half a 16-lane one (on Zen 4 a 512-bit operation takes a 256-bit pipe
+   twice). Zen 4, 2026-12-01, this shared host, MobileNet-v2 112x112 -> 56x56 C96, kernel-only, one
+   module per process, three alternations at 1 thread: best 135.1 / 135.2 / 135.6 -> 128.9 / 131.1 /
+   130.4 us (3-5%); 2 threads not resolved (this host's noise, +-25% that hour). */
+OP_INLINE void op_dw3_s2r_col8(const op_dw_ctx *c, const char *const *rp, const __m512 *wz, __m512 bz,
+                               int64_t yrow, int64_t oh0, int64_t j0, int64_t p, __mmask8 mc,
+                               __mmask8 ma, __mmask8 mb, __mmask8 mx, const int R, const int NA,
+                               const int ACT)
+{
+    const int64_t OW = c->d->ow;
+    const __m256i ie = _mm256_set_epi32(14, 12, 10, 8, 6, 4, 2, 0);
+    const __m256i io = _mm256_add_epi32(ie, _mm256_set1_epi32(1));
+    __m256 wv[9];
+    for (int t = 0; t < 9; t++) wv[t] = _mm512_castps512_ps256(wz[t]);
+    const __m256 bv = _mm512_castps512_ps256(bz);
+    __m256 acc[6][3];
+    for (int i = 0; i < R; i++) {
+        acc[i][0] = bv;
+        for (int k = 1; k < NA; k++) acc[i][k] = _mm256_setzero_ps();
+    }
+#pragma GCC unroll 13
+    for (int t = 0; t < 2 * R + 1; t++) {
+        const float *q = (const float *)rp[t] + p;
+        const __m256 ua = _mm256_maskz_loadu_ps(ma, q);
+        const __m256 ub = _mm256_maskz_loadu_ps(mb, q + 8);
+        const __m256 uc = mx ? _mm256_set1_ps(q[16]) : _mm256_setzero_ps();
+        const __m256 v0 = _mm256_permutex2var_ps(ua, ie, ub);
+        const __m256 v1 = _mm256_permutex2var_ps(ua, io, ub);
+        const __m256 v2 = _mm256_castsi256_ps(_mm256_alignr_epi32(_mm256_castps_si256(uc), _mm256_castps_si256(v0), 1));
+#pragma GCC unroll 6
+        for (int i = 0; i < R; i++) {
+            const int ki = t - 2 * i;
+            if (ki < 0 || ki > 2) continue;
+            const int k = ki < NA ? ki : NA - 1;
+            acc[i][k] = _mm256_fmadd_ps(wv[ki * 3], v0, acc[i][k]);
+            acc[i][k] = _mm256_fmadd_ps(wv[ki * 3 + 1], v1, acc[i][k]);
+            acc[i][k] = _mm256_fmadd_ps(wv[ki * 3 + 2], v2, acc[i][k]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < R; i++) {
+        __m256 v = acc[i][0];
+        for (int k = 1; k < NA; k++) v = _mm256_add_ps(v, acc[i][k]);
+        _mm256_mask_storeu_ps((float *)c->y + yrow + (oh0 + i) * OW + j0, mc,
+                              ACT ? op_dw_act8(v, c->act) : v);
+    }
+}
+
 OP_INLINE void op_dw3_s2r_blk(const op_dw_ctx *c, int64_t plane, const __m512 *wv, __m512 bv,
                               int64_t yrow, int64_t oh0, const int R, const int NA, const int ACT,
                               const int BF16, const int YB)
@@ -1274,7 +1325,12 @@ OP_INLINE void op_dw3_s2r_blk(const op_dw_ctx *c, int64_t plane, const __m512 *w
         const __mmask16 mc = op_dw_lanes(j0, OW);
         const __mmask16 ma = op_dw_lanes(p, W), mb = op_dw_lanes(p + 16, W), mx = op_dw_lanes(p + 32, W) & 1u;
         const __mmask32 k0 = BF16 ? op_dw_lanes32(p, W) : 0, k2 = BF16 ? op_dw_lanes32(p + 2, W) : 0;
-        op_dw3_s2r_col(c, rp, wv, bv, yrow, oh0, j0, p, mc, ma, mb, mx, k0, k2, R, NA, ACT, BF16, YB);
+        if (!BF16 && OW - j0 <= 8)  /* a half block: 256-bit vectors (op_dw3_s2r_col8) */
+            op_dw3_s2r_col8(c, rp, wv, bv, yrow, oh0, j0, p, (__mmask8)mc, (__mmask8)ma,
+                            (__mmask8)(op_dw_lanes(p + 8, W) & 0xFFu), (__mmask8)(op_dw_lanes(p + 16, W) & 1u),
+                            R, NA, ACT);
+        else
+            op_dw3_s2r_col(c, rp, wv, bv, yrow, oh0, j0, p, mc, ma, mb, mx, k0, k2, R, NA, ACT, BF16, YB);
     }
 }
 
