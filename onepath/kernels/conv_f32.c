@@ -641,6 +641,13 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    copy, input and output transposes. Same kc, so every output is the same sum in the same order. */
 #define OP_CONV_NCHW1X1_JOINT 512
 #define OP_CONV_NCHW1X1_JOINT_MAXP 3136
+/* OP_CONV_NCHW1X1_A_INPLACE: an NCHW 1x1 float32 convolution computed as out = W @ X (the per-image
+   GEMM: M = OC/g, N = OH*OW, K = C/g) reads its A, the weight (OC rows of C/g floats, row-major as
+   given), in place in the micro-kernel (op_conv_ukr_a_f32: broadcasts only) instead of packing it:
+   at small planes (7 x 7, 14 x 14 at batch 1) each weight element feeds only OH*OW products, and
+   the per-call pack of the whole weight (up to 8 MiB) cost about as much as the ragged pixel edge
+   saves. Same kc, same sums (the packed and in-place micro-kernels add in the same order). */
+#define OP_CONV_NCHW1X1_A_INPLACE 1024
 static int op_conv_f32_opts = 0;
 
 int op_conv_f32_options(int flags)
@@ -650,7 +657,8 @@ int op_conv_f32_options(int flags)
         op_conv_f32_opts = flags & (OP_CONV_BRG_FULL_K | OP_CONV_BRG_NSPLIT | OP_CONV_BRG_OW7 |
                                     OP_CONV_BRG_NSPLIT_PACK | OP_CONV_BRG_SKIP_PAD | OP_CONV_BRG_COPY |
                                     OP_CONV_BRG_WIDE_ROWS);
-    if (flags >= 0) op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_DIRECT_B | OP_CONV_NCHW1X1_JOINT);
+    if (flags >= 0)
+        op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_DIRECT_B | OP_CONV_NCHW1X1_JOINT | OP_CONV_NCHW1X1_A_INPLACE);
     return old;
 }
 
@@ -1707,6 +1715,23 @@ int op_conv2d_f32_joint(const op_conv_desc *d, int x_bf16)
     return d->nhwc != 1 && !x_bf16 && (op_conv_f32_opts & OP_CONV_NCHW1X1_JOINT) && op_conv_j1_fits(d);
 }
 
+int op_conv2d_f32_a_in_place(const op_conv_desc *d, int x_bf16)
+{
+#if defined(OP_HAS_AVX512)
+    /* (C a multiple of 1024: weight rows 4 KiB apart, the 14 rows of a panel in one L1d set) */
+    return d->nhwc != 1 && !x_bf16 && (op_conv_f32_opts & OP_CONV_NCHW1X1_A_INPLACE) && d->groups == 1 &&
+           d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 && d->pl == 0 &&
+           d->oh == d->h && d->ow == d->w && d->c % 1024 != 0 && d->oc > OP_CONV_NCHW1X1_DIRECT_MAXM &&
+           !op_conv2d_f32_joint(d, x_bf16);
+    /* (OC > 64: the driver never reads B in place then, which op_conv_ukr_a_f32 cannot: it reads
+       packed B panels) */
+#else
+    (void)d;
+    (void)x_bf16;
+    return 0;
+#endif
+}
+
 int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
                   const float *bias, float *y, int act, const op_blocking *blk, int nthreads)
 {
@@ -1717,6 +1742,12 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
     if (rs != 0) return rs;
     if (op_conv2d_f32_joint(d, x_bf16))   /* NCHW 1x1 over all images' pixels (above) */
         return op_conv2d_nchw1x1_joint_f32(d, (const float *)x, w, bias, y, act, blk, nthreads);
+    op_conv_desc da;
+    if (d->nhwc == 2 && op_conv2d_f32_a_in_place(d, x_bf16)) {   /* NCHW GEMM, weight in place */
+        da = *d;
+        da.nhwc = 0;
+        d = &da;
+    }
     if (d->nhwc == 2) {   /* NCHW through the NHWC formulation (above) */
         op_conv_desc dn;
         void *xt = op_conv_as_nhwc_input(d, x, x_bf16 ? 2 : 4, nthreads, &dn);
@@ -1741,6 +1772,11 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
 #if defined(OP_HAS_AVX512)
     /* (rows 4 KiB apart, C a multiple of 1024, would put the 14 rows in one L1d set: packed) */
     if (inplace && d->nhwc && d->c % 1024 != 0) {
+        ops.ukr_a = op_conv_ukr_a_f32;
+        ops.ukr_a_bcast = 1;
+    }
+    /* NCHW 1x1: the weight (A) read in place (OP_CONV_NCHW1X1_A_INPLACE, above) */
+    if (op_conv2d_f32_a_in_place(d, x_bf16)) {
         ops.ukr_a = op_conv_ukr_a_f32;
         ops.ukr_a_bcast = 1;
     }
