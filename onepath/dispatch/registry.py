@@ -411,13 +411,25 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # res4_branch2c 191 -> 208 (0.97 -> 1.06x), res3_branch2a 171 -> 194 (0.96 -> 1.09x), res3a_branch2a
 # 178 -> 189 (1.10 -> 1.17x), res5_branch2c 199 -> 206 (0.95 -> 0.98x), res5_branch2a 194 -> 194
 # (0.93x both). Unmeasured on Intel: no row there.
+# "nchw1x1_a_in_place": an NCHW 1x1 stride-1 unpadded convolution (groups 1, OC > 64, C not a multiple
+# of 1024, not the joint GEMM: batch 1) runs as the per-image GEMM out = W @ X with the weight read in
+# place by the micro-kernel (broadcasts from its rows) instead of packed per call, and replaces the NHWC
+# formulation where CONV_NCHW_AS_NHWC routes such a problem ("1x1_single": the 7 x 7 planes): no input
+# or output transpose and no weight pack, for a ragged pixel edge (49 = 32 + 17 columns). C a multiple
+# of 1024 (weight rows 4 KiB apart: the 14 rows of a panel share one L1d set) measured slower in place
+# (res5_branch2a 143 -> 108 GFLOP/s): those stay as they were (op_conv2d_f32_a_in_place). Same sums,
+# bit for bit. zen4, 2026-12-01 (same VM, 2 threads, median of 5, paired with torch 2.13 and the bit
+# off/on in one process, GFLOP/s off -> on, x torch), batch 1: res5_branch2c (C 512 -> 2048, 7x7)
+# 116 -> 159 (0.79 -> 1.09x) and 157 -> 166 (0.91 -> 0.96x) in two runs, res4_branch2c (256 -> 1024,
+# 14x14) 160 -> 181 (1.10 -> 1.25x), res3_branch2a 180 -> 186, res3_branch2c 164 -> 164, res2_branch2c
+# 187 -> 202. Unmeasured on Intel: no row there.
 CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core"): ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows",
-                              "brg_skip_pad", "nchw1x1_direct_b", "nchw1x1_joint"),
+                              "brg_skip_pad", "nchw1x1_direct_b", "nchw1x1_joint", "nchw1x1_a_in_place"),
 }
 CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pack": 8,
                   "brg_skip_pad": 16, "brg_wide_rows": 64,
-                  "nchw1x1_direct_b": 256, "nchw1x1_joint": 512}  # the bits of op_conv_f32_options
+                  "nchw1x1_direct_b": 256, "nchw1x1_joint": 512, "nchw1x1_a_in_place": 1024}  # the bits of op_conv_f32_options
 
 
 # Direct convolution for few input channels (kernels/conv_stem.c, op_conv_stem_options): groups 1,
