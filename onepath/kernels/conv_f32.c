@@ -218,6 +218,21 @@ static void op_conv_ukr_a_f32(int64_t kc, const void *a_, int64_t lda, const voi
     /* the next 14 rows (the next panel: rows are contiguous in the input) are fetched a line per
        k step, row p % 16 at depth p rounded down to 16 (rows 14, 15 of each 16 steps skip) */
     const float *pf = p0 + OP_F32_MR * lda;
+#define OP_RA1(i, src) c##i##_0 = _mm512_fmadd_ps(_mm512_set1_ps(src), b0, c##i##_0);
+    if (nr <= 16) {   /* a column tail of <= 16 (the NCHW GEMM's 196 = 6 x 32 + 4 pixels): half the FMAs */
+        for (int64_t p = 0; p < kc; p++) {
+            __m512 b0 = _mm512_loadu_ps(b);
+            if ((p & 15) < OP_F32_MR) _mm_prefetch((const char *)(pf + (p & 15) * lda + (p & ~(int64_t)15)), _MM_HINT_T0);
+            OP_RA1(0, p0[p]) OP_RA1(1, p0[lda + p]) OP_RA1(2, p0[l2 + p])
+            OP_RA1(3, p3[p]) OP_RA1(4, p3[lda + p]) OP_RA1(5, p3[l2 + p])
+            OP_RA1(6, p6[p]) OP_RA1(7, p6[lda + p]) OP_RA1(8, p6[l2 + p])
+            OP_RA1(9, p9[p]) OP_RA1(10, p9[lda + p]) OP_RA1(11, p9[l2 + p])
+            OP_RA1(12, p12[p]) OP_RA1(13, p12[lda + p])
+            b += OP_F32_NR;
+        }
+        kc = 0;
+    }
+#undef OP_RA1
     for (int64_t p = 0; p < kc; p++) {
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
         if ((p & 15) < OP_F32_MR) _mm_prefetch((const char *)(pf + (p & 15) * lda + (p & ~(int64_t)15)), _MM_HINT_T0);
