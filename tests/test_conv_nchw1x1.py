@@ -70,12 +70,14 @@ def test_nchw_1x1_joint(level, case):
 # (n, c, h, w, oc): NCHW 1x1 with the weight read in place (op_conv_f32_options bit 1024,
 # registry.CONV_F32_FLAGS["nchw1x1_a_in_place"]). 7 x 7 (49 = 32 + 17 columns) with C = 600 (K over
 # several KC blocks) and OC = 75 (5 x 14 + a 5-row tail, packed), 14 x 14, OC = 65 (the smallest
-# taken), C = 1024 (rows 4 KiB apart: not taken, the bit changes nothing).
+# taken), C = 1024 (rows 4 KiB apart: the weight rows copied per KC block, a 5-row tail packed), OC = 64
+# (not taken: B may be read in place).
 A_CASES = [
     (1, 600, 7, 7, 75),
     (1, 40, 14, 14, 100),
     (1, 17, 5, 3, 65),
-    (1, 1024, 3, 3, 70),
+    (1, 1024, 3, 3, 75),
+    (1, 30, 4, 4, 64),
 ]
 
 

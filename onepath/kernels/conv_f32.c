@@ -259,6 +259,37 @@ static void op_conv_ukr_a_f32(int64_t kc, const void *a_, int64_t lda, const voi
 }
 #endif
 
+#if defined(OP_HAS_AVX512)
+/* A block rows i0.., depth p0.. as whole MR-row panels copied row by row (panel row i at d[i * kcp],
+   kcp floats apart: 1 or 2 KiB at kc 256 or 512, so a panel's 14 rows spread over L1d sets), read
+   by op_conv_ukr_a_f32 (op_conv_ukr_rows_f32); a tail panel of fewer rows packed k-major for the
+   packed micro-kernel. For an A whose rows are 4 KiB apart (the NCHW 1x1 weight with C a multiple
+   of 1024): a copy, no transposes, and no L1d set conflicts in the micro-kernel. */
+static void op_conv_pack_a_rows_f32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc, int64_t p0,
+                                    int64_t kc, int64_t kcp, void *dst)
+{
+    enum { MR = OP_F32_MR };
+    const float *A = (const float *)g->a + (g->a_off ? g->a_off[bi] : 0);
+    float *d = (float *)dst;
+    for (int64_t ir = 0; ir < mc; ir += MR, d += MR * kcp) {
+        if (mc - ir < MR) {   /* (f32: kcp == kc; the weight: csa == 1) */
+            op_pack_a_f32(g, bi, i0 + ir, op_min64(MR, mc - ir), p0, kc, kcp, d);
+            continue;
+        }
+        for (int i = 0; i < MR; i++) memcpy(d + i * kcp, A + (i0 + ir + i) * g->rsa + p0, sizeof(float) * (size_t)kc);
+    }
+}
+
+static void op_conv_ukr_rows_f32(int64_t kc, const void *a, const void *b, int64_t ldb, float *c,
+                                 int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
+{
+    if (mr == OP_F32_MR && ldb == OP_F32_NR)
+        op_conv_ukr_a_f32(kc, a, kc, b, c, rsc, csc, mr, nr, acc, epi);
+    else
+        op_ukr_f32(kc, a, b, ldb, c, rsc, csc, mr, nr, acc, epi);
+}
+#endif
+
 /* ---------------------------------------------------------------- NHWC over a padded input
 
    Shared by the float32 (below) and bfloat16 (conv_bf16.c) NHWC convolutions, depth order (kh, kw, c):
@@ -661,7 +692,10 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    given), in place in the micro-kernel (op_conv_ukr_a_f32: broadcasts only) instead of packing it:
    at small planes (7 x 7, 14 x 14 at batch 1) each weight element feeds only OH*OW products, and
    the per-call pack of the whole weight (up to 8 MiB) cost about as much as the ragged pixel edge
-   saves. Same kc, same sums (the packed and in-place micro-kernels add in the same order). */
+   saves. C a multiple of 1024 (weight rows 4 KiB apart: the 14 rows of a panel would share one L1d
+   set) copies the weight rows per block instead (op_conv_pack_a_rows_f32: no transposes), read by the
+   same micro-kernel. Same kc, same sums (the packed and in-place micro-kernels add in the same
+   order). */
 #define OP_CONV_NCHW1X1_A_INPLACE 1024
 static int op_conv_f32_opts = 0;
 
@@ -1733,10 +1767,10 @@ int op_conv2d_f32_joint(const op_conv_desc *d, int x_bf16)
 int op_conv2d_f32_a_in_place(const op_conv_desc *d, int x_bf16)
 {
 #if defined(OP_HAS_AVX512)
-    /* (C a multiple of 1024: weight rows 4 KiB apart, the 14 rows of a panel in one L1d set) */
+    /* (strided: the NHWC formulation measured as fast or faster, res4a_branch1 / res5a_branch1) */
     return d->nhwc != 1 && !x_bf16 && (op_conv_f32_opts & OP_CONV_NCHW1X1_A_INPLACE) && d->groups == 1 &&
            d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 && d->pl == 0 &&
-           d->oh == d->h && d->ow == d->w && d->c % 1024 != 0 && d->oc > OP_CONV_NCHW1X1_DIRECT_MAXM &&
+           d->oh == d->h && d->ow == d->w && d->oc > OP_CONV_NCHW1X1_DIRECT_MAXM &&
            !op_conv2d_f32_joint(d, x_bf16);
     /* (OC > 64: the driver never reads B in place then, which op_conv_ukr_a_f32 cannot: it reads
        packed B panels) */
@@ -1790,10 +1824,16 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
         ops.ukr_a = op_conv_ukr_a_f32;
         ops.ukr_a_bcast = 1;
     }
-    /* NCHW 1x1: the weight (A) read in place (OP_CONV_NCHW1X1_A_INPLACE, above) */
+    /* NCHW 1x1: the weight (A) read in place (OP_CONV_NCHW1X1_A_INPLACE, above); rows 4 KiB apart
+       (C a multiple of 1024): copied per block, row by row (op_conv_pack_a_rows_f32) */
     if (op_conv2d_f32_a_in_place(d, x_bf16)) {
-        ops.ukr_a = op_conv_ukr_a_f32;
-        ops.ukr_a_bcast = 1;
+        if (d->c % 1024 != 0) {
+            ops.ukr_a = op_conv_ukr_a_f32;
+            ops.ukr_a_bcast = 1;
+        } else {
+            ops.pack_a = op_conv_pack_a_rows_f32;
+            ops.ukr = op_conv_ukr_rows_f32;
+        }
     }
 #endif
     if (!inplace) {
