@@ -84,3 +84,18 @@ A_CASES = [
 @pytest.mark.parametrize("case", A_CASES, ids=lambda c: "x".join(map(str, c)))
 def test_nchw_1x1_a_in_place(level, case):
     _same_with_bit_off_and_on(1024, *case, seed=3)
+
+
+# (n, c, h, w, oc, stride): the same strided (the sampled pixels copied first, then stride 1), C = 1024
+# rows copied, strides (3, 2) on a non-square plane, an odd input (13 -> 7 at stride 2)
+A_STRIDED = [
+    (1, 600, 13, 13, 75, 2),
+    (1, 1024, 5, 5, 70, 2),
+    (1, 20, 9, 8, 66, (3, 2)),
+]
+
+
+@pytest.mark.parametrize("case", A_STRIDED, ids=lambda c: "x".join(map(str, c)).replace(" ", ""))
+def test_nchw_1x1_a_in_place_strided(level, case):
+    *shape, s = case
+    _same_with_bit_off_and_on(1024, *shape, stride=s, seed=4)

@@ -1767,10 +1767,11 @@ int op_conv2d_f32_joint(const op_conv_desc *d, int x_bf16)
 int op_conv2d_f32_a_in_place(const op_conv_desc *d, int x_bf16)
 {
 #if defined(OP_HAS_AVX512)
-    /* (strided: the NHWC formulation measured as fast or faster, res4a_branch1 / res5a_branch1) */
     return d->nhwc != 1 && !x_bf16 && (op_conv_f32_opts & OP_CONV_NCHW1X1_A_INPLACE) && d->groups == 1 &&
-           d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 && d->pl == 0 &&
-           d->oh == d->h && d->ow == d->w && d->oc > OP_CONV_NCHW1X1_DIRECT_MAXM &&
+           d->kh == 1 && d->kw == 1 && d->pt == 0 && d->pl == 0 &&
+           ((d->sh == 1 && d->sw == 1 && d->oh == d->h && d->ow == d->w) ||
+            ((d->oh - 1) * d->sh < d->h && (d->ow - 1) * d->sw < d->w)) &&
+           d->oc > OP_CONV_NCHW1X1_DIRECT_MAXM &&
            !op_conv2d_f32_joint(d, x_bf16);
     /* (OC > 64: the driver never reads B in place then, which op_conv_ukr_a_f32 cannot: it reads
        packed B panels) */
@@ -1796,6 +1797,20 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
         da = *d;
         da.nhwc = 0;
         d = &da;
+    }
+    if (d->nhwc == 0 && (d->sh > 1 || d->sw > 1) && op_conv2d_f32_a_in_place(d, x_bf16)) {
+        /* strided: the sampled pixels copied (as the NHWC formulation does), then stride 1 */
+        op_conv_desc dn = *d;
+        dn.h = d->oh;
+        dn.w = d->ow;
+        dn.sh = dn.sw = 1;
+        float *xs = (float *)op_conv_scratch_alloc(sizeof(float) * (size_t)(d->n * d->c * ohw));
+        if (!xs) return -1;
+        op_conv_sub_ctx sc = {d, (const char *)x, (char *)xs, sizeof(float)};
+        op_parallel_for(d->n * d->c * ohw >= (1 << 16) ? nthreads : 1, d->n * d->c, op_conv_sub_task, &sc);
+        const int r = op_conv2d_f32(&dn, xs, 0, w, bias, y, act, blk, nthreads);
+        op_conv_scratch_free(xs);
+        return r;
     }
     if (d->nhwc == 2) {   /* NCHW through the NHWC formulation (above) */
         op_conv_desc dn;
