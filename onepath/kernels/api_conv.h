@@ -70,9 +70,9 @@ int op_conv_f32_options(int flags);
 int op_conv2d_f32_joint(const op_conv_desc *d, int x_bf16);
 
 /* 1 when op_conv2d_f32 runs the NCHW 1x1 problem d (x_bf16: bfloat16 input) as the per-image GEMM
-   out = W @ X with the weight read in place (op_conv_f32_options bit 1024 set, groups 1, stride 1,
-   unpadded, OC > 64, not the joint GEMM; C a multiple of 1024: its rows copied per block), whatever
-   d->nhwc (0 or 2) says; else 0. */
+   out = W @ X with the weight read in place (op_conv_f32_options bit 1024 set, groups 1, unpadded,
+   OC > 64, not the joint GEMM; C a multiple of 1024: its rows copied per block; strided: the sampled
+   pixels copied first), whatever d->nhwc (0 or 2) says; else 0. */
 int op_conv2d_f32_a_in_place(const op_conv_desc *d, int x_bf16);
 
 /* Per-microarchitecture options of the bfloat16 convolutions (bit 1: an NHWC k x k convolution whose

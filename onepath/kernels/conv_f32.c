@@ -695,7 +695,8 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    saves. C a multiple of 1024 (weight rows 4 KiB apart: the 14 rows of a panel would share one L1d
    set) copies the weight rows per block instead (op_conv_pack_a_rows_f32: no transposes), read by the
    same micro-kernel. Same kc, same sums (the packed and in-place micro-kernels add in the same
-   order). */
+   order). A strided problem (samples inside the input) copies its sampled pixels (op_conv_sub_task)
+   and runs as the stride-1 problem on them. */
 #define OP_CONV_NCHW1X1_A_INPLACE 1024
 static int op_conv_f32_opts = 0;
 
