@@ -17,7 +17,8 @@ from test_conv import run_case
 @pytest.fixture
 def as_nhwc(monkeypatch):
     """Every level of this host's uarch takes the NHWC formulation for NCHW implicit GEMMs (and
-    the NCHW 1x1 joint GEMM, op_conv_f32_options bit 512, which would replace it, is off)."""
+    the NCHW 1x1 joint GEMM and weight-in-place GEMM, op_conv_f32_options bits 512 and 1024, which
+    would replace it, are off)."""
     from onepath.kernels import load
     big = {"kxk": 1 << 30, "1x1_batch": 1 << 30, "1x1_stride": 1 << 30, "1x1_single": 1 << 30}
     table = {(probe().uarch, lv): big for lv in LEVELS}
@@ -25,7 +26,7 @@ def as_nhwc(monkeypatch):
     libs = [load(lv).lib for lv in onepath.available_isas()]
     olds = [lib.op_conv_f32_options(-1) for lib in libs]
     for lib, old in zip(libs, olds):
-        lib.op_conv_f32_options(old & ~512)
+        lib.op_conv_f32_options(old & ~(512 | 1024))
     _conv._PLANS.clear()
     yield
     for lib, old in zip(libs, olds):

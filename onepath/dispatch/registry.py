@@ -411,13 +411,29 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # res4_branch2c 191 -> 208 (0.97 -> 1.06x), res3_branch2a 171 -> 194 (0.96 -> 1.09x), res3a_branch2a
 # 178 -> 189 (1.10 -> 1.17x), res5_branch2c 199 -> 206 (0.95 -> 0.98x), res5_branch2a 194 -> 194
 # (0.93x both). Unmeasured on Intel: no row there.
+# "nchw1x1_a_in_place": an NCHW 1x1 unpadded convolution (groups 1, OC > 64, not the joint GEMM: batch 1;
+# strided: the sampled pixels copied first, then stride 1) runs as the per-image GEMM out = W @ X with the weight read in
+# place by the micro-kernel (broadcasts from its rows) instead of packed per call, and replaces the NHWC
+# formulation where CONV_NCHW_AS_NHWC routes such a problem ("1x1_single": the 7 x 7 planes): no input
+# or output transpose and no weight pack, for a ragged pixel edge (49 = 32 + 17 columns). C a multiple
+# of 1024 (weight rows 4 KiB apart: the 14 rows of a panel share one L1d set; in place res5_branch2a
+# 143 -> 108 GFLOP/s) copies the weight rows per KC block instead (no transposes), read by the same
+# micro-kernel. Same sums, bit for bit. zen4, 2026-12-01 (same VM, 2 threads, median of 5-11, paired with torch 2.13 and the bit
+# off/on in one process, GFLOP/s off -> on, x torch), batch 1: res5_branch2c (C 512 -> 2048, 7x7)
+# 116 -> 159 (0.79 -> 1.09x), 157 -> 166 and 159 -> 165 (0.92 -> 0.96x) in three runs, res5_branch2a
+# (2048 -> 512, rows copied) 114 -> 140 (0.81 -> 1.00x), res4_branch2c (256 -> 1024, 14x14) 160 -> 181
+# and 181 -> 201 (0.98 -> 1.09x), res4_branch2a (1024 -> 256, rows copied) 150 -> 162 (1.01 ->
+# 1.09x), res3_branch2a 180 -> 186, res3_branch2c 164 -> 164, res2_branch2c 187 -> 202; strided (NHWC
+# formulation before): res5a_branch1 (1024 -> 2048, 14 -> 7) 116 -> 121 and 146 -> 146, res4a_branch1
+# (512 -> 1024, 28 -> 14) 125 -> 168 (0.82 -> 1.11x) and 173 -> 190, res3a_branch1 120 -> 153 (1.02 ->
+# 1.29x) and 170 -> 198. Batch >= 2 runs "nchw1x1_joint" as before. Unmeasured on Intel: no row there.
 CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core"): ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows",
-                              "brg_skip_pad", "nchw1x1_direct_b", "nchw1x1_joint"),
+                              "brg_skip_pad", "nchw1x1_direct_b", "nchw1x1_joint", "nchw1x1_a_in_place"),
 }
 CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pack": 8,
                   "brg_skip_pad": 16, "brg_wide_rows": 64,
-                  "nchw1x1_direct_b": 256, "nchw1x1_joint": 512}  # the bits of op_conv_f32_options
+                  "nchw1x1_direct_b": 256, "nchw1x1_joint": 512, "nchw1x1_a_in_place": 1024}  # the bits of op_conv_f32_options
 
 
 # Direct convolution for few input channels (kernels/conv_stem.c, op_conv_stem_options): groups 1,

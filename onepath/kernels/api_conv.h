@@ -69,6 +69,12 @@ int op_conv_f32_options(int flags);
    else 0. */
 int op_conv2d_f32_joint(const op_conv_desc *d, int x_bf16);
 
+/* 1 when op_conv2d_f32 runs the NCHW 1x1 problem d (x_bf16: bfloat16 input) as the per-image GEMM
+   out = W @ X with the weight read in place (op_conv_f32_options bit 1024 set, groups 1, unpadded,
+   OC > 64, not the joint GEMM; C a multiple of 1024: its rows copied per block; strided: the sampled
+   pixels copied first), whatever d->nhwc (0 or 2) says; else 0. */
+int op_conv2d_f32_a_in_place(const op_conv_desc *d, int x_bf16);
+
 /* Per-microarchitecture options of the bfloat16 convolutions (bit 1: an NHWC k x k convolution whose
    geometry fits runs the batch-reduce VDPBF16PS kernel that reads its padded input in place,
    op_conv2d_nhwc_brg_bf16; bit 2: that kernel skips the kernel rows in the H padding for each weight

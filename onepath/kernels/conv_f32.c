@@ -218,6 +218,21 @@ static void op_conv_ukr_a_f32(int64_t kc, const void *a_, int64_t lda, const voi
     /* the next 14 rows (the next panel: rows are contiguous in the input) are fetched a line per
        k step, row p % 16 at depth p rounded down to 16 (rows 14, 15 of each 16 steps skip) */
     const float *pf = p0 + OP_F32_MR * lda;
+#define OP_RA1(i, src) c##i##_0 = _mm512_fmadd_ps(_mm512_set1_ps(src), b0, c##i##_0);
+    if (nr <= 16) {   /* a column tail of <= 16 (the NCHW GEMM's 196 = 6 x 32 + 4 pixels): half the FMAs */
+        for (int64_t p = 0; p < kc; p++) {
+            __m512 b0 = _mm512_loadu_ps(b);
+            if ((p & 15) < OP_F32_MR) _mm_prefetch((const char *)(pf + (p & 15) * lda + (p & ~(int64_t)15)), _MM_HINT_T0);
+            OP_RA1(0, p0[p]) OP_RA1(1, p0[lda + p]) OP_RA1(2, p0[l2 + p])
+            OP_RA1(3, p3[p]) OP_RA1(4, p3[lda + p]) OP_RA1(5, p3[l2 + p])
+            OP_RA1(6, p6[p]) OP_RA1(7, p6[lda + p]) OP_RA1(8, p6[l2 + p])
+            OP_RA1(9, p9[p]) OP_RA1(10, p9[lda + p]) OP_RA1(11, p9[l2 + p])
+            OP_RA1(12, p12[p]) OP_RA1(13, p12[lda + p])
+            b += OP_F32_NR;
+        }
+        kc = 0;
+    }
+#undef OP_RA1
     for (int64_t p = 0; p < kc; p++) {
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
         if ((p & 15) < OP_F32_MR) _mm_prefetch((const char *)(pf + (p & 15) * lda + (p & ~(int64_t)15)), _MM_HINT_T0);
@@ -241,6 +256,37 @@ static void op_conv_ukr_a_f32(int64_t kc, const void *a_, int64_t lda, const voi
         OP_TILE14_STORE(t, 14);
         op_tile_store(t, 32, OP_F32_MR, nr, c, rsc, csc, acc, epi);
     }
+}
+#endif
+
+#if defined(OP_HAS_AVX512)
+/* A block rows i0.., depth p0.. as whole MR-row panels copied row by row (panel row i at d[i * kcp],
+   kcp floats apart: 1 or 2 KiB at kc 256 or 512, so a panel's 14 rows spread over L1d sets), read
+   by op_conv_ukr_a_f32 (op_conv_ukr_rows_f32); a tail panel of fewer rows packed k-major for the
+   packed micro-kernel. For an A whose rows are 4 KiB apart (the NCHW 1x1 weight with C a multiple
+   of 1024): a copy, no transposes, and no L1d set conflicts in the micro-kernel. */
+static void op_conv_pack_a_rows_f32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc, int64_t p0,
+                                    int64_t kc, int64_t kcp, void *dst)
+{
+    enum { MR = OP_F32_MR };
+    const float *A = (const float *)g->a + (g->a_off ? g->a_off[bi] : 0);
+    float *d = (float *)dst;
+    for (int64_t ir = 0; ir < mc; ir += MR, d += MR * kcp) {
+        if (mc - ir < MR) {   /* (f32: kcp == kc; the weight: csa == 1) */
+            op_pack_a_f32(g, bi, i0 + ir, op_min64(MR, mc - ir), p0, kc, kcp, d);
+            continue;
+        }
+        for (int i = 0; i < MR; i++) memcpy(d + i * kcp, A + (i0 + ir + i) * g->rsa + p0, sizeof(float) * (size_t)kc);
+    }
+}
+
+static void op_conv_ukr_rows_f32(int64_t kc, const void *a, const void *b, int64_t ldb, float *c,
+                                 int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
+{
+    if (mr == OP_F32_MR && ldb == OP_F32_NR)
+        op_conv_ukr_a_f32(kc, a, kc, b, c, rsc, csc, mr, nr, acc, epi);
+    else
+        op_ukr_f32(kc, a, b, ldb, c, rsc, csc, mr, nr, acc, epi);
 }
 #endif
 
@@ -641,6 +687,17 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    copy, input and output transposes. Same kc, so every output is the same sum in the same order. */
 #define OP_CONV_NCHW1X1_JOINT 512
 #define OP_CONV_NCHW1X1_JOINT_MAXP 3136
+/* OP_CONV_NCHW1X1_A_INPLACE: an NCHW 1x1 float32 convolution computed as out = W @ X (the per-image
+   GEMM: M = OC/g, N = OH*OW, K = C/g) reads its A, the weight (OC rows of C/g floats, row-major as
+   given), in place in the micro-kernel (op_conv_ukr_a_f32: broadcasts only) instead of packing it:
+   at small planes (7 x 7, 14 x 14 at batch 1) each weight element feeds only OH*OW products, and
+   the per-call pack of the whole weight (up to 8 MiB) cost about as much as the ragged pixel edge
+   saves. C a multiple of 1024 (weight rows 4 KiB apart: the 14 rows of a panel would share one L1d
+   set) copies the weight rows per block instead (op_conv_pack_a_rows_f32: no transposes), read by the
+   same micro-kernel. Same kc, same sums (the packed and in-place micro-kernels add in the same
+   order). A strided problem (samples inside the input) copies its sampled pixels (op_conv_sub_task)
+   and runs as the stride-1 problem on them. */
+#define OP_CONV_NCHW1X1_A_INPLACE 1024
 static int op_conv_f32_opts = 0;
 
 int op_conv_f32_options(int flags)
@@ -650,7 +707,8 @@ int op_conv_f32_options(int flags)
         op_conv_f32_opts = flags & (OP_CONV_BRG_FULL_K | OP_CONV_BRG_NSPLIT | OP_CONV_BRG_OW7 |
                                     OP_CONV_BRG_NSPLIT_PACK | OP_CONV_BRG_SKIP_PAD | OP_CONV_BRG_COPY |
                                     OP_CONV_BRG_WIDE_ROWS);
-    if (flags >= 0) op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_DIRECT_B | OP_CONV_NCHW1X1_JOINT);
+    if (flags >= 0)
+        op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_DIRECT_B | OP_CONV_NCHW1X1_JOINT | OP_CONV_NCHW1X1_A_INPLACE);
     return old;
 }
 
@@ -1707,6 +1765,24 @@ int op_conv2d_f32_joint(const op_conv_desc *d, int x_bf16)
     return d->nhwc != 1 && !x_bf16 && (op_conv_f32_opts & OP_CONV_NCHW1X1_JOINT) && op_conv_j1_fits(d);
 }
 
+int op_conv2d_f32_a_in_place(const op_conv_desc *d, int x_bf16)
+{
+#if defined(OP_HAS_AVX512)
+    return d->nhwc != 1 && !x_bf16 && (op_conv_f32_opts & OP_CONV_NCHW1X1_A_INPLACE) && d->groups == 1 &&
+           d->kh == 1 && d->kw == 1 && d->pt == 0 && d->pl == 0 &&
+           ((d->sh == 1 && d->sw == 1 && d->oh == d->h && d->ow == d->w) ||
+            ((d->oh - 1) * d->sh < d->h && (d->ow - 1) * d->sw < d->w)) &&
+           d->oc > OP_CONV_NCHW1X1_DIRECT_MAXM &&
+           !op_conv2d_f32_joint(d, x_bf16);
+    /* (OC > 64: the driver never reads B in place then, which op_conv_ukr_a_f32 cannot: it reads
+       packed B panels) */
+#else
+    (void)d;
+    (void)x_bf16;
+    return 0;
+#endif
+}
+
 int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
                   const float *bias, float *y, int act, const op_blocking *blk, int nthreads)
 {
@@ -1717,6 +1793,26 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
     if (rs != 0) return rs;
     if (op_conv2d_f32_joint(d, x_bf16))   /* NCHW 1x1 over all images' pixels (above) */
         return op_conv2d_nchw1x1_joint_f32(d, (const float *)x, w, bias, y, act, blk, nthreads);
+    op_conv_desc da;
+    if (d->nhwc == 2 && op_conv2d_f32_a_in_place(d, x_bf16)) {   /* NCHW GEMM, weight in place */
+        da = *d;
+        da.nhwc = 0;
+        d = &da;
+    }
+    if (d->nhwc == 0 && (d->sh > 1 || d->sw > 1) && op_conv2d_f32_a_in_place(d, x_bf16)) {
+        /* strided: the sampled pixels copied (as the NHWC formulation does), then stride 1 */
+        op_conv_desc dn = *d;
+        dn.h = d->oh;
+        dn.w = d->ow;
+        dn.sh = dn.sw = 1;
+        float *xs = (float *)op_conv_scratch_alloc(sizeof(float) * (size_t)(d->n * d->c * ohw));
+        if (!xs) return -1;
+        op_conv_sub_ctx sc = {d, (const char *)x, (char *)xs, sizeof(float)};
+        op_parallel_for(d->n * d->c * ohw >= (1 << 16) ? nthreads : 1, d->n * d->c, op_conv_sub_task, &sc);
+        const int r = op_conv2d_f32(&dn, xs, 0, w, bias, y, act, blk, nthreads);
+        op_conv_scratch_free(xs);
+        return r;
+    }
     if (d->nhwc == 2) {   /* NCHW through the NHWC formulation (above) */
         op_conv_desc dn;
         void *xt = op_conv_as_nhwc_input(d, x, x_bf16 ? 2 : 4, nthreads, &dn);
@@ -1743,6 +1839,17 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
     if (inplace && d->nhwc && d->c % 1024 != 0) {
         ops.ukr_a = op_conv_ukr_a_f32;
         ops.ukr_a_bcast = 1;
+    }
+    /* NCHW 1x1: the weight (A) read in place (OP_CONV_NCHW1X1_A_INPLACE, above); rows 4 KiB apart
+       (C a multiple of 1024): copied per block, row by row (op_conv_pack_a_rows_f32) */
+    if (op_conv2d_f32_a_in_place(d, x_bf16)) {
+        if (d->c % 1024 != 0) {
+            ops.ukr_a = op_conv_ukr_a_f32;
+            ops.ukr_a_bcast = 1;
+        } else {
+            ops.pack_a = op_conv_pack_a_rows_f32;
+            ops.ukr = op_conv_ukr_rows_f32;
+        }
     }
 #endif
     if (!inplace) {

@@ -518,6 +518,11 @@ def _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc
              and bool(lib.op_conv2d_f32_joint(d, 0)))
     if joint:
         d.nhwc = 0
+    # NCHW 1x1 float32 with the weight read in place (zen4 CONV_F32_OPTIONS "nchw1x1_a_in_place"): the
+    # kernel decides (op_conv2d_f32_a_in_place); it replaces the NHWC formulation (plain NCHW GEMM)
+    elif (d.nhwc == 2 and not native and algo == "1x1_gemm" and not x_bf16
+          and lib.op_conv2d_f32_a_in_place(d, 0)):
+        d.nhwc = 0
     if algo == "depthwise" and not nhwc:
         d.dw_rows = registry.dw_row_flags(row, st, wd, bool(x_bf16), n=n)
     pl.desc = d
