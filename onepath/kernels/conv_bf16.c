@@ -917,6 +917,13 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
    and write-out (op_dp_row16, epilogue in registers), with op_conv_ukr_a_dp's addressing (five row
    bases) and prefetch (the next panel's rows, a line per K-pair step; no B prefetch). */
 #define OP_CONV_BF16_1X1_OUT16_CONV 64
+/* OP_CONV_BF16_AS_NHWC_IMAGE (bit 128, "as_nhwc_image"): an NCHW k x k convolution routed through the
+   NHWC formulation (op_conv_desc.nhwc = 2) with a batch of 2 or more and a batch-reduce kernel that
+   fits runs one image at a time (transpose in, kernel, transpose out), instead of each step over the
+   whole batch: one image's padded NHWC copy and NHWC output (0.8 MiB for ResNet-50's 56x56 layers)
+   stay in L2 from one step to the next rather than a batch-sized tensor streaming through the shared
+   L3 three times. Every output sums all of K in registers in the same block order: the same bits. */
+#define OP_CONV_BF16_AS_NHWC_IMAGE 128
 static int op_conv_bf16_opts = 0;
 
 #if defined(OP_BF16_HAS_DP)
@@ -1388,6 +1395,29 @@ static int op_conv2d_nhwc_brg_bf16(const op_conv_desc *d, const uint16_t *x, con
 
 #endif
 
+#if defined(OP_BF16_HAS_DP)
+/* OP_CONV_BF16_AS_NHWC_IMAGE: the NCHW problem d (nhwc = 2) as d->n problems of one image each, every
+   one through the NHWC formulation below. Returns the threads used (the largest), or <= 0 as the
+   first failing image did. */
+static int op_conv2d_bf16_as_nhwc_images(const op_conv_desc *d, const uint16_t *x, const uint16_t *w,
+                                         const float *bias, void *y, int y_bf16, int act,
+                                         const op_blocking *blk, int nthreads)
+{
+    op_conv_desc d1 = *d;
+    const char *ev = getenv("OP_NCHW3_CHUNK");
+    const int64_t ch = ev ? atoi(ev) : 1;
+    const int64_t xs = d->c * d->h * d->w, ys = d->oc * d->oh * d->ow * (y_bf16 ? 2 : 4);
+    int used = 0;
+    for (int64_t n = 0; n < d->n; n += ch) {
+        d1.n = op_min64(ch, d->n - n);
+        const int r = op_conv2d_bf16(&d1, x + n * xs, w, bias, (char *)y + n * ys, y_bf16, act, blk, nthreads);
+        if (r <= 0) return r;
+        if (r > used) used = r;
+    }
+    return used;
+}
+#endif
+
 int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, const float *bias,
                    void *y, int y_bf16, int act, const op_blocking *blk, int nthreads)
 {
@@ -1399,6 +1429,13 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
 #if defined(OP_BF16_NATIVE)
     if (d->nhwc == 2) {   /* NCHW through the NHWC formulation (conv_f32.c) */
         op_conv_desc dn;
+#if defined(OP_BF16_HAS_DP)
+        if ((op_conv_bf16_opts & OP_CONV_BF16_AS_NHWC_IMAGE) && d->n > (getenv("OP_NCHW3_CHUNK") ? atoi(getenv("OP_NCHW3_CHUNK")) : 1) && d->kh * d->kw >= 2) {
+            op_convb_nchw_problem(d, &dn, NULL);
+            if (op_brgb_fits(&dn))   /* one image at a time (OP_CONV_BF16_AS_NHWC_IMAGE) */
+                return op_conv2d_bf16_as_nhwc_images(d, x, w, bias, y, y_bf16, act, blk, nthreads);
+        }
+#endif
         const size_t ysz = y_bf16 ? 2 : 4;
         void *yt = op_conv_scratch_alloc(ysz * (size_t)(d->n * ohw * d->oc));
         int r = -1;
@@ -1495,7 +1532,8 @@ int op_conv_bf16_options(int flags)
     const int old = op_conv_bf16_opts;
     if (flags >= 0) op_conv_bf16_opts = flags & (OP_CONV_BF16_BRG | OP_CONV_BF16_SKIP_PAD | OP_CONV_BF16_NSPLIT_PACK |
                                              OP_CONV_BF16_1X1_OUT16 | OP_CONV_BF16_INPLACE |
-                                             OP_CONV_BF16_1X1_STRIDED_REF | OP_CONV_BF16_1X1_OUT16_CONV);
+                                             OP_CONV_BF16_1X1_STRIDED_REF | OP_CONV_BF16_1X1_OUT16_CONV |
+                                             OP_CONV_BF16_AS_NHWC_IMAGE);
     return old;
 #else
     (void)flags;
