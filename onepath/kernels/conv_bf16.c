@@ -1396,20 +1396,56 @@ static int op_conv2d_nhwc_brg_bf16(const op_conv_desc *d, const uint16_t *x, con
 #endif
 
 #if defined(OP_BF16_HAS_DP)
-/* OP_CONV_BF16_AS_NHWC_IMAGE: the NCHW problem d (nhwc = 2) as d->n problems of one image each, every
-   one through the NHWC formulation below. Returns the threads used (the largest), or <= 0 as the
-   first failing image did. */
+typedef struct {
+    const op_conv_desc *d;
+    const uint16_t *x, *w;
+    const float *bias;
+    void *y;
+    int y_bf16, act;
+    const op_blocking *blk;
+    _Atomic int err;
+} op_convb_img_ctx;
+
+/* one task = one image, on the calling thread alone */
+static void op_convb_img_task(void *ctx, int64_t n, int tid)
+{
+    (void)tid;
+    op_convb_img_ctx *c = (op_convb_img_ctx *)ctx;
+    const op_conv_desc *d = c->d;
+    op_conv_desc d1 = *d;
+    d1.n = 1;
+    const int64_t xs = d->c * d->h * d->w, ys = d->oc * d->oh * d->ow * (c->y_bf16 ? 2 : 4);
+    if (atomic_load(&c->err)) return;
+    const int r = op_conv2d_bf16(&d1, c->x + n * xs, c->w, c->bias, (char *)c->y + n * ys, c->y_bf16, c->act,
+                                 c->blk, 1);
+    if (r <= 0) atomic_store(&c->err, r == 0 ? 1 : r);
+}
+
+/* OP_CONV_BF16_AS_NHWC_IMAGE: the NCHW problem d (nhwc = 2) image by image through the NHWC formulation
+   below: each thread takes whole images (transpose in, kernel, transpose out on that thread alone, its
+   working set in its own L2), the images left over after a whole number per thread one at a time on all
+   threads. Returns the threads used, or <= 0 as the first failing image did. */
 static int op_conv2d_bf16_as_nhwc_images(const op_conv_desc *d, const uint16_t *x, const uint16_t *w,
                                          const float *bias, void *y, int y_bf16, int act,
                                          const op_blocking *blk, int nthreads)
 {
-    op_conv_desc d1 = *d;
     const char *ev = getenv("OP_NCHW3_CHUNK");
-    const int64_t ch = ev ? atoi(ev) : 1;
+    const int64_t ch = ev ? atoi(ev) : 0;
+    const int64_t T = nthreads < 1 ? 1 : nthreads;
     const int64_t xs = d->c * d->h * d->w, ys = d->oc * d->oh * d->ow * (y_bf16 ? 2 : 4);
     int used = 0;
-    for (int64_t n = 0; n < d->n; n += ch) {
-        d1.n = op_min64(ch, d->n - n);
+    int64_t n0 = 0;
+    if (ch == 0) {
+        n0 = d->n / T * T;
+        op_convb_img_ctx c = {d, x, w, bias, y, y_bf16, act, blk, 0};
+        used = op_parallel_for((int)T, n0, op_convb_img_task, &c);
+        const int e = atomic_load(&c.err);
+        if (e) return e > 0 ? 0 : e;
+    }
+    op_conv_desc d1 = *d;
+    const int64_t cs = ch > 0 ? ch : 1;
+    for (int64_t n = n0; n < d->n; n += cs) {
+        d1.n = op_min64(cs, d->n - n);
         const int r = op_conv2d_bf16(&d1, x + n * xs, w, bias, (char *)y + n * ys, y_bf16, act, blk, nthreads);
         if (r <= 0) return r;
         if (r > used) used = r;
@@ -1430,7 +1466,7 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
     if (d->nhwc == 2) {   /* NCHW through the NHWC formulation (conv_f32.c) */
         op_conv_desc dn;
 #if defined(OP_BF16_HAS_DP)
-        if ((op_conv_bf16_opts & OP_CONV_BF16_AS_NHWC_IMAGE) && d->n > (getenv("OP_NCHW3_CHUNK") ? atoi(getenv("OP_NCHW3_CHUNK")) : 1) && d->kh * d->kw >= 2) {
+        if ((op_conv_bf16_opts & OP_CONV_BF16_AS_NHWC_IMAGE) && d->n > (getenv("OP_NCHW3_CHUNK") ? op_max64(1, atoi(getenv("OP_NCHW3_CHUNK"))) : 1) && d->kh * d->kw >= 2) {
             op_convb_nchw_problem(d, &dn, NULL);
             if (op_brgb_fits(&dn))   /* one image at a time (OP_CONV_BF16_AS_NHWC_IMAGE) */
                 return op_conv2d_bf16_as_nhwc_images(d, x, w, bias, y, y_bf16, act, blk, nthreads);
