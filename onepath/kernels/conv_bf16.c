@@ -918,11 +918,13 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
    bases) and prefetch (the next panel's rows, a line per K-pair step; no B prefetch). */
 #define OP_CONV_BF16_1X1_OUT16_CONV 64
 /* OP_CONV_BF16_AS_NHWC_IMAGE (bit 128, "as_nhwc_image"): an NCHW k x k convolution routed through the
-   NHWC formulation (op_conv_desc.nhwc = 2) with a batch of 2 or more and a batch-reduce kernel that
-   fits runs one image at a time (transpose in, kernel, transpose out), instead of each step over the
-   whole batch: one image's padded NHWC copy and NHWC output (0.8 MiB for ResNet-50's 56x56 layers)
-   stay in L2 from one step to the next rather than a batch-sized tensor streaming through the shared
-   L3 three times. Every output sums all of K in registers in the same block order: the same bits. */
+   NHWC formulation (op_conv_desc.nhwc = 2) with a batch of at least the threads, whose weight is no
+   larger than an image (op_convb_img_fits), runs image by image, each thread whole images on its own
+   (transpose in, the batch-reduce kernel, transpose out), instead of each of the three steps over the
+   whole batch on all threads: one image's padded NHWC copy and NHWC output (0.8 MiB at ResNet-50's
+   56x56 layers) stay in that core's L2 from one step to the next instead of a batch-sized tensor
+   passing through the shared L3 between the steps. Every output sums all of K in registers in the
+   same block order: the same bits. */
 #define OP_CONV_BF16_AS_NHWC_IMAGE 128
 static int op_conv_bf16_opts = 0;
 
@@ -1421,32 +1423,40 @@ static void op_convb_img_task(void *ctx, int64_t n, int tid)
     if (r <= 0) atomic_store(&c->err, r == 0 ? 1 : r);
 }
 
-/* OP_CONV_BF16_AS_NHWC_IMAGE: the NCHW problem d (nhwc = 2) image by image through the NHWC formulation
-   below: each thread takes whole images (transpose in, kernel, transpose out on that thread alone, its
-   working set in its own L2), the images left over after a whole number per thread one at a time on all
-   threads. Returns the threads used, or <= 0 as the first failing image did. */
+/* OP_CONV_BF16_AS_NHWC_IMAGE: whether the NCHW problem d (nhwc = 2) on nthreads runs image by image:
+   k x k, a batch of at least the threads (and 2), the batch-reduce kernel fits its NHWC problem dn,
+   and the weight (bfloat16, K x OC) is no larger than one image's padded NHWC copy (a larger weight,
+   res3_branch2b and beyond in ResNet-50, would be packed once per image into each thread's L2: the
+   whole-batch route, unchanged). */
+static int op_convb_img_fits(const op_conv_desc *d, const op_conv_desc *dn, int nthreads)
+{
+    const int64_t T = nthreads < 1 ? 1 : nthreads;
+    if (!(op_conv_bf16_opts & OP_CONV_BF16_AS_NHWC_IMAGE) || d->n < op_max64(2, T) || d->kh * d->kw < 2 ||
+        !op_brgb_fits(dn))
+        return 0;
+    const int64_t hq = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1, wq = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
+    return d->c * d->kh * d->kw * d->oc <= hq * wq * d->c;
+}
+
+/* OP_CONV_BF16_AS_NHWC_IMAGE: the NCHW problem d (nhwc = 2, op_convb_img_fits) image by image through
+   the NHWC formulation: each thread takes whole images, one at a time (transpose in, the batch-reduce
+   kernel, transpose out, all on that thread, its working set in its own L2); the images left over
+   after a whole number per thread (fewer than the threads) run together on all threads (the
+   whole-batch route). Returns the threads used, or <= 0 as the first failing image did. */
 static int op_conv2d_bf16_as_nhwc_images(const op_conv_desc *d, const uint16_t *x, const uint16_t *w,
                                          const float *bias, void *y, int y_bf16, int act,
                                          const op_blocking *blk, int nthreads)
 {
-    const char *ev = getenv("OP_NCHW3_CHUNK");
-    const int64_t ch = ev ? atoi(ev) : 0;
-    const int64_t T = nthreads < 1 ? 1 : nthreads;
+    const int64_t T = nthreads < 1 ? 1 : nthreads, n0 = d->n / T * T;
     const int64_t xs = d->c * d->h * d->w, ys = d->oc * d->oh * d->ow * (y_bf16 ? 2 : 4);
-    int used = 0;
-    int64_t n0 = 0;
-    if (ch == 0) {
-        n0 = d->n / T * T;
-        op_convb_img_ctx c = {d, x, w, bias, y, y_bf16, act, blk, 0};
-        used = op_parallel_for((int)T, n0, op_convb_img_task, &c);
-        const int e = atomic_load(&c.err);
-        if (e) return e > 0 ? 0 : e;
-    }
-    op_conv_desc d1 = *d;
-    const int64_t cs = ch > 0 ? ch : 1;
-    for (int64_t n = n0; n < d->n; n += cs) {
-        d1.n = op_min64(cs, d->n - n);
-        const int r = op_conv2d_bf16(&d1, x + n * xs, w, bias, (char *)y + n * ys, y_bf16, act, blk, nthreads);
+    op_convb_img_ctx c = {d, x, w, bias, y, y_bf16, act, blk, 0};
+    int used = op_parallel_for((int)T, n0, op_convb_img_task, &c);
+    const int e = atomic_load(&c.err);
+    if (e) return e > 0 ? 0 : e;
+    if (n0 < d->n) {   /* fewer images than threads: d->n - n0 < T, so not image by image again */
+        op_conv_desc d1 = *d;
+        d1.n = d->n - n0;
+        const int r = op_conv2d_bf16(&d1, x + n0 * xs, w, bias, (char *)y + n0 * ys, y_bf16, act, blk, nthreads);
         if (r <= 0) return r;
         if (r > used) used = r;
     }
@@ -1466,11 +1476,9 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
     if (d->nhwc == 2) {   /* NCHW through the NHWC formulation (conv_f32.c) */
         op_conv_desc dn;
 #if defined(OP_BF16_HAS_DP)
-        if ((op_conv_bf16_opts & OP_CONV_BF16_AS_NHWC_IMAGE) && d->n > (getenv("OP_NCHW3_CHUNK") ? op_max64(1, atoi(getenv("OP_NCHW3_CHUNK"))) : 1) && d->kh * d->kw >= 2) {
-            op_convb_nchw_problem(d, &dn, NULL);
-            if (op_brgb_fits(&dn))   /* one image at a time (OP_CONV_BF16_AS_NHWC_IMAGE) */
-                return op_conv2d_bf16_as_nhwc_images(d, x, w, bias, y, y_bf16, act, blk, nthreads);
-        }
+        op_convb_nchw_problem(d, &dn, NULL);
+        if (op_convb_img_fits(d, &dn, nthreads))   /* image by image (OP_CONV_BF16_AS_NHWC_IMAGE) */
+            return op_conv2d_bf16_as_nhwc_images(d, x, w, bias, y, y_bf16, act, blk, nthreads);
 #endif
         const size_t ysz = y_bf16 ? 2 : 4;
         void *yt = op_conv_scratch_alloc(ysz * (size_t)(d->n * ohw * d->oc));
