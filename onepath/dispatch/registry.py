@@ -224,11 +224,12 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
 # (0.90-0.93x); the full bench measured 0.74 against 0.84 and 0.90 for the GEMM. The transposes around
 # the kernel are the sensitive part (NHWC is steady); the slow rounds follow the shared L3's state, not
 # the heap (scripts/place_sweep.py).
-# zen4 bfloat16 "kxk_batch" 3136, 2026-12-01, same VM, 2 threads, paired with torch 2.13 in one process
-# (median of 10 rounds, one process per line, minutes apart): with CONV_BF16_OPTIONS "as_nhwc_image"
-# (each thread transposes, convolves and transposes back whole images in its own L2) res2_branch2b
-# (56x56, stride 1) batch 8 runs that route instead of the NCHW GEMM; see CONV_BF16_OPTIONS for the
-# numbers. At batch 1 it stays on the NCHW GEMM ("kxk_stride1" 784, above).
+# zen4 bfloat16 "kxk_batch" 3136, 2026-12-01, same VM, 2 threads, paired with torch 2.13 in one process:
+# with CONV_BF16_OPTIONS "as_nhwc_image" (each thread transposes, convolves and transposes back whole
+# images in its own L2) res2_branch2b (56x56, stride 1) at batch 8 runs that route instead of the NCHW
+# GEMM, 0.87-0.90 -> 0.97-0.99x torch (numbers at CONV_BF16_OPTIONS; not the same bits: the NHWC depth
+# order). At batch 1 it stays on the NCHW GEMM ("kxk_stride1" 784, above). With more threads than
+# images the whole-batch route runs instead (unmeasured at 56x56: the plan does not depend on threads).
 # Hosts without a row (the Intel AMX class: unmeasured) keep the NCHW formulation. float32 1x1
 # problems at batch >= 2 that CONV_F32_OPTIONS's "nchw1x1_joint" takes (zen4) run that instead.
 CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
@@ -532,7 +533,12 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # each thread whole images on its own (transpose in, the batch-reduce kernel, transpose out), instead
 # of three whole-batch passes on all threads through the shared L3; the same bits. zen4, same VM, 2
 # threads, batch 8, paired with torch 2.13 in one process (median of 10 rounds), x torch whole-batch
-# route -> image by image: MEASURE
+# route -> image by image (res2_branch2b: the NCHW GEMM -> image by image, "kxk_batch"), four processes
+# minutes apart incl. one with the input and heap shifted per round, median (min) of 10-12 rounds:
+# res2_branch2b 0.87-0.90 -> 0.97-0.99 (min 0.94); res3a_branch2b 0.79-0.91 -> 0.89-0.96 (min 0.83), the
+# lower figures in the shared L3's slow state (scripts/place_sweep.py), where the whole-batch route lost
+# most; at 1 thread res2_branch2b 0.91 -> 0.99, res3a_branch2b 0.93 -> 0.94. res3_branch2b and smaller
+# planes (a weight larger than an image) keep the whole-batch route.
 # Unmeasured on Intel (its AMX level has the tile kernels): no row.
 CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16", "brg_inplace",
