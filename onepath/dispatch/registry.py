@@ -533,12 +533,13 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # each thread whole images on its own (transpose in, the batch-reduce kernel, transpose out), instead
 # of three whole-batch passes on all threads through the shared L3; the same bits. zen4, same VM, 2
 # threads, batch 8, paired with torch 2.13 in one process (median of 10 rounds), x torch whole-batch
-# route -> image by image (res2_branch2b: the NCHW GEMM -> image by image, "kxk_batch"), four processes
-# minutes apart incl. one with the input and heap shifted per round, median (min) of 10-12 rounds:
-# res2_branch2b 0.87-0.90 -> 0.97-0.99 (min 0.94); res3a_branch2b 0.79-0.91 -> 0.89-0.96 (min 0.83), the
-# lower figures in the shared L3's slow state (scripts/place_sweep.py), where the whole-batch route lost
-# most; at 1 thread res2_branch2b 0.91 -> 0.99, res3a_branch2b 0.93 -> 0.94. res3_branch2b and smaller
-# planes (a weight larger than an image) keep the whole-batch route.
+# route -> image by image (res2_branch2b: the NCHW GEMM -> image by image, "kxk_batch"), separate
+# processes minutes apart (some with the input and heap shifted per round), median of 10-12 rounds:
+# res2_branch2b 0.87-0.90 -> 0.97-0.99 (worst round 0.92); res3a_branch2b 0.79-0.91 -> 0.89-0.96 (the
+# lower figures in the shared L3's slow state, scripts/place_sweep.py, where the whole-batch route lost
+# most), 0.87 -> 0.95 twice with the weight packed once per call; at 1 thread res2_branch2b 0.89 -> 0.99,
+# res3a_branch2b 0.92 -> 0.97. res3_branch2b and smaller planes (a weight larger than an image) keep
+# the whole-batch route.
 # Unmeasured on Intel (its AMX level has the tile kernels): no row.
 CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16", "brg_inplace",
