@@ -110,13 +110,16 @@ def choice_rows() -> list[dict]:
     from .dispatch.levels import level_index
     cap_i = level_index(onepath.isa())
     out = []
+    # the tunable classes, then any a shipped row adds (e.g. "kxk_batch")
+    classes = (*tuning.CONV_CLASSES, *sorted({c for lim in registry.CONV_NCHW_AS_NHWC.values() for c in lim}
+                                             - set(tuning.CONV_CLASSES)))
     for level, dtype in dict.fromkeys((r.level, r.dtype) for r in registry.rows("conv2d")
                                       if r.algorithm == "implicit_gemm"):
         if level_index(level) > cap_i or level not in onepath.available_isas():
             continue
         lim, src = registry.conv_as_nhwc_limits(level, dtype)
         out.append({"choice": "conv_as_nhwc", "op": "conv2d", "dtype": dtype, "level": level,
-                    "value": {c: int(lim.get(c, 0)) for c in tuning.CONV_CLASSES}, "from": src})
+                    "value": {c: int(lim.get(c, 0)) for c in classes}, "from": src})
     for (level, op, dtype), ch in sorted(tuning.choices().items()):
         for kind in ("kernel_level", "thin_f32"):
             if kind in ch:

@@ -116,19 +116,20 @@ def test_skip_pad_is_per_weight_panel(level, brg, stride):
 
 
 def test_brg_rule_is_per_uarch():
-    # brg, skip_pad, nsplit_pack, 1x1_out16, brg_inplace, 1x1_strided_ref, 1x1_out16_conv
-    assert registry.conv_bf16_flags("avx512_core_bf16", uarch="zen4") == 127
+    # brg, skip_pad, nsplit_pack, 1x1_out16, brg_inplace, 1x1_strided_ref, 1x1_out16_conv, as_nhwc_image
+    assert registry.conv_bf16_flags("avx512_core_bf16", uarch="zen4") == 255
     assert registry.conv_bf16_flags("avx512_core_amx", uarch="sapphirerapids") == 0
 
 
 def test_res2_plane_nchw_route_on_zen4(level):
     """zen4 bfloat16 (CONV_NCHW_AS_NHWC "kxk_stride1" 784): an NCHW 3x3 stride-1 convolution with a
-    28 x 28 output runs in the NHWC formulation there, a 56 x 56 one (res2_branch2b's plane) and
-    hosts without a row keep the NCHW GEMM; with few channels the 56 x 56 plane is checked against
-    the float64 reference at every level."""
+    28 x 28 output runs in the NHWC formulation there, a 56 x 56 one (res2_branch2b's plane) at
+    batch 1 (at a batch: "kxk_batch", test_conv_as_nhwc_image_bf16.py) and hosts without a row keep
+    the NCHW GEMM; with few channels the 56 x 56 plane is checked against the float64 reference at
+    every level."""
     row = registry.replace(select_conv("implicit_gemm", "bfloat16", level="generic"), level="avx512_core_bf16")
     assert registry.conv_nchw_as_nhwc(row, 8, 28 * 28, uarch="zen4")
-    assert not registry.conv_nchw_as_nhwc(row, 8, 56 * 56, uarch="zen4")
-    assert not registry.conv_nchw_as_nhwc(row, 8, 56 * 56, True, uarch="zen4")   # strided: "kxk" 784
+    assert not registry.conv_nchw_as_nhwc(row, 1, 56 * 56, uarch="zen4")
+    assert not registry.conv_nchw_as_nhwc(row, 1, 56 * 56, True, uarch="zen4")   # strided: "kxk" 784
     assert not registry.conv_nchw_as_nhwc(row, 8, 56 * 56, uarch="sapphirerapids")
     run_case(1, 32, 56, 56, 32, 3, 3, 1, 1, 1, 1, bias=True, activation="relu", dtype=bfloat16)

@@ -185,7 +185,9 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
 #   "kxk_stride1" the same with stride 1 (the larger of the two limits applies);
 #   "1x1_batch"   1x1 kernels, stride 1, batch of 2 or more;
 #   "1x1_stride"  1x1 kernels with a stride > 1, any batch;
-#   "1x1_single"  1x1 kernels, stride 1, batch 1 (no `tune` choice: shipped rows only).
+#   "1x1_single"  1x1 kernels, stride 1, batch 1 (no `tune` choice: shipped rows only);
+#   "kxk_batch"   kernels larger than 1x1 at a batch of 2 or more (the largest of the k x k limits
+#                 applies; no `tune` choice: shipped rows only, kept beside a tuning file's classes).
 # At small planes the NCHW GEMM's N = OH*OW leaves a ragged last micro-panel (196 pixels fill 6.1
 # panels of 32, 49 fill 1.5) and a batch repacks the weight per image; the NHWC GEMM is full and
 # packs the weight once.
@@ -222,12 +224,19 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
 # (0.90-0.93x); the full bench measured 0.74 against 0.84 and 0.90 for the GEMM. The transposes around
 # the kernel are the sensitive part (NHWC is steady); the slow rounds follow the shared L3's state, not
 # the heap (scripts/place_sweep.py).
+# zen4 bfloat16 "kxk_batch" 3136, 2026-12-01, same VM, 2 threads, paired with torch 2.13 in one process:
+# with CONV_BF16_OPTIONS "as_nhwc_image" (each thread transposes, convolves and transposes back whole
+# images in its own L2) res2_branch2b (56x56, stride 1) at batch 8 runs that route instead of the NCHW
+# GEMM, 0.87-0.90 -> 0.97-0.99x torch (numbers at CONV_BF16_OPTIONS; not the same bits: the NHWC depth
+# order). At batch 1 it stays on the NCHW GEMM ("kxk_stride1" 784, above). With more threads than
+# images the whole-batch route runs instead (unmeasured at 56x56: the plan does not depend on threads).
 # Hosts without a row (the Intel AMX class: unmeasured) keep the NCHW formulation. float32 1x1
 # problems at batch >= 2 that CONV_F32_OPTIONS's "nchw1x1_joint" takes (zen4) run that instead.
 CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
     ("zen4", "avx512_core"): {"kxk": 784, "kxk_stride1": 3136, "1x1_batch": 49, "1x1_stride": 784,
                               "1x1_single": 49},
-    ("zen4", "avx512_core_bf16"): {"kxk": 784, "kxk_stride1": 784, "1x1_batch": 49, "1x1_stride": 784},
+    ("zen4", "avx512_core_bf16"): {"kxk": 784, "kxk_stride1": 784, "1x1_batch": 49, "1x1_stride": 784,
+                                   "kxk_batch": 3136},
 }
 
 # Variants of the bfloat16 kernels per (uarch, level) (kernels/gemm_bf16.c, op_gemm_bf16_set_variants;
@@ -304,7 +313,8 @@ def conv_nchw_as_nhwc(row: Kernel, n: int, pixels: int, strided: bool = False,
     if not lim:
         return False
     if row.algorithm == "implicit_gemm":
-        return pixels <= lim.get("kxk", 0) or (not strided and pixels <= lim.get("kxk_stride1", 0))
+        return (pixels <= lim.get("kxk", 0) or (not strided and pixels <= lim.get("kxk_stride1", 0))
+                or (n > 1 and pixels <= lim.get("kxk_batch", 0)))
     if strided:
         return pixels <= lim.get("1x1_stride", 0)
     return pixels <= lim.get("1x1_batch" if n > 1 else "1x1_single", 0)
@@ -534,13 +544,26 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # 4192 (0.93 -> 0.97x), res3a_branch2b batch 8 4981 -> 4473 (0.87 -> 0.97x), res3_branch2b batch 8
 # 4129 -> 4084 (0.95 -> 0.96x); batch 1 res3_branch2b / res4_branch2b and batch 8 res4_branch2b (the
 # output-channel split, per-task packs: the copy) unchanged.
+# "as_nhwc_image": an NCHW k x k convolution in the NHWC formulation (CONV_NCHW_AS_NHWC) with a batch of
+# at least the threads and a weight no larger than one image's padded NHWC copy runs image by image,
+# each thread whole images on its own (transpose in, the batch-reduce kernel, transpose out), instead
+# of three whole-batch passes on all threads through the shared L3; the same bits. zen4, same VM, 2
+# threads, batch 8, paired with torch 2.13 in one process (median of 10 rounds), x torch whole-batch
+# route -> image by image (res2_branch2b: the NCHW GEMM -> image by image, "kxk_batch"), separate
+# processes minutes apart (some with the input and heap shifted per round), median of 10-12 rounds:
+# res2_branch2b 0.87-0.90 -> 0.97-0.99 (worst round 0.92); res3a_branch2b 0.79-0.91 -> 0.89-0.96 (the
+# lower figures in the shared L3's slow state, scripts/place_sweep.py, where the whole-batch route lost
+# most), 0.87 -> 0.95 twice with the weight packed once per call; at 1 thread res2_branch2b 0.89 -> 0.99,
+# res3a_branch2b 0.92 -> 0.97. res3_branch2b and smaller planes (a weight larger than an image) keep
+# the whole-batch route.
 # Unmeasured on Intel (its AMX level has the tile kernels): no row.
 CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16", "brg_inplace",
-                                    "1x1_strided_ref", "1x1_out16_conv"),
+                                    "1x1_strided_ref", "1x1_out16_conv", "as_nhwc_image"),
 }
 CONV_BF16_FLAGS = {"brg": 1, "skip_pad": 2, "brg_nsplit_pack": 4, "1x1_out16": 8, "brg_inplace": 16,
-                   "1x1_strided_ref": 32, "1x1_out16_conv": 64}  # the bits of op_conv_bf16_options
+                   "1x1_strided_ref": 32, "1x1_out16_conv": 64,
+                   "as_nhwc_image": 128}  # the bits of op_conv_bf16_options
 
 
 def conv_bf16_flags(level: str, uarch: str | None = None) -> int:

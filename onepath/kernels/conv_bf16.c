@@ -917,6 +917,15 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
    and write-out (op_dp_row16, epilogue in registers), with op_conv_ukr_a_dp's addressing (five row
    bases) and prefetch (the next panel's rows, a line per K-pair step; no B prefetch). */
 #define OP_CONV_BF16_1X1_OUT16_CONV 64
+/* OP_CONV_BF16_AS_NHWC_IMAGE (bit 128, "as_nhwc_image"): an NCHW k x k convolution routed through the
+   NHWC formulation (op_conv_desc.nhwc = 2) with a batch of at least the threads, whose weight is no
+   larger than an image (op_convb_img_fits), runs image by image, each thread whole images on its own
+   (transpose in, the batch-reduce kernel, transpose out), instead of each of the three steps over the
+   whole batch on all threads: one image's padded NHWC copy and NHWC output (0.8 MiB at ResNet-50's
+   56x56 layers) stay in that core's L2 from one step to the next instead of a batch-sized tensor
+   passing through the shared L3 between the steps. Every output sums all of K in registers in the
+   same block order: the same bits. */
+#define OP_CONV_BF16_AS_NHWC_IMAGE 128
 static int op_conv_bf16_opts = 0;
 
 #if defined(OP_BF16_HAS_DP)
@@ -1125,8 +1134,21 @@ static int op_brgb_fits(const op_conv_desc *d)
    geometry's plan (rows W*C apart, OP_CONV_BF16_INPLACE); returns -2 before writing y when that
    cannot be used (a W padding pixel not in OP_BRGB_ZROWS, per-task weight packs, a non-finite
    weight): the caller then makes the padded copy. */
+typedef struct {
+    const uint16_t *bp;       /* the weight packed as op_brgb_run packs it (op_brgb_pstride per panel) */
+    const unsigned char *pnf; /* per panel: a non-finite weight */
+} op_brgb_pre;
+
+/* The stride of the packed weight's 32-column panels (with the pack's row scratch) for the NHWC problem d. */
+static int64_t op_brgb_pstride(const op_conv_desc *d)
+{
+    const int64_t khw = d->kh * d->kw;
+    return 32 * d->c * khw + 32 * (op_min64(32, d->c) * khw + 1);
+}
+
 static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, int inplace, const uint16_t *w,
-                       const float *bias, void *y, int y_bf16, int act, const op_blocking *blk, int nthreads)
+                       const float *bias, void *y, int y_bf16, int act, const op_blocking *blk, int nthreads,
+                       const op_brgb_pre *pre)
 {
     enum { MR = OP_DP_MR };
     const op_convq_geo q = *qp;
@@ -1139,13 +1161,13 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, int inplac
     }
     const int64_t nhalf = N * OH * (OW / 7), KW = d->kw;
     const int64_t npn = op_cdiv64(d->oc, 32);
-    const int64_t pstride = 32 * K + 32 * (op_min64(32, d->c) * khw + 1);
+    const int64_t pstride = op_brgb_pstride(d);
     const int opts = op_conv_bf16_opts;
     const int skipw = inplace;
     int64_t *ibuf = (int64_t *)malloc(sizeof(int64_t) * (size_t)(2 * ncls * nblk + 3 * ncls + OH + 3 * nhalf));
     int16_t *sbuf = (int16_t *)malloc(sizeof(int16_t) * (size_t)(ncls * nblk + (skipw ? nhalf * KW : 0)));
-    uint16_t *bp = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(npn * pstride));
-    unsigned char *pnf = (unsigned char *)malloc((size_t)npn);
+    uint16_t *bp = pre ? (uint16_t *)pre->bp : (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(npn * pstride));
+    unsigned char *pnf = pre ? (unsigned char *)pre->pnf : (unsigned char *)malloc((size_t)npn);
     int used = -1;
     if (ibuf && sbuf && bp && pnf) {
         int64_t *aoff = ibuf, *boff = aoff + ncls * nblk, *lnb = boff + ncls * nblk, *lst = lnb + ncls;
@@ -1274,7 +1296,7 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, int inplac
             c.mpb = c.npan;
             c.tm = 1;
             c.tn = npn;
-            if (op_conv_bf16_opts & OP_CONV_BF16_NSPLIT_PACK) c.pk = &pc;
+            if ((op_conv_bf16_opts & OP_CONV_BF16_NSPLIT_PACK) && !pre) c.pk = &pc;
         }
         if (T > c.tm * c.tn) T = c.tm * c.tn;
         /* the input read in place: every padding tap skipped, the weight packed (and checked) first */
@@ -1282,7 +1304,7 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, int inplac
         if (inplace && (inexact || c.pk)) goto copy;
         /* (the pack on every thread from 16K weights: res2_branch2b's 2 panels of 36 KiB took 3-4% of
            the batch-1 call on one thread while the other waited) */
-        if (!c.pk) op_parallel_for(npn * K * 32 >= (1 << 14) ? nthreads : 1, npn, op_brgb_pack_task, &pc);
+        if (!c.pk && !pre) op_parallel_for(npn * K * 32 >= (1 << 14) ? nthreads : 1, npn, op_brgb_pack_task, &pc);
         for (int64_t s = 0; inplace && s < npn; s++) nf |= pnf[s];
         if (nf) goto copy;
         used = op_parallel_for((int)T, c.tm * c.tn, op_brgb_task, &c);
@@ -1291,8 +1313,10 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, int inplac
 copy:
         used = -2;
     }
-    op_conv_scratch_free(bp);
-    free(pnf);
+    if (!pre) {
+        op_conv_scratch_free(bp);
+        free(pnf);
+    }
     free(sbuf);
     free(ibuf);
     return used;
@@ -1373,19 +1397,119 @@ static int op_conv2d_nhwc_brg_bf16(const op_conv_desc *d, const uint16_t *x, con
             q.nblk = op_convq_plan(d, q.rs, 32, qb.bseg, qb.seg);
             q.bseg = qb.bseg;
             q.seg = qb.seg;
-            used = op_brgb_run(d, &q, 1, w, bias, y, y_bf16, act, blk, nthreads);
+            used = op_brgb_run(d, &q, 1, w, bias, y, y_bf16, act, blk, nthreads, NULL);
         }
         op_convq_free(&qb);
         if (used != -2) return used;
         used = -1;
     }
     if (op_convq_prepare(d, x, 1, 0, 32, OP_DP_MR, nthreads, &q, &qb) == 0)
-        used = op_brgb_run(d, &q, 0, w, bias, y, y_bf16, act, blk, nthreads);
+        used = op_brgb_run(d, &q, 0, w, bias, y, y_bf16, act, blk, nthreads, NULL);
     op_convq_free(&qb);
     return used;
 }
 #endif
 
+#endif
+
+#if defined(OP_BF16_HAS_DP)
+typedef struct {
+    const op_conv_desc *d;
+    const uint16_t *x, *w;
+    const float *bias;
+    void *y;
+    int y_bf16, act;
+    const op_blocking *blk;
+    const op_brgb_pre *pre;
+    _Atomic int err;
+} op_convb_img_ctx;
+
+/* one task = one image, on the calling thread alone: its padded NHWC copy, the batch-reduce kernel
+   into an NHWC scratch (the weight packed once by the caller), transposed back into y */
+static void op_convb_img_task(void *ctx, int64_t n, int tid)
+{
+    (void)tid;
+    op_convb_img_ctx *c = (op_convb_img_ctx *)ctx;
+    if (atomic_load(&c->err)) return;
+    const op_conv_desc *d = c->d;
+    op_conv_desc d1 = *d, dn;
+    d1.n = 1;
+    const int64_t ohw = d->oh * d->ow, xs = d->c * d->h * d->w;
+    const size_t esz = c->y_bf16 ? 2 : 4;
+    void *yt = op_conv_scratch_alloc(esz * (size_t)(ohw * d->oc));
+    op_convq_geo q;
+    op_convq_buf qb = {NULL, NULL, NULL};
+    int r = -1;
+    if (yt && op_convb_prepare_nchw(&d1, c->x + n * xs, OP_DP_MR, 1, &dn, &q, &qb) == 0)
+        r = op_brgb_run(&dn, &q, 0, c->w, c->bias, yt, c->y_bf16, c->act, c->blk, 1, c->pre);
+    op_convq_free(&qb);
+    if (r > 0) op_conv_transpose(yt, (char *)c->y + n * ohw * d->oc * (int64_t)esz, 1, ohw, d->oc, esz, 1);
+    op_conv_scratch_free(yt);
+    if (r <= 0) atomic_store(&c->err, r == 0 ? 1 : r);
+}
+
+/* OP_CONV_BF16_AS_NHWC_IMAGE: whether the NCHW problem d (nhwc = 2) on nthreads runs image by image:
+   k x k, a batch of at least the threads (and 2), the batch-reduce kernel fits its NHWC problem dn,
+   and the weight (bfloat16, K x OC) is no larger than one image's padded NHWC copy (a larger weight,
+   res3_branch2b and beyond in ResNet-50: the whole-batch route, unchanged). */
+static int op_convb_img_fits(const op_conv_desc *d, const op_conv_desc *dn, int nthreads)
+{
+    const int64_t T = nthreads < 1 ? 1 : nthreads;
+    if (!(op_conv_bf16_opts & OP_CONV_BF16_AS_NHWC_IMAGE) || d->n < op_max64(2, T) || d->kh * d->kw < 2 ||
+        !op_brgb_fits(dn))
+        return 0;
+    const int64_t hq = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1, wq = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
+    return d->c * d->kh * d->kw * d->oc <= hq * wq * d->c;
+}
+
+/* OP_CONV_BF16_AS_NHWC_IMAGE: the NCHW problem d (nhwc = 2, op_convb_img_fits, NHWC problem dn) image
+   by image: the weight packed once on all threads, then each thread takes whole images
+   (op_convb_img_task: its working set in its own L2); the images left over after a whole number per
+   thread (fewer than the threads) run together on all threads (the whole-batch route). Returns the
+   threads used, 0 when an image's plan does not fit the kernel (nothing is left to the caller but
+   the whole-batch route, which rewrites y), or -1 on allocation failure. */
+static int op_conv2d_bf16_as_nhwc_images(const op_conv_desc *d, const op_conv_desc *dn, const uint16_t *x,
+                                         const uint16_t *w, const float *bias, void *y, int y_bf16, int act,
+                                         const op_blocking *blk, int nthreads)
+{
+    const int64_t T = nthreads < 1 ? 1 : nthreads, n0 = d->n / T * T;
+    const int64_t xs = d->c * d->h * d->w, ys = d->oc * d->oh * d->ow * (y_bf16 ? 2 : 4);
+    const int64_t K = dn->c * dn->kh * dn->kw, npn = op_cdiv64(dn->oc, 32), pstride = op_brgb_pstride(dn);
+    uint16_t *bp = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(npn * pstride));
+    unsigned char *pnf = (unsigned char *)malloc((size_t)npn);
+    int used = -1;
+    if (bp && pnf) {
+        op_convq_geo gq;   /* what the pack reads: the problem and the block depth */
+        memset(&gq, 0, sizeof gq);
+        gq.d = dn;
+        gq.bk = 32;
+        op_gemm_args g;
+        memset(&g, 0, sizeof g);
+        g.n = dn->oc;
+        g.k = K;
+        g.b = w;
+        g.csb = K;
+        g.rsb = 1;
+        g.user = &gq;
+        op_brgb_pack_ctx pc = {&g, bp, pnf, K, pstride};
+        op_parallel_for(npn * K * 32 >= (1 << 14) ? nthreads : 1, npn, op_brgb_pack_task, &pc);
+        op_brgb_pre pre = {bp, pnf};
+        op_convb_img_ctx c = {d, x, w, bias, y, y_bf16, act, blk, &pre, 0};
+        used = op_parallel_for((int)T, n0, op_convb_img_task, &c);
+        const int e = atomic_load(&c.err);
+        if (e) used = e > 0 ? 0 : e;
+    }
+    op_conv_scratch_free(bp);
+    free(pnf);
+    if (used > 0 && n0 < d->n) {   /* fewer images than threads left: d->n - n0 < T, the whole-batch route */
+        op_conv_desc d1 = *d;
+        d1.n = d->n - n0;
+        const int r = op_conv2d_bf16(&d1, x + n0 * xs, w, bias, (char *)y + n0 * ys, y_bf16, act, blk, nthreads);
+        if (r <= 0) return r;
+        if (r > used) used = r;
+    }
+    return used;
+}
 #endif
 
 int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, const float *bias,
@@ -1399,6 +1523,13 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
 #if defined(OP_BF16_NATIVE)
     if (d->nhwc == 2) {   /* NCHW through the NHWC formulation (conv_f32.c) */
         op_conv_desc dn;
+#if defined(OP_BF16_HAS_DP)
+        op_convb_nchw_problem(d, &dn, NULL);
+        if (op_convb_img_fits(d, &dn, nthreads)) {   /* image by image (OP_CONV_BF16_AS_NHWC_IMAGE) */
+            const int ri = op_conv2d_bf16_as_nhwc_images(d, &dn, x, w, bias, y, y_bf16, act, blk, nthreads);
+            if (ri != 0) return ri;
+        }
+#endif
         const size_t ysz = y_bf16 ? 2 : 4;
         void *yt = op_conv_scratch_alloc(ysz * (size_t)(d->n * ohw * d->oc));
         int r = -1;
@@ -1409,7 +1540,7 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
         op_convb_nchw_problem(d, &dn, NULL);
         if (yt && op_brgb_fits(&dn)) {
             r = op_convb_prepare_nchw(d, x, OP_DP_MR, nthreads, &dn, &q, &qb) == 0
-                    ? op_brgb_run(&dn, &q, 0, w, bias, yt, y_bf16, act, blk, nthreads) : -1;
+                    ? op_brgb_run(&dn, &q, 0, w, bias, yt, y_bf16, act, blk, nthreads, NULL) : -1;
         } else {
             r = 0;
         }
@@ -1495,7 +1626,8 @@ int op_conv_bf16_options(int flags)
     const int old = op_conv_bf16_opts;
     if (flags >= 0) op_conv_bf16_opts = flags & (OP_CONV_BF16_BRG | OP_CONV_BF16_SKIP_PAD | OP_CONV_BF16_NSPLIT_PACK |
                                              OP_CONV_BF16_1X1_OUT16 | OP_CONV_BF16_INPLACE |
-                                             OP_CONV_BF16_1X1_STRIDED_REF | OP_CONV_BF16_1X1_OUT16_CONV);
+                                             OP_CONV_BF16_1X1_STRIDED_REF | OP_CONV_BF16_1X1_OUT16_CONV |
+                                             OP_CONV_BF16_AS_NHWC_IMAGE);
     return old;
 #else
     (void)flags;

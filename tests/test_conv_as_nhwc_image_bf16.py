@@ -1,0 +1,83 @@
+"""bfloat16 NCHW k x k convolutions in the NHWC formulation image by image (kernels/conv_bf16.c,
+op_conv2d_bf16_as_nhwc_images; the registry's CONV_BF16_OPTIONS "as_nhwc_image"): forced on and off at
+every level whatever this host ships, against the float64 reference, and bit for bit against the
+whole-batch route it replaces (NaN and Inf inputs included)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ml_dtypes import bfloat16
+
+import onepath
+from onepath.dispatch import LEVELS, registry
+from onepath.dispatch.cpu import probe
+from onepath.ops import conv as _conv
+
+from bf16_options import assert_same_bits, bf16_options, shipped_bf16_options
+from test_conv import run_case
+
+IMAGE = registry.CONV_BF16_FLAGS["as_nhwc_image"]
+
+# (n, c, h, w, oc, kh, kw, stride, padding)
+CASES = [
+    (3, 32, 14, 14, 16, 3, 3, 1, 1),    # 2 threads: one image each, the third on both (whole-batch route)
+    (4, 64, 9, 14, 16, 3, 3, 2, 1),     # stride 2
+    (2, 32, 7, 7, 64, 3, 3, 1, 1),      # weight larger than an image: the whole-batch route
+]
+
+
+@pytest.fixture
+def as_nhwc(monkeypatch):
+    """Every level of this host's uarch takes the NHWC formulation for NCHW k x k convolutions."""
+    table = {(probe().uarch, lv): {"kxk": 1 << 30} for lv in LEVELS}
+    monkeypatch.setattr(registry, "CONV_NCHW_AS_NHWC", table)
+    _conv._PLANS.clear()
+    yield
+    _conv._PLANS.clear()
+
+
+@pytest.fixture(params=[1, 2], ids=["1t", "2t"])
+def threads(request):
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(request.param)
+    yield request.param
+    onepath.set_num_threads(old)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:8])))
+@pytest.mark.parametrize("image", [False, True], ids=["whole", "image"])
+def test_as_nhwc_image_every_level(level, as_nhwc, threads, case, image):
+    n, c, h, w, oc, kh, kw, s, p = case
+    base = shipped_bf16_options() & ~IMAGE
+    with bf16_options(base | (IMAGE if image else 0)):
+        run_case(n, c, h, w, oc, kh, kw, s, p, 1, 1, bias=True, activation="relu", dtype=bfloat16)
+    assert all(pl.desc.nhwc == 2 for pl in _conv._PLANS.values())
+
+
+def test_as_nhwc_image_same_bits(as_nhwc, threads):
+    """Each output sums all of K in registers in the same order either way: bit for bit equal with
+    and without "as_nhwc_image", float32 and bfloat16 results, NaN and Inf inputs included."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((5, 64, 14, 14)).astype(np.float32)
+    x[0, 3, 4, 5], x[2, 0, 0, 7], x[4, 63, 13, 13] = np.nan, np.inf, -np.inf
+    x = x.astype(bfloat16)
+    wt = rng.standard_normal((16, 64, 3, 3)).astype(bfloat16)   # no larger than an image: image by image
+    b = rng.standard_normal(16).astype(np.float32)
+    base = shipped_bf16_options() & ~IMAGE
+
+    def compute():
+        _conv._PLANS.clear()
+        return [onepath.conv2d(x, wt, b, padding=1, activation="relu", dtype=dt) for dt in (np.float32, bfloat16)]
+    assert_same_bits((base, base | IMAGE), compute, nan_index=1)
+
+
+def test_as_nhwc_image_rule_is_per_uarch():
+    """zen4 bfloat16: the option, and res2_branch2b's 56 x 56 plane in the NHWC formulation at a batch
+    ("kxk_batch"), not at batch 1; hosts without a row keep the NCHW GEMM and neither."""
+    assert registry.conv_bf16_flags("avx512_core_bf16", uarch="zen4") & IMAGE
+    assert not registry.conv_bf16_flags("avx512_core_amx", uarch="sapphirerapids") & IMAGE
+    row = registry.replace(_conv.select_conv("implicit_gemm", "bfloat16", level="generic"), level="avx512_core_bf16")
+    assert registry.conv_nchw_as_nhwc(row, 8, 56 * 56, uarch="zen4")
+    assert not registry.conv_nchw_as_nhwc(row, 1, 56 * 56, uarch="zen4")
+    assert not registry.conv_nchw_as_nhwc(row, 8, 112 * 112, uarch="zen4")
+    assert not registry.conv_nchw_as_nhwc(row, 8, 56 * 56, uarch="sapphirerapids")
