@@ -1104,6 +1104,19 @@ static void op_brgb_task(void *ctx, int64_t task, int tid)
     }
 }
 
+/* The GEMM arguments the weight pack reads: B = the OC x K weight w (K-major rows), user = the
+   pack's geometry (an op_convq_geo). */
+static void op_brgb_weight_args(op_gemm_args *g, int64_t oc, int64_t K, const uint16_t *w, const void *user)
+{
+    memset(g, 0, sizeof *g);
+    g->n = oc;
+    g->k = K;
+    g->b = w;
+    g->csb = K;
+    g->rsb = 1;
+    g->user = user;
+}
+
 /* one task = one 32-column weight panel, packed and checked for non-finite weights */
 static void op_brgb_pack_task(void *ctx, int64_t s, int tid)
 {
@@ -1247,13 +1260,7 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, int inplac
         }
         free(hm);
         op_gemm_args g;
-        memset(&g, 0, sizeof g);
-        g.n = d->oc;
-        g.k = K;
-        g.b = w;
-        g.csb = K;
-        g.rsb = 1;
-        g.user = &q;
+        op_brgb_weight_args(&g, d->oc, K, w, &q);
         op_brgb_pack_ctx pc = {&g, bp, pnf, K, pstride};
         op_brgb_ctx c;
         c.pk = NULL;
@@ -1484,13 +1491,7 @@ static int op_conv2d_bf16_as_nhwc_images(const op_conv_desc *d, const op_conv_de
         gq.d = dn;
         gq.bk = 32;
         op_gemm_args g;
-        memset(&g, 0, sizeof g);
-        g.n = dn->oc;
-        g.k = K;
-        g.b = w;
-        g.csb = K;
-        g.rsb = 1;
-        g.user = &gq;
+        op_brgb_weight_args(&g, dn->oc, K, w, &gq);
         op_brgb_pack_ctx pc = {&g, bp, pnf, K, pstride};
         op_parallel_for(npn * K * 32 >= (1 << 14) ? nthreads : 1, npn, op_brgb_pack_task, &pc);
         op_brgb_pre pre = {bp, pnf};
