@@ -180,6 +180,44 @@ def test_threads_agree(level, cpus):
         assert_gemm_close(r, a, b)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("m", [143, 286])
+@pytest.mark.parametrize("k", [512, 1024])   # bf16 at 1024: A packed (rows 2 KiB apart), else in place
+def test_threads_agree_bit_for_bit(level, cpus, small_path, dtype, m, k):
+    """The packed GEMM gives the same bits at 1, 2 and 3 threads (and so for row chunks of a
+    multiple of the micro-tile, as onepath.dask relies on). M splits into 143 + 143 (143 =
+    10 x 14 + 3) or 3 x 95..96 rows: a thread's last panel must sum as the whole call's does (the
+    VDPBF16PS kernel's rows <= 4 do not, so the bf16 driver splits M at its 14-row multiples).
+    Shipped, a small product runs the single-threaded small kernel at 1 thread (ops/_small.py),
+    another kernel: only the GEMM run compares."""
+    import ml_dtypes
+    if small_path == "small":
+        pytest.skip("the small path runs another kernel at 1 thread (tested by the gemm run)")
+    cpus(4)
+    dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float32
+    a, b = rand(m, k).astype(dt), rand(k, 64).astype(dt)
+    old = onepath.get_num_threads()
+    try:
+        results = []
+        for n in (1, 2, 3):
+            onepath.set_num_threads(n)
+            results.append(onepath.matmul(a, b))
+    finally:
+        onepath.set_num_threads(old)
+    for n, r in zip((2, 3), results[1:]):
+        assert np.array_equal(r.view(np.uint16 if dtype == "bfloat16" else np.uint32),
+                              results[0].view(np.uint16 if dtype == "bfloat16" else np.uint32)), \
+            f"{dtype} {a.shape} @ {b.shape}: {n} threads differ from 1"
+    half = m // 2 // 14 * 14   # row chunks at a micro-tile multiple: the whole call's rows
+    onepath.set_num_threads(2)
+    try:
+        parts = np.concatenate([onepath.matmul(a[:half], b), onepath.matmul(a[half:], b)])
+    finally:
+        onepath.set_num_threads(old)
+    assert np.array_equal(parts.view(np.uint16 if dtype == "bfloat16" else np.uint32),
+                          results[0].view(np.uint16 if dtype == "bfloat16" else np.uint32))
+
+
 def test_from_many_python_threads(level):
     a = [rand(150, 120) for _ in range(6)]
     b = [rand(120, 130) for _ in range(6)]

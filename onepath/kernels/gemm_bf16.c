@@ -495,7 +495,8 @@ static const op_gemm_ops op_bf16_dp_ops = {
     op_pack_a_dp, op_pack_b_k32, op_ukr_dp,
     0, 2 * OP_K32_NR,
     {168, 512, 2048},
-    0,
+    0, 0, NULL, 0, NULL,
+    1,   /* split_at_mr: rows <= 4 sum in another order (op_ukr_dp_body) */
 };
 
 /* A read in place ("aref" panels): for a row-major A (csa == 1) whose depth needs no padding (k a
@@ -555,7 +556,8 @@ static const op_gemm_ops op_bf16_dp_ref_ops = {
     op_pack_a_dp_ref, op_pack_b_k32, op_ukr_dp_ref,
     0, 2 * OP_K32_NR,
     {168, 512, 2048},
-    0,
+    0, 0, NULL, 0, NULL,
+    1,   /* split_at_mr: rows <= 4 sum in another order (op_ukr_dp_body) */
 };
 
 /* op_gemm_bf16_set_variants flag 2: the GEMM reads a row-major A in place (op_bf16_dp_ref_ops) */

@@ -186,5 +186,5 @@ static const op_gemm_ops op_bf16_amx_ops = {
     0, 0,
     op_ukr_amx_a,
     0, NULL,
-    1,   /* tile_cost_fixed */
+    1,   /* split_at_mr: a tile of fewer rows costs a full one */
 };

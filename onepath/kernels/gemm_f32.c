@@ -23,9 +23,12 @@
          op_ukr_a_fn ukr_a;     optional micro-kernel reading a row-major A in place (full panels)
          int ukr_a_bcast;       1: ukr_a reads A by broadcasts only, so it runs at any alignment of A
          op_ukr16_fn ukr16;     optional micro-kernel writing a bfloat16 C from its registers
-         int tile_cost_fixed;   1: a tile of mr' < mr rows costs as much as a full one (AMX tiles),
-                                so threads split M at multiples of mr; 0: the cost follows the rows
-                                (FMA micro-kernels), so threads split M into equal row counts
+         int split_at_mr;       1: threads split M at multiples of mr: a tile of mr' < mr rows costs
+                                a full one (AMX tiles) or sums in another order than a full one (the
+                                VDPBF16PS ukr's rows <= 4), so a tail inside the matrix would cost
+                                time or make the bits depend on the thread count; 0: any mr' gives
+                                the same sums and costs what its rows cost (the float32 ukr), so
+                                threads split M into equal row counts
      } op_gemm_ops;
 
    Packed layouts the driver assumes (it only does pointer arithmetic with them):
@@ -50,9 +53,10 @@
    once into c16. The f32 instance is
    op_gemm_f32_ops; its pieces (op_pack_a_f32, op_pack_b_f32, op_ukr_f32, OP_F32_MR/NR) may be reused.
    Threads: op_gemm_drive picks the thread count (>= OP_GEMM_MIN_FLOPS_PER_THREAD flops each), gives
-   each thread a disjoint block of C (batch entries, or N in multiples of nr, or M in equal row counts:
-   an FMA micro-kernel's time follows its rows, so 1024 rows over 2 threads are 512 + 512, 36 full
-   panels and an 8-row one each, not 37 panels + 36 and a 2-row one; at mr multiples for AMX tiles)
+   each thread a disjoint block of C (batch entries, or N in multiples of nr, or M: in equal row
+   counts where the ukr's time follows its rows and every mr' <= mr gives the same sums, so 1024
+   float32 rows over 2 threads are 512 + 512, 36 full panels and an 8-row one each, not 37 + 36 and
+   a 2-row one; else, op_gemm_ops.split_at_mr, at mr multiples)
    and one A and one B packing buffer for the whole call.
    ============================================================================================ */
 
@@ -180,7 +184,7 @@ typedef struct op_gemm_ops {
                           load, so it runs at any alignment of A (the conv kernels' ukr_a) */
     op_ukr16_fn ukr16; /* optional: ukr for a bfloat16 C with column stride 1 when one KC block holds
                           all of K (no float tile, no separate rounding pass); same packed A and B */
-    int tile_cost_fixed; /* 1: an mr' < mr tile costs a full one (AMX): threads split M at mr multiples */
+    int split_at_mr;   /* 1: threads split M at mr multiples (see the top of this file) */
 } op_gemm_ops;
 
 /* ---------------------------------------------------------------- f32 micro-kernels */
@@ -901,7 +905,7 @@ static void op_drive_task(void *ctx, int64_t task, int tid)
     const int64_t bi = task / parts, r = task % parts, im = r / x->pn, in = r % x->pn;
     const int64_t MR = x->ops->mr, NR = x->ops->nr, m = x->g->m, n = x->g->n;
     int64_t m0 = x->mblk * im / x->pm * MR, m1 = op_min64(m, x->mblk * (im + 1) / x->pm * MR);
-    if (!x->ops->tile_cost_fixed) {   /* equal row counts (see "Threads" at the top of this file) */
+    if (!x->ops->split_at_mr) {   /* equal row counts (see "Threads" at the top of this file) */
         m0 = m * im / x->pm;
         m1 = m * (im + 1) / x->pm;
     }
@@ -913,7 +917,7 @@ static void op_drive_task(void *ctx, int64_t task, int tid)
 
 /* Splits P parts of one entry into pm x pn (pm <= mblk, pn <= nblk) minimising the per-thread
    compute (mt * nt) plus packing (mt + nt) cost; m rows, split in equal counts unless fixed
-   (tile_cost_fixed: at MR multiples, see op_drive_task). */
+   (split_at_mr: at MR multiples, see op_drive_task). */
 static void op_split_parts(int64_t P, int64_t m, int64_t mblk, int64_t nblk, int64_t MR, int64_t NR,
                            int fixed, int64_t *pm, int64_t *pn)
 {
@@ -982,7 +986,7 @@ static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op
             x.pm = 1;
             x.pn = op_min64(P, x.nblk);
         } else {
-            op_split_parts(P, g->m, x.mblk, x.nblk, MR, NR, ops->tile_cost_fixed, &x.pm, &x.pn);
+            op_split_parts(P, g->m, x.mblk, x.nblk, MR, NR, ops->split_at_mr, &x.pm, &x.pn);
         }
     }
     const int64_t ntasks = g->batch * x.pm * x.pn;
