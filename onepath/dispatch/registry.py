@@ -422,7 +422,8 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # 178 -> 189 (1.10 -> 1.17x), res5_branch2c 199 -> 206 (0.95 -> 0.98x), res5_branch2a 194 -> 194
 # (0.93x both). Unmeasured on Intel: no row there.
 # "nchw1x1_a_in_place": an NCHW 1x1 unpadded convolution (groups 1, OC > 64, not the joint GEMM: batch 1,
-# or batch >= 2 with planes the joint GEMM does not take (measured at batch 1 only); strided: the sampled pixels copied first, then stride 1) runs as the per-image GEMM out = W @ X with the weight read in
+# or batch >= 2 with planes the joint GEMM does not take (measured at batch 1 only); strided: the
+# sampled pixels copied first, then stride 1) runs as the per-image GEMM out = W @ X with the weight read in
 # place by the micro-kernel (broadcasts from its rows) instead of packed per call, and replaces the NHWC
 # formulation where CONV_NCHW_AS_NHWC routes such a problem ("1x1_single": the 7 x 7 planes): no input
 # or output transpose and no weight pack, for a ragged pixel edge (49 = 32 + 17 columns). C a multiple
