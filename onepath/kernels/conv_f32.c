@@ -698,6 +698,7 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    order). A strided problem (samples inside the input) copies its sampled pixels (op_conv_sub_task)
    and runs as the stride-1 problem on them. */
 #define OP_CONV_NCHW1X1_A_INPLACE 1024
+#define OP_CONV_NCHW1X1_N49 2048   /* 49 output pixels: own kernel (op_conv2d_nchw1x1_n49_f32, below) */
 static int op_conv_f32_opts = 0;
 
 int op_conv_f32_options(int flags)
@@ -709,6 +710,8 @@ int op_conv_f32_options(int flags)
                                     OP_CONV_BRG_WIDE_ROWS);
     if (flags >= 0)
         op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_DIRECT_B | OP_CONV_NCHW1X1_JOINT | OP_CONV_NCHW1X1_A_INPLACE);
+    if (flags >= 0)
+        op_conv_f32_opts |= flags & OP_CONV_NCHW1X1_N49;
     return old;
 }
 
@@ -1783,6 +1786,176 @@ int op_conv2d_f32_a_in_place(const op_conv_desc *d, int x_bf16)
 #endif
 }
 
+#if defined(OP_HAS_AVX512)
+/* ---------------------------------------------------------------- NCHW 1x1 with 49 output pixels
+
+   OP_CONV_NCHW1X1_N49 (zen4 CONV_F32_OPTIONS "nchw1x1_n49"): a problem the in-place weight route
+   takes (op_conv2d_f32_a_in_place) whose output plane has 49 pixels (ResNet-50's 7 x 7: res5a_branch1,
+   res5_branch2a, res5_branch2c at batch 1) runs as out[oc][49] = W[oc][C] x X[C][49] in its own
+   kernel, every vector lane busy: 49 = 3 x 16 + 1. Per block of 7 weight rows, pixels 0..47 are
+   3 x 7 broadcast-FMA accumulators (the weight element broadcast from its row, read in place, times
+   16 pixels of a packed B row), and pixel 48 is 7 dot products along K: the weight row's 16
+   contiguous depths times the 16 depths of pixel 48 (packed once per call), summed horizontally at
+   the end (7 + 21 + 3 B vectors = 31 zmm). The 14 x 32 GEMM kernel instead runs 49 pixels as 32 + 17
+   columns (49 of 64 lanes). The whole depth stays in registers (no KC blocks, no C reloads, no
+   weight row copy): B (C x 48 floats, 192 KiB at C = 1024) is read from L2, the 7 weight rows stream
+   once. The input is packed per call (the sampled pixels of a strided problem straight from the
+   input). Sums: pixels 0..47 in depth order; pixel 48 as 16 partial sums (depths k = j mod 16, in
+   order, a masked tail) added by a fixed tree: the same bits at every thread count (threads split
+   the 7-row blocks), other bits than the GEMM route for pixel 48. */
+#define OP_N49_MR 7
+
+typedef struct {
+    const op_conv_desc *d;
+    const float *x, *w, *bias;
+    float *bp;        /* [n][K][48] */
+    float *x48;       /* [n][K16]: pixel 48's depths, zero past K */
+    float *y;
+    int64_t k16, nb;  /* K rounded up to 16; row blocks */
+    int64_t kc;       /* depth block (a multiple of 16) */
+    int64_t pix[49];  /* each output pixel's offset in an input plane */
+    int act, parts;
+} op_n49_ctx;
+
+/* one task = a run of 64 channels of one image */
+static void op_n49_pack_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_n49_ctx *t = (const op_n49_ctx *)ctx;
+    const op_conv_desc *d = t->d;
+    const int64_t K = d->c, hw = d->h * d->w, chunks = (K + 63) / 64;
+    const int64_t n = task / chunks, c0 = (task % chunks) * 64, c1 = op_min64(K, c0 + 64);
+    const int s1 = d->sh == 1 && d->sw == 1 && d->ow == d->w;
+    for (int64_t c = c0; c < c1; c++) {
+        const float *src = t->x + (n * K + c) * hw;
+        float *dst = t->bp + (n * K + c) * 48;
+        if (s1) memcpy(dst, src, 48 * sizeof(float));
+        else
+            for (int j = 0; j < 48; j++) dst[j] = src[t->pix[j]];
+        t->x48[n * t->k16 + c] = src[t->pix[48]];
+    }
+    if (c1 == K)
+        for (int64_t c = K; c < t->k16; c++) t->x48[n * t->k16 + c] = 0.0f;
+}
+
+/* MR (<= 7) weight rows w (ldw floats apart) x the packed pixels of one image, depths [k0, K) (k0 a
+   multiple of 16), to y (49 floats a row): stored (acc 0) or added to it (acc 1), then epi */
+OP_INLINE void op_n49_rows(const int MR, int64_t k0, int64_t K, const float *OP_RESTRICT w, int64_t ldw,
+                           const float *OP_RESTRICT bp, const float *OP_RESTRICT x48, float *y, int acc,
+                           const op_epilogue *epi)
+{
+    __m512 a0[OP_N49_MR], a1[OP_N49_MR], a2[OP_N49_MR], s[OP_N49_MR];
+    for (int i = 0; i < MR; i++) a0[i] = a1[i] = a2[i] = s[i] = _mm512_setzero_ps();
+    for (; k0 + 16 <= K; k0 += 16) {
+#pragma GCC unroll 16
+        for (int kk = 0; kk < 16; kk++) {
+            const float *b = bp + (k0 + kk) * 48;
+            const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
+#pragma GCC unroll 7
+            for (int i = 0; i < MR; i++) {
+                const __m512 ai = _mm512_set1_ps(w[i * ldw + k0 + kk]);
+                a0[i] = _mm512_fmadd_ps(ai, b0, a0[i]);
+                a1[i] = _mm512_fmadd_ps(ai, b1, a1[i]);
+                a2[i] = _mm512_fmadd_ps(ai, b2, a2[i]);
+            }
+        }
+        const __m512 xv = _mm512_loadu_ps(x48 + k0);
+#pragma GCC unroll 7
+        for (int i = 0; i < MR; i++) s[i] = _mm512_fmadd_ps(_mm512_loadu_ps(w + i * ldw + k0), xv, s[i]);
+    }
+    if (k0 < K) {   /* depth tail (< 16) */
+        const __mmask16 m = (__mmask16)((1u << (K - k0)) - 1u);
+        for (int64_t k = k0; k < K; k++) {
+            const float *b = bp + k * 48;
+            const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
+#pragma GCC unroll 7
+            for (int i = 0; i < MR; i++) {
+                const __m512 ai = _mm512_set1_ps(w[i * ldw + k]);
+                a0[i] = _mm512_fmadd_ps(ai, b0, a0[i]);
+                a1[i] = _mm512_fmadd_ps(ai, b1, a1[i]);
+                a2[i] = _mm512_fmadd_ps(ai, b2, a2[i]);
+            }
+        }
+        const __m512 xv = _mm512_loadu_ps(x48 + k0);   /* (zero past K) */
+#pragma GCC unroll 7
+        for (int i = 0; i < MR; i++) s[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + i * ldw + k0), xv, s[i]);
+    }
+    op_epi512 e32, e17;
+    op_epi512_init(&e32, 32, epi);
+    op_epi512_init(&e17, 17, epi);
+#pragma GCC unroll 7
+    for (int i = 0; i < MR; i++) {
+        op_epi512_row(&e32, y + i * 49, i, a0[i], a1[i], 32, acc);
+        op_epi512_row(&e17, y + i * 49 + 32, i, a2[i], _mm512_set1_ps(_mm512_reduce_add_ps(s[i])), 17, acc);
+    }
+}
+
+/* one task = one thread's run of 7-row blocks, every image */
+static void op_n49_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_n49_ctx *t = (const op_n49_ctx *)ctx;
+    const op_conv_desc *d = t->d;
+    const int64_t K = d->c, OC = d->oc;
+    const int64_t b0 = task * t->nb / t->parts, b1 = (task + 1) * t->nb / t->parts;
+    for (int64_t blk = b0; blk < b1; blk++) {
+        const int64_t r0 = blk * OP_N49_MR, mr = op_min64(OP_N49_MR, OC - r0);
+        op_epilogue epi;
+        epi.bias = t->bias ? t->bias + r0 : NULL;
+        epi.bias_stride = 1;
+        epi.bias_axis = 0;
+        epi.act = t->act;
+        const op_epilogue *ep = (t->bias || t->act != OP_ACT_NONE) ? &epi : NULL;
+        for (int64_t n = 0; n < d->n; n++) {
+            const float *w = t->w + r0 * K, *bp = t->bp + n * K * 48, *x48 = t->x48 + n * t->k16;
+            float *y = t->y + (n * OC + r0) * 49;
+            for (int64_t k0 = 0; k0 < K; k0 += t->kc) {
+                const int64_t k1 = op_min64(K, k0 + t->kc);
+                const int acc = k0 > 0;
+                const op_epilogue *e = k1 == K ? ep : NULL;
+                switch (mr) {
+                case 7: op_n49_rows(7, k0, k1, w, K, bp, x48, y, acc, e); break;
+                case 6: op_n49_rows(6, k0, k1, w, K, bp, x48, y, acc, e); break;
+                case 5: op_n49_rows(5, k0, k1, w, K, bp, x48, y, acc, e); break;
+                case 4: op_n49_rows(4, k0, k1, w, K, bp, x48, y, acc, e); break;
+                case 3: op_n49_rows(3, k0, k1, w, K, bp, x48, y, acc, e); break;
+                case 2: op_n49_rows(2, k0, k1, w, K, bp, x48, y, acc, e); break;
+                default: op_n49_rows(1, k0, k1, w, K, bp, x48, y, acc, e); break;
+                }
+            }
+        }
+    }
+}
+
+/* d: taken by op_conv2d_f32_a_in_place, 49 output pixels. The threads used, or -1 on allocation failure. */
+static int op_conv2d_nchw1x1_n49_f32(const op_conv_desc *d, const float *x, const float *w,
+                                     const float *bias, float *y, int act, const op_blocking *blk,
+                                     int nthreads)
+{
+    op_n49_ctx t;
+    t.d = d;
+    t.x = x;
+    t.w = w;
+    t.bias = bias;
+    t.y = y;
+    t.act = act;
+    t.k16 = (d->c + 15) / 16 * 16;
+    t.nb = (d->oc + OP_N49_MR - 1) / OP_N49_MR;
+    t.kc = op_max64(16, (blk && blk->kc > 0 ? blk->kc : OP_F32_KC) / 16 * 16);
+    for (int64_t j = 0; j < 49; j++) t.pix[j] = (j / d->ow) * d->sh * d->w + (j % d->ow) * d->sw;
+    float *buf = (float *)op_conv_scratch_alloc(sizeof(float) * (size_t)(d->n * (d->c * 48 + t.k16)));
+    if (!buf) return -1;
+    t.bp = buf;
+    t.x48 = buf + d->n * d->c * 48;
+    const int64_t chunks = d->n * ((d->c + 63) / 64);
+    op_parallel_for(d->n * d->c * 49 >= (1 << 16) ? nthreads : 1, chunks, op_n49_pack_task, &t);
+    t.parts = (int)op_min64(nthreads, t.nb);
+    op_parallel_for(t.parts, t.parts, op_n49_task, &t);
+    op_conv_scratch_free(buf);
+    return t.parts;
+}
+#endif
+
 int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
                   const float *bias, float *y, int act, const op_blocking *blk, int nthreads)
 {
@@ -1799,6 +1972,11 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
         da.nhwc = 0;
         d = &da;
     }
+#if defined(OP_HAS_AVX512)
+    if (d->nhwc == 0 && d->oh * d->ow == 49 && (op_conv_f32_opts & OP_CONV_NCHW1X1_N49) &&
+        op_conv2d_f32_a_in_place(d, x_bf16))   /* 49 pixels, every lane busy (above) */
+        return op_conv2d_nchw1x1_n49_f32(d, (const float *)x, w, bias, y, act, blk, nthreads);
+#endif
     if (d->nhwc == 0 && (d->sh > 1 || d->sw > 1) && op_conv2d_f32_a_in_place(d, x_bf16)) {
         /* strided: the sampled pixels copied (as the NHWC formulation does), then stride 1 */
         op_conv_desc dn = *d;
