@@ -1763,9 +1763,26 @@ static int op_conv2d_nchw1x1_joint_f32(const op_conv_desc *d, const float *x, co
     return op_gemm_drive(&ops, &g, blk, nthreads);
 }
 
+/* 1 when the 49-pixel kernel (OP_CONV_NCHW1X1_N49, op_conv2d_nchw1x1_n49_f32) runs d: the problems
+   op_conv2d_f32_a_in_place takes with 49 output pixels, and those of the joint GEMM (batch >= 2) */
+static int op_conv_n49_fits(const op_conv_desc *d, int x_bf16)
+{
+#if defined(OP_HAS_AVX512)
+    const int opts = OP_CONV_NCHW1X1_N49 | OP_CONV_NCHW1X1_A_INPLACE;
+    return d->nhwc != 1 && !x_bf16 && (op_conv_f32_opts & opts) == opts && d->groups == 1 &&
+           d->kh == 1 && d->kw == 1 && d->pt == 0 && d->pl == 0 && d->oh * d->ow == 49 &&
+           (d->oh - 1) * d->sh < d->h && (d->ow - 1) * d->sw < d->w && d->oc > OP_CONV_NCHW1X1_DIRECT_MAXM;
+#else
+    (void)d;
+    (void)x_bf16;
+    return 0;
+#endif
+}
+
 int op_conv2d_f32_joint(const op_conv_desc *d, int x_bf16)
 {
-    return d->nhwc != 1 && !x_bf16 && (op_conv_f32_opts & OP_CONV_NCHW1X1_JOINT) && op_conv_j1_fits(d);
+    return d->nhwc != 1 && !x_bf16 && (op_conv_f32_opts & OP_CONV_NCHW1X1_JOINT) && op_conv_j1_fits(d) &&
+           !op_conv_n49_fits(d, x_bf16);
 }
 
 int op_conv2d_f32_a_in_place(const op_conv_desc *d, int x_bf16)
@@ -1906,13 +1923,13 @@ static void op_n49_task(void *ctx, int64_t task, int tid)
         epi.bias_axis = 0;
         epi.act = t->act;
         const op_epilogue *ep = (t->bias || t->act != OP_ACT_NONE) ? &epi : NULL;
-        for (int64_t n = 0; n < d->n; n++) {
-            const float *w = t->w + r0 * K, *bp = t->bp + n * K * 48, *x48 = t->x48 + n * t->k16;
-            float *y = t->y + (n * OC + r0) * 49;
-            for (int64_t k0 = 0; k0 < K; k0 += t->kc) {
-                const int64_t k1 = op_min64(K, k0 + t->kc);
-                const int acc = k0 > 0;
-                const op_epilogue *e = k1 == K ? ep : NULL;
+        for (int64_t k0 = 0; k0 < K; k0 += t->kc) {   /* (images inner: the weight block stays in L1d) */
+            const int64_t k1 = op_min64(K, k0 + t->kc);
+            const int acc = k0 > 0;
+            const op_epilogue *e = k1 == K ? ep : NULL;
+            for (int64_t n = 0; n < d->n; n++) {
+                const float *w = t->w + r0 * K, *bp = t->bp + n * K * 48, *x48 = t->x48 + n * t->k16;
+                float *y = t->y + (n * OC + r0) * 49;
                 switch (mr) {
                 case 7: op_n49_rows(7, k0, k1, w, K, bp, x48, y, acc, e); break;
                 case 6: op_n49_rows(6, k0, k1, w, K, bp, x48, y, acc, e); break;
@@ -1973,8 +1990,7 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
         d = &da;
     }
 #if defined(OP_HAS_AVX512)
-    if (d->nhwc == 0 && d->oh * d->ow == 49 && (op_conv_f32_opts & OP_CONV_NCHW1X1_N49) &&
-        op_conv2d_f32_a_in_place(d, x_bf16))   /* 49 pixels, every lane busy (above) */
+    if (d->nhwc == 0 && op_conv_n49_fits(d, x_bf16))   /* 49 pixels, every lane busy (above) */
         return op_conv2d_nchw1x1_n49_f32(d, (const float *)x, w, bias, y, act, blk, nthreads);
 #endif
     if (d->nhwc == 0 && (d->sh > 1 || d->sw > 1) && op_conv2d_f32_a_in_place(d, x_bf16)) {
