@@ -96,13 +96,14 @@ def test_nchw_1x1_a_in_place(level, case):
 # 2048 with 1024, registry.CONV_F32_FLAGS["nchw1x1_n49"]): pixels 0..47 as 3 vectors, pixel 48 as a
 # dot product along the depth. C = 600 (several depth blocks, a depth tail of 8) with OC = 75 (10 x 7
 # + a 5-row tail), C = 20 (a depth tail only) with OC = 66, a 1 x 49 plane, strided: C = 1024 (13 ->
-# 7 at stride 2), strides (3, 1) (21 x 7 -> 7 x 7).
+# 7 at stride 2), strides (3, 1) (21 x 7 -> 7 x 7); batch 3 (instead of the joint GEMM).
 N49_CASES = [
     (1, 600, 7, 7, 75, 1),
     (1, 20, 7, 7, 66, 1),
     (1, 33, 1, 49, 65, 1),
     (1, 1024, 13, 13, 70, 2),
     (1, 40, 21, 7, 71, (3, 1)),
+    (3, 70, 14, 14, 80, 2),
 ]
 
 

@@ -1806,20 +1806,25 @@ int op_conv2d_f32_a_in_place(const op_conv_desc *d, int x_bf16)
 #if defined(OP_HAS_AVX512)
 /* ---------------------------------------------------------------- NCHW 1x1 with 49 output pixels
 
-   OP_CONV_NCHW1X1_N49 (zen4 CONV_F32_OPTIONS "nchw1x1_n49"): a problem the in-place weight route
-   takes (op_conv2d_f32_a_in_place) whose output plane has 49 pixels (ResNet-50's 7 x 7: res5a_branch1,
-   res5_branch2a, res5_branch2c at batch 1) runs as out[oc][49] = W[oc][C] x X[C][49] in its own
-   kernel, every vector lane busy: 49 = 3 x 16 + 1. Per block of 7 weight rows, pixels 0..47 are
-   3 x 7 broadcast-FMA accumulators (the weight element broadcast from its row, read in place, times
-   16 pixels of a packed B row), and pixel 48 is 7 dot products along K: the weight row's 16
-   contiguous depths times the 16 depths of pixel 48 (packed once per call), summed horizontally at
-   the end (7 + 21 + 3 B vectors = 31 zmm). The 14 x 32 GEMM kernel instead runs 49 pixels as 32 + 17
-   columns (49 of 64 lanes). The whole depth stays in registers (no KC blocks, no C reloads, no
-   weight row copy): B (C x 48 floats, 192 KiB at C = 1024) is read from L2, the 7 weight rows stream
-   once. The input is packed per call (the sampled pixels of a strided problem straight from the
-   input). Sums: pixels 0..47 in depth order; pixel 48 as 16 partial sums (depths k = j mod 16, in
-   order, a masked tail) added by a fixed tree: the same bits at every thread count (threads split
-   the 7-row blocks), other bits than the GEMM route for pixel 48. */
+   OP_CONV_NCHW1X1_N49 (zen4 CONV_F32_OPTIONS "nchw1x1_n49", with OP_CONV_NCHW1X1_A_INPLACE): an NCHW
+   1x1 unpadded convolution (groups 1, OC > 64, any stride whose samples lie in the input) whose output
+   plane has 49 pixels (ResNet-50's 7 x 7: res5a_branch1, res5_branch2a, res5_branch2c), at any batch
+   (it replaces the in-place weight route and the joint GEMM there: op_conv_n49_fits), runs per image
+   as out[oc][49] = W[oc][C] x X[C][49] in its own kernel with every vector lane busy: 49 = 3 x 16 + 1.
+   Per block of 7 weight rows, pixels 0..47 are 3 x 7 broadcast-FMA accumulators (the weight element
+   broadcast from its row, read in place, times 16 pixels of a packed B row), and pixel 48 is 7 dot
+   products along K: 16 contiguous depths of the weight row times the same 16 depths of pixel 48
+   (packed once per call), summed horizontally at the end of the depth block (7 + 21 + 3 B vectors +
+   a broadcast = 32 zmm). The 14 x 32 GEMM kernel instead runs 49 pixels as 32 + 17 columns (49 of 64
+   lanes), and copies the weight rows per block at C a multiple of 1024; here 7 rows 4 KiB apart fit
+   an 8-way L1d set and stream in place. Depth blocks of the driver's KC (rounded down to 16): C
+   stored after the first, added after the others, the epilogue after the last; a thread's 7-row
+   blocks run every image per depth block (the weight block stays in L1d). The input is packed per
+   call (C x 48 floats plus pixel 48's C depths, per image; the sampled pixels of a strided problem
+   straight from the input). Sums: pixels 0..47 in the order of the GEMM route (the same bits at the
+   same KC); pixel 48 per depth block as 16 partial sums (depths k = j mod 16 in order, masked tail)
+   added by a fixed tree, then to C: other bits than the GEMM route for pixel 48, the same bits at
+   every thread count (threads split the 7-row blocks). */
 #define OP_N49_MR 7
 
 typedef struct {
@@ -1856,7 +1861,7 @@ static void op_n49_pack_task(void *ctx, int64_t task, int tid)
 }
 
 /* MR (<= 7) weight rows w (ldw floats apart) x the packed pixels of one image, depths [k0, K) (k0 a
-   multiple of 16), to y (49 floats a row): stored (acc 0) or added to it (acc 1), then epi */
+   multiple of 16), to y (49 floats a row): stored (acc 0) or added to it (acc 1), then epi (NULL: none) */
 OP_INLINE void op_n49_rows(const int MR, int64_t k0, int64_t K, const float *OP_RESTRICT w, int64_t ldw,
                            const float *OP_RESTRICT bp, const float *OP_RESTRICT x48, float *y, int acc,
                            const op_epilogue *epi)
@@ -1907,7 +1912,7 @@ OP_INLINE void op_n49_rows(const int MR, int64_t k0, int64_t K, const float *OP_
     }
 }
 
-/* one task = one thread's run of 7-row blocks, every image */
+/* one task = one thread's run of 7-row blocks (an equal share), every image */
 static void op_n49_task(void *ctx, int64_t task, int tid)
 {
     (void)tid;
