@@ -96,7 +96,8 @@ def test_nchw_1x1_a_in_place(level, case):
 # 2048 with 1024, registry.CONV_F32_FLAGS["nchw1x1_n49"]): pixels 0..47 as 3 vectors, pixel 48 as a
 # dot product along the depth. C = 600 (several depth blocks, a depth tail of 8) with OC = 75 (10 x 7
 # + a 5-row tail), C = 20 (a depth tail only) with OC = 66, a 1 x 49 plane, strided: C = 1024 (13 ->
-# 7 at stride 2), strides (3, 1) (21 x 7 -> 7 x 7); batch 3 (instead of the joint GEMM).
+# 7 at stride 2), strides (3, 1) (21 x 7 -> 7 x 7); batch 3 (instead of the joint GEMM); with bit 4096
+# ("nchw1x1_n49_strided") strided planes of 196 = 4 x 49 (28 -> 14) and 98 (7 x 14) pixels.
 N49_CASES = [
     (1, 600, 7, 7, 75, 1),
     (1, 20, 7, 7, 66, 1),
@@ -104,6 +105,8 @@ N49_CASES = [
     (1, 1024, 13, 13, 70, 2),
     (1, 40, 21, 7, 71, (3, 1)),
     (3, 70, 14, 14, 80, 2),
+    (1, 40, 28, 28, 70, 2),
+    (2, 20, 13, 27, 65, 2),
 ]
 
 
@@ -119,7 +122,7 @@ def test_nchw_1x1_n49(level, cpus, case):
     nthr = onepath.get_num_threads()
     cpus(4)
     try:
-        lib.op_conv_f32_options(old | 1024 | 2048)
+        lib.op_conv_f32_options(old | 1024 | 2048 | 4096)
         run_case(n, c, h, w, oc, 1, 1, stride=s, activation="relu", seed=4)
         run_case(n, c, h, w, oc, 1, 1, stride=s, bias=False, activation="gelu", seed=5)
         rng = np.random.default_rng(6)

@@ -453,12 +453,12 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core"): ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows",
                               "brg_skip_pad", "nchw1x1_direct_b", "nchw1x1_joint", "nchw1x1_a_in_place",
-                              "nchw1x1_n49"),
+                              "nchw1x1_n49", "nchw1x1_n49_strided"),
 }
 CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pack": 8,
                   "brg_skip_pad": 16, "brg_wide_rows": 64,
                   "nchw1x1_direct_b": 256, "nchw1x1_joint": 512, "nchw1x1_a_in_place": 1024,
-                  "nchw1x1_n49": 2048}  # the bits of op_conv_f32_options
+                  "nchw1x1_n49": 2048, "nchw1x1_n49_strided": 4096}  # the bits of op_conv_f32_options
 
 
 # Direct convolution for few input channels (kernels/conv_stem.c, op_conv_stem_options): groups 1,
