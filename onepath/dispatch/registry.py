@@ -450,6 +450,13 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # (1.01 -> 1.12x), res5_branch2a 197 -> 208 (0.95 -> 1.00x), res5_branch2c 204 -> 221 (0.98 ->
 # 1.06x); batch 2: 112 -> 209, 84 -> 176, 80 -> 198 (0.51-0.68 -> 1.09-1.27x). Unmeasured on Intel:
 # no row there.
+# "nchw1x1_n49_strided" (with "nchw1x1_n49"): a strided one with 98, 147 or 196 output pixels runs the
+# same kernel over runs of 49 pixels per image, packed straight from the input (no sampled-pixel
+# copy, no 4-of-32-column panel). zen4, 2026-12-01 (as above, onepath.bench.core.alternate with
+# settle), res4a_branch1 (512 -> 1024, 28 -> 14): batch 1 172 -> 184, 172 -> 191 (1.13 -> 1.21x,
+# 1.16 -> 1.29x), 141 -> 161; batch 8 149 -> 160, 145 -> 152 (1.03 -> 1.11x, 1.00 -> 1.05x). The
+# stride-1 196-pixel layers measured mixed (res4_branch2a 149 -> 136, res4_branch2c 196 -> 177 at
+# batch 1; +3% / -2% at batch 8): they keep their routes.
 CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core"): ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows",
                               "brg_skip_pad", "nchw1x1_direct_b", "nchw1x1_joint", "nchw1x1_a_in_place",
