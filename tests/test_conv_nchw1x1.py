@@ -22,8 +22,9 @@ CASES = [
 ]
 
 
-def _same_with_bit_off_and_on(bit, n, c, h, w, oc, stride=1, seed=1):
-    """conv2d of random NCHW data with op_conv_f32_options ``bit`` off and on (the rest as in force):
+def _same_with_bit_off_and_on(bit, n, c, h, w, oc, stride=1, seed=1, clear=0):
+    """conv2d of random NCHW data with op_conv_f32_options ``bit`` off and on (the rest as in force,
+    less the bits ``clear``):
     bit-identical results, and the reference check of test_conv.run_case with the bit on."""
     from onepath.kernels import load
     lib = load(select_conv("1x1_gemm", "float32").level).lib
@@ -35,7 +36,7 @@ def _same_with_bit_off_and_on(bit, n, c, h, w, oc, stride=1, seed=1):
     try:
         got = {}
         for on in (0, bit):
-            lib.op_conv_f32_options((old & ~bit) | on)
+            lib.op_conv_f32_options((old & ~bit & ~clear) | on)
             got[on] = onepath.conv2d(x, wt, b, stride=stride, activation="relu")
         run_case(n, c, h, w, oc, 1, 1, stride=stride, activation="relu", seed=n + c)
         assert np.array_equal(got[0], got[bit])
@@ -88,4 +89,50 @@ A_CASES = [
 @pytest.mark.parametrize("case", A_CASES, ids=lambda c: "x".join(map(str, c)).replace(" ", ""))
 def test_nchw_1x1_a_in_place(level, case):
     *shape, s = case
-    _same_with_bit_off_and_on(1024, *shape, stride=s, seed=3)
+    _same_with_bit_off_and_on(1024, *shape, stride=s, seed=3, clear=2048)   # (2048: 49 pixels, below)
+
+
+# (n, c, h, w, oc, stride): NCHW 1x1 with 49 output pixels in its own kernel (op_conv_f32_options bit
+# 2048 with 1024, registry.CONV_F32_FLAGS["nchw1x1_n49"]): pixels 0..47 as 3 vectors, pixel 48 as a
+# dot product along the depth. C = 600 (several depth blocks, a depth tail of 8) with OC = 75 (10 x 7
+# + a 5-row tail), C = 20 (a depth tail only) with OC = 66, a 1 x 49 plane, strided: C = 1024 (13 ->
+# 7 at stride 2), strides (3, 1) (21 x 7 -> 7 x 7); batch 3 (instead of the joint GEMM); with bit 4096
+# ("nchw1x1_n49_strided") strided planes of 196 = 4 x 49 (28 -> 14) and 98 (7 x 14) pixels.
+N49_CASES = [
+    (1, 600, 7, 7, 75, 1),
+    (1, 20, 7, 7, 66, 1),
+    (1, 33, 1, 49, 65, 1),
+    (1, 1024, 13, 13, 70, 2),
+    (1, 40, 21, 7, 71, (3, 1)),
+    (3, 70, 14, 14, 80, 2),
+    (1, 40, 28, 28, 70, 2),
+    (2, 20, 13, 27, 65, 2),
+]
+
+
+@pytest.mark.parametrize("case", N49_CASES, ids=lambda c: "x".join(map(str, c)).replace(" ", ""))
+def test_nchw_1x1_n49(level, cpus, case):
+    """Within the reference's bound (bias and relu, no bias and gelu: the epilogue's fast and slow
+    activations), and the same bits at 1, 2 and 3 threads (threads split the 7-row blocks)."""
+    from onepath.kernels import load
+    *shape, s = case
+    n, c, h, w, oc = shape
+    lib = load(select_conv("1x1_gemm", "float32").level).lib
+    old = lib.op_conv_f32_options(-1)
+    nthr = onepath.get_num_threads()
+    cpus(4)
+    try:
+        lib.op_conv_f32_options(old | 1024 | 2048 | 4096)
+        run_case(n, c, h, w, oc, 1, 1, stride=s, activation="relu", seed=4)
+        run_case(n, c, h, w, oc, 1, 1, stride=s, bias=False, activation="gelu", seed=5)
+        rng = np.random.default_rng(6)
+        x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+        wt = rng.standard_normal((oc, c, 1, 1)).astype(np.float32)
+        got = []
+        for t in (1, 2, 3):
+            onepath.set_num_threads(t)
+            got.append(onepath.conv2d(x, wt, stride=s).view(np.uint32))
+        assert np.array_equal(got[0], got[1]) and np.array_equal(got[0], got[2])
+    finally:
+        onepath.set_num_threads(nthr)
+        lib.op_conv_f32_options(old)

@@ -438,13 +438,34 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # formulation before): res5a_branch1 (1024 -> 2048, 14 -> 7) 116 -> 121 and 146 -> 146, res4a_branch1
 # (512 -> 1024, 28 -> 14) 125 -> 168 (0.82 -> 1.11x) and 173 -> 190, res3a_branch1 120 -> 153 (1.02 ->
 # 1.29x) and 170 -> 198. Batch >= 2 runs "nchw1x1_joint" as before. Unmeasured on Intel: no row there.
+# "nchw1x1_n49" (with "nchw1x1_a_in_place"): those NCHW 1x1 problems, and the "nchw1x1_joint" ones (batch
+# >= 2), with 49 output pixels (the 7 x 7 planes) run their own kernel (conv_f32.c,
+# op_conv2d_nchw1x1_n49_f32): 7 weight rows (read in place) x 49 = 3 x 16 + 1 pixels, the 49th as a
+# dot product along C, every vector lane busy (the 14 x 32 GEMM kernel: 49 of 64). Other bits than
+# the GEMM route for the 49th pixel, the same at every thread count. zen4, 2026-12-01 (same VM, 2
+# threads, median of 7, paired with torch 2.13 and the bit off/on in one process, GFLOP/s off -> on,
+# x torch), batch 1: res5a_branch1 113 -> 202 (0.78 -> 1.40x), 121 -> 211 (0.75 -> 1.31x),
+# res5_branch2a 94 -> 180 (0.68 -> 1.29x), 97 -> 201 (0.62 -> 1.29x), res5_branch2c 103 -> 202
+# (0.62 -> 1.21x), 104 -> 212 (0.59 -> 1.21x); batch 8 (joint GEMM before): res5a_branch1 191 -> 211
+# (1.01 -> 1.12x), res5_branch2a 197 -> 208 (0.95 -> 1.00x), res5_branch2c 204 -> 221 (0.98 ->
+# 1.06x); batch 2: 112 -> 209, 84 -> 176, 80 -> 198 (0.51-0.68 -> 1.09-1.27x). Unmeasured on Intel:
+# no row there.
+# "nchw1x1_n49_strided" (with "nchw1x1_n49"): a strided one with 98, 147 or 196 output pixels runs the
+# same kernel over runs of 49 pixels per image, packed straight from the input (no sampled-pixel
+# copy, no 4-of-32-column panel). zen4, 2026-12-01 (as above, onepath.bench.core.alternate with
+# settle), res4a_branch1 (512 -> 1024, 28 -> 14): batch 1 172 -> 184, 172 -> 191 (1.13 -> 1.21x,
+# 1.16 -> 1.29x), 141 -> 161; batch 8 149 -> 160, 145 -> 152 (1.03 -> 1.11x, 1.00 -> 1.05x). The
+# stride-1 196-pixel layers measured mixed (res4_branch2a 149 -> 136, res4_branch2c 196 -> 177 at
+# batch 1; +3% / -2% at batch 8): they keep their routes.
 CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core"): ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows",
-                              "brg_skip_pad", "nchw1x1_direct_b", "nchw1x1_joint", "nchw1x1_a_in_place"),
+                              "brg_skip_pad", "nchw1x1_direct_b", "nchw1x1_joint", "nchw1x1_a_in_place",
+                              "nchw1x1_n49", "nchw1x1_n49_strided"),
 }
 CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pack": 8,
                   "brg_skip_pad": 16, "brg_wide_rows": 64,
-                  "nchw1x1_direct_b": 256, "nchw1x1_joint": 512, "nchw1x1_a_in_place": 1024}  # the bits of op_conv_f32_options
+                  "nchw1x1_direct_b": 256, "nchw1x1_joint": 512, "nchw1x1_a_in_place": 1024,
+                  "nchw1x1_n49": 2048, "nchw1x1_n49_strided": 4096}  # the bits of op_conv_f32_options
 
 
 # Direct convolution for few input channels (kernels/conv_stem.c, op_conv_stem_options): groups 1,

@@ -59,7 +59,10 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
    input copy always; bit 256: an NCHW 1x1 stride-1 convolution with OC <= 64 and C <= 256 reads its
    input in place; bit 512: an NCHW 1x1 convolution (groups 1, batch >= 2, unpadded, output planes
    of at most 3136 pixels; not those bit 256 reads in place) runs as one GEMM over all images'
-   pixels: op_conv2d_nchw1x1_joint_f32 in conv_f32.c; op_conv2d_f32_joint below says which), set
+   pixels: op_conv2d_nchw1x1_joint_f32 in conv_f32.c; op_conv2d_f32_joint below says which); bit
+   1024: see op_conv2d_f32_a_in_place; bit 2048 (with 1024): an NCHW 1x1 problem of those two routes
+   (any batch) with 49 output pixels runs its own kernel (op_conv2d_nchw1x1_n49_f32); bit 4096 (with
+   2048): a strided one with 98, 147 or 196 output pixels too, set
    by the kernel loader from the registry's CONV_F32_OPTIONS for the host; default 0. flags < 0
    only reads. Returns the flags in force before. */
 int op_conv_f32_options(int flags);
@@ -72,7 +75,8 @@ int op_conv2d_f32_joint(const op_conv_desc *d, int x_bf16);
 /* 1 when op_conv2d_f32 runs the NCHW 1x1 problem d (x_bf16: bfloat16 input) as the per-image GEMM
    out = W @ X with the weight read in place (op_conv_f32_options bit 1024 set, groups 1, unpadded,
    OC > 64, not the joint GEMM; C a multiple of 1024: its rows copied per block; strided: the sampled
-   pixels copied first), whatever d->nhwc (0 or 2) says; else 0. */
+   pixels copied first; with bit 2048 and 49 output pixels: the 49-pixel kernel), whatever d->nhwc
+   (0 or 2) says; else 0. */
 int op_conv2d_f32_a_in_place(const op_conv_desc *d, int x_bf16);
 
 /* Per-microarchitecture options of the bfloat16 convolutions (bit 1: an NHWC k x k convolution whose

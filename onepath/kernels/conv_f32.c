@@ -698,6 +698,9 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    order). A strided problem (samples inside the input) copies its sampled pixels (op_conv_sub_task)
    and runs as the stride-1 problem on them. */
 #define OP_CONV_NCHW1X1_A_INPLACE 1024
+#define OP_CONV_NCHW1X1_N49 2048   /* 49 output pixels: own kernel (op_conv2d_nchw1x1_n49_f32, below) */
+#define OP_CONV_NCHW1X1_N49_STRIDED 4096   /* with 2048: strided, planes of 98, 147, 196 pixels too */
+#define OP_N49_MAXP 196
 static int op_conv_f32_opts = 0;
 
 int op_conv_f32_options(int flags)
@@ -709,6 +712,8 @@ int op_conv_f32_options(int flags)
                                     OP_CONV_BRG_WIDE_ROWS);
     if (flags >= 0)
         op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_DIRECT_B | OP_CONV_NCHW1X1_JOINT | OP_CONV_NCHW1X1_A_INPLACE);
+    if (flags >= 0)
+        op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_N49 | OP_CONV_NCHW1X1_N49_STRIDED);
     return old;
 }
 
@@ -1760,9 +1765,30 @@ static int op_conv2d_nchw1x1_joint_f32(const op_conv_desc *d, const float *x, co
     return op_gemm_drive(&ops, &g, blk, nthreads);
 }
 
+/* 1 when the 49-pixel kernel (OP_CONV_NCHW1X1_N49, op_conv2d_nchw1x1_n49_f32) runs d: the problems
+   op_conv2d_f32_a_in_place takes with 49 output pixels, and those of the joint GEMM (batch >= 2);
+   with OP_CONV_NCHW1X1_N49_STRIDED also strided ones with 98, 147 or 196 (runs of 49) */
+static int op_conv_n49_fits(const op_conv_desc *d, int x_bf16)
+{
+#if defined(OP_HAS_AVX512)
+    const int opts = OP_CONV_NCHW1X1_N49 | OP_CONV_NCHW1X1_A_INPLACE;
+    const int64_t p = d->oh * d->ow;
+    return d->nhwc != 1 && !x_bf16 && (op_conv_f32_opts & opts) == opts && d->groups == 1 &&
+           d->kh == 1 && d->kw == 1 && d->pt == 0 && d->pl == 0 && p % 49 == 0 &&
+           (p == 49 || (p <= OP_N49_MAXP && (d->sh > 1 || d->sw > 1) &&
+                        (op_conv_f32_opts & OP_CONV_NCHW1X1_N49_STRIDED))) &&
+           (d->oh - 1) * d->sh < d->h && (d->ow - 1) * d->sw < d->w && d->oc > OP_CONV_NCHW1X1_DIRECT_MAXM;
+#else
+    (void)d;
+    (void)x_bf16;
+    return 0;
+#endif
+}
+
 int op_conv2d_f32_joint(const op_conv_desc *d, int x_bf16)
 {
-    return d->nhwc != 1 && !x_bf16 && (op_conv_f32_opts & OP_CONV_NCHW1X1_JOINT) && op_conv_j1_fits(d);
+    return d->nhwc != 1 && !x_bf16 && (op_conv_f32_opts & OP_CONV_NCHW1X1_JOINT) && op_conv_j1_fits(d) &&
+           !op_conv_n49_fits(d, x_bf16);
 }
 
 int op_conv2d_f32_a_in_place(const op_conv_desc *d, int x_bf16)
@@ -1783,6 +1809,191 @@ int op_conv2d_f32_a_in_place(const op_conv_desc *d, int x_bf16)
 #endif
 }
 
+#if defined(OP_HAS_AVX512)
+/* ---------------------------------------------------------------- NCHW 1x1 with 49 output pixels
+
+   OP_CONV_NCHW1X1_N49 (zen4 CONV_F32_OPTIONS "nchw1x1_n49", with OP_CONV_NCHW1X1_A_INPLACE): an NCHW
+   1x1 unpadded convolution (groups 1, OC > 64, any stride whose samples lie in the input) whose output
+   plane has 49 pixels (ResNet-50's 7 x 7: res5a_branch1, res5_branch2a, res5_branch2c), at any batch
+   (it replaces the in-place weight route and the joint GEMM there: op_conv_n49_fits), runs per image
+   as out[oc][49] = W[oc][C] x X[C][49] in its own kernel with every vector lane busy: 49 = 3 x 16 + 1.
+   Per block of 7 weight rows, pixels 0..47 are 3 x 7 broadcast-FMA accumulators (the weight element
+   broadcast from its row, read in place, times 16 pixels of a packed B row), and pixel 48 is 7 dot
+   products along K: 16 contiguous depths of the weight row times the same 16 depths of pixel 48
+   (packed once per call), summed horizontally at the end of the depth block (7 + 21 + 3 B vectors +
+   a broadcast = 32 zmm). The 14 x 32 GEMM kernel instead runs 49 pixels as 32 + 17 columns (49 of 64
+   lanes), and copies the weight rows per block at C a multiple of 1024; here 7 rows 4 KiB apart fit
+   an 8-way L1d set and stream in place. Depth blocks of the driver's KC (rounded down to 16): C
+   stored after the first, added after the others, the epilogue after the last; a thread's 7-row
+   blocks run every image per depth block (the weight block stays in L1d). The input is packed per
+   call (C x 48 floats plus pixel 48's C depths, per image; the sampled pixels of a strided problem
+   straight from the input). Sums: pixels 0..47 in the order of the GEMM route (the same bits at the
+   same KC); pixel 48 per depth block as 16 partial sums (depths k = j mod 16 in order, masked tail)
+   added by a fixed tree, then to C: other bits than the GEMM route for pixel 48, the same bits at
+   every thread count (threads split the 7-row blocks). OP_CONV_NCHW1X1_N49_STRIDED: a strided problem
+   with 98, 147 or 196 output pixels (ResNet-50 res4a_branch1, 28 -> 14) runs too, as 2..4 runs of 49
+   pixels per image (each packed as an image of 49 from the input, instead of the sampled-pixel copy
+   the in-place weight route makes first). */
+#define OP_N49_MR 7
+
+typedef struct {
+    const op_conv_desc *d;
+    const float *x, *w, *bias;
+    float *bp;        /* [entry][K][48], entry = (image, run of 49 pixels) */
+    float *x48;       /* [entry][K16]: the run's pixel 48's depths, zero past K */
+    float *y;
+    int64_t k16, nb;  /* K rounded up to 16; row blocks */
+    int64_t kc;       /* depth block (a multiple of 16) */
+    int64_t nq, ohw;  /* runs of 49 per image; output pixels per image */
+    int64_t pix[OP_N49_MAXP];  /* each output pixel's offset in an input plane */
+    int act, parts;
+} op_n49_ctx;
+
+/* one task = a run of 64 channels of one entry (image, run of 49 pixels) */
+static void op_n49_pack_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_n49_ctx *t = (const op_n49_ctx *)ctx;
+    const op_conv_desc *d = t->d;
+    const int64_t K = d->c, hw = d->h * d->w, chunks = (K + 63) / 64;
+    const int64_t e = task / chunks, c0 = (task % chunks) * 64, c1 = op_min64(K, c0 + 64);
+    const int64_t n = e / t->nq, p0 = (e % t->nq) * 49;
+    const int s1 = d->sh == 1 && d->sw == 1 && d->ow == d->w;
+    for (int64_t c = c0; c < c1; c++) {
+        const float *src = t->x + (n * K + c) * hw;
+        float *dst = t->bp + (e * K + c) * 48;
+        if (s1) memcpy(dst, src + p0, 48 * sizeof(float));
+        else
+            for (int j = 0; j < 48; j++) dst[j] = src[t->pix[p0 + j]];
+        t->x48[e * t->k16 + c] = src[t->pix[p0 + 48]];
+    }
+    if (c1 == K)
+        for (int64_t c = K; c < t->k16; c++) t->x48[e * t->k16 + c] = 0.0f;
+}
+
+/* MR (<= 7) weight rows w (ldw floats apart) x the packed pixels of one image, depths [k0, K) (k0 a
+   multiple of 16), to y (49 floats a row, rows ldy apart): stored (acc 0) or added to it (acc 1),
+   then epi (NULL: none) */
+OP_INLINE void op_n49_rows(const int MR, int64_t k0, int64_t K, const float *OP_RESTRICT w, int64_t ldw,
+                           const float *OP_RESTRICT bp, const float *OP_RESTRICT x48, float *y, int64_t ldy,
+                           int acc, const op_epilogue *epi)
+{
+    __m512 a0[OP_N49_MR], a1[OP_N49_MR], a2[OP_N49_MR], s[OP_N49_MR];
+    for (int i = 0; i < MR; i++) a0[i] = a1[i] = a2[i] = s[i] = _mm512_setzero_ps();
+    for (; k0 + 16 <= K; k0 += 16) {
+#pragma GCC unroll 16
+        for (int kk = 0; kk < 16; kk++) {
+            const float *b = bp + (k0 + kk) * 48;
+            const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
+#pragma GCC unroll 7
+            for (int i = 0; i < MR; i++) {
+                const __m512 ai = _mm512_set1_ps(w[i * ldw + k0 + kk]);
+                a0[i] = _mm512_fmadd_ps(ai, b0, a0[i]);
+                a1[i] = _mm512_fmadd_ps(ai, b1, a1[i]);
+                a2[i] = _mm512_fmadd_ps(ai, b2, a2[i]);
+            }
+        }
+        const __m512 xv = _mm512_loadu_ps(x48 + k0);
+#pragma GCC unroll 7
+        for (int i = 0; i < MR; i++) s[i] = _mm512_fmadd_ps(_mm512_loadu_ps(w + i * ldw + k0), xv, s[i]);
+    }
+    if (k0 < K) {   /* depth tail (< 16) */
+        const __mmask16 m = (__mmask16)((1u << (K - k0)) - 1u);
+        for (int64_t k = k0; k < K; k++) {
+            const float *b = bp + k * 48;
+            const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
+#pragma GCC unroll 7
+            for (int i = 0; i < MR; i++) {
+                const __m512 ai = _mm512_set1_ps(w[i * ldw + k]);
+                a0[i] = _mm512_fmadd_ps(ai, b0, a0[i]);
+                a1[i] = _mm512_fmadd_ps(ai, b1, a1[i]);
+                a2[i] = _mm512_fmadd_ps(ai, b2, a2[i]);
+            }
+        }
+        const __m512 xv = _mm512_loadu_ps(x48 + k0);   /* (zero past K) */
+#pragma GCC unroll 7
+        for (int i = 0; i < MR; i++) s[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + i * ldw + k0), xv, s[i]);
+    }
+    op_epi512 e32, e17;
+    op_epi512_init(&e32, 32, epi);
+    op_epi512_init(&e17, 17, epi);
+#pragma GCC unroll 7
+    for (int i = 0; i < MR; i++) {
+        op_epi512_row(&e32, y + i * ldy, i, a0[i], a1[i], 32, acc);
+        op_epi512_row(&e17, y + i * ldy + 32, i, a2[i], _mm512_set1_ps(_mm512_reduce_add_ps(s[i])), 17, acc);
+    }
+}
+
+/* one task = one thread's run of 7-row blocks (an equal share), every image */
+static void op_n49_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_n49_ctx *t = (const op_n49_ctx *)ctx;
+    const op_conv_desc *d = t->d;
+    const int64_t K = d->c, OC = d->oc;
+    const int64_t b0 = task * t->nb / t->parts, b1 = (task + 1) * t->nb / t->parts;
+    for (int64_t blk = b0; blk < b1; blk++) {
+        const int64_t r0 = blk * OP_N49_MR, mr = op_min64(OP_N49_MR, OC - r0);
+        op_epilogue epi;
+        epi.bias = t->bias ? t->bias + r0 : NULL;
+        epi.bias_stride = 1;
+        epi.bias_axis = 0;
+        epi.act = t->act;
+        const op_epilogue *ep = (t->bias || t->act != OP_ACT_NONE) ? &epi : NULL;
+        for (int64_t k0 = 0; k0 < K; k0 += t->kc) {   /* (images inner: the weight block stays in L1d) */
+            const int64_t k1 = op_min64(K, k0 + t->kc);
+            const int acc = k0 > 0;
+            const op_epilogue *e = k1 == K ? ep : NULL;
+            for (int64_t en = 0; en < d->n * t->nq; en++) {
+                const float *w = t->w + r0 * K, *bp = t->bp + en * K * 48, *x48 = t->x48 + en * t->k16;
+                float *y = t->y + ((en / t->nq) * OC + r0) * t->ohw + (en % t->nq) * 49;
+                const int64_t ldy = t->ohw;
+                switch (mr) {
+                case 7: op_n49_rows(7, k0, k1, w, K, bp, x48, y, ldy, acc, e); break;
+                case 6: op_n49_rows(6, k0, k1, w, K, bp, x48, y, ldy, acc, e); break;
+                case 5: op_n49_rows(5, k0, k1, w, K, bp, x48, y, ldy, acc, e); break;
+                case 4: op_n49_rows(4, k0, k1, w, K, bp, x48, y, ldy, acc, e); break;
+                case 3: op_n49_rows(3, k0, k1, w, K, bp, x48, y, ldy, acc, e); break;
+                case 2: op_n49_rows(2, k0, k1, w, K, bp, x48, y, ldy, acc, e); break;
+                default: op_n49_rows(1, k0, k1, w, K, bp, x48, y, ldy, acc, e); break;
+                }
+            }
+        }
+    }
+}
+
+/* d: taken by op_conv2d_f32_a_in_place, 49 output pixels. The threads used, or -1 on allocation failure. */
+static int op_conv2d_nchw1x1_n49_f32(const op_conv_desc *d, const float *x, const float *w,
+                                     const float *bias, float *y, int act, const op_blocking *blk,
+                                     int nthreads)
+{
+    op_n49_ctx t;
+    t.d = d;
+    t.x = x;
+    t.w = w;
+    t.bias = bias;
+    t.y = y;
+    t.act = act;
+    t.k16 = (d->c + 15) / 16 * 16;
+    t.nb = (d->oc + OP_N49_MR - 1) / OP_N49_MR;
+    t.kc = op_max64(16, (blk && blk->kc > 0 ? blk->kc : OP_F32_KC) / 16 * 16);
+    t.ohw = d->oh * d->ow;
+    t.nq = t.ohw / 49;
+    for (int64_t j = 0; j < t.ohw; j++) t.pix[j] = (j / d->ow) * d->sh * d->w + (j % d->ow) * d->sw;
+    const int64_t ne = d->n * t.nq;
+    float *buf = (float *)op_conv_scratch_alloc(sizeof(float) * (size_t)(ne * (d->c * 48 + t.k16)));
+    if (!buf) return -1;
+    t.bp = buf;
+    t.x48 = buf + ne * d->c * 48;
+    const int64_t chunks = ne * ((d->c + 63) / 64);
+    op_parallel_for(ne * d->c * 49 >= (1 << 16) ? nthreads : 1, chunks, op_n49_pack_task, &t);
+    t.parts = (int)op_min64(nthreads, t.nb);
+    op_parallel_for(t.parts, t.parts, op_n49_task, &t);
+    op_conv_scratch_free(buf);
+    return t.parts;
+}
+#endif
+
 int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
                   const float *bias, float *y, int act, const op_blocking *blk, int nthreads)
 {
@@ -1799,6 +2010,10 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
         da.nhwc = 0;
         d = &da;
     }
+#if defined(OP_HAS_AVX512)
+    if (d->nhwc == 0 && op_conv_n49_fits(d, x_bf16))   /* 49 pixels, every lane busy (above) */
+        return op_conv2d_nchw1x1_n49_f32(d, (const float *)x, w, bias, y, act, blk, nthreads);
+#endif
     if (d->nhwc == 0 && (d->sh > 1 || d->sw > 1) && op_conv2d_f32_a_in_place(d, x_bf16)) {
         /* strided: the sampled pixels copied (as the NHWC formulation does), then stride 1 */
         op_conv_desc dn = *d;
