@@ -443,13 +443,11 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # op_conv2d_nchw1x1_n49_f32): 7 weight rows (read in place) x 49 = 3 x 16 + 1 pixels, the 49th as a
 # dot product along C, every vector lane busy (the 14 x 32 GEMM kernel: 49 of 64). Other bits than
 # the GEMM route for the 49th pixel, the same at every thread count. zen4, 2026-12-01 (same VM, 2
-# threads, median of 7, paired with torch 2.13 and the bit off/on in one process, GFLOP/s off -> on,
-# x torch), batch 1: res5a_branch1 113 -> 202 (0.78 -> 1.40x), 121 -> 211 (0.75 -> 1.31x),
-# res5_branch2a 94 -> 180 (0.68 -> 1.29x), 97 -> 201 (0.62 -> 1.29x), res5_branch2c 103 -> 202
-# (0.62 -> 1.21x), 104 -> 212 (0.59 -> 1.21x); batch 8 (joint GEMM before): res5a_branch1 191 -> 211
-# (1.01 -> 1.12x), res5_branch2a 197 -> 208 (0.95 -> 1.00x), res5_branch2c 204 -> 221 (0.98 ->
-# 1.06x); batch 2: 112 -> 209, 84 -> 176, 80 -> 198 (0.51-0.68 -> 1.09-1.27x). Unmeasured on Intel:
-# no row there.
+# threads, onepath.bench.core.alternate with settle, median of 7, the bit off/on in one process, GFLOP/s
+# off -> on), batch 1: res5a_branch1 116 -> 190, res5_branch2a 128 -> 199, res5_branch2c 162 -> 192;
+# `bench conv --desc` runs minutes apart (x torch 2.13, with the bit): batch 1 res5a_branch1 1.32-1.86,
+# res5_branch2a 1.19-1.67, res5_branch2c 1.20-1.29; batch 8 (the joint GEMM before) 1.27, 1.11-1.25,
+# 1.17-1.18. Unmeasured on Intel: no row there.
 # "nchw1x1_n49_strided" (with "nchw1x1_n49"): a strided one with 98, 147 or 196 output pixels runs the
 # same kernel over runs of 49 pixels per image, packed straight from the input (no sampled-pixel
 # copy, no 4-of-32-column panel). zen4, 2026-12-01 (as above, onepath.bench.core.alternate with
