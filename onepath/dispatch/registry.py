@@ -556,15 +556,20 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # lower figures in the shared L3's slow state, scripts/place_sweep.py, where the whole-batch route lost
 # most), 0.87 -> 0.95 twice with the weight packed once per call; at 1 thread res2_branch2b 0.89 -> 0.99,
 # res3a_branch2b 0.92 -> 0.97. res3_branch2b and smaller planes (a weight larger than an image) keep
-# the whole-batch route.
+# the whole-batch route, unless:
+# "as_nhwc_image_l2": with "as_nhwc_image", a weight larger than an image also runs image by image when
+# one thread's packed weight, padded NHWC image and NHWC output (bfloat16) fit 768 KiB of its L2
+# (res3_branch2b, 28x28: 288 + 225 + 196 KiB; res4 and res5 do not fit); the same bits. zen4, same VM,
+# 2 threads, batch 8 NCHW, paired with torch 2.13 in one process (median of 9 rounds), GFLOP/s without
+# -> with: res3_branch2b 417 -> 441 (0.92 -> 0.97x torch).
 # Unmeasured on Intel (its AMX level has the tile kernels): no row.
 CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16", "brg_inplace",
-                                    "1x1_strided_ref", "1x1_out16_conv", "as_nhwc_image"),
+                                    "1x1_strided_ref", "1x1_out16_conv", "as_nhwc_image", "as_nhwc_image_l2"),
 }
 CONV_BF16_FLAGS = {"brg": 1, "skip_pad": 2, "brg_nsplit_pack": 4, "1x1_out16": 8, "brg_inplace": 16,
                    "1x1_strided_ref": 32, "1x1_out16_conv": 64,
-                   "as_nhwc_image": 128}  # the bits of op_conv_bf16_options
+                   "as_nhwc_image": 128, "as_nhwc_image_l2": 256}  # the bits of op_conv_bf16_options
 
 
 def conv_bf16_flags(level: str, uarch: str | None = None) -> int:

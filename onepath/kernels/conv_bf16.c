@@ -926,6 +926,12 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
    passing through the shared L3 between the steps. Every output sums all of K in registers in the
    same block order: the same bits. */
 #define OP_CONV_BF16_AS_NHWC_IMAGE 128
+/* OP_CONV_BF16_AS_NHWC_IMAGE_L2 (bit 256, "as_nhwc_image_l2"): with OP_CONV_BF16_AS_NHWC_IMAGE, a weight
+   larger than an image also runs image by image when one thread's working set, the packed weight,
+   the padded NHWC image and its NHWC output (bfloat16), fits OP_CONVB_IMG_L2 bytes (ResNet-50's
+   res3_branch2b: 288 + 225 + 196 KiB); the same bits (the same kernel and block order). */
+#define OP_CONV_BF16_AS_NHWC_IMAGE_L2 256
+#define OP_CONVB_IMG_L2 (768 * 1024)
 static int op_conv_bf16_opts = 0;
 
 #if defined(OP_BF16_HAS_DP)
@@ -1466,7 +1472,10 @@ static int op_convb_img_fits(const op_conv_desc *d, const op_conv_desc *dn, int 
         !op_brgb_fits(dn))
         return 0;
     const int64_t hq = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1, wq = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
-    return d->c * d->kh * d->kw * d->oc <= hq * wq * d->c;
+    const int64_t wsz = d->c * d->kh * d->kw * d->oc, isz = hq * wq * d->c;
+    if (wsz <= isz) return 1;
+    return (op_conv_bf16_opts & OP_CONV_BF16_AS_NHWC_IMAGE_L2) &&
+           2 * (wsz + isz + d->oh * d->ow * d->oc) <= OP_CONVB_IMG_L2;
 }
 
 /* OP_CONV_BF16_AS_NHWC_IMAGE: the NCHW problem d (nhwc = 2, op_convb_img_fits, NHWC problem dn) image
@@ -1628,7 +1637,7 @@ int op_conv_bf16_options(int flags)
     if (flags >= 0) op_conv_bf16_opts = flags & (OP_CONV_BF16_BRG | OP_CONV_BF16_SKIP_PAD | OP_CONV_BF16_NSPLIT_PACK |
                                              OP_CONV_BF16_1X1_OUT16 | OP_CONV_BF16_INPLACE |
                                              OP_CONV_BF16_1X1_STRIDED_REF | OP_CONV_BF16_1X1_OUT16_CONV |
-                                             OP_CONV_BF16_AS_NHWC_IMAGE);
+                                             OP_CONV_BF16_AS_NHWC_IMAGE | OP_CONV_BF16_AS_NHWC_IMAGE_L2);
     return old;
 #else
     (void)flags;
