@@ -562,14 +562,23 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # (res3_branch2b, 28x28: 288 + 225 + 196 KiB; res4 and res5 do not fit); the same bits. zen4, same VM,
 # 2 threads, batch 8 NCHW, paired with torch 2.13 in one process (median of 9 rounds), GFLOP/s without
 # -> with: res3_branch2b 417 -> 441 (0.92 -> 0.97x torch).
+# "nchw1x1_joint": an NCHW 1x1 stride-1 unpadded convolution (groups 1, batch >= 2) whose per-image GEMM
+# leaves a ragged last 32-column panel (at least 1/16 of the panel columns empty: 14x14 planes, 196
+# pixels in 7 panels) runs as one GEMM over the pixels of all images (op_conv2d_bf16_nchw1x1_joint, as
+# float32's CONV_F32_OPTIONS "nchw1x1_joint"), its float C rounded once afterwards; the same bits.
+# zen4, same VM, 2 threads, batch 8, paired with torch 2.13 in one process (median of 9), GFLOP/s
+# without -> with: res5a_branch2a (C 1024 -> 512) 344 -> 424 (0.83 -> 1.02x torch), res4_branch2c
+# (256 -> 1024) 332 -> 396 (0.84 -> 1.01x), res4_branch2a (1024 -> 256) 329 -> 390 (0.99 -> 1.18x);
+# 56x56 and 28x28 planes (no ragged edge worth it) measured 2-10% slower that way: not taken.
 # Unmeasured on Intel (its AMX level has the tile kernels): no row.
 CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16", "brg_inplace",
-                                    "1x1_strided_ref", "1x1_out16_conv", "as_nhwc_image", "as_nhwc_image_l2"),
+                                    "1x1_strided_ref", "1x1_out16_conv", "as_nhwc_image", "as_nhwc_image_l2",
+                                    "nchw1x1_joint"),
 }
 CONV_BF16_FLAGS = {"brg": 1, "skip_pad": 2, "brg_nsplit_pack": 4, "1x1_out16": 8, "brg_inplace": 16,
                    "1x1_strided_ref": 32, "1x1_out16_conv": 64,
-                   "as_nhwc_image": 128, "as_nhwc_image_l2": 256}  # the bits of op_conv_bf16_options
+                   "as_nhwc_image": 128, "as_nhwc_image_l2": 256, "nchw1x1_joint": 512}  # the bits of op_conv_bf16_options
 
 
 def conv_bf16_flags(level: str, uarch: str | None = None) -> int:
