@@ -17,11 +17,11 @@ from test_conv import run_case
 
 JOINT = registry.CONV_BF16_FLAGS["nchw1x1_joint"]
 
-# (n, c, h, w, oc): planes of 36-49 pixels whose 32-column panels span two images
+# (n, c, h, w, oc): C >= 1024, planes of 36-49 pixels whose 32-column panels span two images
 CASES = [
-    (3, 64, 6, 6, 48),     # 36 pixels: panel 2 = 4 pixels of one image + 28 of the next
-    (2, 33, 5, 8, 20),     # odd C (a zero K row in the last block), 40 pixels
-    (2, 1024, 7, 7, 16),   # K over several KC blocks (float partial sums of tiles spanning images)
+    (3, 1024, 6, 6, 48),   # 36 pixels: panel 2 = 4 pixels of one image + 28 of the next
+    (2, 1025, 5, 8, 20),   # odd C (a zero K row in the last block), 40 pixels
+    (2, 1024, 7, 7, 16),   # 49 pixels
 ]
 
 
@@ -51,9 +51,10 @@ def test_nchw1x1_joint_every_level(level, nchw, threads, case, joint):
         run_case(n, c, h, w, oc, 1, 1, 1, 0, 1, 1, bias=True, activation="relu", dtype=bfloat16)
 
 
-@pytest.mark.parametrize("c", [64, 1024])
+@pytest.mark.parametrize("c", [1024, 2080])
 def test_nchw1x1_joint_same_bits(nchw, threads, c):
-    """Same K blocks, each output summed in the same order, rounded once: bit for bit equal with and
+    """Same K blocks (C 2080: over two KC blocks at the shipped kc 2048, float partial sums of tiles
+    spanning images), each output summed in the same order, rounded once: bit for bit equal with and
     without "nchw1x1_joint", float32 and bfloat16 results, NaN and Inf inputs included."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((3, c, 7, 7)).astype(np.float32)

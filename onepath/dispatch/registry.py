@@ -560,16 +560,20 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # "as_nhwc_image_l2": with "as_nhwc_image", a weight larger than an image also runs image by image when
 # one thread's packed weight, padded NHWC image and NHWC output (bfloat16) fit 768 KiB of its L2
 # (res3_branch2b, 28x28: 288 + 225 + 196 KiB; res4 and res5 do not fit); the same bits. zen4, same VM,
-# 2 threads, batch 8 NCHW, paired with torch 2.13 in one process (median of 9 rounds), GFLOP/s without
-# -> with: res3_branch2b 417 -> 441 (0.92 -> 0.97x torch).
-# "nchw1x1_joint": an NCHW 1x1 stride-1 unpadded convolution (groups 1, batch >= 2) whose per-image GEMM
+# 2 threads, batch 8 NCHW, paired with torch 2.13 in one process (median of 7-11 rounds, settle between
+# callables; three processes minutes apart), GFLOP/s without -> with: res3_branch2b 375 -> 392 (0.94 ->
+# 0.99x torch), 355 -> 397 (0.85 -> 0.95x), 366 -> 418 (0.83 -> 0.95x).
+# "nchw1x1_joint": an NCHW 1x1 stride-1 unpadded convolution (groups 1, batch >= 2, C >= 1024) whose per-image GEMM
 # leaves a ragged last 32-column panel (at least 1/16 of the panel columns empty: 14x14 planes, 196
 # pixels in 7 panels) runs as one GEMM over the pixels of all images (op_conv2d_bf16_nchw1x1_joint, as
 # float32's CONV_F32_OPTIONS "nchw1x1_joint"), its float C rounded once afterwards; the same bits.
-# zen4, same VM, 2 threads, batch 8, paired with torch 2.13 in one process (median of 9), GFLOP/s
-# without -> with: res5a_branch2a (C 1024 -> 512) 344 -> 424 (0.83 -> 1.02x torch), res4_branch2c
-# (256 -> 1024) 332 -> 396 (0.84 -> 1.01x), res4_branch2a (1024 -> 256) 329 -> 390 (0.99 -> 1.18x);
-# 56x56 and 28x28 planes (no ragged edge worth it) measured 2-10% slower that way: not taken.
+# zen4, same VM, 2 threads, batch 8, paired with torch 2.13 in one process (median of 7-15 rounds,
+# settle between callables), GFLOP/s without -> with: res5a_branch2a (C 1024 -> 512) 332 -> 362
+# (1.00 -> 1.09x torch), 354 -> 387 (0.96 -> 1.05x), 302 -> 355 and 333 -> 326 (noisy runs);
+# res4_branch2a (1024 -> 256) 344 -> 389 (1.02 -> 1.16x), 309 -> 347, 326 -> 369; onepath at 1 thread
+# res5a_branch2a 168 -> 187. res4_branch2c (C 256 -> 1024) measured 260 -> 247 and 306 -> 283 (the
+# float C pass costs too much beside 256 products per output: C >= 1024 only); 56x56 and 28x28 planes
+# (no ragged edge worth it) 2-10% slower: not taken.
 # Unmeasured on Intel (its AMX level has the tile kernels): no row.
 CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16", "brg_inplace",

@@ -935,7 +935,9 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
 /* OP_CONV_BF16_NCHW1X1_JOINT (bit 512, "nchw1x1_joint"): an NCHW 1x1 stride-1 unpadded convolution
    (groups 1, batch >= 2, OH*OW >= 32 pixels per image, whose last 32-column panel per image leaves at
    least 1/16 of the image's panel columns empty: 14x14, not 28x28 or 56x56, which measured 2-10%
-   slower that way on Zen 4) runs as one GEMM over the pixels of all images,
+   slower that way on Zen 4; C >= 1024: the float C written and rounded in a second pass costs about
+   10 bytes per output, too much beside C = 256 products, res4_branch2c 5% slower) runs as one GEMM
+   over the pixels of all images,
    out[oc][(n, pixel)] = W @ X (op_conv2d_bf16_nchw1x1_joint), as conv_f32.c's float32 one does: B
    micro-panels of 32 columns full across images (196 pixels per image fill 6.1 panels, the last one
    4 columns of 32 computed for 28 discarded), the weight packed once per KC x MC block instead of
@@ -1473,8 +1475,9 @@ static void op_convb_img_task(void *ctx, int64_t n, int tid)
 
 /* OP_CONV_BF16_AS_NHWC_IMAGE: whether the NCHW problem d (nhwc = 2) on nthreads runs image by image:
    k x k, a batch of at least the threads (and 2), the batch-reduce kernel fits its NHWC problem dn,
-   and the weight (bfloat16, K x OC) is no larger than one image's padded NHWC copy (a larger weight,
-   res3_branch2b and beyond in ResNet-50: the whole-batch route, unchanged). */
+   and the weight (bfloat16, K x OC) is no larger than one image's padded NHWC copy, or with
+   OP_CONV_BF16_AS_NHWC_IMAGE_L2 weight, padded image and output fit OP_CONVB_IMG_L2 bytes (a larger
+   weight, res4 and res5 in ResNet-50: the whole-batch route, unchanged). */
 static int op_convb_img_fits(const op_conv_desc *d, const op_conv_desc *dn, int nthreads)
 {
     const int64_t T = nthreads < 1 ? 1 : nthreads;
@@ -1589,7 +1592,7 @@ static int op_conv2d_bf16_nchw1x1_joint(const op_conv_desc *d, const uint16_t *x
 {
     const int64_t P = d->oh * d->ow;
     if (!(op_conv_bf16_opts & OP_CONV_BF16_NCHW1X1_JOINT) || d->nhwc || d->groups != 1 || d->n < 2 ||
-        P < 32 || d->kh != 1 || d->kw != 1 || d->sh != 1 || d->sw != 1 || d->pt != 0 || d->pl != 0 ||
+        P < 32 || d->c < 1024 || d->kh != 1 || d->kw != 1 || d->sh != 1 || d->sw != 1 || d->pt != 0 || d->pl != 0 ||
         d->oh != d->h || d->ow != d->w)
         return 0;
     const int64_t P32 = op_roundup64(P, 32);
