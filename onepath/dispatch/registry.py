@@ -574,15 +574,22 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # res5a_branch2a 168 -> 187. res4_branch2c (C 256 -> 1024) measured 260 -> 247 and 306 -> 283 (the
 # float C pass costs too much beside 256 products per output: C >= 1024 only); 56x56 and 28x28 planes
 # (no ragged edge worth it) 2-10% slower: not taken.
+# "brg_nsplit_small": with "brg_nsplit_pack", a packed weight of at most 512 KiB is packed in one pass
+# first (checked finite before the run), so "brg_inplace" reads the input in place instead of its
+# padded copy; larger weights keep the per-task packs; the same bits. zen4, same VM, 2 threads, paired
+# with torch 2.13 in one process (median of 11, settle between callables), GFLOP/s without -> with:
+# NHWC batch 1 res3_branch2b 421 -> 430 (1.01 -> 1.03x torch), 424 -> 437 (1.00 -> 1.03x); NCHW batch 1
+# (NHWC formulation, its input copied anyway) 417 -> 416.
 # Unmeasured on Intel (its AMX level has the tile kernels): no row.
 CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16", "brg_inplace",
                                     "1x1_strided_ref", "1x1_out16_conv", "as_nhwc_image", "as_nhwc_image_l2",
-                                    "nchw1x1_joint"),
+                                    "nchw1x1_joint", "brg_nsplit_small"),
 }
 CONV_BF16_FLAGS = {"brg": 1, "skip_pad": 2, "brg_nsplit_pack": 4, "1x1_out16": 8, "brg_inplace": 16,
                    "1x1_strided_ref": 32, "1x1_out16_conv": 64,
-                   "as_nhwc_image": 128, "as_nhwc_image_l2": 256, "nchw1x1_joint": 512}  # the bits of op_conv_bf16_options
+                   "as_nhwc_image": 128, "as_nhwc_image_l2": 256, "nchw1x1_joint": 512,
+                   "brg_nsplit_small": 1024}  # the bits of op_conv_bf16_options
 
 
 def conv_bf16_flags(level: str, uarch: str | None = None) -> int:

@@ -944,6 +944,12 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
    once per image. C is float (the output, or a float copy rounded once to bfloat16 afterwards, as
    the driver rounds a finished tile): same K blocks, same sums, the same bits. */
 #define OP_CONV_BF16_NCHW1X1_JOINT 512
+/* OP_CONV_BF16_NSPLIT_SMALL (bit 1024, "brg_nsplit_small"): with OP_CONV_BF16_NSPLIT_PACK, a packed weight
+   of at most OP_BRGB_NSPLIT_SMALL bytes (ResNet-50's res3_branch2b at batch 1: 288 KiB) is packed in one
+   pass first as without that bit, so it is checked before the run and OP_CONV_BF16_INPLACE can read the
+   input in place (no padded copy); larger weights keep the per-task packs. The same bits. */
+#define OP_CONV_BF16_NSPLIT_SMALL 1024
+#define OP_BRGB_NSPLIT_SMALL (512 * 1024)
 static int op_conv_bf16_opts = 0;
 
 #if defined(OP_BF16_HAS_DP)
@@ -1321,7 +1327,9 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, int inplac
             c.mpb = c.npan;
             c.tm = 1;
             c.tn = npn;
-            if ((op_conv_bf16_opts & OP_CONV_BF16_NSPLIT_PACK) && !pre) c.pk = &pc;
+            if ((op_conv_bf16_opts & OP_CONV_BF16_NSPLIT_PACK) && !pre &&
+                !((op_conv_bf16_opts & OP_CONV_BF16_NSPLIT_SMALL) && 2 * npn * pstride <= OP_BRGB_NSPLIT_SMALL))
+                c.pk = &pc;
         }
         if (T > c.tm * c.tn) T = c.tm * c.tn;
         /* the input read in place: every padding tap skipped, the weight packed (and checked) first */
@@ -1748,7 +1756,7 @@ int op_conv_bf16_options(int flags)
                                              OP_CONV_BF16_1X1_OUT16 | OP_CONV_BF16_INPLACE |
                                              OP_CONV_BF16_1X1_STRIDED_REF | OP_CONV_BF16_1X1_OUT16_CONV |
                                              OP_CONV_BF16_AS_NHWC_IMAGE | OP_CONV_BF16_AS_NHWC_IMAGE_L2 |
-                                             OP_CONV_BF16_NCHW1X1_JOINT);
+                                             OP_CONV_BF16_NCHW1X1_JOINT | OP_CONV_BF16_NSPLIT_SMALL);
     return old;
 #else
     (void)flags;
