@@ -116,8 +116,9 @@ def test_skip_pad_is_per_weight_panel(level, brg, stride):
 
 
 def test_brg_rule_is_per_uarch():
-    # brg, skip_pad, nsplit_pack, 1x1_out16, brg_inplace, 1x1_strided_ref, 1x1_out16_conv, as_nhwc_image
-    assert registry.conv_bf16_flags("avx512_core_bf16", uarch="zen4") == 255
+    # brg, skip_pad, nsplit_pack, 1x1_out16, brg_inplace, 1x1_strided_ref, 1x1_out16_conv, as_nhwc_image,
+    # as_nhwc_image_l2, nchw1x1_joint, brg_nsplit_small
+    assert registry.conv_bf16_flags("avx512_core_bf16", uarch="zen4") == 2047
     assert registry.conv_bf16_flags("avx512_core_amx", uarch="sapphirerapids") == 0
 
 

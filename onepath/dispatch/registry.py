@@ -575,15 +575,40 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # lower figures in the shared L3's slow state, scripts/place_sweep.py, where the whole-batch route lost
 # most), 0.87 -> 0.95 twice with the weight packed once per call; at 1 thread res2_branch2b 0.89 -> 0.99,
 # res3a_branch2b 0.92 -> 0.97. res3_branch2b and smaller planes (a weight larger than an image) keep
-# the whole-batch route.
+# the whole-batch route, unless:
+# "as_nhwc_image_l2": with "as_nhwc_image", a weight larger than an image also runs image by image when
+# one thread's packed weight, padded NHWC image and NHWC output (bfloat16) fit 768 KiB of its L2
+# (res3_branch2b, 28x28: 288 + 225 + 196 KiB; res4 and res5 do not fit); the same bits. zen4, same VM,
+# 2 threads, batch 8 NCHW, paired with torch 2.13 in one process (median of 7-11 rounds, settle between
+# callables; three processes minutes apart), GFLOP/s without -> with: res3_branch2b 375 -> 392 (0.94 ->
+# 0.99x torch), 355 -> 397 (0.85 -> 0.95x), 366 -> 418 (0.83 -> 0.95x).
+# "nchw1x1_joint": an NCHW 1x1 stride-1 unpadded convolution (groups 1, batch >= 2, C >= 1024) whose per-image GEMM
+# leaves a ragged last 32-column panel (at least 1/16 of the panel columns empty: 14x14 planes, 196
+# pixels in 7 panels) runs as one GEMM over the pixels of all images (op_conv2d_bf16_nchw1x1_joint, as
+# float32's CONV_F32_OPTIONS "nchw1x1_joint"), its float C rounded once afterwards; the same bits.
+# zen4, same VM, 2 threads, batch 8, paired with torch 2.13 in one process (median of 7-15 rounds,
+# settle between callables), GFLOP/s without -> with: res5a_branch2a (C 1024 -> 512) 332 -> 362
+# (1.00 -> 1.09x torch), 354 -> 387 (0.96 -> 1.05x), 302 -> 355 and 333 -> 326 (noisy runs);
+# res4_branch2a (1024 -> 256) 344 -> 389 (1.02 -> 1.16x), 309 -> 347, 326 -> 369; onepath at 1 thread
+# res5a_branch2a 168 -> 187. res4_branch2c (C 256 -> 1024) measured 260 -> 247 and 306 -> 283 (the
+# float C pass costs too much beside 256 products per output: C >= 1024 only); 56x56 and 28x28 planes
+# (no ragged edge worth it) 2-10% slower: not taken.
+# "brg_nsplit_small": with "brg_nsplit_pack", a packed weight of at most 512 KiB is packed in one pass
+# first (checked finite before the run), so "brg_inplace" reads the input in place instead of its
+# padded copy; larger weights keep the per-task packs; the same bits. zen4, same VM, 2 threads, paired
+# with torch 2.13 in one process (median of 11, settle between callables), GFLOP/s without -> with:
+# NHWC batch 1 res3_branch2b 421 -> 430 (1.01 -> 1.03x torch), 424 -> 437 (1.00 -> 1.03x); NCHW batch 1
+# (NHWC formulation, its input copied anyway) 417 -> 416.
 # Unmeasured on Intel (its AMX level has the tile kernels): no row.
 CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16", "brg_inplace",
-                                    "1x1_strided_ref", "1x1_out16_conv", "as_nhwc_image"),
+                                    "1x1_strided_ref", "1x1_out16_conv", "as_nhwc_image", "as_nhwc_image_l2",
+                                    "nchw1x1_joint", "brg_nsplit_small"),
 }
 CONV_BF16_FLAGS = {"brg": 1, "skip_pad": 2, "brg_nsplit_pack": 4, "1x1_out16": 8, "brg_inplace": 16,
                    "1x1_strided_ref": 32, "1x1_out16_conv": 64,
-                   "as_nhwc_image": 128}  # the bits of op_conv_bf16_options
+                   "as_nhwc_image": 128, "as_nhwc_image_l2": 256, "nchw1x1_joint": 512,
+                   "brg_nsplit_small": 1024}  # the bits of op_conv_bf16_options
 
 
 def conv_bf16_flags(level: str, uarch: str | None = None) -> int:

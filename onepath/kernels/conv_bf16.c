@@ -926,6 +926,30 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
    passing through the shared L3 between the steps. Every output sums all of K in registers in the
    same block order: the same bits. */
 #define OP_CONV_BF16_AS_NHWC_IMAGE 128
+/* OP_CONV_BF16_AS_NHWC_IMAGE_L2 (bit 256, "as_nhwc_image_l2"): with OP_CONV_BF16_AS_NHWC_IMAGE, a weight
+   larger than an image also runs image by image when one thread's working set, the packed weight,
+   the padded NHWC image and its NHWC output (bfloat16), fits OP_CONVB_IMG_L2 bytes (ResNet-50's
+   res3_branch2b: 288 + 225 + 196 KiB); the same bits (the same kernel and block order). */
+#define OP_CONV_BF16_AS_NHWC_IMAGE_L2 256
+#define OP_CONVB_IMG_L2 (768 * 1024)
+/* OP_CONV_BF16_NCHW1X1_JOINT (bit 512, "nchw1x1_joint"): an NCHW 1x1 stride-1 unpadded convolution
+   (groups 1, batch >= 2, OH*OW >= 32 pixels per image, whose last 32-column panel per image leaves at
+   least 1/16 of the image's panel columns empty: 14x14, not 28x28 or 56x56, which measured 2-10%
+   slower that way on Zen 4; C >= 1024: the float C written and rounded in a second pass costs about
+   10 bytes per output, too much beside C = 256 products, res4_branch2c 5% slower) runs as one GEMM
+   over the pixels of all images,
+   out[oc][(n, pixel)] = W @ X (op_conv2d_bf16_nchw1x1_joint), as conv_f32.c's float32 one does: B
+   micro-panels of 32 columns full across images (196 pixels per image fill 6.1 panels, the last one
+   4 columns of 32 computed for 28 discarded), the weight packed once per KC x MC block instead of
+   once per image. C is float (the output, or a float copy rounded once to bfloat16 afterwards, as
+   the driver rounds a finished tile): same K blocks, same sums, the same bits. */
+#define OP_CONV_BF16_NCHW1X1_JOINT 512
+/* OP_CONV_BF16_NSPLIT_SMALL (bit 1024, "brg_nsplit_small"): with OP_CONV_BF16_NSPLIT_PACK, a packed weight
+   of at most OP_BRGB_NSPLIT_SMALL bytes (ResNet-50's res3_branch2b at batch 1: 288 KiB) is packed in one
+   pass first as without that bit, so it is checked before the run and OP_CONV_BF16_INPLACE can read the
+   input in place (no padded copy); larger weights keep the per-task packs. The same bits. */
+#define OP_CONV_BF16_NSPLIT_SMALL 1024
+#define OP_BRGB_NSPLIT_SMALL (512 * 1024)
 static int op_conv_bf16_opts = 0;
 
 #if defined(OP_BF16_HAS_DP)
@@ -1303,7 +1327,9 @@ static int op_brgb_run(const op_conv_desc *d, const op_convq_geo *qp, int inplac
             c.mpb = c.npan;
             c.tm = 1;
             c.tn = npn;
-            if ((op_conv_bf16_opts & OP_CONV_BF16_NSPLIT_PACK) && !pre) c.pk = &pc;
+            if ((op_conv_bf16_opts & OP_CONV_BF16_NSPLIT_PACK) && !pre &&
+                !((op_conv_bf16_opts & OP_CONV_BF16_NSPLIT_SMALL) && 2 * npn * pstride <= OP_BRGB_NSPLIT_SMALL))
+                c.pk = &pc;
         }
         if (T > c.tm * c.tn) T = c.tm * c.tn;
         /* the input read in place: every padding tap skipped, the weight packed (and checked) first */
@@ -1457,8 +1483,9 @@ static void op_convb_img_task(void *ctx, int64_t n, int tid)
 
 /* OP_CONV_BF16_AS_NHWC_IMAGE: whether the NCHW problem d (nhwc = 2) on nthreads runs image by image:
    k x k, a batch of at least the threads (and 2), the batch-reduce kernel fits its NHWC problem dn,
-   and the weight (bfloat16, K x OC) is no larger than one image's padded NHWC copy (a larger weight,
-   res3_branch2b and beyond in ResNet-50: the whole-batch route, unchanged). */
+   and the weight (bfloat16, K x OC) is no larger than one image's padded NHWC copy, or with
+   OP_CONV_BF16_AS_NHWC_IMAGE_L2 weight, padded image and output fit OP_CONVB_IMG_L2 bytes (a larger
+   weight, res4 and res5 in ResNet-50: the whole-batch route, unchanged). */
 static int op_convb_img_fits(const op_conv_desc *d, const op_conv_desc *dn, int nthreads)
 {
     const int64_t T = nthreads < 1 ? 1 : nthreads;
@@ -1466,7 +1493,10 @@ static int op_convb_img_fits(const op_conv_desc *d, const op_conv_desc *dn, int 
         !op_brgb_fits(dn))
         return 0;
     const int64_t hq = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1, wq = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
-    return d->c * d->kh * d->kw * d->oc <= hq * wq * d->c;
+    const int64_t wsz = d->c * d->kh * d->kw * d->oc, isz = hq * wq * d->c;
+    if (wsz <= isz) return 1;
+    return (op_conv_bf16_opts & OP_CONV_BF16_AS_NHWC_IMAGE_L2) &&
+           2 * (wsz + isz + d->oh * d->ow * d->oc) <= OP_CONVB_IMG_L2;
 }
 
 /* OP_CONV_BF16_AS_NHWC_IMAGE: the NCHW problem d (nhwc = 2, op_convb_img_fits, NHWC problem dn) image
@@ -1510,6 +1540,99 @@ static int op_conv2d_bf16_as_nhwc_images(const op_conv_desc *d, const op_conv_de
         if (r > used) used = r;
     }
     return used;
+}
+#endif
+
+#if defined(OP_BF16_HAS_DP)
+/* OP_CONV_BF16_NCHW1X1_JOINT: the geometry of the B pack, column j = pixel j % p of image j / p */
+typedef struct {
+    const uint16_t *x;
+    int64_t p, cp;   /* pixels per image (OH*OW = H*W), elements per image (C*P) */
+} op_convb_j1_geo;
+
+/* B block depth p0.., columns j0.. of the joint GEMM -> op_pack_b_k32's layout (per 32-column panel,
+   per 32-deep block: 16 K-pairs x 32 columns as two 16-column halves of interleaved pairs). A panel's
+   columns are one run of pixels of an image or two (P >= 32: the end of image n, the start of n + 1),
+   each row pair read by masked loads. */
+static void op_conv_pack_b_nchw_j1(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc, int64_t kcp,
+                                   int64_t j0, int64_t nc, void *dst)
+{
+    (void)bi;
+    const op_convb_j1_geo *q = (const op_convb_j1_geo *)g->user;
+    const int64_t P = q->p;
+    uint16_t *D = (uint16_t *)dst;
+    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                            39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+    for (int64_t jr = 0; jr < nc; jr += 32, D += 32 * kcp) {
+        const int nr = (int)op_min64(32, nc - jr);
+        const int64_t j = j0 + jr, im = j / P, pp = j % P;
+        const int t1 = (int)op_min64(nr, P - pp);   /* columns [0, t1) in image im, [t1, nr) in im + 1 */
+        const uint32_t all = nr >= 32 ? 0xFFFFFFFFu : (1u << nr) - 1u;
+        const uint32_t mA = t1 >= 32 ? all : ((1u << t1) - 1u) & all, mB = all & ~mA;
+        const uint16_t *sa = q->x + im * q->cp + p0 * P + pp;
+        const uint16_t *sb = mB ? q->x + (im + 1) * q->cp + p0 * P - t1 : sa;   /* column t: pixel t - t1 */
+        for (int64_t kb = 0; kb * 32 < kcp; kb++) {
+            uint16_t *blk = D + kb * 1024;
+            for (int pr = 0; pr < 16; pr++) {
+                __m512i v[2];
+                for (int t = 0; t < 2; t++) {
+                    const int64_t p = kb * 32 + 2 * pr + t;
+                    if (p >= kc) {
+                        v[t] = _mm512_setzero_si512();
+                        continue;
+                    }
+                    v[t] = _mm512_maskz_loadu_epi16((__mmask32)mA, sa + p * P);
+                    if (mB) v[t] = _mm512_mask_loadu_epi16(v[t], (__mmask32)mB, sb + p * P);
+                }
+                _mm512_storeu_si512((void *)(blk + pr * 32), _mm512_permutex2var_epi16(v[0], lo_idx, v[1]));
+                _mm512_storeu_si512((void *)(blk + 512 + pr * 32), _mm512_permutex2var_epi16(v[0], hi_idx, v[1]));
+            }
+        }
+    }
+}
+
+/* OP_CONV_BF16_NCHW1X1_JOINT (above): returns the threads used, 0 when the problem or the kernels do
+   not fit (the per-image GEMM then runs), -1 on allocation failure. */
+static int op_conv2d_bf16_nchw1x1_joint(const op_conv_desc *d, const uint16_t *x, const uint16_t *w,
+                                        const float *bias, void *y, int y_bf16, int act,
+                                        const op_blocking *blk, int nthreads)
+{
+    const int64_t P = d->oh * d->ow;
+    if (!(op_conv_bf16_opts & OP_CONV_BF16_NCHW1X1_JOINT) || d->nhwc || d->groups != 1 || d->n < 2 ||
+        P < 32 || d->c < 1024 || d->kh != 1 || d->kw != 1 || d->sh != 1 || d->sw != 1 || d->pt != 0 || d->pl != 0 ||
+        d->oh != d->h || d->ow != d->w)
+        return 0;
+    const int64_t P32 = op_roundup64(P, 32);
+    if (16 * (P32 - P) < P32) return 0;   /* a ragged edge of less than 1/16: the per-image GEMM */
+    int amx = 0;
+    op_gemm_ops ops = *op_bf16_pick(d->oc, &amx);
+    if (amx || ops.pack_b != op_pack_b_k32) return 0;   /* (the layout op_conv_pack_b_nchw_j1 writes) */
+    ops.direct_b = 0;
+    ops.b_prepacked = 0;
+    ops.pack_b = op_conv_pack_b_nchw_j1;
+    const int64_t ny = d->n * d->oc * P;
+    float *yf = y_bf16 ? (float *)op_conv_scratch_alloc(sizeof(float) * (size_t)ny) : (float *)y;
+    if (!yf) return -1;
+    op_convb_j1_geo q = {x, P, d->c * P};
+    op_epilogue epi;
+    epi.bias = bias;
+    epi.bias_stride = 1;
+    epi.bias_axis = 0;
+    epi.act = act;
+    op_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.batch = 1;
+    g.m = d->oc; g.n = d->n * P; g.k = d->c;
+    g.epi = (bias || act != OP_ACT_NONE) ? &epi : NULL;
+    g.user = &q;
+    g.a = w; g.rsa = d->c; g.csa = 1;
+    g.b = x; g.rsb = 0; g.csb = 0;          /* (read by the pack only) */
+    g.c_cols = P; g.c_img = d->oc * P;
+    const int r = op_bf16_run(&ops, &g, 0, yf, NULL, P, 1, 0, blk, nthreads);
+    if (r > 0 && y_bf16) op_conv_f32_to_bf16(yf, (uint16_t *)y, ny, nthreads);
+    if (y_bf16) op_conv_scratch_free(yf);
+    return r;
 }
 #endif
 
@@ -1586,6 +1709,10 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
         const int rb = op_conv2d_nhwc_brg_bf16(d, x, w, bias, y, y_bf16, act, blk, nthreads);
         if (rb != 0) return rb;
     }
+    if (inplace && !d->nhwc) {   /* OP_CONV_BF16_NCHW1X1_JOINT */
+        const int rj = op_conv2d_bf16_nchw1x1_joint(d, x, w, bias, y, y_bf16, act, blk, nthreads);
+        if (rj != 0) return rj;
+    }
 #endif
     if (!inplace) {
         if (d->nhwc) return op_conv2d_bf16_nhwc(d, x, w, bias, y, y_bf16, act, blk, nthreads);
@@ -1628,7 +1755,8 @@ int op_conv_bf16_options(int flags)
     if (flags >= 0) op_conv_bf16_opts = flags & (OP_CONV_BF16_BRG | OP_CONV_BF16_SKIP_PAD | OP_CONV_BF16_NSPLIT_PACK |
                                              OP_CONV_BF16_1X1_OUT16 | OP_CONV_BF16_INPLACE |
                                              OP_CONV_BF16_1X1_STRIDED_REF | OP_CONV_BF16_1X1_OUT16_CONV |
-                                             OP_CONV_BF16_AS_NHWC_IMAGE);
+                                             OP_CONV_BF16_AS_NHWC_IMAGE | OP_CONV_BF16_AS_NHWC_IMAGE_L2 |
+                                             OP_CONV_BF16_NCHW1X1_JOINT | OP_CONV_BF16_NSPLIT_SMALL);
     return old;
 #else
     (void)flags;
