@@ -85,8 +85,9 @@ int op_conv2d_f32_a_in_place(const op_conv_desc *d, int x_bf16);
    panel without a non-finite weight, the same bits; bit 4: where its threads split the output
    channels, each task packs its weight panel right before use; bit 8: an NHWC 1x1 stride-1 unpadded
    convolution with a bfloat16 output writes it from the GEMM kernel's registers, the same bits; bit 16,
-   with bit 2: that kernel reads a padded NHWC input in place, without its padded copy, the same bits),
-   set by the kernel loader from the
+   with bit 2: that kernel reads a padded NHWC input in place, without its padded copy, the same bits;
+   bits 32 to 1024: the OP_CONV_BF16_* definitions in conv_bf16.c, each with its rule), set by the
+   kernel loader from the
    registry's CONV_BF16_OPTIONS for the host; default 0; levels without VDPBF16PS ignore it. flags < 0
    only reads. Returns the flags in force before. */
 int op_conv_bf16_options(int flags);
