@@ -1616,19 +1616,8 @@ static int op_conv2d_bf16_nchw1x1_joint(const op_conv_desc *d, const uint16_t *x
     if (!yf) return -1;
     op_convb_j1_geo q = {x, P, d->c * P};
     op_epilogue epi;
-    epi.bias = bias;
-    epi.bias_stride = 1;
-    epi.bias_axis = 0;
-    epi.act = act;
     op_gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.batch = 1;
-    g.m = d->oc; g.n = d->n * P; g.k = d->c;
-    g.epi = (bias || act != OP_ACT_NONE) ? &epi : NULL;
-    g.user = &q;
-    g.a = w; g.rsa = d->c; g.csa = 1;
-    g.b = x; g.rsb = 0; g.csb = 0;          /* (read by the pack only) */
-    g.c_cols = P; g.c_img = d->oc * P;
+    op_conv_j1_args(d, w, x, bias, act, &q, &epi, &g);   /* (conv_f32.c) */
     const int r = op_bf16_run(&ops, &g, 0, yf, NULL, P, 1, 0, blk, nthreads);
     if (r > 0 && y_bf16) op_conv_f32_to_bf16(yf, (uint16_t *)y, ny, nthreads);
     if (y_bf16) op_conv_scratch_free(yf);

@@ -1733,6 +1733,28 @@ static void op_conv_pack_b_nchw_j1_f32(const op_gemm_args *g, int64_t bi, int64_
     }
 }
 
+/* The joint NCHW 1x1 GEMM's arguments (float32 here, bfloat16 in conv_bf16.c): C[oc][n * P + p] =
+   W[oc][c] x X[c][n * P + p], M = OC, N = all images' P output pixels, K = C; B read only by the
+   pack (user: its geometry), C written image by image (c_cols = P, c_img = OC x P); the caller sets
+   g->c (or passes C to its runner) and the split. */
+static void op_conv_j1_args(const op_conv_desc *d, const void *w, const void *x, const float *bias, int act,
+                            void *user, op_epilogue *epi, op_gemm_args *g)
+{
+    const int64_t P = d->oh * d->ow;
+    epi->bias = bias;
+    epi->bias_stride = 1;
+    epi->bias_axis = 0;
+    epi->act = act;
+    memset(g, 0, sizeof *g);
+    g->batch = 1;
+    g->m = d->oc; g->n = d->n * P; g->k = d->c;
+    g->epi = (bias || act != OP_ACT_NONE) ? epi : NULL;
+    g->user = user;
+    g->a = w; g->rsa = d->c; g->csa = 1;
+    g->b = x; g->rsb = 0; g->csb = 0;
+    g->c_cols = P; g->c_img = d->oc * P;
+}
+
 static int op_conv2d_nchw1x1_joint_f32(const op_conv_desc *d, const float *x, const float *w,
                                        const float *bias, float *y, int act, const op_blocking *blk,
                                        int nthreads)
@@ -1743,20 +1765,9 @@ static int op_conv2d_nchw1x1_joint_f32(const op_conv_desc *d, const float *x, co
     ops.direct_b = 0;
     ops.pack_b = op_conv_pack_b_nchw_j1_f32;
     op_epilogue epi;
-    epi.bias = bias;
-    epi.bias_stride = 1;
-    epi.bias_axis = 0;
-    epi.act = act;
     op_gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.batch = 1;
-    g.m = d->oc; g.n = d->n * P; g.k = d->c;
-    g.epi = (bias || act != OP_ACT_NONE) ? &epi : NULL;
-    g.user = &q;
-    g.a = w; g.rsa = d->c; g.csa = 1;
-    g.b = x; g.rsb = 0; g.csb = 0;          /* (read by the pack only) */
+    op_conv_j1_args(d, w, x, bias, act, &q, &epi, &g);
     g.c = y; g.rsc = P; g.csc = 1;
-    g.c_cols = P; g.c_img = d->oc * P;
     /* threads: split the pixels when they outnumber the output channels (each thread gathers only
        its columns of B, the costlier pack, and packs all of W), else the split the driver picks.
        Zen 4, 2 threads, best of 9: res4a_branch1 (1568 pixels, OC 1024) 170 -> 197 GFLOP/s;
