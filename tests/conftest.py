@@ -87,6 +87,15 @@ def level(onepath_level, request):
     return onepath_level
 
 
+@pytest.fixture(params=[1, 2], ids=["1t", "2t"])
+def pool_threads(request):
+    """Each test at 1 and 2 threads (onepath.set_num_threads), the previous count restored after."""
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(request.param)
+    yield request.param
+    onepath.set_num_threads(old)
+
+
 @pytest.fixture(params=["small", "gemm"])
 def small_path(request):
     """Each test twice: as shipped (small products run the small kernel, ops/_small.py), and with

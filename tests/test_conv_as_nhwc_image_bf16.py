@@ -40,17 +40,9 @@ def as_nhwc(monkeypatch):
     _conv._PLANS.clear()
 
 
-@pytest.fixture(params=[1, 2], ids=["1t", "2t"])
-def threads(request):
-    old = onepath.get_num_threads()
-    onepath.set_num_threads(request.param)
-    yield request.param
-    onepath.set_num_threads(old)
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:8])))
 @pytest.mark.parametrize("route", list(ROUTES))
-def test_as_nhwc_image_every_level(level, as_nhwc, threads, case, route):
+def test_as_nhwc_image_every_level(level, as_nhwc, pool_threads, case, route):
     n, c, h, w, oc, kh, kw, s, p = case
     base = shipped_bf16_options() & ~(IMAGE | L2)
     with bf16_options(base | ROUTES[route]):
@@ -59,7 +51,7 @@ def test_as_nhwc_image_every_level(level, as_nhwc, threads, case, route):
 
 
 @pytest.mark.parametrize("oc", [16, 64])
-def test_as_nhwc_image_same_bits(as_nhwc, threads, oc):
+def test_as_nhwc_image_same_bits(as_nhwc, pool_threads, oc):
     """Each output sums all of K in registers in the same order either way: bit for bit equal with
     and without "as_nhwc_image" (and "as_nhwc_image_l2": oc 64 is a weight larger than an image, which
     only it runs image by image), float32 and bfloat16 results, NaN and Inf inputs included."""

@@ -17,16 +17,8 @@ from test_conv import run_case
 SMALL = registry.CONV_BF16_FLAGS["brg_nsplit_small"]
 
 
-@pytest.fixture(params=[1, 2], ids=["1t", "2t"])
-def threads(request):
-    old = onepath.get_num_threads()
-    onepath.set_num_threads(request.param)
-    yield request.param
-    onepath.set_num_threads(old)
-
-
 @pytest.mark.parametrize("small", [False, True], ids=["per_task", "one_pass"])
-def test_nsplit_small_every_level(level, threads, small):
+def test_nsplit_small_every_level(level, pool_threads, small):
     # weight (64 x 576) larger than the padded input (9 x 9 x 64): the output channels split
     base = shipped_bf16_options() & ~SMALL
     with bf16_options(base | (SMALL if small else 0)):
@@ -35,7 +27,7 @@ def test_nsplit_small_every_level(level, threads, small):
 
 
 @pytest.mark.parametrize("bad_weight", [False, True], ids=["finite", "inf_weight"])
-def test_nsplit_small_same_bits(threads, bad_weight):
+def test_nsplit_small_same_bits(pool_threads, bad_weight):
     rng = np.random.default_rng(11)
     x = rng.standard_normal((1, 7, 7, 64)).astype(np.float32)
     x[0, 0, 0, 3], x[0, 6, 6, 0], x[0, 3, 0, 63] = np.nan, np.inf, -np.inf

@@ -34,17 +34,9 @@ def nchw(monkeypatch):
     _conv._PLANS.clear()
 
 
-@pytest.fixture(params=[1, 2], ids=["1t", "2t"])
-def threads(request):
-    old = onepath.get_num_threads()
-    onepath.set_num_threads(request.param)
-    yield request.param
-    onepath.set_num_threads(old)
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
 @pytest.mark.parametrize("joint", [False, True], ids=["per_image", "joint"])
-def test_nchw1x1_joint_every_level(level, nchw, threads, case, joint):
+def test_nchw1x1_joint_every_level(level, nchw, pool_threads, case, joint):
     n, c, h, w, oc = case
     base = shipped_bf16_options() & ~JOINT
     with bf16_options(base | (JOINT if joint else 0)):
@@ -52,7 +44,7 @@ def test_nchw1x1_joint_every_level(level, nchw, threads, case, joint):
 
 
 @pytest.mark.parametrize("c", [1024, 2080])
-def test_nchw1x1_joint_same_bits(nchw, threads, c):
+def test_nchw1x1_joint_same_bits(nchw, pool_threads, c):
     """Same K blocks (C 2080: over two KC blocks at the shipped kc 2048, float partial sums of tiles
     spanning images), each output summed in the same order, rounded once: bit for bit equal with and
     without "nchw1x1_joint", float32 and bfloat16 results, NaN and Inf inputs included."""
