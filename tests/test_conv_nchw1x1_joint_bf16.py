@@ -17,11 +17,12 @@ from test_conv import run_case
 
 JOINT = registry.CONV_BF16_FLAGS["nchw1x1_joint"]
 
-# (n, c, h, w, oc): C >= 1024, planes of 36-49 pixels whose 32-column panels span two images
+# (n, c, h, w, oc): C >= 1024, planes of 36-196 pixels whose 32-column panels span two images
 CASES = [
     (3, 1024, 6, 6, 48),   # 36 pixels: panel 2 = 4 pixels of one image + 28 of the next
     (2, 1025, 5, 8, 20),   # odd C (a zero K row in the last block), 40 pixels
     (2, 1024, 7, 7, 16),   # 49 pixels
+    (2, 1024, 14, 14, 24),  # 196 pixels (the ResNet-50 14 x 14 planes: the route's target, shipped rule)
 ]
 
 

@@ -79,6 +79,11 @@ int op_conv2d_f32_joint(const op_conv_desc *d, int x_bf16);
    (0 or 2) says; else 0. */
 int op_conv2d_f32_a_in_place(const op_conv_desc *d, int x_bf16);
 
+/* 1 when op_conv2d_f32 runs the NCHW 1x1 problem d (x_bf16: bfloat16 input) in the 49-pixel kernel
+   (op_conv_f32_options bits 2048 and 1024; 4096 for strided planes of 98, 147 or 196 output pixels),
+   whatever d->nhwc (0 or 2) says, at any batch; else 0. */
+int op_conv2d_f32_n49(const op_conv_desc *d, int x_bf16);
+
 /* Per-microarchitecture options of the bfloat16 convolutions (bit 1: an NHWC k x k convolution whose
    geometry fits runs the batch-reduce VDPBF16PS kernel that reads its padded input in place,
    op_conv2d_nhwc_brg_bf16; bit 2: that kernel skips the kernel rows in the H padding for each weight

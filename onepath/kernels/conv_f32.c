@@ -1820,6 +1820,11 @@ int op_conv2d_f32_a_in_place(const op_conv_desc *d, int x_bf16)
 #endif
 }
 
+int op_conv2d_f32_n49(const op_conv_desc *d, int x_bf16)
+{
+    return op_conv_n49_fits(d, x_bf16);
+}
+
 #if defined(OP_HAS_AVX512)
 /* ---------------------------------------------------------------- NCHW 1x1 with 49 output pixels
 

@@ -516,13 +516,16 @@ def _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc
     # decides (op_conv2d_f32_joint); it replaces the NHWC formulation, so the plan says "joint"
     joint = (not nhwc and not native and algo == "1x1_gemm" and not x_bf16
              and bool(lib.op_conv2d_f32_joint(d, 0)))
+    route = ",joint" if joint else ""
     if joint:
         d.nhwc = 0
-    # NCHW 1x1 float32 with the weight read in place (zen4 CONV_F32_OPTIONS "nchw1x1_a_in_place"): the
-    # kernel decides (op_conv2d_f32_a_in_place); it replaces the NHWC formulation (plain NCHW GEMM)
-    elif (d.nhwc == 2 and not native and algo == "1x1_gemm" and not x_bf16
+    # NCHW 1x1 float32 with the weight read in place (zen4 CONV_F32_OPTIONS "nchw1x1_a_in_place"), or
+    # with 49 output pixels in their own kernel ("nchw1x1_n49"): the kernel decides
+    # (op_conv2d_f32_a_in_place, op_conv2d_f32_n49); it replaces the NHWC formulation
+    elif (not nhwc and not native and algo == "1x1_gemm" and not x_bf16
           and lib.op_conv2d_f32_a_in_place(d, 0)):
         d.nhwc = 0
+        route = ",n49" if lib.op_conv2d_f32_n49(d, 0) else ",w_in_place"
     if algo == "depthwise" and not nhwc:
         d.dw_rows = registry.dw_row_flags(row, st, wd, bool(x_bf16), n=n)
     pl.desc = d
@@ -540,7 +543,7 @@ def _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc
     pl.dw_wbits = algo == "depthwise" and w.dtype == _BF16
     pl.dw_ybf16 = algo == "depthwise" and out_dt == _BF16
     pl.dts = ("bf16" if x_bf16 else "f32") + ":f32:" + ("bf16" if out_dt == _BF16 else "f32")
-    pl.text = describe(d) + (",nhwc" if nhwc else ",as_nhwc" if d.nhwc == 2 else ",joint" if joint else "")
+    pl.text = describe(d) + (",nhwc" if nhwc else ",as_nhwc" if d.nhwc == 2 else route)
     return pl
 
 
