@@ -232,7 +232,7 @@ def decode_variant(request, level):
 # Small M (decode, m <= 4 at the AVX-512 levels): B read in place as row-major (k, n) (matmul), as a
 # raw (n, k) weight (linear: B = W^T) and prepacked; K and N edges, bfloat16 / float32 C, B a column
 # slice of a wider array, epilogue, batches, and m = 5 next to it (the tile / register-block driver).
-# (2100, 2100): K over several depth chunks of the VDPBF16PS raw-weight loop, N over several tiles.
+# (70, 2100): K over two depth chunks (2048 + 52) of the VDPBF16PS raw-weight loop, N over several tiles.
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5])
 @pytest.mark.parametrize("n,k", [(1, 1), (31, 33), (65, 67), (100, 1100), (64, 4), (70, 2100)])
 def test_small_m_forms(level, decode_variant, m, n, k):

@@ -863,8 +863,12 @@ OP_INLINE void op_sm_nk_body(const int MRV, const int JV, const op_sm_ctx *x, in
    100 GFLOP/s, prepacked m = 4 from 97 to 160-185; prepacked m = 1 keeps the widening loop (its
    VDPBF16PS form read 27-31 GB/s against 33-38), with the far prefetch at 32 KiB (OP_SM_DP_PPF1:
    43-50 GB/s) where this variant is on. */
-#define OP_SM_DP_KCH 1024       /* OP_SM_NK, m >= 2: depth chunk (m x 2 KiB of x stay in L1; all of
-                                   K: x re-read from L2 per JV rows of W, 89 -> 99 GFLOP/s at m = 4) */
+#define OP_SM_DP_KCH 2048       /* OP_SM_NK, m >= 2: depth chunk (m x 4 KiB of x stay in L1; all of
+                                   K: x re-read from L2 per JV rows of W, 89 -> 99 GFLOP/s at m = 4
+                                   with 1024; 1024 -> 2048, 4 KiB runs of each W row: Zen 4, K = N =
+                                   4096, alternate processes, 2026-12-01, 1 thread m = 2 / 3 / 4
+                                   64 / 95 / 114 -> 71 / 108 / 133 GFLOP/s, 2 threads 128 / 190 / 236
+                                   -> 139 / 210 / 257; the same sums) */
 #define OP_SM_DP_PPF 12288      /* OP_SM_PACKED: prefetch distance (elements, 24 KiB), into L2 (the
                                    widening loop's 3072 gave 132 GFLOP/s at m = 4, 12288 159) */
 #define OP_SM_DP_PPF1 16384     /* OP_SM_PACKED, m = 1 (the widening loop) where the VDPBF16PS variant
