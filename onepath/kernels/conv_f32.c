@@ -1776,6 +1776,17 @@ static int op_conv2d_nchw1x1_joint_f32(const op_conv_desc *d, const float *x, co
     return op_gemm_drive(&ops, &g, blk, nthreads);
 }
 
+/* The NCHW float32 1x1 problems the in-place weight routes (op_conv2d_f32_a_in_place,
+   op_conv_n49_fits) can take: groups 1, unpadded, every sample inside the input (stride 1: the whole
+   plane), OC > 64 (at OC <= 64 the driver may read B in place, which op_conv_ukr_a_f32 cannot: it
+   reads packed B panels). */
+OP_INLINE int op_conv_1x1_w_rows(const op_conv_desc *d, int x_bf16)
+{
+    return d->nhwc != 1 && !x_bf16 && d->groups == 1 && d->kh == 1 && d->kw == 1 && d->pt == 0 &&
+           d->pl == 0 && (d->oh - 1) * d->sh < d->h && (d->ow - 1) * d->sw < d->w &&
+           d->oc > OP_CONV_NCHW1X1_DIRECT_MAXM;
+}
+
 /* 1 when the 49-pixel kernel (OP_CONV_NCHW1X1_N49, op_conv2d_nchw1x1_n49_f32) runs d: the problems
    op_conv2d_f32_a_in_place takes with 49 output pixels, and those of the joint GEMM (batch >= 2);
    with OP_CONV_NCHW1X1_N49_STRIDED also strided ones with 98, 147 or 196 (runs of 49) */
@@ -1784,11 +1795,9 @@ static int op_conv_n49_fits(const op_conv_desc *d, int x_bf16)
 #if defined(OP_HAS_AVX512)
     const int opts = OP_CONV_NCHW1X1_N49 | OP_CONV_NCHW1X1_A_INPLACE;
     const int64_t p = d->oh * d->ow;
-    return d->nhwc != 1 && !x_bf16 && (op_conv_f32_opts & opts) == opts && d->groups == 1 &&
-           d->kh == 1 && d->kw == 1 && d->pt == 0 && d->pl == 0 && p % 49 == 0 &&
+    return (op_conv_f32_opts & opts) == opts && op_conv_1x1_w_rows(d, x_bf16) && p % 49 == 0 &&
            (p == 49 || (p <= OP_N49_MAXP && (d->sh > 1 || d->sw > 1) &&
-                        (op_conv_f32_opts & OP_CONV_NCHW1X1_N49_STRIDED))) &&
-           (d->oh - 1) * d->sh < d->h && (d->ow - 1) * d->sw < d->w && d->oc > OP_CONV_NCHW1X1_DIRECT_MAXM;
+                        (op_conv_f32_opts & OP_CONV_NCHW1X1_N49_STRIDED)));
 #else
     (void)d;
     (void)x_bf16;
@@ -1805,14 +1814,8 @@ int op_conv2d_f32_joint(const op_conv_desc *d, int x_bf16)
 int op_conv2d_f32_a_in_place(const op_conv_desc *d, int x_bf16)
 {
 #if defined(OP_HAS_AVX512)
-    return d->nhwc != 1 && !x_bf16 && (op_conv_f32_opts & OP_CONV_NCHW1X1_A_INPLACE) && d->groups == 1 &&
-           d->kh == 1 && d->kw == 1 && d->pt == 0 && d->pl == 0 &&
-           ((d->sh == 1 && d->sw == 1 && d->oh == d->h && d->ow == d->w) ||
-            ((d->oh - 1) * d->sh < d->h && (d->ow - 1) * d->sw < d->w)) &&
-           d->oc > OP_CONV_NCHW1X1_DIRECT_MAXM &&
+    return (op_conv_f32_opts & OP_CONV_NCHW1X1_A_INPLACE) && op_conv_1x1_w_rows(d, x_bf16) &&
            !op_conv2d_f32_joint(d, x_bf16);
-    /* (OC > 64: the driver never reads B in place then, which op_conv_ukr_a_f32 cannot: it reads
-       packed B panels) */
 #else
     (void)d;
     (void)x_bf16;
