@@ -217,6 +217,7 @@ def collect(with_py_cpuinfo: bool = True, env_errors: dict | None = None) -> dic
 
     import onepath
     from .dispatch import LEVELS, cap_reason, probe
+    from .dispatch.uarch import hidden_levels
     cpu = probe()
     report = {
         "onepath_version": getattr(onepath, "__version__", None),
@@ -230,6 +231,7 @@ def collect(with_py_cpuinfo: bool = True, env_errors: dict | None = None) -> dic
         "levels": list(LEVELS), "available_isas": list(onepath.available_isas()),
         "isa": onepath.isa(), "cap_reason": cap_reason(),
         "host_best": cpu.isa,
+        "hidden_levels": list(hidden_levels(cpu.uarch, cpu.isa)),
         "limits": cpu.limits() if hasattr(cpu, "limits") else {},
         "threads": onepath.get_num_threads(),
         "reproducible": _repro_info(),
@@ -288,6 +290,11 @@ def render(report: dict, all_features: bool = False) -> str:
         f"  in force          {r['isa']}  ({r['cap_reason']})",
         f"  host can run      {', '.join(r['available_isas'])}",
     ]
+    if r.get("hidden_levels"):
+        lines.append(f"  note              {r['uarch']} CPUs offer {', '.join(r['hidden_levels'])}: this host's "
+                     f"CPUID / XCR0 hide {'them' if len(r['hidden_levels']) > 1 else 'it'} (a virtual machine's "
+                     "CPU model?), so it runs at most "
+                     f"{r['available_isas'][-1]}")
     for level in r["levels"]:
         if level not in r["available_isas"]:
             why = r["limits"].get(level, "not available on this host")

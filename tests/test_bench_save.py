@@ -41,3 +41,32 @@ def test_results_markdown_side_by_side(tmp_path, monkeypatch):
     md = results.markdown(tmp_path / "benchmarks" / "results")
     assert "none measured yet" in md                       # the host kind without a run
     assert "| matmul | square | 32x32x32 |" in md and "GFLOP/s" in md
+
+
+def test_host_kind_names_a_host_that_hides_levels_of_its_uarch():
+    """A Zen 4 VM whose CPU model hides AVX-512 saves under amd-zen4-avx2, not amd-zen4: its runs are
+    not that microarchitecture's (the results table and README show them apart)."""
+    from onepath.dispatch.uarch import hidden_levels
+    amd = {"vendor": "AuthenticAMD", "uarch": "zen4"}
+    full = ["generic", "avx2", "avx512_core", "avx512_core_bf16"]
+    assert cli.host_kind(dict(amd, available_isas=full)) == "amd-zen4"
+    assert cli.host_kind(dict(amd, available_isas=full[:2])) == "amd-zen4-avx2"
+    assert hidden_levels("zen4", "avx2") == ("avx512_core", "avx512_core_bf16")
+    intel = {"vendor": "GenuineIntel", "uarch": "sapphirerapids"}
+    assert cli.host_kind(dict(intel, available_isas=full + ["avx512_core_amx"])) == "intel-sapphirerapids"
+    assert cli.host_kind(dict(intel, available_isas=full)) == "intel-sapphirerapids-avx512_core_bf16"
+    # a uarch without a known native level, or no level list (an old run's fingerprint): plain name
+    assert cli.host_kind({"vendor": "AuthenticAMD", "uarch": "zen3", "available_isas": full[:2]}) == "amd-zen3"
+    assert cli.host_kind(amd) == "amd-zen4"
+
+
+def test_results_markdown_titles_a_host_that_hides_levels(tmp_path, monkeypatch):
+    from onepath.bench import results
+    monkeypatch.setattr(cli, "results_dir", lambda fp: tmp_path / "benchmarks" / "results" / "amd-zen4-avx2")
+    doc = cli.run(threads=1, suites=["matmul"], shapes=(32,), repeat=1, min_time=0.001, peak=False,
+                  progress=False, out=io.StringIO())
+    doc["options"]["suites_requested"] = False
+    cli.save(doc)
+    md = results.markdown(tmp_path / "benchmarks" / "results")
+    assert "**AMD EPYC Zen 4, avx2 only** (`amd-zen4-avx2`)" in md
+    assert "**AMD EPYC Zen 4** (`amd-zen4`): none measured yet." in md

@@ -176,3 +176,15 @@ def test_info_render_explains_unavailable_levels():
     text = info.render(r)
     assert "avx512_core       unavailable: CPU has AVX-512 but the OS did not enable ZMM state" in text
     assert "unavailable: CPU lacks amx_bf16, amx_tile" in text
+
+
+def test_info_render_notes_levels_the_uarch_has_but_the_host_hides():
+    """A Zen 4 VM whose CPU model hides AVX-512 (seen here): info says what the uarch offers."""
+    from onepath import info
+    r = info.collect(with_py_cpuinfo=False)
+    r.update(uarch="zen4", available_isas=["generic", "avx2"], isa="avx2",
+             hidden_levels=["avx512_core", "avx512_core_bf16"])
+    assert ("zen4 CPUs offer avx512_core, avx512_core_bf16: this host's CPUID / XCR0 hide them"
+            in info.render(r))
+    r.update(hidden_levels=[])
+    assert "CPUs offer" not in info.render(r)

@@ -123,11 +123,22 @@ def _tuning_state() -> dict:
     return tuning.state().as_dict()
 
 
-def results_dir(fp: dict) -> Path:
-    """``benchmarks/results/<vendor>-<uarch>/`` of the repository onepath runs from (the folder
-    holding pyproject.toml above the package; else the current directory), e.g. ``amd-zen4``."""
+def host_kind(fp: dict) -> str:
+    """``<vendor>-<uarch>``, e.g. ``amd-zen4``; ``-<best level>`` is appended when the host cannot
+    run every level its microarchitecture offers (``uarch.hidden_levels``: a VM's CPU model hiding
+    AVX-512 gives ``amd-zen4-avx2``), so its runs are not shown as that microarchitecture's."""
+    from ..dispatch.uarch import hidden_levels
     vendor = {"AuthenticAMD": "amd", "GenuineIntel": "intel"}.get(fp.get("vendor"), fp.get("vendor") or "unknown")
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{vendor}-{fp.get('uarch') or 'unknown'}").lower()
+    uarch = fp.get("uarch") or "unknown"
+    best = (fp.get("available_isas") or [None])[-1]
+    name = f"{vendor}-{uarch}" + (f"-{best}" if best and hidden_levels(uarch, best) else "")
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).lower()
+
+
+def results_dir(fp: dict) -> Path:
+    """``benchmarks/results/<host kind>/`` (``host_kind``) of the repository onepath runs from (the
+    folder holding pyproject.toml above the package; else the current directory)."""
+    name = host_kind(fp)
     root = Path(__file__).resolve().parents[2]
     if not (root / "pyproject.toml").exists():
         root = Path.cwd()

@@ -1,9 +1,10 @@
 """Saved bench runs (``python -m onepath bench --save``) side by side, per host kind, as Markdown.
 
 ``python -m onepath.bench.results [RESULTS_DIR]`` prints, for the latest full default run of each
-host kind under ``benchmarks/results/<vendor>-<uarch>/`` (a quick run when a host has no full one),
-the geometric means per group and every row, with onepath's GFLOP/s and the ratio to each baseline
-(baseline time / onepath time), one column group per host kind. ``--readme README.md`` writes it
+host kind under ``benchmarks/results/<vendor>-<uarch>[-<best level>]/`` (``cli.host_kind``; a quick
+run when a host has no full one), the geometric means per group and every row, with onepath's
+GFLOP/s and the ratio to each baseline (baseline time / onepath time), one column group per host
+kind. ``--readme README.md`` writes it
 between the README's ``bench-results`` markers.
 """
 from __future__ import annotations
@@ -41,7 +42,8 @@ def markdown(results_dir: Path) -> str:
     """The side-by-side Markdown of the latest run of every host kind (see the module docstring)."""
     hosts = dict(HOST_KINDS)
     for d in sorted(p for p in results_dir.glob("*") if p.is_dir()):
-        hosts.setdefault(d.name, d.name)
+        base, _, level = d.name.rpartition("-")  # a host hiding levels of its uarch (cli.host_kind)
+        hosts.setdefault(d.name, f"{HOST_KINDS[base]}, {level} only" if base in HOST_KINDS else d.name)
     runs = {h: latest(results_dir / h) for h in hosts}
     lines = []
     for h, title in hosts.items():

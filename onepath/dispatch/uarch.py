@@ -7,6 +7,8 @@ this name, so an unknown model still gets every level it can run.
 """
 from __future__ import annotations
 
+from .levels import LEVELS
+
 UNKNOWN = "unknown"
 
 # Intel family 6 display model -> name. Model 0x55 is resolved by stepping in ``intel_uarch``.
@@ -42,6 +44,19 @@ AMD_FAMILY19: tuple[tuple[int, int, str], ...] = (
     (0x60, 0x7F, "zen4"),    # Raphael, Phoenix, Hawk Point
     (0xA0, 0xAF, "zen4"),    # Bergamo, Siena
 )
+
+
+# The best ISA level a CPU of this microarchitecture offers when nothing hides part of it (the
+# vendors' feature lists: Zen 4 / Zen 5 have AVX512_BF16, no AMX; Sapphire / Emerald / Granite
+# Rapids have AMX). A virtual machine's CPU model can hide features (a Zen 4 VM without AVX-512 was
+# seen here, 2026-12-01): ``hidden_levels`` names what such a host lacks. Informational, as the
+# name is (``info``, the bench results' folder); dispatch never reads it.
+NATIVE_LEVEL: dict[str, str] = {
+    "zen4": "avx512_core_bf16", "zen5": "avx512_core_bf16",
+    "cooperlake": "avx512_core_bf16",
+    "sapphirerapids": "avx512_core_amx", "emeraldrapids": "avx512_core_amx",
+    "graniterapids": "avx512_core_amx",
+}
 
 
 def intel_uarch(family: int, model: int, stepping: int, has_avx512_bf16: bool = False) -> str:
@@ -85,3 +100,12 @@ def uarch_name(vendor: str, family: int, model: int, stepping: int = 0,
     if vendor == "HygonGenuine" and family == 0x18:
         return "zen"  # Hygon Dhyana is a Zen 1 derivative
     return UNKNOWN
+
+
+def hidden_levels(uarch: str, best: str) -> tuple[str, ...]:
+    """The levels a CPU of ``uarch`` offers (``NATIVE_LEVEL``) above ``best``, the best level this
+    host can run: empty when the host runs all of them, or the uarch is not in the table."""
+    native = NATIVE_LEVEL.get(uarch)
+    if native is None or best not in LEVELS:
+        return ()
+    return LEVELS[LEVELS.index(best) + 1:LEVELS.index(native) + 1]
