@@ -15,7 +15,8 @@ from ._threads import get_num_threads, set_num_threads
 from .dispatch.cap import available_isas, isa, max_isa
 from .ops.matmul import matmul
 from .dtypes import bfloat16
-from .ops.linear import PackedWeight, linear, prepack
+from .ops.linear import linear
+from .ops.packed import PackedWeight, prepack
 from .ops.norm import layer_norm
 from .ops.attention import attention
 from ._repro_mode import is_reproducible, reproducible, set_reproducible

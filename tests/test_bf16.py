@@ -169,7 +169,7 @@ def test_mixed_promotion(level):
 
 
 def test_2d_out_shortcut_and_its_fallbacks(level):
-    """2-D bfloat16 matmul with ``out`` goes straight to the GEMM (ops.linear.matmul_bf16_2d) only
+    """2-D bfloat16 matmul with ``out`` goes straight to the GEMM (ops.matmul.matmul_bf16_2d) only
     for a fresh, writable, kernel-ready ``out`` of the right shape; every other ``out`` takes the
     general path: an overlapping one gets numpy's answer, a wrong one numpy's error."""
     rng = np.random.default_rng(7)

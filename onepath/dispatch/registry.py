@@ -135,6 +135,20 @@ def _conv_rows(dt):
 
 _CONV: tuple[Kernel, ...] = _conv_rows("float32") + _conv_rows("bfloat16")
 
+
+def algorithm_for(c, oc, kh, kw, groups) -> str:
+    """The conv2d algorithm (a conv row's ``algorithm``) that runs a problem of ``c`` input channels,
+    ``oc`` output channels, a ``kh`` x ``kw`` kernel and ``groups`` groups: "depthwise" (one channel
+    per group), "1x1_gemm", "grouped" or "implicit_gemm". Like oneDNN's implementation list, the choice
+    lives beside the rows: onepath.ops.conv and ``select(problem=...)`` both ask here."""
+    if groups > 1 and groups == c:
+        return "depthwise"
+    if kh == 1 and kw == 1:
+        return "1x1_gemm"
+    if groups > 1:
+        return "grouped"
+    return "implicit_gemm"
+
 REGISTRY: tuple[Kernel, ...] = _MATMUL_F32 + _MATMUL_BF16 + _LINEAR + _CONV
 
 # Shipped tuning rows: (uarch, level, op, dtype) -> (MC, KC, NC) measured on a host of that
@@ -841,7 +855,6 @@ def select(op: str, dtype: str, cpu=None, level: str | None = None, *,
     if problem is not None:
         if op != "conv2d":
             raise ValueError(f"problem= applies to op 'conv2d' only, got op={op!r}")
-        from ..ops.conv import algorithm_for
         algorithm = algorithm_for(**problem)
     elif cpu is None and level is None:  # the per-call path of every op: one dict lookup
         key = (op, dtype, _cap.isa())

@@ -132,7 +132,7 @@ def _emit(op, dts, bd, shapes, threads, t0):
 
 def matmul(a, b, out=None, dtype=None):
     """``onepath.matmul`` in reproducible mode (same arguments, results and errors)."""
-    from .linear import PackedWeight
+    from .packed import PackedWeight
     from .matmul import _foreign, core_shapes, core_view, numpy_matmul
     if isinstance(out, tuple):
         if len(out) != 1:
@@ -179,7 +179,8 @@ def matmul(a, b, out=None, dtype=None):
 
 def linear(x, weight, bias=None, activation=None, dtype=None):
     """``onepath.linear`` in reproducible mode (same arguments, results and errors)."""
-    from .linear import _KERNEL_BIAS, PackedWeight, _act_numpy, bias_array
+    from .linear import _KERNEL_BIAS, _act_numpy, bias_array
+    from .packed import PackedWeight
     act_code(activation)
     w = weight.weight() if isinstance(weight, PackedWeight) else np.asarray(weight)
     xa = np.asarray(x)

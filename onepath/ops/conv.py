@@ -24,6 +24,7 @@ from .. import _stats, _threads, _verbose
 from ..dispatch import cap as _cap
 from ..dispatch import registry
 from ..dispatch.levels import level_index
+from ..dispatch.registry import algorithm_for
 from ..kernels import load
 from .._repro_mode import on as _repro_on
 from ._gemm import act_code, activation_name
@@ -147,17 +148,6 @@ def _select_conv(algorithm, dtype, level, bf16_weight=True):
             # a tuning file's kernel_level choice; blocking: tuning file, shipped TUNING row or cache model
             return registry.with_blocking(registry.tuned_kernel(row))
     raise ValueError(f"no conv2d kernel for algorithm={algorithm!r} dtype={dtype!r} at level {level!r}")
-
-
-def algorithm_for(c, oc, kh, kw, groups) -> str:
-    """The conv algorithm for a problem: depthwise, 1x1_gemm, grouped or implicit_gemm."""
-    if groups > 1 and groups == c:
-        return "depthwise"
-    if kh == 1 and kw == 1:
-        return "1x1_gemm"
-    if groups > 1:
-        return "grouped"
-    return "implicit_gemm"
 
 
 # ------------------------------------------------------------------------------------------------

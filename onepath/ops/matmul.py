@@ -11,7 +11,10 @@ from .._repro_mode import on as _repro_on
 from ..dispatch import cap as _cap
 from . import _small
 from ._gemm import kernel_ready, run_gemm
-from .linear import matmul_bf16_2d as _matmul_bf16_2d
+from ..dtypes import BF16, F32, result_dtype, to_bfloat16, to_float32
+from ._bf16 import run_gemm_bf16
+from .linear import linear
+from .packed import PackedWeight
 
 _F32 = np.dtype(np.float32)
 _BF16 = np.dtype(_bfloat16)
@@ -110,7 +113,7 @@ def matmul(a, b, /, out=None, *, dtype=None):
         if out is None:
             r = _small.matmul_bf16(a, b, True)  # small bfloat16 products: the small kernel, in place
         if r is None and (out is None or (type(out) is _ND and out.dtype is _BF16 and out.ndim == 2)):
-            r = _matmul_bf16_2d(a, b, out)  # the GEMM with no other step (None: the path below)
+            r = matmul_bf16_2d(a, b, out)  # the GEMM with no other step (None: the path below)
         if r is not None:
             return r
     if _repro_on():  # onepath.reproducible(): ops/_repro.py
@@ -120,7 +123,7 @@ def matmul(a, b, /, out=None, *, dtype=None):
         if len(out) != 1:
             return numpy_matmul(a, b, out, dtype)
         out = out[0]
-    if isinstance(b, PackedWeight):  # a prepacked weight: a @ weight.T (ops/linear.py)
+    if isinstance(b, PackedWeight):  # a prepacked weight: a @ weight.T (matmul_packed below)
         return matmul_packed(a, b, out, dtype)
     if isinstance(a, PackedWeight):
         raise TypeError("matmul: a PackedWeight is accepted as the right operand only "
@@ -132,7 +135,7 @@ def matmul(a, b, /, out=None, *, dtype=None):
     if (a_arr.dtype is _F32 and b_arr.dtype is _F32 and dtype is None and out is None
             and 0 < a_arr.ndim <= 32 and 0 < b_arr.ndim <= 32):
         return _matmul_f32(a_arr, b_arr, None)  # the common case, without the checks below
-    if a_arr.dtype == BF16 or b_arr.dtype == BF16:  # bfloat16 and mixed (ops/linear.py)
+    if a_arr.dtype == BF16 or b_arr.dtype == BF16:  # bfloat16 and mixed (matmul_bf16 below)
         return matmul_bf16(a_arr, b_arr, out, dtype)
     if (a_arr.dtype != _F32 or b_arr.dtype != _F32 or not 0 < a_arr.ndim <= 32 or not 0 < b_arr.ndim <= 32
             or (dtype is not None and np.dtype(dtype) != _F32)
@@ -232,5 +235,87 @@ def _shape_text(a, b) -> str:
     return "x".join(map(str, a.shape)) + ":" + "x".join(map(str, b.shape))
 
 
-from ..dtypes import BF16  # noqa: E402
-from .linear import PackedWeight, matmul_bf16, matmul_packed  # noqa: E402  (bfloat16, prepacked)
+# ------------------------------------------------------------------------------------------------
+# the prepacked and bfloat16 routes
+
+def matmul_packed(a, p: PackedWeight, out=None, dtype=None):
+    """``matmul(a, packed)``: a @ weight.T through ``linear`` (no bias)."""
+    a_arr = np.asarray(a)
+    if a_arr.ndim == 0:
+        raise ValueError("matmul: Input operand 0 does not have enough dimensions")
+    if a_arr.shape[-1] != p.shape[1]:  # numpy's wording: the packed operand stands for weight.T
+        raise ValueError(f"matmul: Input operand 1 (a PackedWeight, weight.T of shape "
+                         f"{p.shape[1], p.shape[0]}) has a mismatch in its core dimension 0 (size "
+                         f"{p.shape[1]} is different from {a_arr.shape[-1]})")
+    y = linear(a_arr, p, dtype=dtype)
+    if out is not None:
+        if out.shape != y.shape:
+            raise ValueError(f"matmul: out has shape {out.shape}, result has {y.shape}")
+        out[...] = y
+        return out
+    return y
+
+
+def matmul_bf16_2d(a: np.ndarray, b: np.ndarray, out):
+    """matmul of two 2-D bfloat16 ndarrays (M x K, K x N; K, M, N >= 1) into ``out`` (a 2-D bfloat16
+    ndarray, or None: a new one), the GEMM called with no other step; None when any is not
+    kernel-ready, ``out`` is read-only, of another shape or overlaps an operand, or a size is 0 (the
+    general path ``matmul_bf16`` then decides, errors included)."""
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2 or not (k and m and n) or not (kernel_ready(a) and kernel_ready(b)):
+        return None
+    if out is None:
+        out = np.empty((m, n), BF16)
+    elif (out.shape != (m, n) or not out.flags.writeable or not kernel_ready(out)
+          or np.may_share_memory(out, a) or np.may_share_memory(out, b)):
+        return None
+    run_gemm_bf16("matmul", a, b, out, shapes=lambda: f"{m}x{k}:{k}x{n}")
+    return out
+
+
+def matmul_bf16(a: np.ndarray, b: np.ndarray, out, dtype):
+    """matmul with at least one bfloat16 operand (the other bfloat16 or float32), numpy semantics
+    otherwise; anything else returns numpy.matmul's answer."""
+    rd = result_dtype(a.dtype, b.dtype, dtype)
+    if (out is None and rd is not None and a.dtype == BF16 and b.dtype == BF16 and a.ndim == 2
+            and b.ndim == 2):
+        r = _small.matmul_bf16(a, b, rd == BF16)  # small problems: the small kernel, in place
+        if r is not None:
+            return r
+    if rd is None or a.ndim == 0 or b.ndim == 0 or (out is not None and out.dtype != rd):
+        return np.matmul(a, b, out=out, dtype=dtype)
+    if not (a.dtype == BF16 and b.dtype == BF16):
+        # bf16 x f32 -> f32: the bfloat16 operand widened exactly, the float32 GEMM
+        a32 = to_float32(a) if a.dtype == BF16 else a
+        b32 = to_float32(b) if b.dtype == BF16 else b
+        if rd == F32:
+            return _matmul_f32(a32, b32, out)
+        r = _matmul_f32(a32, b32, None)
+        r = to_bfloat16(r)
+        if out is None:
+            return r[()] if r.ndim == 0 else r  # 0-d: numpy's (ml_dtypes') scalar
+        out[...] = r
+        return out
+    shapes = core_shapes(a, b)
+    if shapes is None:
+        return np.matmul(a, b, out=out, dtype=dtype)  # numpy raises its own error
+    a2, b2, batch, shape, result = shapes
+    if out is not None and out.shape != result:
+        return np.matmul(a, b, out=out, dtype=dtype)
+    res = np.empty(result, rd) if out is None else out
+    scalar = out is None and not result  # 0-d: numpy's (ml_dtypes') scalar
+    c = core_view(res, a.ndim, b.ndim)
+    if c.size == 0:
+        return res
+    if a2.shape[-1] == 0:
+        c[...] = 0
+        return res[()] if scalar else res
+    a2 = a2 if kernel_ready(a2) else np.array(a2, BF16)
+    b2 = b2 if kernel_ready(b2) else np.array(b2, BF16)
+    direct = kernel_ready(c) and not np.may_share_memory(c, a2) and not np.may_share_memory(c, b2)
+    target = c if direct else np.empty(shape, rd)
+    run_gemm_bf16("matmul", a2, b2, target,
+                  shapes="x".join(map(str, a2.shape)) + ":" + "x".join(map(str, b2.shape)))
+    if target is not c:
+        c[...] = target
+    return res[()] if scalar else res

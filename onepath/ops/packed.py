@@ -1,0 +1,115 @@
+"""``onepath.PackedWeight`` and ``onepath.prepack``: a Linear weight packed once into the micro-panel
+layout of the kernel in force, which ``linear`` (ops/linear.py) and ``matmul`` (ops/matmul.py) both
+accept; kept apart from both so that neither imports the other for it."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..dispatch import registry
+from ..dtypes import BF16, F32
+from ._bf16 import pack_weight
+
+
+class PackedWeight:
+    """A weight (out_features, in_features) packed once into the micro-panel layout of the kernel
+    the dispatcher selects (like oneDNN's reordered weights), reused by every ``linear`` /
+    ``matmul`` call. Made by ``onepath.prepack``.
+
+    Attributes:
+        shape, dtype: of the weight (out_features, in_features); float32 or bfloat16.
+        level: ISA level whose kernel layout the buffer holds; blocking: (MC, KC, NC) of that row.
+        nbytes: size of the packed buffer. repacks: how many times a cap change forced a repack.
+        on_cap_change: "repack" (default) or "error": what a call does when the ISA level in force
+            (``onepath.max_isa``) no longer matches ``level``.
+    The weight is snapshotted at prepack time: later writes to the original array do not reach
+    the packed copy (pack again to pick them up).
+    ``matmul(a, packed)``, ``a @ packed`` and ``numpy.matmul``-free code compute ``a @ weight.T``
+    (``linear`` without bias); ``numpy.matmul(a, packed)`` raises numpy's TypeError (a PackedWeight
+    is not an array: ``__array_ufunc__ = None``), and ``packed @ a`` raises TypeError.
+    """
+
+    __array_ufunc__ = None  # numpy defers ``ndarray @ packed`` to __rmatmul__
+
+    def __rmatmul__(self, other):
+        """``x @ packed``: ``onepath.matmul(x, packed)``, i.e. ``x @ weight.T``."""
+        from .matmul import matmul_packed  # (at call time: matmul imports this module)
+        return matmul_packed(other, self)
+
+    def __init__(self, weight, *, on_cap_change: str = "repack"):
+        mode = on_cap_change.lower() if isinstance(on_cap_change, str) else on_cap_change
+        if mode not in ("repack", "error"):
+            raise ValueError(f"on_cap_change must be 'repack' or 'error' (any letter case), got "
+                             f"{on_cap_change!r}")
+        on_cap_change = mode
+        w = np.asarray(weight)
+        if w.ndim != 2:
+            raise ValueError(f"prepack expects a 2-D weight (out_features, in_features), got shape {w.shape}")
+        if w.dtype not in (F32, BF16):
+            raise TypeError(f"prepack supports float32 and bfloat16 weights, got {w.dtype}")
+        self._weight = np.array(w, order="C", copy=True)
+        self.shape = w.shape
+        self.dtype = w.dtype
+        self.on_cap_change = on_cap_change
+        self.repacks = 0
+        self._lock = threading.Lock()
+        self._pack(self._select())
+
+    @property
+    def _dname(self) -> str:
+        return "bfloat16" if self.dtype == BF16 else "float32"
+
+    def _select(self):
+        return registry.select("linear", self._dname)
+
+    def _pack(self, row) -> None:
+        self._buf, self.nbytes = pack_weight(row.level, self.dtype, self._weight.T)
+        self.level = row.level
+        self.blocking = (row.mc, row.kc, row.nc)
+        self._row = row
+
+    def current(self):
+        """The registry row to run with, repacking (or raising) if the level in force changed."""
+        row = self._select()
+        if row.level == self.level:
+            return self._row
+        if self.on_cap_change == "error":
+            raise RuntimeError(
+                f"prepacked weight {self.shape} was packed for ISA level {self.level!r} but the level "
+                f"in force is {row.level!r} (onepath.max_isa changed); pack it again with "
+                f"onepath.prepack(weight) or use on_cap_change='repack'")
+        with self._lock:
+            if row.level != self.level:
+                self._pack(row)
+                self.repacks += 1
+        return self._row
+
+    def __reduce__(self):
+        """Pickle the unpacked weight and ``on_cap_change`` only: the receiving process packs it again
+        for its own host and level (a packed buffer is tied to one ISA level's layout)."""
+        return (PackedWeight, (self._weight,), {"on_cap_change": self.on_cap_change})
+
+    def __setstate__(self, state):
+        self.on_cap_change = state["on_cap_change"]
+
+    def weight(self) -> np.ndarray:
+        """The (snapshotted) unpacked weight, read-only view."""
+        v = self._weight.view()
+        v.flags.writeable = False
+        return v
+
+    def __repr__(self):
+        return (f"onepath.PackedWeight(shape={self.shape}, dtype={self.dtype.name}, level={self.level!r}, "
+                f"blocking={self.blocking}, nbytes={self.nbytes})")
+
+
+def prepack(weight, *, on_cap_change: str = "repack") -> PackedWeight:
+    """Pack a Linear weight (out_features, in_features), float32 or bfloat16, for reuse.
+
+    Returns a ``PackedWeight`` that ``onepath.linear`` and ``onepath.matmul`` (as the right operand,
+    meaning ``weight.T``) accept. It records the ISA level and blocking it was packed for; when the
+    cap changes it is repacked (``on_cap_change="repack"``) or the call raises RuntimeError
+    (``"error"``); it is never read with another level's layout.
+    """
+    return PackedWeight(weight, on_cap_change=on_cap_change)
