@@ -1200,7 +1200,16 @@ static OP_NOINLINE void op_dw3_s1r_f32_noact(const op_dw_ctx *c, int64_t p0, int
    (p = 2 ow0 - 1) are two loads whose even / odd lanes (two permutes) are the taps of kernel columns
    0 / 1, and kernel column 2 is the even lanes shifted by one with column p + 32 (one VALIGND of a
    third load); bfloat16: one 32-column load widened by integer ops alone (even columns by a 16-bit
-   shift, odd ones by clearing the low half), kernel column 2 from a second load at p + 2. */
+   shift, odd ones by clearing the low half), kernel column 2 from a second load at p + 2.
+   Where the time goes (Zen 4, 2026-12-01, this shared 2-core VM, float32 MobileNet-v2 112x112 -> 56x56
+   C96, kernel-only, variants paired in one process, median of 15, 1 thread ~39 GF/s): the input
+   plane kept in L2 (every plane reading plane 0) 1.24x, the output stores sent to one address 1.06x,
+   no permutes (taps = the raw loads) 1.12x, the FMAs replaced by adds 1.0x, R 2..6 with 2 or 3
+   accumulators per row 0.95-1.01x, unmasked loads 1.0x, the next row's loads issued two rows early
+   1.0x; software prefetch of the next block's rows or of the next plane (T0 / T1 / T2, one per line
+   or per tap load) 0.90-0.97x at 1 and 2 threads. So neither the FMA nor the permute pipes bound it,
+   and prefetching loses; a plane de-interleaved once into scratch (not tried) could gain at most the
+   permutes' 1.12x, less its copy. */
 OP_INLINE void op_dw3_s2r_col(const op_dw_ctx *c, const char *const *rp, const __m512 *wv, __m512 bv,
                               int64_t yrow, int64_t oh0, int64_t j0, int64_t p, __mmask16 mc,
                               __mmask16 ma, __mmask16 mb, __mmask16 mx, __mmask32 k0, __mmask32 k2,
