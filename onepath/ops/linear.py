@@ -12,7 +12,7 @@ from . import _small
 from ._bf16 import run_gemm_bf16, run_gemm_packed
 from .._repro_mode import on as _repro_on
 from ._gemm import act_code, activation_name, kernel_ready, run_gemm
-from .packed import PackedWeight
+from .packed import PackedWeight, prepack  # noqa: F401  (prepack: also importable from here, its old home)
 
 _ACTS = (None, "relu", "gelu", "gelu_tanh", "silu")
 # Bias dtypes the kernels' float32 write-out holds exactly (a float32 result stays float32 in numpy

@@ -1,4 +1,6 @@
-"""``onepath.matmul``: numpy.matmul's signature and semantics, float32 through the dispatched kernels."""
+"""``onepath.matmul``: numpy.matmul's signature and semantics. float32 runs the dispatched kernels;
+the bfloat16 / mixed route (``matmul_bf16``) and a ``PackedWeight`` right operand (``matmul_packed``,
+through ``linear``) are at the end of this file."""
 from __future__ import annotations
 
 import time
