@@ -6,13 +6,15 @@
    dynamically through an atomic counter. Returns the number of threads that ran (>= 1).
 
    Workers come from a persistent pool (one per level module), created on first use and grown on
-   demand. After a job a worker spins for OP_POOL_SPIN_NS before it sleeps on a condition variable,
-   so back-to-back calls find it awake: creating and joining threads per call, or waking a halted
-   vCPU, costs tens of microseconds on a VM, a large share of a 512 x 512 product. One call uses the
+   demand. After a job a worker spins (yielding the CPU every 64 pauses) for OP_POOL_SPIN_NS before
+   it sleeps on a condition variable, so back-to-back calls find it awake: creating and joining
+   threads per call, or waking a halted vCPU, costs tens of microseconds on a VM, a large share of
+   a 512 x 512 product. One call uses the
    pool at a time; a concurrent call (another Python thread) or a nested one creates and joins its
    own threads instead, so callers never wait for each other. After fork() the child starts with an
    empty pool (pthread_atfork). */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -83,6 +85,20 @@ static int64_t op_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* Every 64 pauses of a spin-wait (a worker waiting for a job, the caller waiting for its workers):
+   past ``until`` the waiter goes to sleep (returns 1); before it, it yields the CPU (returns 0).
+   On a 2-vCPU Zen 4 VM the scheduler was seen, after an idle spell, to put the caller and a worker
+   on one vCPU; a pure spin then took that vCPU from the very thread it waited for, and a 2-thread
+   depthwise call of ~100 us ran at 16-17 GFLOP/s instead of ~66 with the yield (paired in one
+   process, 10 pairs twice, 2026-12-01; matmul 512 and a 2.5 ms conv unchanged within noise). With
+   nothing else runnable on the CPU the yield returns at once. */
+static int op_pool_yield_or_stop(int64_t until)
+{
+    if (op_now_ns() > until) return 1;
+    sched_yield();
+    return 0;
+}
+
 /* One mailbox per worker: the caller posts a job to exactly the workers taking part, so a worker
    only ever sees jobs it must finish (and the caller waits for all of them). */
 typedef struct {
@@ -133,7 +149,7 @@ static void *op_pool_worker(void *arg)
         int spins = 0;
         while ((g = atomic_load_explicit(&box->gen, memory_order_acquire)) == seen) {
             OP_CPU_RELAX();
-            if ((++spins & 63) == 0 && op_now_ns() > until) {
+            if ((++spins & 63) == 0 && op_pool_yield_or_stop(until)) {
                 pthread_mutex_lock(&op_pool.mu);
                 while ((g = atomic_load_explicit(&box->gen, memory_order_acquire)) == seen)
                     pthread_cond_wait(&op_pool.wake, &op_pool.mu);
@@ -196,7 +212,7 @@ static int op_parallel_for(int nthreads, int64_t ntasks, op_task_fn fn, void *ct
         int spins = 0;
         while (atomic_load_explicit(&op_pool.active, memory_order_acquire) > 0) {
             OP_CPU_RELAX();
-            if ((++spins & 63) == 0 && op_now_ns() > until) {
+            if ((++spins & 63) == 0 && op_pool_yield_or_stop(until)) {
                 pthread_mutex_lock(&op_pool.mu);
                 while (atomic_load_explicit(&op_pool.active, memory_order_acquire) > 0)
                     pthread_cond_wait(&op_pool.done, &op_pool.mu);
