@@ -9,10 +9,9 @@
    demand. After a job a worker spins (yielding the CPU every 64 pauses) for OP_POOL_SPIN_NS before
    it sleeps on a condition variable, so back-to-back calls find it awake: creating and joining
    threads per call, or waking a halted vCPU, costs tens of microseconds on a VM, a large share of
-   a 512 x 512 product. One call uses the
-   pool at a time; a concurrent call (another Python thread) or a nested one creates and joins its
-   own threads instead, so callers never wait for each other. After fork() the child starts with an
-   empty pool (pthread_atfork). */
+   a 512 x 512 product. One call uses the pool at a time; a concurrent call (another Python thread)
+   or a nested one creates and joins its own threads instead, so callers never wait for each other.
+   After fork() the child starts with an empty pool (pthread_atfork). */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
