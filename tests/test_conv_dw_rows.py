@@ -1,4 +1,4 @@
-"""Depthwise 3x3 NCHW row-register kernels (kernels/conv_dw.c op_dw3_s1r / op_dw3_s2r), asked for with
+"""Depthwise 3x3 NCHW row-register kernels (kernels/conv_dw.c op_dw3_s1r / op_dw3_s2r / op_dw3_s2w), asked for with
 op_conv_desc.dw_rows = 1 (registry.DW_ROW_KERNELS picks them per microarchitecture; here they are
 forced through the C entry at every level, so every AVX-512 host runs them; the levels without them
 ignore the flag)."""
@@ -38,10 +38,15 @@ CASES = [
 ]
 
 
-def _run(lib, ffi, case, x_bf16, y_bf16, act, dw_rows, threads):
+def _run(lib, ffi, case, x_bf16, y_bf16, act, dw_rows, threads, offset=None):
     c, h, w, s, (pt, pl), m = case
     rng = np.random.default_rng(5)
     x = rng.standard_normal((1, c, h, w)).astype(np.float32)
+    if offset is not None:  # x starting `offset` floats past a 64-byte boundary
+        buf = np.empty(x.size + 32, np.float32)
+        at = (-buf.ctypes.data // 4) % 16 + offset
+        buf[at:at + x.size] = x.ravel()
+        x = buf[at:at + x.size].reshape(x.shape)
     wt = rng.standard_normal((c * m, 3, 3)).astype(np.float32)
     b = rng.standard_normal(c * m).astype(np.float32)
     if x_bf16:
@@ -88,6 +93,23 @@ def test_depthwise_row_kernels(level, case, io):
         assert got.shape == ref.shape
         err = np.abs(got - ref)
         assert np.all(err <= tol), f"max err {err.max():.3e}"
+
+
+@pytest.mark.parametrize("w", [32, 56, 112, 136, 264])
+def test_depthwise_stride2_f32_any_alignment(level, w):
+    """Float32 stride 2 (op_dw3_s2w, whose block grid moves with the input's alignment) agrees with the
+    float64 reference at every start offset of the input mod 64 bytes, left padding 1 (where the grid
+    may move) and 2, with and without relu, over one and several 64-output chunks."""
+    mod = load(level)
+    onepath._stats.record("conv2d", "float32", level)
+    for offset in range(16):
+        for pl, act, threads in ((1, 0, 1), (1, 1, 2), (2, 0, 1)):
+            got, ref, mag = _run(mod.lib, mod.ffi, (3, 7, w, 2, (1, pl), 1), False, False, act, 1,
+                                 threads, offset)
+            if act == 1:
+                ref = np.maximum(ref, 0.0)
+            err = np.abs(got - ref)
+            assert np.all(err <= 16 * EPS32 * mag + 1e-6), f"offset {offset} pl {pl}: {err.max():.3e}"
 
 
 def test_dw_row_kernels_rule():

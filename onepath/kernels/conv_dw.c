@@ -1196,10 +1196,12 @@ static OP_NOINLINE void op_dw3_s1r_f32(const op_dw_ctx *c, int64_t p0, int64_t p
 static OP_NOINLINE void op_dw3_s1r_f32_noact(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_s1r(c, p0, p1, 8, 0, 0, 0, 0); }
 
 /* 3x3, stride 2, padding 1 top / left (any size): as op_dw3_s1r, R output rows per block from
-   2 R + 1 input rows, one 16-output vector at a time. float32: the 32 input columns p .. p + 31
-   (p = 2 ow0 - 1) are two loads whose even / odd lanes (two permutes) are the taps of kernel columns
-   0 / 1, and kernel column 2 is the even lanes shifted by one with column p + 32 (one VALIGND of a
-   third load); bfloat16: one 32-column load widened by integer ops alone (even columns by a 16-bit
+   2 R + 1 input rows, one 16-output vector at a time. float32: the 32 input columns p + 1 .. p + 32
+   (p = 2 ow0 - 1, so the loads start at column 2 ow0, on a cache line when the row starts on one)
+   are two loads whose even / odd lanes (two permutes) are the taps of kernel columns 1 / 2, and
+   kernel column 0 is the odd lanes shifted up by one with column p entering lane 0 (one VALIGND of
+   a broadcast); loading from column p instead split every load across two lines and was 5-10%
+   slower (Zen 4, 2026-12-01, kernel-only, 1 thread, 112x112 and 128x128 planes); bfloat16: one 32-column load widened by integer ops alone (even columns by a 16-bit
    shift, odd ones by clearing the low half), kernel column 2 from a second load at p + 2.
    Where the time goes (Zen 4, 2026-12-01, this shared 2-core VM, float32 MobileNet-v2 112x112 -> 56x56
    C96, kernel-only, variants paired in one process, median of 15, 1 thread ~39 GF/s): the input
@@ -1237,14 +1239,14 @@ OP_INLINE void op_dw3_s2r_col(const op_dw_ctx *c, const char *const *rp, const _
                 v1 = _mm512_castsi512_ps(_mm512_and_si512(u, hi));
                 v2 = _mm512_castsi512_ps(_mm512_slli_epi32(u2, 16));
             } else {
-                const __m512 ua = _mm512_maskz_loadu_ps(ma, q);
-                const __m512 ub = _mm512_maskz_loadu_ps(mb, q + 64);
-                /* (column p + 32 only feeds lane 15 of kernel column 2: a broadcast, no line-split
-                   load; zero past the row) */
-                const __m512 uc = mx ? _mm512_set1_ps(*(const float *)(q + 128)) : _mm512_setzero_ps();
-                v0 = _mm512_permutex2var_ps(ua, ie, ub);
-                v1 = _mm512_permutex2var_ps(ua, io, ub);
-                v2 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(uc), _mm512_castps_si512(v0), 1));
+                /* columns p + 1 .. p + 32 (= 2 j0 ..: line-aligned when the row is) and column p,
+                   the left neighbour, as a broadcast (zero in the padding) */
+                const __m512 ua = _mm512_maskz_loadu_ps(ma, q + 4);
+                const __m512 ub = _mm512_maskz_loadu_ps(mb, q + 68);
+                const __m512 uc = mx ? _mm512_set1_ps(*(const float *)q) : _mm512_setzero_ps();
+                v1 = _mm512_permutex2var_ps(ua, ie, ub);
+                v2 = _mm512_permutex2var_ps(ua, io, ub);
+                v0 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(v2), _mm512_castps_si512(uc), 15));
             }
 #pragma GCC unroll 6
             for (int i = 0; i < R; i++) {
@@ -1291,12 +1293,12 @@ OP_INLINE void op_dw3_s2r_col8(const op_dw_ctx *c, const char *const *rp, const 
 #pragma GCC unroll 13
     for (int t = 0; t < 2 * R + 1; t++) {
         const float *q = (const float *)rp[t] + p;
-        const __m256 ua = _mm256_maskz_loadu_ps(ma, q);
-        const __m256 ub = _mm256_maskz_loadu_ps(mb, q + 8);
-        const __m256 uc = mx ? _mm256_set1_ps(q[16]) : _mm256_setzero_ps();
-        const __m256 v0 = _mm256_permutex2var_ps(ua, ie, ub);
-        const __m256 v1 = _mm256_permutex2var_ps(ua, io, ub);
-        const __m256 v2 = _mm256_castsi256_ps(_mm256_alignr_epi32(_mm256_castps_si256(uc), _mm256_castps_si256(v0), 1));
+        const __m256 ua = _mm256_maskz_loadu_ps(ma, q + 1);
+        const __m256 ub = _mm256_maskz_loadu_ps(mb, q + 9);
+        const __m256 uc = mx ? _mm256_set1_ps(q[0]) : _mm256_setzero_ps();
+        const __m256 v1 = _mm256_permutex2var_ps(ua, ie, ub);
+        const __m256 v2 = _mm256_permutex2var_ps(ua, io, ub);
+        const __m256 v0 = _mm256_castsi256_ps(_mm256_alignr_epi32(_mm256_castps_si256(v2), _mm256_castps_si256(uc), 7));
 #pragma GCC unroll 6
         for (int i = 0; i < R; i++) {
             const int ki = t - 2 * i;
@@ -1332,12 +1334,12 @@ OP_INLINE void op_dw3_s2r_blk(const op_dw_ctx *c, int64_t plane, const __m512 *w
     for (int64_t j0 = 0; j0 < OW; j0 += 16) {
         const int64_t p = 2 * j0 - d->pl;
         const __mmask16 mc = op_dw_lanes(j0, OW);
-        const __mmask16 ma = op_dw_lanes(p, W), mb = op_dw_lanes(p + 16, W), mx = op_dw_lanes(p + 32, W) & 1u;
+        /* float32: lanes of the loads at columns p + 1 and p + 17, and whether column p exists */
+        const __mmask16 ma = op_dw_lanes(p + 1, W), mb = op_dw_lanes(p + 17, W), mx = op_dw_lanes(p, W) & 1u;
         const __mmask32 k0 = BF16 ? op_dw_lanes32(p, W) : 0, k2 = BF16 ? op_dw_lanes32(p + 2, W) : 0;
         if (!BF16 && OW - j0 <= 8)  /* a half block: 256-bit vectors (op_dw3_s2r_col8) */
             op_dw3_s2r_col8(c, rp, wv, bv, yrow, oh0, j0, p, (__mmask8)mc, (__mmask8)ma,
-                            (__mmask8)(op_dw_lanes(p + 8, W) & 0xFFu), (__mmask8)(op_dw_lanes(p + 16, W) & 1u),
-                            R, NA, ACT);
+                            (__mmask8)(op_dw_lanes(p + 9, W) & 0xFFu), (__mmask8)mx, R, NA, ACT);
         else
             op_dw3_s2r_col(c, rp, wv, bv, yrow, oh0, j0, p, mc, ma, mb, mx, k0, k2, R, NA, ACT, BF16, YB);
     }
@@ -1360,6 +1362,168 @@ OP_INLINE void op_dw3_s2r(const op_dw_ctx *c, int64_t p0, int64_t p1, const int 
         if (++oc == OC) { oc = 0; n++; }
     }
 }
+/* float32, 3x3, stride 2 (any padding up to 15, rows of more than 16 columns): one output row at a
+   time from its three input rows, read whole and in order, NB <= 4 16-output blocks of the row held
+   in registers (a chunk of up to 64 outputs; wider rows take several chunks). Each block's taps
+   come as in op_dw3_s2r_col: two loads from column 2 ow0 - pl + 1 (on a cache line when the row
+   starts on one and pl = 1), their even / odd lanes (kernel columns 1 / 2) and the odd lanes shifted
+   up by one with the left neighbour (kernel column 0); a last block of at most 8 outputs runs in
+   256-bit vectors (op_dw3_s2r_col8 with R = 1). Zen 4, 2026-12-01, kernel-only, 1 thread, MobileNet-v2
+   112x112 -> 56x56 C96: 50 GFLOP/s against 45 for op_dw3_s2r's 13-row column blocks with the same
+   aligned loads (and 56.8 against 47.4 at 128x128). Blocks of two output rows from five input rows
+   (fewer loads) spilled registers under GCC 12 and ran slower. */
+/* Per 16-output block of a row: the lanes of its two loads (columns p + 1 and p + 17, p = 2 ow0 - pl),
+   of its column p as lane 15 of a load from p - 15, and of its outputs. A chunk of blocks is of kind
+   1 where every block loads 32 whole columns and has its column p, 2 where only the first block
+   lacks column p (the left padding), plus 4 where the last block (of two or more) takes masked
+   loads (the row's end), 9 or 13 where the first one does (a block grid shifted left), else 0
+   (masked loads). */
+typedef struct { __mmask16 a, b, l, c; } op_dw3_s2w_masks;
+
+/* One input row's three taps of block j (q: its column p) into acc. */
+OP_INLINE void op_dw3_s2w_tap(const float *q, const op_dw3_s2w_masks *m, const int j, const int KIND,
+                              const int LAST, __m512i ie, __m512i io, const __m512 *w3, __m512 *acc)
+{
+    __m512 ua, ub, uc;
+    if ((KIND & 3) && !(LAST && (KIND & 4)) && !(j == 0 && (KIND & 8))) {  /* plain loads (measured
+                                                                              faster than masked ones) */
+        ua = _mm512_loadu_ps(q + 1);
+        ub = _mm512_loadu_ps(q + 17);
+        uc = (KIND & 3) == 2 && j == 0 ? _mm512_setzero_ps() : _mm512_set1_ps(q[0]);
+    } else {
+        ua = _mm512_maskz_loadu_ps(m[j].a, q + 1);
+        ub = _mm512_maskz_loadu_ps(m[j].b, q + 17);
+        uc = _mm512_maskz_loadu_ps(m[j].l, q - 15);
+    }
+    /* (opaque to the compiler: else GCC 12 loads ua and ub again as the permutes' memory operands
+       instead of copying a register, five loads for three, measured 10-25% slower) */
+    __asm__("" : "+v"(ua), "+v"(ub));
+    const __m512 v1 = _mm512_permutex2var_ps(ua, ie, ub);
+    const __m512 v2 = _mm512_permutex2var_ps(ua, io, ub);
+    const __m512 v0 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(v2), _mm512_castps_si512(uc), 15));
+    *acc = _mm512_fmadd_ps(w3[0], v0, *acc);
+    *acc = _mm512_fmadd_ps(w3[1], v1, *acc);
+    *acc = _mm512_fmadd_ps(w3[2], v2, *acc);
+}
+
+OP_INLINE void op_dw3_s2w_chunk(const op_dw_ctx *c, const float *const *r, const __m512 *wv, __m512 bv,
+                                int64_t yrow, int64_t ow0, const op_dw3_s2w_masks *m, const int NB,
+                                const int KIND, const int ACT)
+{
+    const int64_t p0 = 2 * ow0 - c->d->pl;
+    const __m512i ie = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+    __m512 acc[4];
+    for (int j = 0; j < NB; j++) acc[j] = bv;
+    /* (the blocks are unrolled by hand: as a loop inside the row loop, GCC 12 -O3 interchanged the
+       two, chaining all 9 FMAs of a block on one register, 25% slower) */
+#pragma GCC unroll 3
+    for (int t = 0; t < 3; t++) {
+        const float *q = r[t] + p0;  /* column p of block 0 */
+        op_dw3_s2w_tap(q, m, 0, KIND, NB == 1, ie, io, wv + 3 * t, &acc[0]);
+        if (NB > 1) op_dw3_s2w_tap(q + 32, m, 1, KIND, NB == 2, ie, io, wv + 3 * t, &acc[1]);
+        if (NB > 2) op_dw3_s2w_tap(q + 64, m, 2, KIND, NB == 3, ie, io, wv + 3 * t, &acc[2]);
+        if (NB > 3) op_dw3_s2w_tap(q + 96, m, 3, KIND, 1, ie, io, wv + 3 * t, &acc[3]);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; j++)
+        op_dw_vst(c->y, yrow + ow0 + 16 * j, m[j].c, acc[j], ACT ? c->act : OP_ACT_NONE, 0);
+}
+
+OP_INLINE int op_dw3_s2w_kind(const op_dw3_s2w_masks *m, int64_t nb)
+{
+    if (nb == 1)
+        return m[0].a != 0xFFFF || m[0].b != 0xFFFF ? 0 : m[0].l ? 1 : 2;
+    for (int64_t j = 1; j < nb - 1; j++)
+        if (m[j].a != 0xFFFF || m[j].b != 0xFFFF || !m[j].l) return 0;
+    if (!m[nb - 1].l) return 0;
+    const int firstm = m[0].a != 0xFFFF || m[0].b != 0xFFFF;
+    const int lastm = m[nb - 1].a != 0xFFFF || m[nb - 1].b != 0xFFFF;
+    return firstm ? (lastm ? 13 : 9) : (m[0].l ? 1 : 2) | (lastm ? 4 : 0);
+}
+
+/* Every output row of one plane, over the chunk of NB blocks from block j (masks m + j). */
+OP_INLINE void op_dw3_s2w_rows(const op_dw_ctx *c, int64_t plane, int64_t yplane, const __m512 *wv,
+                               __m512 bv, const op_dw3_s2w_masks *m, int64_t j, int64_t sh, const int NB,
+                               const int KIND, const int ACT)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t OH = d->oh, OW = d->ow, H = d->h, W = d->w;
+    for (int64_t oh = 0; oh < OH; oh++) {
+        const float *r[3];
+        for (int t = 0; t < 3; t++) {
+            const int64_t ih = 2 * oh - d->pt + t;
+            r[t] = ih >= 0 && ih < H ? (const float *)c->x + plane + ih * W : op_dw3_zrow + 16;
+        }
+        op_dw3_s2w_chunk(c, r, wv, bv, yplane + oh * OW, 16 * j + sh, m + j, NB, KIND, ACT);
+    }
+}
+
+/* op_dw3_s2w's block grid origin: -2 where every input row starts at 16 or 48 mod 64 bytes (then
+   the loads from column 2 (16 j - 2) - pl + 1 sit on 32 bytes for pl = 1), else 0. */
+OP_INLINE int64_t op_dw3_s2w_shift(const op_dw_ctx *c)
+{
+    const op_conv_desc *d = c->d;
+    if (d->w % 8 || (d->h * d->w) % 8 || d->pl != 1) return 0;  /* (rows not all alike) */
+    return ((uintptr_t)c->x & 31u) == 16 ? -2 : 0;
+}
+
+OP_INLINE void op_dw3_s2w(const op_dw_ctx *c, int64_t p0, int64_t p1, const int ACT)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t OC = d->oc, OH = d->oh, OW = d->ow, W = d->w, HW = d->h * W;
+    /* The block grid starts at output sh: 0, or -2 where that puts the loads of every row on 32 bytes
+       (the halves Zen 4 loads a 512-bit vector in) and 0 does not, e.g. a 112-column plane at 16
+       mod 64 bytes, where NumPy puts a large array (Zen 4, 2026-12-01, kernel-only, 1 thread,
+       MobileNet-v2 112x112 -> 56x56: 39-46 GFLOP/s unshifted against ~50 on 32-byte rows). */
+    const int64_t sh = op_dw3_s2w_shift(c);
+    const int64_t nb = (OW - sh + 15) / 16;  /* 16-output blocks per row */
+    op_dw3_s2w_masks m[OP_DW3_ZROW / 16];  /* (rows of at most OP_DW3_ZROW - 128 columns) */
+    for (int64_t j = 0; j < nb; j++) {
+        const int64_t j0 = 16 * j + sh, p = 2 * j0 - d->pl;
+        m[j].a = op_dw_lanes(p + 1, W);
+        m[j].b = op_dw_lanes(p + 17, W);
+        m[j].l = (__mmask16)((op_dw_lanes(p, W) & 1u) << 15);
+        m[j].c = op_dw_lanes(j0, OW);
+    }
+    int64_t n = p0 / OC, oc = p0 % OC;
+    for (int64_t pi = p0; pi < p1; pi++) {
+        int64_t plane, yplane;
+        __m512 wv[9], bv;
+        op_dw3_row_setup(c, n, oc, HW, OH * OW, &plane, &yplane, wv, &bv);
+        for (int64_t j = 0; j < nb; j += 4) {  /* chunks of up to 4 blocks, each over all rows */
+            const int64_t nbk = nb - j < 4 ? nb - j : 4;
+            const int kind = op_dw3_s2w_kind(m + j, nbk);
+#define OP_S2W_ROWS(NB, K) op_dw3_s2w_rows(c, plane, yplane, wv, bv, m, j, sh, NB, K, ACT)
+#define OP_S2W_KINDS(NB)                                                                              \
+            switch (kind) {                                                                           \
+            case 1: OP_S2W_ROWS(NB, 1); break;                                                        \
+            case 2: OP_S2W_ROWS(NB, 2); break;                                                        \
+            case 5: OP_S2W_ROWS(NB, 5); break;                                                        \
+            case 6: OP_S2W_ROWS(NB, 6); break;                                                        \
+            case 9: OP_S2W_ROWS(NB, 9); break;                                                        \
+            case 13: OP_S2W_ROWS(NB, 13); break;                                                      \
+            default: OP_S2W_ROWS(NB, 0); break;                                                       \
+            }
+            switch (nbk) {
+            case 4: OP_S2W_KINDS(4); break;
+            case 3: OP_S2W_KINDS(3); break;
+            case 2: OP_S2W_KINDS(2); break;
+            default:  /* (one block: kind 1, 2 or 0) */
+                if (kind == 1) OP_S2W_ROWS(1, 1);
+                else if (kind == 2) OP_S2W_ROWS(1, 2);
+                else OP_S2W_ROWS(1, 0);
+                break;
+            }
+#undef OP_S2W_KINDS
+#undef OP_S2W_ROWS
+        }
+        if (++oc == OC) { oc = 0; n++; }
+    }
+}
+static OP_NOINLINE void op_dw3_s2w_f32(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_s2w(c, p0, p1, 1); }
+static OP_NOINLINE void op_dw3_s2w_f32_noact(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_s2w(c, p0, p1, 0); }
+
 #define OP_DW3_S2R(SUF, ACT)                                                                      \
     static OP_NOINLINE void op_dw3_s2r_f32##SUF(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_s2r(c, p0, p1, 6, 2, ACT, 0, 0); } \
     static OP_NOINLINE void op_dw3_s2r_bf16##SUF(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_s2r(c, p0, p1, 6, 2, ACT, 1, 0); } \
@@ -1646,7 +1810,10 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
         return;
     }
     if (c->direct3 == 9) {
-        op_dw3_s2r_kernels[c->act != OP_ACT_NONE][op_dw_io(c)](c, p0, p1);
+        if (op_dw_io(c) == 0)  /* float32: whole rows in order (op_dw3_s2w) */
+            (c->act != OP_ACT_NONE ? op_dw3_s2w_f32 : op_dw3_s2w_f32_noact)(c, p0, p1);
+        else
+            op_dw3_s2r_kernels[c->act != OP_ACT_NONE][op_dw_io(c)](c, p0, p1);
         return;
     }
     if (c->direct3 == 5) {
