@@ -33,6 +33,7 @@ typedef struct {
     void *ctx;
     int64_t ntasks;
     _Atomic int64_t next;
+    int caller_cpu;             /* the CPU the caller posted the job from (-1: unknown) */
 } op_pf_shared;
 
 typedef struct {
@@ -98,6 +99,28 @@ static int op_pool_yield_or_stop(int64_t until)
     return 0;
 }
 
+/* A pool worker that finds itself on the caller's CPU moves to another one the thread may run on
+   (its affinity narrowed for one call, then restored, so it is never pinned). On a 2-vCPU Zen 4 VM a
+   worker woken while the other vCPU was busy (e.g. another library's spinning threads) was placed on
+   the caller's vCPU and stayed there, both spinning between calls: a 2-thread call then ran at 1-thread
+   speed for as long as the process kept calling (MobileNet-v2 depthwise 112x112 s2, 42 instead of
+   70-76 GFLOP/s, 2026-12-01). */
+static void op_pool_leave_cpu(int cpu)
+{
+#if defined(__linux__)
+    if (cpu < 0 || sched_getcpu() != cpu) return;
+    cpu_set_t all, other;
+    if (pthread_getaffinity_np(pthread_self(), sizeof all, &all) != 0) return;
+    other = all;
+    CPU_CLR(cpu, &other);
+    if (CPU_COUNT(&other) == 0) return;
+    if (pthread_setaffinity_np(pthread_self(), sizeof other, &other) == 0)
+        pthread_setaffinity_np(pthread_self(), sizeof all, &all);
+#else
+    (void)cpu;
+#endif
+}
+
 /* One mailbox per worker: the caller posts a job to exactly the workers taking part, so a worker
    only ever sees jobs it must finish (and the caller waits for all of them). */
 typedef struct {
@@ -157,6 +180,7 @@ static void *op_pool_worker(void *arg)
             }
         }
         seen = g;
+        op_pool_leave_cpu(box->job->caller_cpu);
         op_pf_run(box->job, tid);
         if (atomic_fetch_sub_explicit(&op_pool.active, 1, memory_order_acq_rel) == 1) {
             pthread_mutex_lock(&op_pool.mu);
@@ -180,6 +204,11 @@ static int op_parallel_for(int nthreads, int64_t ntasks, op_task_fn fn, void *ct
     s.ctx = ctx;
     s.ntasks = ntasks;
     atomic_init(&s.next, 0);
+#if defined(__linux__)
+    s.caller_cpu = sched_getcpu();
+#else
+    s.caller_cpu = -1;
+#endif
     if (nthreads > OP_POOL_MAX || pthread_mutex_trylock(&op_pool.busy) != 0)
         return op_parallel_for_spawn(nthreads, &s);  /* pool busy (concurrent or nested call) */
 
