@@ -632,7 +632,7 @@ def conv_bf16_flags(level: str, uarch: str | None = None) -> int:
         uarch = _probe().uarch
     return sum(CONV_BF16_FLAGS[o] for o in CONV_BF16_OPTIONS.get((uarch, level), ()))
 
-# Depthwise 3x3 NCHW: where the row-register kernels (kernels/conv_dw.c op_dw3_s1r / op_dw3_s2r,
+# Depthwise 3x3 NCHW: where the row-register kernels (kernels/conv_dw.c op_dw3_s1r / op_dw3_s2r / op_dw3_s2w,
 # op_conv_desc.dw_rows = 1) replace the default choice of the AVX-512 builds, per (uarch, level): the
 # smallest input width W per (stride, input dtype); a missing key keeps the default. Zen 4 (family 25
 # model 17, KVM guest, 2 cores), 2026-11-30, kernel-only best-of timings at 1 thread, this shared host:
