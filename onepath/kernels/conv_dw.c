@@ -1398,6 +1398,7 @@ OP_INLINE void op_dw3_s2w(const op_dw_ctx *c, int64_t p0, int64_t p1, const int 
     const int64_t sh = op_dw3_s2w_shift(c);
     const int64_t nb = (OW - sh + 15) / 16;  /* 16-output blocks per row */
     op_dw3_s2w_masks m[OP_DW3_ZROW / 16];  /* (rows of at most OP_DW3_ZROW - 128 columns) */
+    int kinds[OP_DW3_ZROW / 64];  /* per chunk of 4 blocks (op_dw3_s2w_kind) */
     for (int64_t j = 0; j < nb; j++) {
         const int64_t j0 = 16 * j + sh, p = 2 * j0 - d->pl;
         m[j].a = op_dw_lanes(p + 1, W);
@@ -1405,6 +1406,7 @@ OP_INLINE void op_dw3_s2w(const op_dw_ctx *c, int64_t p0, int64_t p1, const int 
         m[j].l = (__mmask16)((op_dw_lanes(p, W) & 1u) << 15);
         m[j].c = op_dw_lanes(j0, OW);
     }
+    for (int64_t j = 0; j < nb; j += 4) kinds[j / 4] = op_dw3_s2w_kind(m + j, nb - j < 4 ? nb - j : 4);
     int64_t n = p0 / OC, oc = p0 % OC;
     for (int64_t pi = p0; pi < p1; pi++) {
         int64_t plane, yplane;
@@ -1412,7 +1414,7 @@ OP_INLINE void op_dw3_s2w(const op_dw_ctx *c, int64_t p0, int64_t p1, const int 
         op_dw3_row_setup(c, n, oc, HW, OH * OW, &plane, &yplane, wv, &bv);
         for (int64_t j = 0; j < nb; j += 4) {  /* chunks of up to 4 blocks, each over all rows */
             const int64_t nbk = nb - j < 4 ? nb - j : 4;
-            const int kind = op_dw3_s2w_kind(m + j, nbk);
+            const int kind = kinds[j / 4];
 #define OP_S2W_ROWS(NB, K) op_dw3_s2w_rows(c, plane, yplane, wv, bv, m, j, sh, NB, K, ACT)
 #define OP_S2W_KINDS(NB)                                                                              \
             switch (kind) {                                                                           \
