@@ -514,6 +514,47 @@ def test_thread_pool_survives_changes_concurrency_and_fork(cpus):
     assert not bad
 
 
+def test_pool_worker_leaves_the_callers_cpu():
+    """A pool worker found on the caller's CPU when it picks up a job moves to another CPU and gets
+    its whole affinity back (kernels/threads.c op_pool_leave_cpu): each round puts the spinning
+    worker on the caller's (pinned) CPU, then makes one 2-thread call (subprocess: the pinning
+    stays out of the suite's process)."""
+    import os
+    import subprocess
+    import sys
+    if not hasattr(os, "sched_getaffinity") or not os.path.isdir("/proc/self/task"):
+        pytest.skip("needs Linux (sched_getaffinity, /proc/self/task)")
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs this process may run on")
+    code = """
+import os, numpy as np, onepath
+onepath.set_num_threads(2)
+rng = np.random.default_rng(0)
+a = rng.standard_normal((256, 256), dtype=np.float32); b = rng.standard_normal((256, 512), dtype=np.float32)
+ref = a.astype(np.float64) @ b
+def task(t, what): return open(f"/proc/self/task/{t}/{what}").read()
+onepath.matmul(a, b)
+tids = [int(t) for t in os.listdir("/proc/self/task") if task(t, "comm").strip() == "onepath-pool"]
+assert tids, "no onepath-pool thread"
+allowed = os.sched_getaffinity(0)
+c = min(allowed)
+os.sched_setaffinity(0, {c})  # this (calling) thread only
+moved = 0
+for _ in range(20):
+    onepath.matmul(a, b)          # the worker spins after it
+    for t in tids:                # onto the caller's CPU, its mask widened again at once
+        os.sched_setaffinity(t, {c})
+        os.sched_setaffinity(t, allowed)
+    assert np.allclose(onepath.matmul(a, b), ref, rtol=1e-4, atol=1e-3)
+    assert all(os.sched_getaffinity(t) == allowed for t in tids), "a worker was left pinned"
+    moved += all(int(task(t, "stat").rsplit(")", 1)[1].split()[36]) != c for t in tids)
+print(moved)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) >= 10, f"the worker left the caller's CPU in {r.stdout.strip()} of 20 rounds"
+
+
 def test_coexists_with_torch_openmp_runtime():
     """A process that loaded PyTorch (and its libgomp) first: onepath's pthread workers and torch's
     OpenMP threads run side by side (subprocess, so the suite's own process stays torch-free)."""

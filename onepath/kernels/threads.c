@@ -164,6 +164,9 @@ static void *op_pool_worker(void *arg)
 {
     const int tid = (int)(intptr_t)arg;
     op_mailbox *box = &op_pool.box[tid];
+#if defined(__linux__)
+    pthread_setname_np(pthread_self(), "onepath-pool");  /* (top -H, /proc/PID/task/TID/comm) */
+#endif
     uint64_t seen = 0;  /* a worker's box starts at 0 (also after fork); its first job makes it 1 */
     for (;;) {
         uint64_t g;
