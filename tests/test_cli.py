@@ -89,6 +89,29 @@ def test_bench_quick_json(tmp_path):
     ratios = [row["ratios"]["numpy"] for row in d["results"]]
     assert gm["rows"] == 2 and abs(gm["geomean"]["numpy"] - (ratios[0] * ratios[1]) ** 0.5) < 1e-9
     assert "geometric mean per group" in r.stdout
+    # the check that the cores stayed this process's: the best level's peak again after the suites
+    pc = d["peak_checks"]
+    assert pc["level"] == d["peak"][-1]["level"] and pc["end_gflops"] > 0
+    assert pc["one_thread_gflops"] is None   # (1 thread: its peak is the one measured first)
+
+
+def test_shared_cores_notes():
+    from onepath.bench.cli import SHARED_CORES_SHARE, shared_cores_notes
+    assert shared_cores_notes(2, 230.0, 115.0, 228.0) == []   # two cores, each as fast as one alone
+    # another guest on one of the two vCPUs: 160 GFLOP/s at 2 threads against 2 x 115
+    (start,) = shared_cores_notes(2, 160.0, 115.0, None)
+    assert start.startswith("! shared cores") and "70%" in start and "115.0" in start
+    # the cores became shared during the run
+    (end,) = shared_cores_notes(2, 230.0, None, 150.0)
+    assert "fell from 230.0 to 150.0" in end
+    assert len(shared_cores_notes(2, 160.0, 115.0, 100.0)) == 2
+    # one thread: only the end check applies; missing peaks say nothing
+    assert shared_cores_notes(1, 115.0, 115.0, 114.0) == []
+    assert len(shared_cores_notes(1, 115.0, None, 0.5 * 115.0)) == 1
+    assert shared_cores_notes(2, None, None, None) == [] and shared_cores_notes(2, 0.0, 115.0, 0.0) == []
+    # the threshold itself: just above it is quiet, just below it warns
+    assert shared_cores_notes(2, 2 * 100.0 * (SHARED_CORES_SHARE + 0.01), 100.0, None) == []
+    assert len(shared_cores_notes(2, 2 * 100.0 * (SHARED_CORES_SHARE - 0.01), 100.0, None)) == 1
 
 
 def test_bench_isa_cap_recorded(tmp_path):

@@ -410,6 +410,32 @@ def bench_environment(threads: int, isa_level: str | None):
         onepath.set_num_threads(previous)
 
 
+# A shared VM (the CI runners, the developers' hosts) may lend some of "its" cores to another guest
+# for minutes at a time; a multi-threaded ratio measured then compares two sides that each got an
+# unknown share of the cores. Below this share of one thread's FMA rate per thread, the bench says so.
+SHARED_CORES_SHARE = 0.85
+
+
+def shared_cores_notes(threads: int, peak_n: float | None, peak_1: float | None,
+                       peak_end: float | None) -> list[str]:
+    """Warnings that other processes held the cores while the bench ran, from the FMA peaks of the
+    best level (GFLOP/s, ``core.peak_f32``): ``peak_n`` at ``threads`` threads before the suites,
+    ``peak_1`` on one thread right after it, ``peak_end`` at ``threads`` threads after the suites.
+    One line when ``peak_n`` per thread is below ``SHARED_CORES_SHARE`` of ``peak_1`` (the cores were
+    shared at the start), one when ``peak_end`` is below that share of ``peak_n`` (they became
+    shared during the run). Missing peaks (None, 0) give no line. Returns a list of str."""
+    notes = []
+    if threads > 1 and peak_n and peak_1 and peak_n / threads < SHARED_CORES_SHARE * peak_1:
+        notes.append(f"! shared cores: the FMA peak at {threads} threads is {peak_n:.1f} GFLOP/s, "
+                     f"{peak_n / threads / peak_1:.0%} of one thread's {peak_1:.1f} per thread; another "
+                     f"process holds part of the cores, so the {threads}-thread ratios below are less reliable")
+    if peak_n and peak_end and peak_end < SHARED_CORES_SHARE * peak_n:
+        notes.append(f"! shared cores: the FMA peak fell from {peak_n:.1f} to {peak_end:.1f} GFLOP/s "
+                     f"at {threads} thread{'s' * (threads > 1)} during the run; the rows measured "
+                     "meanwhile are less reliable")
+    return notes
+
+
 def peak_levels() -> list[str]:
     """Levels the host can run, up to the level in force."""
     avail = list(onepath.available_isas())
@@ -450,6 +476,7 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
         total = len(levels) + sum(cfg.repeat * (1 + len(c.baselines)) for _, c in cases)
         peaks: dict[str, float] = {}
         peak_errors: dict[str, str] = {}
+        peak_1 = peak_end = None
         results: list[dict] = []
         stdout = sys.stdout
         with progress_bar(total, progress and sys.stderr.isatty()) as (advance, describe):
@@ -471,6 +498,10 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
                             ["level", "GFLOP/s", "per thread"], pk, file=live_out)
                 for lv, err in peak_errors.items():
                     print(f"  {lv}: not measured ({err})", file=live_out)
+                if threads > 1 and levels[-1] in peaks:  # the cores' share this process gets
+                    peak_1 = peak_f32(levels[-1], 1, seconds=0.05 if quick else 0.2, repeat=2)
+                    for line in shared_cores_notes(threads, peaks[levels[-1]], peak_1, None):
+                        print(line, file=live_out)
                 print(file=live_out)
             while cases:
                 suite, case = cases.pop(0)  # drop each case's arrays once it is measured
@@ -483,6 +514,10 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
                     live_out.flush()
         if torch is not None:
             torch.set_num_threads(torch_threads)
+        if levels and levels[-1] in peaks and results:  # did the cores stay this process's?
+            peak_end = peak_f32(levels[-1], threads, seconds=0.05 if quick else 0.2, repeat=2)
+            for line in shared_cores_notes(threads, peaks[levels[-1]], None, peak_end):
+                print(line, file=out)
         bad = [r for r in results if r["check_ok"] is False]
         if bad:
             print("! onepath's result differs from the baseline beyond tolerance: "
@@ -501,6 +536,8 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
                     "min_time": cfg.min_time, "shapes": list(cfg.shapes) if cfg.shapes else None},
         "peak": [{"level": lv, "threads": threads, "gflops": peaks.get(lv),
                   **({"error": peak_errors[lv]} if lv in peak_errors else {})} for lv in levels],
+        "peak_checks": {"level": levels[-1] if levels else None, "one_thread_gflops": peak_1,
+                        "end_gflops": peak_end},
         "results": results,
         "geomeans": {suite.name: geomean_rows([r for r in results if r["suite"] == suite.name])
                      for suite in chosen},
