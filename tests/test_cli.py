@@ -93,6 +93,7 @@ def test_bench_quick_json(tmp_path):
     pc = d["peak_checks"]
     assert pc["level"] == d["peak"][-1]["level"] and pc["end_gflops"] > 0
     assert pc["one_thread_gflops"] is None   # (1 thread: its peak is the one measured first)
+    assert isinstance(pc["notes"], list)
 
 
 def test_shared_cores_notes():
@@ -100,7 +101,7 @@ def test_shared_cores_notes():
     assert shared_cores_notes(2, 230.0, 115.0, 228.0) == []   # two cores, each as fast as one alone
     # another guest on one of the two vCPUs: 160 GFLOP/s at 2 threads against 2 x 115
     (start,) = shared_cores_notes(2, 160.0, 115.0, None)
-    assert start.startswith("! shared cores") and "70%" in start and "115.0" in start
+    assert start.startswith("! shared cores") and "70%" in start and "115.0" in start and "80.0 per thread" in start
     # the cores became shared during the run
     (end,) = shared_cores_notes(2, 230.0, None, 150.0)
     assert "fell from 230.0 to 150.0" in end
@@ -112,6 +113,35 @@ def test_shared_cores_notes():
     # the threshold itself: just above it is quiet, just below it warns
     assert shared_cores_notes(2, 2 * 100.0 * (SHARED_CORES_SHARE + 0.01), 100.0, None) == []
     assert len(shared_cores_notes(2, 2 * 100.0 * (SHARED_CORES_SHARE - 0.01), 100.0, None)) == 1
+
+
+def test_shared_cores_checks_in_run(monkeypatch):
+    """run() with made-up peaks: a shared start is measured twice before it warns, the notes reach the
+    output and the JSON, and a peak that cannot be measured turns the checks off (level None), never
+    a crash."""
+    import io
+    from onepath.bench import cli
+    calls = []
+
+    def fake_peak(level, threads, seconds=0.2, repeat=3):
+        calls.append(threads)
+        return {1: 100.0, 2: 120.0}[threads] if len(calls) <= 3 else 60.0   # shared, then a drop
+    monkeypatch.setattr(cli, "peak_f32", fake_peak)
+    monkeypatch.setattr(cli, "peak_levels", lambda: ["generic"])
+    out = io.StringIO()
+    d = cli.run(threads=2, quick=True, suites=["matmul"], shapes=[16], repeat=1, min_time=0.0005,
+                progress=False, out=out)
+    pc = d["peak_checks"]
+    assert calls[:3] == [2, 1, 2]          # the 2-thread peak, one thread, the 2-thread peak again
+    assert pc["level"] == "generic" and pc["one_thread_gflops"] == 100.0 and pc["end_gflops"] == 60.0
+    assert len(pc["notes"]) == 2 and all(n in out.getvalue() for n in pc["notes"])
+
+    def no_peak(level, threads, seconds=0.2, repeat=3):
+        raise ValueError("no FMA loop here")
+    monkeypatch.setattr(cli, "peak_f32", no_peak)
+    d = cli.run(threads=2, quick=True, suites=["matmul"], shapes=[16], repeat=1, min_time=0.0005,
+                progress=False, out=io.StringIO())
+    assert d["peak_checks"] == {"level": None, "one_thread_gflops": None, "end_gflops": None, "notes": []}
 
 
 def test_bench_isa_cap_recorded(tmp_path):

@@ -418,22 +418,34 @@ SHARED_CORES_SHARE = 0.85
 
 def shared_cores_notes(threads: int, peak_n: float | None, peak_1: float | None,
                        peak_end: float | None) -> list[str]:
-    """Warnings that other processes held the cores while the bench ran, from the FMA peaks of the
-    best level (GFLOP/s, ``core.peak_f32``): ``peak_n`` at ``threads`` threads before the suites,
-    ``peak_1`` on one thread right after it, ``peak_end`` at ``threads`` threads after the suites.
-    One line when ``peak_n`` per thread is below ``SHARED_CORES_SHARE`` of ``peak_1`` (the cores were
-    shared at the start), one when ``peak_end`` is below that share of ``peak_n`` (they became
-    shared during the run). Missing peaks (None, 0) give no line. Returns a list of str."""
+    """Warnings that something else (another process, or another VM on the host) used part of the
+    cores while the bench ran, from the FMA peaks of the best level (GFLOP/s, ``core.peak_f32``):
+    ``peak_n`` at ``threads`` threads before the suites, ``peak_1`` on one thread, ``peak_end`` at
+    ``threads`` threads after the suites. One line when ``peak_n`` per thread is below
+    ``SHARED_CORES_SHARE`` of ``peak_1`` (part of the cores taken at the start), one when
+    ``peak_end`` is below that share of ``peak_n`` (taken during the suites). A load spread evenly
+    over every core slows ``peak_1`` as much as ``peak_n``, so the first check cannot see it; the
+    second sees only a change. Missing peaks (None, 0) give no line. Returns a list of str."""
     notes = []
+    s = "s" * (threads > 1)
     if threads > 1 and peak_n and peak_1 and peak_n / threads < SHARED_CORES_SHARE * peak_1:
-        notes.append(f"! shared cores: the FMA peak at {threads} threads is {peak_n:.1f} GFLOP/s, "
-                     f"{peak_n / threads / peak_1:.0%} of one thread's {peak_1:.1f} per thread; another "
-                     f"process holds part of the cores, so the {threads}-thread ratios below are less reliable")
+        notes.append(f"! shared cores: {threads} threads reach {peak_n:.1f} GFLOP/s ({peak_n / threads:.1f} "
+                     f"per thread), {peak_n / threads / peak_1:.0%} of the {peak_1:.1f} one thread reaches "
+                     f"alone; something else (another process or VM) is using part of the cores, so the "
+                     f"{threads}-thread rows below are less reliable")
     if peak_n and peak_end and peak_end < SHARED_CORES_SHARE * peak_n:
-        notes.append(f"! shared cores: the FMA peak fell from {peak_n:.1f} to {peak_end:.1f} GFLOP/s "
-                     f"at {threads} thread{'s' * (threads > 1)} during the run; the rows measured "
-                     "meanwhile are less reliable")
+        notes.append(f"! shared cores: the FMA peak at {threads} thread{s} fell from {peak_n:.1f} to "
+                     f"{peak_end:.1f} GFLOP/s during the suites; some rows above (which ones is unknown) "
+                     "are less reliable")
     return notes
+
+
+def _peak_or_none(level: str, threads: int, quick: bool) -> float | None:
+    """``core.peak_f32`` as the bench's peak table measures it, or None where it cannot run."""
+    try:
+        return peak_f32(level, threads, seconds=0.05 if quick else 0.2, repeat=2 if quick else 3)
+    except (ImportError, ValueError, AttributeError):
+        return None
 
 
 def peak_levels() -> list[str]:
@@ -476,7 +488,8 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
         total = len(levels) + sum(cfg.repeat * (1 + len(c.baselines)) for _, c in cases)
         peaks: dict[str, float] = {}
         peak_errors: dict[str, str] = {}
-        peak_1 = peak_end = None
+        peak_1 = peak_end = check_level = None   # the shared-cores checks (shared_cores_notes)
+        check_notes: list[str] = []
         results: list[dict] = []
         stdout = sys.stdout
         with progress_bar(total, progress and sys.stderr.isatty()) as (advance, describe):
@@ -491,6 +504,14 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
                 except (ImportError, ValueError, AttributeError) as exc:
                     peak_errors[level] = f"{type(exc).__name__}: {exc}"
                 advance()
+            check_level = next((lv for lv in reversed(levels) if lv in peaks), None)
+            if threads > 1 and check_level:  # the share of the cores this process gets
+                peak_1 = _peak_or_none(check_level, 1, quick)
+                if shared_cores_notes(threads, peaks[check_level], peak_1, None):
+                    # once more before warning: the first measurement of a process may run cold
+                    again = _peak_or_none(check_level, threads, quick)
+                    peaks[check_level] = max(peaks[check_level], again or 0.0)
+                check_notes += shared_cores_notes(threads, peaks[check_level], peak_1, None)
             if levels:
                 pk = [[lv, f"{peaks[lv]:.1f}", f"{peaks[lv] / threads:.1f}"] if lv in peaks
                       else [lv, "-", "-"] for lv in levels]
@@ -498,10 +519,8 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
                             ["level", "GFLOP/s", "per thread"], pk, file=live_out)
                 for lv, err in peak_errors.items():
                     print(f"  {lv}: not measured ({err})", file=live_out)
-                if threads > 1 and levels[-1] in peaks:  # the cores' share this process gets
-                    peak_1 = peak_f32(levels[-1], 1, seconds=0.05 if quick else 0.2, repeat=2)
-                    for line in shared_cores_notes(threads, peaks[levels[-1]], peak_1, None):
-                        print(line, file=live_out)
+                for line in check_notes:
+                    print(line, file=live_out)
                 print(file=live_out)
             while cases:
                 suite, case = cases.pop(0)  # drop each case's arrays once it is measured
@@ -514,10 +533,12 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
                     live_out.flush()
         if torch is not None:
             torch.set_num_threads(torch_threads)
-        if levels and levels[-1] in peaks and results:  # did the cores stay this process's?
-            peak_end = peak_f32(levels[-1], threads, seconds=0.05 if quick else 0.2, repeat=2)
-            for line in shared_cores_notes(threads, peaks[levels[-1]], None, peak_end):
+        if check_level and results:  # did the cores stay this process's?
+            peak_end = _peak_or_none(check_level, threads, quick)
+            end_notes = shared_cores_notes(threads, peaks[check_level], None, peak_end)
+            for line in end_notes:
                 print(line, file=out)
+            check_notes += end_notes
         bad = [r for r in results if r["check_ok"] is False]
         if bad:
             print("! onepath's result differs from the baseline beyond tolerance: "
@@ -536,8 +557,8 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
                     "min_time": cfg.min_time, "shapes": list(cfg.shapes) if cfg.shapes else None},
         "peak": [{"level": lv, "threads": threads, "gflops": peaks.get(lv),
                   **({"error": peak_errors[lv]} if lv in peak_errors else {})} for lv in levels],
-        "peak_checks": {"level": levels[-1] if levels else None, "one_thread_gflops": peak_1,
-                        "end_gflops": peak_end},
+        "peak_checks": {"level": check_level, "one_thread_gflops": peak_1, "end_gflops": peak_end,
+                        "notes": check_notes},
         "results": results,
         "geomeans": {suite.name: geomean_rows([r for r in results if r["suite"] == suite.name])
                      for suite in chosen},

@@ -170,6 +170,8 @@ def run_fleet(address: str, *, threads=None, isa_level=None, quick=False, suites
         peaks = [f"{p['level']} {p['gflops']:.1f}" for p in doc.get("peak", []) if p.get("gflops")]
         if peaks:
             print(f"  FMA peak GFLOP/s ({doc['fingerprint']['threads']} threads): " + ", ".join(peaks), file=out)
+        for line in (doc.get("peak_checks") or {}).get("notes", []):   # that host's shared-cores warnings
+            print("  " + line, file=out)
         path = json_path_for(json_path, host)
         path.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
         print(f"  wrote {path}", file=out)
