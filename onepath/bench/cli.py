@@ -14,7 +14,7 @@ import numpy as np
 
 import onepath
 
-from .baselines import missing_note
+from .baselines import cap_torch_isa, missing_note, onednn_check, torch_cap_line
 from .core import BenchConfig, Suite, discover, measure_case, peak_f32
 
 BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
@@ -470,10 +470,14 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
         chosen = [s for s in all_suites.values() if s.default]
     isa_level = validate_isa(isa_level)
     cfg = make_config(quick, shapes, repeat, min_time, threads)
+    torch_cap = cap_torch_isa(isa_level)   # before any suite imports torch
     with bench_environment(threads, isa_level):
         fp = fingerprint(threads)
         for line in header_lines(fp):
             print(line, file=out)
+        if torch_cap is not None:   # a capped run: show what torch's oneDNN runs at (ONEDNN_VERBOSE)
+            torch_cap["check"] = onednn_check()
+            print(torch_cap_line(torch_cap, torch_cap["check"]), file=out)
         print(file=out)
         out.flush()
         levels = peak_levels() if peak else []
@@ -559,6 +563,7 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
                   **({"error": peak_errors[lv]} if lv in peak_errors else {})} for lv in levels],
         "peak_checks": {"level": check_level, "one_thread_gflops": peak_1, "end_gflops": peak_end,
                         "notes": check_notes},
+        "torch_cap": torch_cap,
         "results": results,
         "geomeans": {suite.name: geomean_rows([r for r in results if r["suite"] == suite.name])
                      for suite in chosen},
