@@ -51,8 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--threads", type=_positive_int, default=None, metavar="N",
                        help="threads for onepath and numpy's BLAS (default: onepath.get_num_threads())")
     bench.add_argument("--isa", metavar="LEVEL", default=None,
-                       help="cap the ISA level for the run (one of onepath.available_isas()); torch's "
-                            "oneDNN is capped alike (ONEDNN_MAX_CPU_ISA, checked with ONEDNN_VERBOSE)")
+                       help="cap the ISA level for the run (one of onepath.available_isas()); the torch "
+                            "baseline is capped alike (ONEDNN_MAX_CPU_ISA, ATEN_CPU_CAPABILITY; the header "
+                            "shows an ONEDNN_VERBOSE probe)")
     bench.add_argument("--quick", action="store_true", help="fewer shapes, shorter timing (one to two minutes)")
     bench.add_argument("--json", metavar="FILE", default=None,
                        help="also write the results and machine fingerprint as JSON")

@@ -14,7 +14,7 @@ import numpy as np
 
 import onepath
 
-from .baselines import cap_torch_isa, missing_note, onednn_check, torch_cap_line
+from .baselines import cap_torch_isa, missing_note, onednn_check, torch_cap_lines, uncap_torch_isa
 from .core import BenchConfig, Suite, discover, measure_case, peak_f32
 
 BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
@@ -440,6 +440,26 @@ def shared_cores_notes(threads: int, peak_n: float | None, peak_1: float | None,
     return notes
 
 
+def cap_torch_for_run() -> dict | None:
+    """Where onepath runs below the best level the host can run (``--isa``, ``ONEPATH_MAX_ISA``),
+    cap torch at the level in force (``baselines.cap_torch_isa``) and probe what its bf16 matmul
+    then runs (``baselines.onednn_check``, under "check"). None when onepath is not capped."""
+    level = onepath.isa()
+    if level == onepath.available_isas()[-1]:
+        return None
+    cap = cap_torch_isa(level)
+    cap["check"] = onednn_check()
+    return cap
+
+
+def torch_cap_header(cap: dict | None) -> list[str]:
+    """The header lines on torch's caps for ``cap_torch_for_run``'s result (none when not capped)."""
+    import importlib.util
+    if cap is None:
+        return []
+    return torch_cap_lines(cap, cap.get("check"), importlib.util.find_spec("torch") is not None)
+
+
 def _peak_or_none(level: str, threads: int, quick: bool) -> float | None:
     """``core.peak_f32`` as the bench's peak table measures it, or None where it cannot run."""
     try:
@@ -470,14 +490,15 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
         chosen = [s for s in all_suites.values() if s.default]
     isa_level = validate_isa(isa_level)
     cfg = make_config(quick, shapes, repeat, min_time, threads)
-    torch_cap = cap_torch_isa(isa_level)   # before any suite imports torch
-    with bench_environment(threads, isa_level):
+    torch_cap = None
+    with contextlib.ExitStack() as undo, bench_environment(threads, isa_level):
         fp = fingerprint(threads)
         for line in header_lines(fp):
             print(line, file=out)
-        if torch_cap is not None:   # a capped run: show what torch's oneDNN runs at (ONEDNN_VERBOSE)
-            torch_cap["check"] = onednn_check()
-            print(torch_cap_line(torch_cap, torch_cap["check"]), file=out)
+        torch_cap = cap_torch_for_run()   # before any suite imports torch
+        undo.callback(uncap_torch_isa, torch_cap)
+        for line in torch_cap_header(torch_cap):
+            print(line, file=out)
         print(file=out)
         out.flush()
         levels = peak_levels() if peak else []

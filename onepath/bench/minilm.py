@@ -17,6 +17,8 @@ per dtype, and each encoder's cosine similarity to numpy's float32 embeddings.
 """
 from __future__ import annotations
 
+import contextlib
+
 import importlib.util
 import json
 import math
@@ -542,8 +544,9 @@ def bench(*, threads: int, isa_level: str | None = None, quick: bool = False, ba
     untimed one of the same encoder; the median pass is reported, every sample kept."""
     import onepath
 
-    from .baselines import missing_note, torch_or_none
-    from .cli import bench_environment, fingerprint, header_lines, print_table, validate_isa
+    from .baselines import missing_note, torch_or_none, uncap_torch_isa
+    from .cli import (bench_environment, cap_torch_for_run, fingerprint, header_lines, print_table,
+                      torch_cap_header, validate_isa)
     out = out or sys.stdout
     isa_level = validate_isa(isa_level)
     model, tok = load()
@@ -554,17 +557,19 @@ def bench(*, threads: int, isa_level: str | None = None, quick: bool = False, ba
     for name, mm in (("onepath", OnepathImpl(np.float32)), ("onepath_bf16", OnepathImpl(onepath.bfloat16)),
                      ("numpy", np.matmul)):
         impls[name] = (lambda bt, mm=mm: model.encode(*bt, matmul=mm))
-    torch = torch_or_none()
-    if torch is not None:
-        for name, dt in (("torch", "float32"), ("torch_bf16", "bfloat16")):
-            impls[name] = (lambda bt, enc=TorchEncoder(model, dt): enc.encode(*bt))
-    torch_threads = torch.get_num_threads() if torch is not None else None
-    with bench_environment(threads, isa_level):
+    with contextlib.ExitStack() as undo, bench_environment(threads, isa_level):
+        torch_cap = cap_torch_for_run()   # onepath capped: torch alike, before it is imported
+        undo.callback(uncap_torch_isa, torch_cap)
+        torch = torch_or_none()
+        if torch is not None:
+            for name, dt in (("torch", "float32"), ("torch_bf16", "bfloat16")):
+                impls[name] = (lambda bt, enc=TorchEncoder(model, dt): enc.encode(*bt))
+        torch_threads = torch.get_num_threads() if torch is not None else None
         if torch is not None:
             torch.set_num_threads(threads)
         try:
             fp = fingerprint(threads)
-            for line in header_lines(fp):
+            for line in header_lines(fp) + torch_cap_header(torch_cap):
                 print(line, file=out)
             if torch is not None:
                 print(f"torch {torch.__version__} ({threads} thread{'s' * (threads > 1)}): the same encoder "
@@ -639,6 +644,7 @@ def bench(*, threads: int, isa_level: str | None = None, quick: bool = False, ba
                   "the sentences against numpy's float32 encoder.", file=out)
     doc = {
         "schema": 1, "model": "all-MiniLM-L6-v2", "fingerprint": fp,
+        "torch_cap": torch_cap,
         "options": {"threads": threads, "isa": isa_level, "quick": quick, "batch": batch,
                     "repeat": repeat, "sentences": len(sentences), "tokens": tokens},
         "results": rows, "ratio": ratio,

@@ -148,7 +148,7 @@ def run_fleet(address: str, *, threads=None, isa_level=None, quick=False, suites
     """Run the bench once per worker host of the cluster at ``address`` (``"local"``: a LocalCluster
     of 2 processes x 1 thread); print each host's header and one table with a column group per
     host; write one JSON per host (``json_path_for``). Returns {host: bench document}."""
-    from onepath.bench.cli import header_lines, print_table
+    from onepath.bench.cli import header_lines, print_table, torch_cap_header
     out = out or sys.stdout
     kwargs = dict(threads=threads, isa_level=isa_level, quick=quick, suites=suites, shapes=shapes,
                   repeat=repeat, min_time=min_time, peak=peak)
@@ -171,6 +171,8 @@ def run_fleet(address: str, *, threads=None, isa_level=None, quick=False, suites
         if peaks:
             print(f"  FMA peak GFLOP/s ({doc['fingerprint']['threads']} threads): " + ", ".join(peaks), file=out)
         for line in (doc.get("peak_checks") or {}).get("notes", []):   # that host's shared-cores warnings
+            print("  " + line, file=out)
+        for line in torch_cap_header(doc.get("torch_cap")):              # torch capped with onepath
             print("  " + line, file=out)
         path = json_path_for(json_path, host)
         path.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
