@@ -447,17 +447,18 @@ def cap_torch_for_run() -> dict | None:
     level = onepath.isa()
     if level == onepath.available_isas()[-1]:
         return None
+    import importlib.util
     cap = cap_torch_isa(level)
+    cap["torch_present"] = importlib.util.find_spec("torch") is not None   # (on this host)
     cap["check"] = onednn_check()
     return cap
 
 
 def torch_cap_header(cap: dict | None) -> list[str]:
     """The header lines on torch's caps for ``cap_torch_for_run``'s result (none when not capped)."""
-    import importlib.util
     if cap is None:
         return []
-    return torch_cap_lines(cap, cap.get("check"), importlib.util.find_spec("torch") is not None)
+    return torch_cap_lines(cap, cap.get("check"), cap.get("torch_present", True))
 
 
 def _peak_or_none(level: str, threads: int, quick: bool) -> float | None:

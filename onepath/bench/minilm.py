@@ -18,7 +18,6 @@ per dtype, and each encoder's cosine similarity to numpy's float32 embeddings.
 from __future__ import annotations
 
 import contextlib
-
 import importlib.util
 import json
 import math
