@@ -461,12 +461,18 @@ def torch_cap_header(cap: dict | None) -> list[str]:
     return torch_cap_lines(cap, cap.get("check"), cap.get("torch_present", True))
 
 
-def _peak_or_none(level: str, threads: int, quick: bool) -> float | None:
-    """``core.peak_f32`` as the bench's peak table measures it, or None where it cannot run."""
+def _peak(level: str, threads: int, quick: bool) -> tuple[float | None, str | None]:
+    """``core.peak_f32`` as the bench's peak table measures it: (GFLOP/s, None), or (None, the
+    error) where the level's FMA loop cannot run."""
     try:
-        return peak_f32(level, threads, seconds=0.05 if quick else 0.2, repeat=2 if quick else 3)
-    except (ImportError, ValueError, AttributeError):
-        return None
+        return peak_f32(level, threads, seconds=0.05 if quick else 0.2, repeat=2 if quick else 3), None
+    except (ImportError, ValueError, AttributeError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _peak_or_none(level: str, threads: int, quick: bool) -> float | None:
+    """``_peak``'s GFLOP/s, None where it cannot run (the shared-cores checks)."""
+    return _peak(level, threads, quick)[0]
 
 
 def peak_levels() -> list[str]:
@@ -524,11 +530,11 @@ def run(*, threads: int, isa_level: str | None = None, quick: bool = False, suit
             live_out = sys.stdout if out is stdout else out
             for level in levels:
                 describe(f"FMA peak {level}")
-                try:
-                    peaks[level] = peak_f32(level, threads, seconds=0.05 if quick else 0.2,
-                                            repeat=2 if quick else 3)
-                except (ImportError, ValueError, AttributeError) as exc:
-                    peak_errors[level] = f"{type(exc).__name__}: {exc}"
+                gflops, err = _peak(level, threads, quick)
+                if err is None:
+                    peaks[level] = gflops
+                else:
+                    peak_errors[level] = err
                 advance()
             check_level = next((lv for lv in reversed(levels) if lv in peaks), None)
             if threads > 1 and check_level:  # the share of the cores this process gets
