@@ -112,9 +112,10 @@ static const op_gemm_ops op_bf16_widen_ops = {
     0,
 };
 
-/* ---------------------------------------------------------------- k32 packs (bf16dp and amx) */
+/* ---------------------------------------------------------------- k32 packs (bf16dp and amx; and
+   a prepacked weight at every AVX-512 level: op_packed_geom) */
 
-#if defined(OP_BF16_NATIVE)
+#if defined(OP_BF16_NATIVE) || defined(OP_HAS_AVX512)
 static void op_pack_a_k32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc, int64_t p0,
                           int64_t kc, int64_t kcp, uint16_t *d, const int MR)
 {
@@ -575,6 +576,108 @@ static void op_dp_set_ukr16(op_gemm_ops *ops)
 }
 #endif
 
+/* ---------------------------------------------------------------- k32w: float32 block on k32 panels */
+
+#if defined(OP_HAS_AVX512)
+/* A 32-bit lane holding a K-pair of bfloat16 values (the k32 layout) -> the even depth's value as a
+   float32 (VPSLLD 16) or the odd depth's (VPANDD 0xFFFF0000): exact widening in register */
+OP_INLINE __m512 op_sm_even(__m512i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
+OP_INLINE __m512 op_sm_odd(__m512i v)
+{
+    return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xFFFF0000u)));
+}
+#endif
+
+#if defined(OP_HAS_AVX512) && !defined(OP_BF16_NATIVE)
+/* k32w (avx512_core): the float32 register block (OP_F32_MR x 32) multiplying a float32-packed A by
+   bfloat16 B in k32 panels: a prepacked weight's, read in place (op_gemm_packed), or a raw W^T packed
+   per block by op_pack_b_k32 (op_bf16_pick_for). Like the widening ops it multiplies exact float32
+   values, so it keeps their kernel name. Per K-pair of a panel, the two 16-column halves are
+   widened exactly in register, the even depth by a shift (op_sm_even) and the odd one by a mask
+   (op_sm_odd), each followed by its depth's FMAs for every row; 4 integer operations per 4 * MR FMAs.
+   A: op_pack_a_bf16_widen's micro-panel (a[p * MR + i]), its depth zero padded to kcp, a multiple of
+   32 (k_align) as B's is. The tile goes out through op_bf16_tile_out (accumulate, epilogue). Every
+   row sums in the same order whatever mr, so threads may split M anywhere (split_at_mr 0). */
+#define OP_K32W_PF 1024   /* B prefetch distance (elements: the next 32-deep block, 2 KiB) into L1. Zen 4,
+                             --isa avx512_core, 1 thread, K = N = 4096, 2026-12-02, GFLOP/s at
+                             M = 8 / 16 / 32 / 128 / 512: none 44 / 64-69 / 74-80 / 85-87 / 86-87,
+                             1024 68-81 / 96-97 / 90-93 / 93-94 / 90-91, 2048 60-75 / 81-94 /
+                             82-90 / 87-92 / 91-92 (the float32 panels it replaces: 63-67 / 83-88 /
+                             75-82 / 82-88 / 84-94) */
+OP_INLINE void op_ukr_k32w_body(const int MRV, int64_t kcp, const float *OP_RESTRICT a,
+                                const uint16_t *OP_RESTRICT b, float *t)
+{
+    enum { MR = OP_F32_MR };
+    __m512 c0[MR], c1[MR];
+#pragma GCC unroll 14
+    for (int i = 0; i < MRV; i++) c0[i] = c1[i] = _mm512_setzero_ps();
+    for (int64_t kb = 0; kb < kcp; kb += 32, b += 1024) {
+        const float *ak = a + kb * MR;
+#pragma GCC unroll 2
+        for (int pr = 0; pr < 16; pr++) {
+            _mm_prefetch((const char *)(b + OP_K32W_PF + pr * 32), _MM_HINT_T0);
+            _mm_prefetch((const char *)(b + OP_K32W_PF + 512 + pr * 32), _MM_HINT_T0);
+            const __m512i v0 = _mm512_loadu_si512((const void *)(b + pr * 32));
+            const __m512i v1 = _mm512_loadu_si512((const void *)(b + 512 + pr * 32));
+            const float *ap = ak + 2 * pr * MR;
+            const __m512 e0 = op_sm_even(v0), e1 = op_sm_even(v1);
+#pragma GCC unroll 14
+            for (int i = 0; i < MRV; i++) {
+                const __m512 av = _mm512_set1_ps(ap[i]);
+                c0[i] = _mm512_fmadd_ps(av, e0, c0[i]);
+                c1[i] = _mm512_fmadd_ps(av, e1, c1[i]);
+            }
+            const __m512 o0 = op_sm_odd(v0), o1 = op_sm_odd(v1);
+#pragma GCC unroll 14
+            for (int i = 0; i < MRV; i++) {
+                const __m512 av = _mm512_set1_ps(ap[MR + i]);
+                c0[i] = _mm512_fmadd_ps(av, o0, c0[i]);
+                c1[i] = _mm512_fmadd_ps(av, o1, c1[i]);
+            }
+        }
+    }
+#pragma GCC unroll 14
+    for (int i = 0; i < MRV; i++) {
+        _mm512_store_ps(t + i * 32, c0[i]);
+        _mm512_store_ps(t + i * 32 + 16, c1[i]);
+    }
+}
+
+#define OP_K32W_FN(R) \
+    static void op_ukr_k32w_##R(int64_t kcp, const float *a, const uint16_t *b, float *t) \
+    { op_ukr_k32w_body(R, kcp, a, b, t); }
+OP_K32W_FN(1) OP_K32W_FN(2) OP_K32W_FN(3) OP_K32W_FN(4) OP_K32W_FN(5) OP_K32W_FN(6) OP_K32W_FN(7)
+OP_K32W_FN(8) OP_K32W_FN(9) OP_K32W_FN(10) OP_K32W_FN(11) OP_K32W_FN(12) OP_K32W_FN(13) OP_K32W_FN(14)
+#undef OP_K32W_FN
+static void (*const op_ukr_k32w_table[OP_F32_MR])(int64_t, const float *, const uint16_t *, float *) = {
+    op_ukr_k32w_1, op_ukr_k32w_2, op_ukr_k32w_3, op_ukr_k32w_4, op_ukr_k32w_5, op_ukr_k32w_6,
+    op_ukr_k32w_7, op_ukr_k32w_8, op_ukr_k32w_9, op_ukr_k32w_10, op_ukr_k32w_11, op_ukr_k32w_12,
+    op_ukr_k32w_13, op_ukr_k32w_14,
+};
+
+static void op_ukr_k32w(int64_t kcp, const void *a, const void *b, int64_t ldb, float *c, int64_t rsc,
+                        int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
+{
+    (void)ldb;
+    float t[OP_F32_MR * 32] OP_ALIGNED(64);
+    if (csc == 1)   /* C is read after the k loop: fetch its lines now */
+        for (int i = 0; i < mr; i++) {
+            _mm_prefetch((const char *)(c + i * rsc), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c + i * rsc + 31), _MM_HINT_T0);
+        }
+    op_ukr_k32w_table[mr - 1](kcp, (const float *)a, (const uint16_t *)b, t);
+    op_bf16_tile_out(t, 32, mr, nr, c, rsc, csc, acc, epi);
+}
+
+static const op_gemm_ops op_bf16_k32w_ops = {
+    OP_F32_MR, OP_K32_NR, 32, sizeof(float), 2,
+    op_pack_a_bf16_widen, op_pack_b_k32, op_ukr_k32w,
+    0, 2 * OP_K32_NR,
+    {OP_F32_MC, OP_F32_KC, OP_F32_NC},
+    0,
+};
+#endif
+
 /* ---------------------------------------------------------------- amx (real or emulated) */
 
 #if defined(OP_BF16_HAS_AMX)
@@ -630,6 +733,15 @@ static const op_gemm_ops *op_bf16_pick(int64_t m, int *amx)
 static const op_gemm_ops *op_bf16_pick_for(const op_gemm_args *g, int *amx)
 {
     const op_gemm_ops *ops = op_bf16_pick(g->m, amx);
+#if defined(OP_HAS_AVX512) && !defined(OP_BF16_NATIVE)
+    /* B = W^T (a raw Linear weight, rsb == 1): op_pack_b_k32 transposes it in registers, 16 x 16
+       K-pairs at a time, where the widening pack goes element by element; the float32 block then
+       reads the k32 panels (k32w). Zen 4, avx512_core, 1 thread, K = N = 4096, 2026-12-02, GFLOP/s
+       at M = 8 / 16 / 32 / 128 / 512: 14-15 / 28 / 37 / 63 / 79-81 -> 23-29 / 33-35 / 49-50 / 79 /
+       83-88. A row-major B keeps the widening pack (vector conversions) and the float32 kernel:
+       k32w ran bf16 square 512-2048 at 80-88 GFLOP/s against its 90-94. */
+    if (g->rsb == 1 && g->csb != 1) return &op_bf16_k32w_ops;
+#endif
 #if defined(OP_BF16_HAS_DP)
     if (ops == &op_bf16_dp_ops && op_dp_a_inplace && g->csa == 1 && g->k % 32 == 0 && (g->rsa * 2) % 2048 != 0)
         return &op_bf16_dp_ref_ops;
@@ -691,11 +803,6 @@ const char *op_gemm_bf16_kernel_name(void) { return OP_BF16_KERNEL_NAME; }
 #define OP_SM_NK 1
 #define OP_SM_PACKED 2
 
-OP_INLINE __m512 op_sm_even(__m512i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
-OP_INLINE __m512 op_sm_odd(__m512i v)
-{
-    return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xFFFF0000u)));
-}
 
 typedef struct {
     const op_gemm_args *g;
@@ -1377,12 +1484,22 @@ int op_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k,
     return op_bf16_run(&ops, &g, amx, c, c_off, rsc, csc, c_dtype, blk, nthreads);
 }
 
-/* ---------------------------------------------------------------- prepacked B */
+/* ---------------------------------------------------------------- prepacked B
+
+   A prepacked bfloat16 B is kept in the k32 layout (bfloat16, half the bytes of float32 panels) at
+   every AVX-512 level, and read in place: by the bf16dp / amx kernels, by the small-M loops
+   (OP_SM_PACKED, widening in register where the level has no bfloat16 arithmetic) and, at
+   avx512_core, by the float32 register block through k32w below. There it used to be float32
+   panels of the float32 kernel: twice the bytes, so a decode product with a prepacked weight
+   streamed twice the memory of the raw weight's loop (Zen 4, --isa avx512_core, 1 thread,
+   1 x 4096 x 4096, 2026-12-02: prepacked 11.6 GFLOP/s against raw 17.4 and torch 22.8). Below
+   AVX-512 (avx2, generic) a prepacked bfloat16 B stays float32 panels of the level's kernel. */
+
 
 /* Packed depth and element size of a prepacked B of dtype b_dtype at this level. */
 static int64_t op_packed_kp(int b_dtype, int64_t k)
 {
-#if defined(OP_BF16_NATIVE)
+#if defined(OP_BF16_NATIVE) || defined(OP_HAS_AVX512)
     if (b_dtype == 1) return op_roundup64(k, 32);
 #endif
     (void)b_dtype;
@@ -1394,7 +1511,7 @@ static void op_packed_geom(int b_dtype, int *nr, size_t *elem, op_pack_b_fn *pac
     *nr = OP_F32_NR;
     *elem = sizeof(float);
     *pack = b_dtype == 1 ? op_pack_b_bf16_widen : op_pack_b_f32;
-#if defined(OP_BF16_NATIVE)
+#if defined(OP_BF16_NATIVE) || defined(OP_HAS_AVX512)
     if (b_dtype == 1) {
         *nr = OP_K32_NR;
         *elem = 2;
@@ -1454,7 +1571,7 @@ int op_gemm_packed(int b_dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
     g.a = a; g.a_off = a_off; g.rsa = rsa; g.csa = csa;
     g.b = bpacked; g.b_off = NULL; g.rsb = op_packed_kp(b_dtype, g.k); g.csb = 1;
     g.epi = epi;
-#if defined(OP_HAS_AVX512) && defined(OP_BF16_NATIVE)
+#if defined(OP_HAS_AVX512)
     if (b_dtype == 1 && n > 0 && batch > 0 && op_sm_form(&g, 1) >= 0)
         return op_sm_run(OP_SM_PACKED, &g, c, c_off, rsc, csc, c_dtype, nthreads);
 #endif
@@ -1462,6 +1579,9 @@ int op_gemm_packed(int b_dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
     op_gemm_ops ops = b_dtype == 1 ? *op_bf16_pick_for(&g, &amx) : op_gemm_f32_ops;
 #if defined(OP_BF16_HAS_DP)
     op_dp_set_ukr16(&ops);
+#endif
+#if defined(OP_HAS_AVX512) && !defined(OP_BF16_NATIVE)
+    if (b_dtype == 1) ops = op_bf16_k32w_ops;   /* the float32 block on the k32 panels */
 #endif
     ops.direct_b = 0;
     ops.b_prepacked = 1;
