@@ -252,6 +252,26 @@ def test_small_m_forms(level, decode_variant, m, n, k):
     _assert_f32(onepath.matmul(x, bw[:, 3:3 + n], dtype=np.float32), x, b_kn)
 
 
+# A raw (n, k) weight with 5 to 48 rows of x: where the VDPBF16PS variant is on, passes of 4 rows
+# over each 32-row tile of W (OP_SM_NKDP_MAX_M); K over two depth chunks (2100), K above the pass
+# limit (8200: the driver), N edges, bias + activation, both output dtypes, a batch of x.
+@pytest.mark.parametrize("m", [5, 8, 13, 16, 33, 48])
+@pytest.mark.parametrize("n,k", [(70, 2100), (33, 100), (40, 8200)])
+def test_raw_weight_row_passes(level, decode_variant, m, n, k):
+    rng = np.random.default_rng(m * 131 + n + k)
+    x, w = _rand_bf16(rng, (m, k)), _rand_bf16(rng, (n, k))
+    _assert_f32(onepath.linear(x, w, dtype=np.float32), x, w.T)
+    _assert_bf16(onepath.linear(x, w), x, w.T)
+    bias = rng.standard_normal(n).astype(np.float32)
+    ref = np.maximum(x.astype(np.float64) @ w.astype(np.float64).T + bias, 0)
+    got = onepath.linear(x, w, bias, activation="relu", dtype=np.float32)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3 * np.abs(ref).max())
+    l16 = onepath.linear(x, w, bias, activation="relu")
+    assert np.array_equal(l16.view(np.uint16), got.astype(BF16).view(np.uint16))
+    xb = _rand_bf16(rng, (2, m, k))
+    _assert_f32(onepath.linear(xb, w, dtype=np.float32), xb, w.T)
+
+
 @pytest.mark.parametrize("m", [1, 4])
 @pytest.mark.parametrize("act", ["relu", "gelu", "silu"])
 def test_small_m_epilogue_and_batch(level, decode_variant, m, act):
@@ -316,8 +336,13 @@ def test_bf16_output_over_several_kc_blocks(level, shape):
     l32 = onepath.linear(a, w, bias, activation="gelu", dtype=np.float32)
     l16 = onepath.linear(a, w, bias, activation="gelu")
     assert np.array_equal(l16.view(np.uint16), l32.astype(BF16).view(np.uint16))
-    p16 = onepath.linear(a, onepath.prepack(w), bias, activation="gelu")
-    assert np.array_equal(p16.view(np.uint16), l32.astype(BF16).view(np.uint16))
+    # a prepacked weight: its own float32 result rounded once (a raw W^T of <= 48 rows may take the
+    # dot-product passes where VDPBF16PS is on, which sum in another order than the GEMM)
+    p = onepath.prepack(w)
+    p32 = onepath.linear(a, p, bias, activation="gelu", dtype=np.float32)
+    np.testing.assert_allclose(p32, l32, rtol=1e-5, atol=1e-5 * np.abs(l32).max())
+    p16 = onepath.linear(a, p, bias, activation="gelu")
+    assert np.array_equal(p16.view(np.uint16), p32.astype(BF16).view(np.uint16))
 
 
 @pytest.mark.parametrize("variants", [(), ("a_in_place",), ("c_bf16_in_register",),

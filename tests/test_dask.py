@@ -160,6 +160,19 @@ def test_linear_every_activation(client, level, act, dt):
         assert np.all(np.abs(got - ref).reshape(-1, 33) <= 2 * tol + 2e-6)
 
 
+@pytest.mark.parametrize("rows", [40, 64])
+def test_linear_bf16_row_blocks_bit_identical(client, level, rows):
+    """A raw bfloat16 weight: the whole problem of 40 rows takes the dot-product passes where the
+    VDPBF16PS variant is on (up to 48 rows), 64 rows the GEMM; blocks of 5 / 20 rows cut from either
+    are padded to run the same path and give the same bits."""
+    rng = np.random.default_rng(rows)
+    x = _rand(rng, (rows, 40), BF16)
+    w = (_rand(rng, (33, 40), np.float32) / math.sqrt(40)).astype(BF16)
+    chunks = ((5, 20, rows - 25), 40)
+    got = client.compute(odask.linear(da.from_array(x, chunks=chunks), w, dtype=np.float32)).result()
+    _assert_same(got, onepath.linear(x, w, dtype=np.float32))
+
+
 def test_linear_weight_one_key_packed_once_per_worker(client):
     rng = np.random.default_rng(4)
     x = _rand(rng, (400, 64), F32)

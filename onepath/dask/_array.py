@@ -6,7 +6,8 @@ or ``ONEPATH_MAX_ISA``) caps the tasks too (a worker whose best level is lower r
 graph built under ``with onepath.max_isa("avx2"):`` runs avx2 kernels on every worker.
 
 Bit-identity: the kernels pick a different K blocking for products of at most MR rows (B read in
-place) and a dot-product path for at most 4 rows, so a block of few rows cut from a taller operand
+place) and a dot-product path for at most 4 rows (48 for a raw bfloat16 weight where the VDPBF16PS
+variant is on: Zen 4), so a block of few rows cut from a taller operand
 would round differently from the in-memory call. Such blocks are padded with zero rows to the row
 count the whole problem runs with (at most ``_PAD_ROWS``), so chunks along the batch/row axes give
 results bit-identical to ``onepath.matmul`` / ``linear`` / ``conv2d`` on the whole array.
@@ -27,7 +28,9 @@ from ..dispatch import LEVELS
 from ..dtypes import BF16, F32, to_bfloat16
 from ..ops import _small
 
-_PAD_ROWS = 33  # > every MR of the registry (float32 14, bfloat16 AMX 32) and > the 4-row dot path
+# > every MR of the registry (float32 14, bfloat16 AMX 32) and > the rows of the dot-product paths
+# (4; a raw bfloat16 W^T with VDPBF16PS: OP_SM_NKDP_MAX_M = 48 in kernels/gemm_bf16.c)
+_PAD_ROWS = 49
 
 
 # ------------------------------------------------------------------------------------------------
@@ -211,7 +214,12 @@ def _packed_weight(token: str, w: np.ndarray):
 
 def _linear_block(x, w, b=None, *, wkey, activation, out_dtype, level, full_m, small=False):
     with _capped(level), _gemm_path(small):
-        wk = _packed_weight(wkey, w) if w.dtype in (F32, BF16) and x.dtype in (F32, BF16) else w
+        # a whole problem of fewer than _PAD_ROWS rows runs the raw weight's small-M paths in memory
+        # (dot products, whose sums differ from a prepacked weight's): its blocks read it raw too
+        if full_m < _PAD_ROWS:
+            wk = np.ascontiguousarray(w)
+        else:
+            wk = _packed_weight(wkey, w) if w.dtype in (F32, BF16) and x.dtype in (F32, BF16) else w
         lead = x.shape[:-1]
         x2 = x.reshape(-1, x.shape[-1])
         extra = _pad_rows(x2, 0, full_m)

@@ -39,8 +39,9 @@ int op_gemm_packed(int b_dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
 int op_gemm_bf16_mr(void);
 int op_gemm_bf16_nr(void);
 const char *op_gemm_bf16_kernel_name(void);
-/* Name of the kernel op_gemm_bf16 / op_gemm_packed(1, ...) runs for m rows (small M may differ). */
-const char *op_gemm_bf16_kernel_for(int64_t m);
+/* Name of the kernel op_gemm_bf16 / op_gemm_packed(1, ...) runs for m rows and depth k; b_form: 1
+   when B is a raw W^T (rsb == 1, columns at least k apart), else 0 (small M differs with B's form). */
+const char *op_gemm_bf16_kernel_for(int64_t m, int64_t k, int b_form);
 
 /* Per-microarchitecture variants of this level's bfloat16 kernels, flags OR-ed:
      1  small-M products (m <= 4 at the AVX-512 levels) with a raw (n x k) or prepacked weight

@@ -1,11 +1,14 @@
 /* gemm_bf16.c: bfloat16 GEMM of one level, on the shared driver of gemm_f32.c (op_gemm_drive).
 
-   Three packing / micro-kernel sets (op_gemm_ops), chosen by the level:
+   Four packing / micro-kernel sets (op_gemm_ops), chosen by the level:
      widen   (generic, avx2, avx512_core): bfloat16 widened to float32 while packing (2-byte loads,
              exact), then the level's float32 micro-kernel (op_ukr_f32) and its packed layouts.
+     k32w    (avx512_core: a prepacked weight, and a raw W^T): the float32 14 x 32 register block
+             on k32 panels of B (below), widened in register.
      bf16dp  (avx512_core_bf16, and small M on avx512_core_amx): VDPBF16PS, 14 x 32 register block.
      amx     (avx512_core_amx, and the amx_emu build): TDPBF16PS tiles, 32 x 32 block (gemm_bf16_amx.c).
-   bf16dp and amx share one packed layout ("k32"), so a prepacked weight serves both:
+   bf16dp and amx share one packed layout ("k32"), so a prepacked weight serves both (and k32w reads
+   its B panels: a prepacked bfloat16 weight is k32 at every AVX-512 level):
      A micro-panel (MR rows): per block of 32 depths kb, MR rows of 32 bfloat16:
          a[(kb*MR + i)*32 + kk] = A[i][kb*32 + kk]      (an AMX A tile: 16 rows, 64 bytes each)
      B micro-panel (32 columns): per block of 32 depths kb, two column halves jt of 16 K-pairs x 16
@@ -31,6 +34,16 @@
 /* Whether the small-M forms NK and PACKED multiply with VDPBF16PS (op_gemm_bf16_set_variants flag 1;
    set by onepath.ops._bf16 from the registry's BF16_VARIANTS rule for the host's microarchitecture). */
 static int op_sm_dp = 0;
+/* Where it is on, the VDPBF16PS form of a raw W^T (OP_SM_NK) also takes 5 to OP_SM_NKDP_MAX_M rows,
+   in passes of OP_SM_MAX_M rows over each 32-row tile of W in turn, when the tile (32 rows of K)
+   stays in L2 between passes: K <= OP_SM_NKDP_MAX_K (512 KiB). More rows or a deeper K: the driver,
+   which packs all of W per call. Zen 4, K = N = 4096, 2026-12-02, GFLOP/s driver -> passes (torch
+   2.13 beside them), 1 thread, M = 5 / 8 / 12 / 16 / 20 / 32 / 48: 33 / 46 / 62 / 68 / 69-77 /
+   86-93 / 106-117 -> 59-64 / 90-99 / 91-102 / 105-115 / 112-129 / 128-133 / 132-138 (41-46 / 56-63 /
+   74-83 / 86-94 / 98-111 / 126-133 / 146-157); 2 threads, M = 20 / 32 / 48: 67-72 / 100-104 /
+   138-144 -> 125-162 / 155-161 / 171-184 (torch 127-186 / 225-239 / 263-284). */
+#define OP_SM_NKDP_MAX_M 48
+#define OP_SM_NKDP_MAX_K 8192
 #endif
 
 /* ---------------------------------------------------------------- tile write-out */
@@ -112,10 +125,10 @@ static const op_gemm_ops op_bf16_widen_ops = {
     0,
 };
 
-/* ---------------------------------------------------------------- k32 packs (bf16dp and amx; and
-   a prepacked weight at every AVX-512 level: op_packed_geom) */
+/* ---------------------------------------------------------------- k32 packs (bf16dp and amx; B also
+   for k32w and a prepacked weight at every AVX-512 level: op_packed_geom) */
 
-#if defined(OP_BF16_NATIVE) || defined(OP_HAS_AVX512)
+#if defined(OP_BF16_NATIVE)
 static void op_pack_a_k32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc, int64_t p0,
                           int64_t kc, int64_t kcp, uint16_t *d, const int MR)
 {
@@ -155,8 +168,9 @@ static void op_pack_a_k32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t
         }
     }
 }
+#endif
 
-
+#if defined(OP_BF16_NATIVE) || defined(OP_HAS_AVX512)
 static void op_pack_b_k32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc, int64_t kcp,
                           int64_t j0, int64_t nc, void *dst)
 {
@@ -749,14 +763,18 @@ static const op_gemm_ops *op_bf16_pick_for(const op_gemm_args *g, int *amx)
     return ops;
 }
 
-const char *op_gemm_bf16_kernel_for(int64_t m)
+const char *op_gemm_bf16_kernel_for(int64_t m, int64_t k, int b_form)
 {
     (void)m;
+    (void)k;
+    (void)b_form;
 #if defined(OP_HAS_AVX512)
     /* m <= OP_SM_MAX_M (below): the small-M loops reading B in place (prepacked: AMX tiles at the
        AMX level); a B that fits none of their forms still takes the driver (rare: strided both ways) */
 #if defined(OP_BF16_HAS_DP)
     if (m >= 1 && m <= 4 && op_sm_dp) return "gemm_bf16_decode_vdpbf16ps_" OP_LEVEL_NAME "_m4";
+    if (m > 4 && m <= OP_SM_NKDP_MAX_M && k <= OP_SM_NKDP_MAX_K && op_sm_dp && b_form == 1)   /* passes of 4 rows */
+        return "gemm_bf16_decode_vdpbf16ps_" OP_LEVEL_NAME "_m4";
 #endif
     if (m >= 1 && m <= 4) return "gemm_bf16_decode_" OP_LEVEL_NAME "_m4";
 #endif
@@ -803,7 +821,6 @@ const char *op_gemm_bf16_kernel_name(void) { return OP_BF16_KERNEL_NAME; }
 #define OP_SM_NK 1
 #define OP_SM_PACKED 2
 
-
 typedef struct {
     const op_gemm_args *g;
     int form;
@@ -819,6 +836,7 @@ typedef struct {
                                 zero padded */
     int dp;                  /* 1: the VDPBF16PS forms of OP_SM_NK and OP_SM_PACKED (op_sm_dp) */
     int64_t ppf;             /* OP_SM_PACKED widening loop: prefetch distance (elements) */
+    int64_t r0;              /* first row of x / C of this pass (the VDPBF16PS OP_SM_NK form) */
 } op_sm_ctx;
 
 
@@ -832,10 +850,10 @@ static void op_sm_out(const op_sm_ctx *x, int64_t bi, int64_t j, int mr, int nr,
     if (epi && !epi->bias && epi->act == OP_ACT_NONE) epi = NULL;
     if (epi && epi->bias) {
         te = *epi;
-        if (te.bias_axis != 0) te.bias += j * te.bias_stride;
+        te.bias += (te.bias_axis != 0 ? j : x->r0) * te.bias_stride;
         epi = &te;
     }
-    const int64_t off = (x->c_off ? x->c_off[bi] : 0) + j * x->csc;
+    const int64_t off = (x->c_off ? x->c_off[bi] : 0) + x->r0 * x->rsc + j * x->csc;
     if (x->c_dtype == 0) {
         op_bf16_tile_out(t, 32, mr, nr, (float *)x->c + off, x->rsc, x->csc, 0, epi);
         return;
@@ -987,7 +1005,7 @@ OP_INLINE void op_sm_nk_dp_body(const int MRV, const int JV, const op_sm_ctx *x,
 {
     const op_gemm_args *g = x->g;
     const int64_t kp = x->kp, m = g->m, n = g->n, k = g->k, ldw = g->csb;
-    const uint16_t *xb = x->xb + bi * m * kp;
+    const uint16_t *xb = x->xb + (bi * m + x->r0) * kp;
     const uint16_t *W = (const uint16_t *)g->b + (g->b_off ? g->b_off[bi] : 0);
     const int64_t kfull = k / 32 * 32;
     const __mmask32 tail = (__mmask32)((1ull << (k - kfull)) - 1ull);
@@ -1208,6 +1226,9 @@ OP_SM_INST(1) OP_SM_INST(2) OP_SM_INST(3) OP_SM_INST(4)
     }
 OP_SM_DP_INST(1) OP_SM_DP_INST(2) OP_SM_DP_INST(3) OP_SM_DP_INST(4)
 #undef OP_SM_DP_INST
+static void (*const op_sm_nk_dp_table[OP_SM_MAX_M])(const op_sm_ctx *, int64_t, int64_t, int64_t) = {
+    op_sm_nk_dp_m1, op_sm_nk_dp_m2, op_sm_nk_dp_m3, op_sm_nk_dp_m4,
+};
 #endif
 
 #if defined(OP_LEVEL_AVX512_CORE_AMX)
@@ -1283,12 +1304,15 @@ static void op_sm_task(void *ctx, int64_t task, int tid)
         return;
     }
     if (x->dp && x->form == OP_SM_NK) {
-        switch (m) {
-        case 1: op_sm_nk_dp_m1(x, bi, j0, j1); break;
-        case 2: op_sm_nk_dp_m2(x, bi, j0, j1); break;
-        case 3: op_sm_nk_dp_m3(x, bi, j0, j1); break;
-        default: op_sm_nk_dp_m4(x, bi, j0, j1); break;
+        if (m <= OP_SM_MAX_M) {
+            op_sm_nk_dp_table[m - 1](x, bi, j0, j1);
+            return;
         }
+        /* more rows (up to OP_SM_NKDP_MAX_M): passes of OP_SM_MAX_M rows over each 32-row tile of W */
+        op_sm_ctx y = *x;
+        for (int64_t jc = j0; jc < j1; jc += 32)
+            for (y.r0 = 0; y.r0 < m; y.r0 += OP_SM_MAX_M)
+                op_sm_nk_dp_table[op_min64(OP_SM_MAX_M, m - y.r0) - 1](&y, bi, jc, op_min64(j1, jc + 32));
         return;
     }
 #endif
@@ -1328,7 +1352,17 @@ static void op_sm_task(void *ctx, int64_t task, int tid)
 /* Which form reads this B in place for m rows, or -1 (the driver then runs it). */
 static int op_sm_form(const op_gemm_args *g, int prepacked)
 {
-    if (g->m < 1 || g->m > OP_SM_MAX_M || g->k < 1 || g->n < 1 || g->batch < 1) return -1;
+    if (g->m < 1 || g->k < 1 || g->n < 1 || g->batch < 1) return -1;
+    if (g->m > OP_SM_MAX_M) {
+#if defined(OP_BF16_HAS_DP)
+        /* a raw W^T: the VDPBF16PS dot products in passes where they are on (op_sm_dp: Zen 4,
+           where VDPBF16PS issues at the FMA rate; OP_SM_NKDP_MAX_M above) */
+        if (op_sm_dp && !prepacked && g->m <= OP_SM_NKDP_MAX_M && g->k <= OP_SM_NKDP_MAX_K &&
+            g->rsb == 1 && g->csb >= g->k)
+            return OP_SM_NK;
+#endif
+        return -1;
+    }
     if (prepacked) return OP_SM_PACKED;
     if (g->csb == 1 && g->rsb >= g->n) return OP_SM_KN;
     if (g->rsb == 1 && g->csb >= g->k) return OP_SM_NK;
@@ -1495,7 +1529,6 @@ int op_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k,
    1 x 4096 x 4096, 2026-12-02: prepacked 11.6 GFLOP/s against raw 17.4 and torch 22.8). Below
    AVX-512 (avx2, generic) a prepacked bfloat16 B stays float32 panels of the level's kernel. */
 
-
 /* Packed depth and element size of a prepacked B of dtype b_dtype at this level. */
 static int64_t op_packed_kp(int b_dtype, int64_t k)
 {
@@ -1576,12 +1609,16 @@ int op_gemm_packed(int b_dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
         return op_sm_run(OP_SM_PACKED, &g, c, c_off, rsc, csc, c_dtype, nthreads);
 #endif
     int amx = 0;
-    op_gemm_ops ops = b_dtype == 1 ? *op_bf16_pick_for(&g, &amx) : op_gemm_f32_ops;
+    op_gemm_ops ops = op_gemm_f32_ops;
+    if (b_dtype == 1) {
+#if defined(OP_HAS_AVX512) && !defined(OP_BF16_NATIVE)
+        ops = op_bf16_k32w_ops;   /* the float32 block on the k32 panels */
+#else
+        ops = *op_bf16_pick_for(&g, &amx);
+#endif
+    }
 #if defined(OP_BF16_HAS_DP)
     op_dp_set_ukr16(&ops);
-#endif
-#if defined(OP_HAS_AVX512) && !defined(OP_BF16_NATIVE)
-    if (b_dtype == 1) ops = op_bf16_k32w_ops;   /* the float32 block on the k32 panels */
 #endif
     ops.direct_b = 0;
     ops.b_prepacked = 1;

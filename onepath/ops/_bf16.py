@@ -143,9 +143,10 @@ def run_gemm_bf16(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, *, bias=
     _stats.record(op, "bfloat16", level, row.algorithm if row is not None else None)
     if callable(shapes) and (used < 0 or verbose):
         shapes = shapes()
-    _check(used, lambda: ffi.string(lib.op_gemm_bf16_kernel_for(m)).decode(), shapes or (m, n, k))
+    b_form = 1 if sb[-2] == ib and sb[-1] >= k * ib else 0  # B = W^T: small M may take its own form
+    _check(used, lambda: ffi.string(lib.op_gemm_bf16_kernel_for(m, k, b_form)).decode(), shapes or (m, n, k))
     if verbose:
-        name = ffi.string(lib.op_gemm_bf16_kernel_for(m)).decode()
+        name = ffi.string(lib.op_gemm_bf16_kernel_for(m, k, b_form)).decode()
         _verbose.emit(op, f"bf16:bf16:{_TAG[c.dtype]}", level, name, shapes, used, time.perf_counter() - t0)
     return level
 
@@ -188,7 +189,7 @@ def run_gemm_packed(op: str, level: str, row, b_dtype: np.dtype, a: np.ndarray, 
         ffi.cast("void *", c.ctypes.data), ffi.NULL, c.strides[0] // ic, c.strides[1] // ic,
         1 if c.dtype == BF16 else 0, blk, epi, _threads.get_num_threads())
     dname = "bfloat16" if code else "float32"
-    name = lambda: (ffi.string(lib.op_gemm_bf16_kernel_for(m)).decode() if code  # noqa: E731
+    name = lambda: (ffi.string(lib.op_gemm_bf16_kernel_for(m, k, 0)).decode() if code  # noqa: E731
                     else ffi.string(lib.op_gemm_f32_kernel_name()).decode())
     _stats.record(op, dname, level, row.algorithm if row is not None else None)
     _check(used, name, shapes or (m, n, k))
