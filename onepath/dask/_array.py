@@ -237,7 +237,8 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
             becomes one key of the graph (a numpy array under a name derived from its content; a
             dask array, e.g. one persisted across computations, is merged into one chunk), fetched
             once by each worker and prepacked there once (``onepath.prepack``, cached per worker
-            process under that key) for all its blocks.
+            process under that key) for all its blocks; a whole problem of fewer than 49 rows
+            (``_PAD_ROWS``) reads it raw, as the in-memory call's small-M paths do.
         bias: None or (out_features,), numpy or dask. activation: None, "relu", "gelu", "gelu_tanh", "silu".
         dtype: as ``onepath.linear`` (None: its promotion rules).
     Returns:

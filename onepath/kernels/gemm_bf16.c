@@ -840,8 +840,9 @@ typedef struct {
 } op_sm_ctx;
 
 
-/* Writes t[mr x nr] (row stride 32) to C rows 0..mr-1, columns j..j+nr-1 of entry bi, epilogue and
-   (bfloat16 C) the single rounding included. */
+/* Writes t[mr x nr] (row stride 32) to C rows r0..r0+mr-1 (x->r0: the pass; 0 outside the passes of
+   the VDPBF16PS OP_SM_NK form), columns j..j+nr-1 of entry bi, epilogue and (bfloat16 C) the single
+   rounding included. */
 static void op_sm_out(const op_sm_ctx *x, int64_t bi, int64_t j, int mr, int nr, float *t)
 {
     const op_gemm_args *g = x->g;
