@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import zlib
 
 import numpy as np
 import pytest
@@ -39,7 +40,7 @@ def _inputs(rng, dt, lead=(2, 7), k=45, n=37):
 @pytest.mark.parametrize("dt", ["float32", "bfloat16"])
 def test_linear_fused(level, act, dt):
     dt = np.dtype(dt) if dt == "float32" else BF16
-    rng = np.random.default_rng(hash((act, dt.name)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(f"{act}-{dt.name}".encode()))  # the same data every run
     x, w, bias = _inputs(rng, dt)
     ref = _ref(x, w, bias, act)
     y = onepath.linear(x, w, bias, activation=act, dtype=np.float32)
@@ -53,7 +54,10 @@ def test_linear_fused(level, act, dt):
         assert y16.dtype == BF16
         # one rounding of the float32 result (bias and activation applied before it)
         assert np.array_equal(y16.view(np.uint16), y.astype(BF16).view(np.uint16))
-        assert np.array_equal(onepath.linear(x, p, bias, activation=act).view(np.uint16), y16.view(np.uint16))
+        # a prepacked weight: its own float32 result rounded once (the raw weight's 14 rows may take
+        # the dot-product passes where VDPBF16PS is on, which sum in another order than the GEMM)
+        yp16 = onepath.linear(x, p, bias, activation=act)
+        assert np.array_equal(yp16.view(np.uint16), yp.astype(BF16).view(np.uint16))
 
 
 def test_linear_mixed_and_shapes(level):
