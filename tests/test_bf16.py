@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import onepath
+from onepath.dispatch import registry
 from onepath.dtypes import BF16, F32
 from onepath.kernels import load
 from onepath.ops._bf16 import run_gemm_bf16
@@ -346,7 +347,8 @@ def test_bf16_output_over_several_kc_blocks(level, shape):
 
 
 @pytest.mark.parametrize("variants", [(), ("a_in_place",), ("c_bf16_in_register",),
-                                      ("a_in_place", "c_bf16_in_register")])
+                                      ("a_in_place", "c_bf16_in_register"), ("thin_nc",),
+                                      ("a_in_place", "c_bf16_in_register", "thin_nc")])
 def test_vdpbf16ps_gemm_reads_a_in_place(variants):
     """The VDPBF16PS GEMM with A packed and read in place, bfloat16 C through a rounded float tile or
     from the registers (registry.BF16_VARIANTS picks them per microarchitecture): full 14-row panels
@@ -361,7 +363,7 @@ def test_vdpbf16ps_gemm_reads_a_in_place(variants):
     try:
         with onepath.max_isa(level):
             for m, n, k in [(45, 71, 128), (64, 96, 96), (29, 40, 2100), (20, 40, 2176), (33, 31, 33),
-                            (130, 50, 320)]:
+                            (130, 50, 320), (60, 600, 96), (257, 300, 64)]:
                 a, b = _rand_bf16(rng, (m, k)), _rand_bf16(rng, (k, n))
                 _assert_f32(onepath.matmul(a, b, dtype=np.float32), a, b)
                 _assert_bf16(onepath.matmul(a, b), a, b)
@@ -391,6 +393,34 @@ def test_vdpbf16ps_gemm_reads_a_in_place(variants):
             assert np.array_equal(r16.view(np.uint16), r32.astype(BF16).view(np.uint16))
     finally:
         _bf16.set_variants(level)
+
+
+def test_thin_nc_same_bits():
+    """The "thin_nc" variant (at most 256 rows: B swept in blocks of at most 256 columns) changes the
+    tiling only: the same bits as without it, for a raw W^T, a row-major B and a prepacked weight,
+    N over several blocks with a tail, K over two KC blocks, float32 and bfloat16 C."""
+    from onepath.ops import _bf16
+    level = "avx512_core_bf16"
+    if level not in onepath.available_isas():
+        pytest.skip(f"{level} cannot run on this host")
+    rng = np.random.default_rng(23)
+    a, w = _rand_bf16(rng, (70, 2100)), _rand_bf16(rng, (600, 2100))
+    bias = rng.standard_normal(600).astype(np.float32)
+    out = {}
+    try:
+        with onepath.max_isa(level):
+            p = onepath.prepack(w)
+            for on in (False, True):
+                _bf16.set_variants(level, registry.bf16_variants(level) | {"thin_nc"} if on
+                                   else registry.bf16_variants(level) - {"thin_nc"})
+                out[on] = [onepath.linear(a, w, bias, dtype=dt) for dt in (np.float32, BF16)]
+                out[on] += [onepath.linear(a, p, bias, dtype=dt) for dt in (np.float32, BF16)]
+                out[on] += [onepath.matmul(a, np.ascontiguousarray(w.T), dtype=dt) for dt in (np.float32, BF16)]
+    finally:
+        _bf16.set_variants(level)
+    for x, y in zip(out[False], out[True]):
+        assert x.dtype == y.dtype and np.array_equal(x.view(np.uint8), y.view(np.uint8))
+    _assert_f32(out[True][4], a, np.ascontiguousarray(w.T))
 
 
 def test_bf16_output_emulated_several_kc_blocks():

@@ -269,17 +269,27 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
 #                       lanes) when one KC block holds all of K, instead of storing a float tile
 #                       that the driver reloads and rounds. Zen 4, paired A/B in one process, bit-
 #                       identical C: 512^3 and 1024^3 +3% at 1 thread, +2.5-3% at 2.
+#   "thin_nc"           the VDPBF16PS GEMM of at most 256 rows sweeps B in blocks of at most 256
+#                       columns (the row's NC otherwise, 2048 on zen4): the block every row block of
+#                       A passes over is read from cache after its first pass, and a raw (out, in)
+#                       weight packed per call is read back from cache. Same sums. A prepacked
+#                       weight whose rows fit one row block keeps the row's NC. Zen 4, K = N = 4096,
+#                       2026-12-02, off / on alternated in one process with torch 2.13: raw weight
+#                       m = 49 / 64 / 128 / 256, 1 thread 0.77 / 0.82 / 0.74 / 0.82 -> 0.95 / 0.93 /
+#                       0.87 / 0.90x torch, 2 threads 0.79 / 0.82 / 0.81 / 0.89 -> 0.94 / 0.93 /
+#                       0.95 / 1.11x; prepacked m = 128 / 256 at 1 thread 0.92 / 0.90 -> 0.96 / 0.94x.
 # zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), paired against torch 2.13 in one
 # process: decode K = N = 4096 at 1 thread, raw weight m = 1 / 4 from 26 / 67 to 45 / 100 GFLOP/s,
 # prepacked m = 1 / 4 from 36 / 97 to 43-50 / 165-185 (m = 1: the prefetch distance); A in place
 # (no copy of A, whose rows every thread packed whole when the threads split N): 512^3 +0.5%
 # at 1 thread, +2% at 2.
 BF16_VARIANTS: dict[tuple[str, str], frozenset[str]] = {
-    ("zen4", "avx512_core_bf16"): frozenset({"decode_vdpbf16ps", "a_in_place", "c_bf16_in_register"}),
+    ("zen4", "avx512_core_bf16"): frozenset({"decode_vdpbf16ps", "a_in_place", "c_bf16_in_register",
+                                             "thin_nc"}),
 }
 
 
-BF16_VARIANT_FLAGS = {"decode_vdpbf16ps": 1, "a_in_place": 2, "c_bf16_in_register": 4}  # the bits of op_gemm_bf16_set_variants
+BF16_VARIANT_FLAGS = {"decode_vdpbf16ps": 1, "a_in_place": 2, "c_bf16_in_register": 4, "thin_nc": 8}  # the bits of op_gemm_bf16_set_variants
 
 
 def bf16_variants(level: str, uarch: str | None = None) -> frozenset[str]:

@@ -49,7 +49,9 @@ const char *op_gemm_bf16_kernel_for(int64_t m, int64_t k, int b_form);
         raw weight, also 5 to 48 rows (k <= 8192), in passes of 4 rows (else: the GEMM);
      2  the VDPBF16PS GEMM kernel reads a row-major A (k contiguous) in place (else: A packed);
      4  the VDPBF16PS GEMM kernel writes a bfloat16 C (columns contiguous) from its registers when
-        one KC block holds all of K (else: a float tile the driver rounds into C).
+        one KC block holds all of K (else: a float tile the driver rounds into C);
+     8  the VDPBF16PS GEMM of at most 256 rows sweeps B in blocks of at most 256 columns (else: the
+        NC it is given); the same sums.
    Default 0. Process-wide for this level's module; dispatch sets them from the registry's
    BF16_VARIANTS rule for the host's microarchitecture. Returns the flags now in force (only those
    this level has: 0 at a level without VDPBF16PS, whatever was asked). */
