@@ -253,24 +253,27 @@ def test_small_m_forms(level, decode_variant, m, n, k):
     _assert_f32(onepath.matmul(x, bw[:, 3:3 + n], dtype=np.float32), x, b_kn)
 
 
-# A raw (n, k) weight with 5 to 48 rows of x: where the VDPBF16PS variant is on, passes of 4 rows
-# over each 32-row tile of W (OP_SM_NKDP_MAX_M); K over two depth chunks (2100), K above the pass
-# limit (8200: the driver), N edges, bias + activation, both output dtypes, a batch of x.
-@pytest.mark.parametrize("m", [5, 8, 13, 16, 33, 48])
+# A raw (n, k) or prepacked weight with 5 to 49 rows of x: where the VDPBF16PS variant is on, passes
+# of 4 rows over each 32-row tile of W or 32-column panel (OP_SM_NKDP_MAX_M, OP_SM_PKDP_MAX_M); K
+# over two depth chunks (2100), K above the pass limit (8200: the driver), 49 rows (the driver), N
+# edges, bias + activation, both output dtypes, a batch of x.
+@pytest.mark.parametrize("m", [5, 8, 13, 16, 33, 48, 49])
 @pytest.mark.parametrize("n,k", [(70, 2100), (33, 100), (40, 8200)])
-def test_raw_weight_row_passes(level, decode_variant, m, n, k):
+@pytest.mark.parametrize("packed", [False, True], ids=["raw", "prepacked"])
+def test_raw_weight_row_passes(level, decode_variant, m, n, k, packed):
     rng = np.random.default_rng(m * 131 + n + k)
     x, w = _rand_bf16(rng, (m, k)), _rand_bf16(rng, (n, k))
-    _assert_f32(onepath.linear(x, w, dtype=np.float32), x, w.T)
-    _assert_bf16(onepath.linear(x, w), x, w.T)
+    wt = onepath.prepack(w) if packed else w
+    _assert_f32(onepath.linear(x, wt, dtype=np.float32), x, w.T)
+    _assert_bf16(onepath.linear(x, wt), x, w.T)
     bias = rng.standard_normal(n).astype(np.float32)
     ref = np.maximum(x.astype(np.float64) @ w.astype(np.float64).T + bias, 0)
-    got = onepath.linear(x, w, bias, activation="relu", dtype=np.float32)
+    got = onepath.linear(x, wt, bias, activation="relu", dtype=np.float32)
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3 * np.abs(ref).max())
-    l16 = onepath.linear(x, w, bias, activation="relu")
+    l16 = onepath.linear(x, wt, bias, activation="relu")
     assert np.array_equal(l16.view(np.uint16), got.astype(BF16).view(np.uint16))
     xb = _rand_bf16(rng, (2, m, k))
-    _assert_f32(onepath.linear(xb, w, dtype=np.float32), xb, w.T)
+    _assert_f32(onepath.linear(xb, wt, dtype=np.float32), xb, w.T)
 
 
 @pytest.mark.parametrize("m", [1, 4])

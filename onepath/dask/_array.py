@@ -29,7 +29,8 @@ from ..dtypes import BF16, F32, to_bfloat16
 from ..ops import _small
 
 # > every MR of the registry (float32 14, bfloat16 AMX 32) and > the rows of the dot-product paths
-# (4; a raw bfloat16 W^T with VDPBF16PS: OP_SM_NKDP_MAX_M = 48 in kernels/gemm_bf16.c)
+# (4; a raw or prepacked bfloat16 weight with VDPBF16PS: OP_SM_NKDP_MAX_M and OP_SM_PKDP_MAX_M = 48
+# in kernels/gemm_bf16.c)
 _PAD_ROWS = 49
 
 

@@ -257,7 +257,9 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
 # a host without a row runs neither):
 #   "decode_vdpbf16ps"  small-M products (decode: m <= 4 rows, a raw (N, K) or prepacked weight)
 #                       multiply with VDPBF16PS, one instruction per 32 products of a row, instead of
-#                       widening the weight to float32 in register for two FMAs. Sapphire Rapids
+#                       widening the weight to float32 in register for two FMAs; 5 to 48 rows run
+#                       the same loops in passes of 4 rows over an L2-resident part of the weight
+#                       (kernels/gemm_bf16.c, OP_SM_NKDP_MAX_M and OP_SM_PKDP_MAX_M). Sapphire Rapids
 #                       issues a 512-bit VDPBF16PS once per 2 cycles (the widening loops were measured
 #                       faster there); Zen 4 issues one per cycle. Prepacked m = 1 keeps the
 #                       widening loop, its far prefetch into L2 moved from 6 to 32 KiB ahead.

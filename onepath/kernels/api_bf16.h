@@ -40,13 +40,15 @@ int op_gemm_bf16_mr(void);
 int op_gemm_bf16_nr(void);
 const char *op_gemm_bf16_kernel_name(void);
 /* Name of the kernel op_gemm_bf16 / op_gemm_packed(1, ...) runs for m rows and depth k; b_form: 1
-   when B is a raw W^T (rsb == 1, columns at least k apart), else 0 (small M differs with B's form). */
+   when B is a raw W^T (rsb == 1, columns at least k apart), 2 a prepacked B (op_gemm_packed), else 0
+   (small M differs with B's form). */
 const char *op_gemm_bf16_kernel_for(int64_t m, int64_t k, int b_form);
 
 /* Per-microarchitecture variants of this level's bfloat16 kernels, flags OR-ed:
      1  small-M products (m <= 4 at the AVX-512 levels) with a raw (n x k) or prepacked weight
         multiply with VDPBF16PS (else: the weight widened to float32 in register, FMAs); with a
-        raw weight, also 5 to 48 rows (k <= 8192), in passes of 4 rows (else: the GEMM);
+        raw or prepacked weight, also 5 to 48 rows (k <= 8192), in passes of 4 rows (else: the
+        GEMM);
      2  the VDPBF16PS GEMM kernel reads a row-major A (k contiguous) in place (else: A packed);
      4  the VDPBF16PS GEMM kernel writes a bfloat16 C (columns contiguous) from its registers when
         one KC block holds all of K (else: a float tile the driver rounds into C);

@@ -190,7 +190,7 @@ def run_gemm_packed(op: str, level: str, row, b_dtype: np.dtype, a: np.ndarray, 
         ffi.cast("void *", c.ctypes.data), ffi.NULL, c.strides[0] // ic, c.strides[1] // ic,
         1 if c.dtype == BF16 else 0, blk, epi, _threads.get_num_threads())
     dname = "bfloat16" if code else "float32"
-    name = lambda: (ffi.string(lib.op_gemm_bf16_kernel_for(m, k, 0)).decode() if code  # noqa: E731
+    name = lambda: (ffi.string(lib.op_gemm_bf16_kernel_for(m, k, 2)).decode() if code  # noqa: E731
                     else ffi.string(lib.op_gemm_f32_kernel_name()).decode())
     _stats.record(op, dname, level, row.algorithm if row is not None else None)
     _check(used, name, shapes or (m, n, k))
