@@ -260,7 +260,7 @@ def test_small_m_forms(level, decode_variant, m, n, k):
 @pytest.mark.parametrize("m", [5, 8, 13, 16, 33, 48, 49])
 @pytest.mark.parametrize("n,k", [(70, 2100), (33, 100), (40, 8200)])
 @pytest.mark.parametrize("packed", [False, True], ids=["raw", "prepacked"])
-def test_raw_weight_row_passes(level, decode_variant, m, n, k, packed):
+def test_weight_row_passes(level, decode_variant, m, n, k, packed):
     rng = np.random.default_rng(m * 131 + n + k)
     x, w = _rand_bf16(rng, (m, k)), _rand_bf16(rng, (n, k))
     wt = onepath.prepack(w) if packed else w
@@ -274,6 +274,12 @@ def test_raw_weight_row_passes(level, decode_variant, m, n, k, packed):
     assert np.array_equal(l16.view(np.uint16), got.astype(BF16).view(np.uint16))
     xb = _rand_bf16(rng, (2, m, k))
     _assert_f32(onepath.linear(xb, wt, dtype=np.float32), xb, w.T)
+    # entries a row apart (not one flat matrix; the front end copies them into one), bias per column
+    xw = np.zeros((2, m + 1, k), BF16)
+    xw[:, :m] = xb
+    got = onepath.linear(xw[:, :m], wt, bias, dtype=np.float32)
+    np.testing.assert_allclose(got, xb.astype(np.float64) @ w.astype(np.float64).T + bias, rtol=1e-4,
+                               atol=1e-3 * np.abs(ref).max())
 
 
 @pytest.mark.parametrize("m", [1, 4])

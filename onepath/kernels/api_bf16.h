@@ -47,8 +47,8 @@ const char *op_gemm_bf16_kernel_for(int64_t m, int64_t k, int b_form);
 /* Per-microarchitecture variants of this level's bfloat16 kernels, flags OR-ed:
      1  small-M products (m <= 4 at the AVX-512 levels) with a raw (n x k) or prepacked weight
         multiply with VDPBF16PS (else: the weight widened to float32 in register, FMAs); with a
-        raw or prepacked weight, also 5 to 48 rows (k <= 8192), in passes of 4 rows (else: the
-        GEMM);
+        raw weight (and a prepacked one, except at the AMX level), also 5 to 48 rows (k <= 8192),
+        in passes of 4 rows (else: the GEMM);
      2  the VDPBF16PS GEMM kernel reads a row-major A (k contiguous) in place (else: A packed);
      4  the VDPBF16PS GEMM kernel writes a bfloat16 C (columns contiguous) from its registers when
         one KC block holds all of K (else: a float tile the driver rounds into C);

@@ -228,8 +228,7 @@ static void op_pack_b_k32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t
                depths are 16 K-pair dwords; a 16-column half of a 32-deep block is the transpose of
                the 16 x 16 dword matrix (columns x K-pairs). One half of the panel at a time, along
                all of K: 16 rows of W streamed at once rather than 32, each prefetched into L2
-               OP_PACK_WT_PF elements ahead (Zen 4, W 4096 x 4096, 128-column blocks of 2048 depths:
-               7 -> 11-13 GB/s; the transposes alone run ~26 GB/s from L2) */
+               OP_PACK_WT_PF elements ahead (see there: Zen 4, 6.4 -> 9.3-10.9 GB/s) */
             for (int h = 0; h < 2; h++) {
                 const int rows = (int)op_max64(0, op_min64(16, nr - 16 * h));
                 for (int64_t kb = 0; kb * 32 < kcp; kb++) {
@@ -606,14 +605,15 @@ static int op_dp_out16 = 0;
 /* flag 8: with few rows (m <= OP_DP_THIN_M) the VDPBF16PS GEMM sweeps B in blocks of at most
    OP_DP_THIN_NC columns: the block of B that every row block of A passes over (KC x NC, 1 MiB of
    bfloat16 at KC 2048, against 8 MiB at NC 2048) is then read from cache after its first pass, and
-   a raw W^T packed per call is read back from cache rather than from memory. Only the tiling changes (the same KC: the same sums, bit for bit). Zen 4
-   (EPYC VM, K = N = 4096, 2026-12-02, variant off / on alternated in one process with torch 2.13,
-   GFLOP/s, torch in brackets): 1 thread, raw W^T m = 49 / 64 / 128 / 256: 119 / 134 / 141 / 169 ->
-   146 / 151 / 165 / 184 (154 / 163 / 189 / 205), prepacked m = 128 / 256: 174 / 186 -> 182 / 194;
-   2 threads, raw m = 49 / 64 / 128 / 256: 222 / 227 / 259 / 283 -> 264 / 260 / 305 / 352 (279 /
-   278 / 321 / 317). A prepacked B with all rows in one row block (m <= MC) keeps its NC (m = 49 to
-   96: no gain). Squares of 512-2048 (m above the limit) keep NC 2048: 1024^3 ran 181-189 at NC
-   128-256 against 201. */
+   a raw W^T packed per call is read back from cache rather than from memory. Only the tiling
+   changes (the same KC: the same sums, bit for bit). Zen 4 (EPYC VM, K = N = 4096, 2026-12-02,
+   variant off / on alternated in one process with torch 2.13, GFLOP/s, torch in brackets):
+   1 thread, raw W^T m = 49 / 64 / 128 / 256: 119 / 134 / 141 / 169 -> 146 / 151 / 165 / 184
+   (154 / 163 / 189 / 205), prepacked m = 128 / 256: 174 / 186 -> 182 / 194; 2 threads, raw
+   m = 49 / 64 / 128 / 256: 222 / 227 / 259 / 283 -> 264 / 260 / 305 / 352 (279 / 278 / 321 /
+   317). A prepacked B with all rows in one row block (m <= MC) keeps its NC (m = 49 to 96: no
+   gain). Squares of 512-2048 (m above the limit) keep NC 2048: 1024^3 ran 181-189 at NC 128-256
+   against 201. */
 #define OP_DP_THIN_M 256
 #define OP_DP_THIN_NC 256
 static int op_dp_thin_nc = 0;
@@ -824,6 +824,10 @@ const char *op_gemm_bf16_kernel_for(int64_t m, int64_t k, int b_form)
     /* m <= OP_SM_MAX_M (below): the small-M loops reading B in place (prepacked: AMX tiles at the
        AMX level); a B that fits none of their forms still takes the driver (rare: strided both ways) */
 #if defined(OP_BF16_HAS_DP)
+#if !defined(OP_LEVEL_AVX512_CORE_AMX)
+    /* a prepacked weight and one row: the widening loop (op_sm_run: its VDPBF16PS form read slower) */
+    if (m == 1 && op_sm_dp && b_form == 2) return "gemm_bf16_decode_" OP_LEVEL_NAME "_m4";
+#endif
     if (m >= 1 && m <= 4 && op_sm_dp) return "gemm_bf16_decode_vdpbf16ps_" OP_LEVEL_NAME "_m4";
     if (m > 4 && m <= OP_SM_NKDP_MAX_M && k <= OP_SM_NKDP_MAX_K && op_sm_dp && b_form == 1)   /* passes of 4 rows */
         return "gemm_bf16_decode_vdpbf16ps_" OP_LEVEL_NAME "_m4";
@@ -846,7 +850,9 @@ const char *op_gemm_bf16_kernel_name(void) { return OP_BF16_KERNEL_NAME; }
 
 /* ---------------------------------------------------------------- small M (decode): B read in place
 
-   For m <= OP_SM_MAX_M rows (LLM decode, GEMV-like) the product is memory-bound: B is streamed once,
+   For m <= OP_SM_MAX_M rows (LLM decode, GEMV-like; up to 48 in passes of 4 rows for the
+   VDPBF16PS forms of OP_SM_NK and OP_SM_PACKED, see OP_SM_NKDP_MAX_M and OP_SM_PKDP_MAX_M at the
+   top of this file) the product is memory-bound: B is streamed once,
    straight from where it lies (no packing of B, no float32 scratch C), and threads split N in
    32-column multiples so every core streams its own part. Three forms of B:
      OP_SM_KN     B row-major (k x n, csb == 1; matmul(x, B)): blocks of OP_SM_KB rows swept across
@@ -892,13 +898,14 @@ typedef struct {
                                 zero padded */
     int dp;                  /* 1: the VDPBF16PS forms of OP_SM_NK and OP_SM_PACKED (op_sm_dp) */
     int64_t ppf;             /* OP_SM_PACKED widening loop: prefetch distance (elements) */
-    int64_t r0;              /* first row of x / C of this pass (the VDPBF16PS OP_SM_NK form) */
+    int64_t r0;              /* first row of x / C of this pass (the passes of the VDPBF16PS
+                                OP_SM_NK and OP_SM_PACKED forms; 0 otherwise) */
 } op_sm_ctx;
 
 
 /* Writes t[mr x nr] (row stride 32) to C rows r0..r0+mr-1 (x->r0: the pass; 0 outside the passes of
-   the VDPBF16PS OP_SM_NK form), columns j..j+nr-1 of entry bi, epilogue and (bfloat16 C) the single
-   rounding included. */
+   the VDPBF16PS OP_SM_NK and OP_SM_PACKED forms), columns j..j+nr-1 of entry bi, epilogue and
+   (bfloat16 C) the single rounding included. */
 static void op_sm_out(const op_sm_ctx *x, int64_t bi, int64_t j, int mr, int nr, float *t)
 {
     const op_gemm_args *g = x->g;
@@ -1445,9 +1452,12 @@ static int op_sm_run(int form, const op_gemm_args *g, void *c, const int64_t *c_
     x.g = g; x.form = form; x.c = c; x.c_off = c_off; x.rsc = rsc; x.csc = csc; x.c_dtype = c_dtype;
     const int64_t m = g->m, n = g->n, k = g->k;
     x.kp = op_roundup64(k, 32);
-    /* threads: at least 256 KiB of B each */
+    /* threads: at least 256 KiB of B each, or (the passes of up to 48 rows, where the arithmetic
+       outweighs the stream) at least OP_GEMM_MIN_FLOPS_PER_THREAD each, as the driver would give */
     const double bbytes = 2.0 * (double)g->batch * (double)n * (double)k;
     int64_t T = (int64_t)(bbytes / (256.0 * 1024.0));
+    const int64_t Tf = (int64_t)((double)m * bbytes / OP_GEMM_MIN_FLOPS_PER_THREAD);  /* 2 m n k */
+    if (m > OP_SM_MAX_M && Tf > T) T = Tf;
     if (T > nthreads) T = nthreads;
     if (T > g->batch * op_cdiv64(n, 32)) T = g->batch * op_cdiv64(n, 32);
     if (T < 1) T = 1;

@@ -611,9 +611,11 @@ static const int32_t op_tr16_idx[4][2][16] OP_ALIGNED(64) = {
 /* The packs of a transposed B (B = W^T, rsb == 1: each column a contiguous row of W, often a power
    of two bytes apart) read 16 rows of W at a time, 64 bytes each, and transpose them in registers;
    each row is prefetched into L2 this many elements ahead (256: 512 bytes of bfloat16, 1 KiB of
-   float32). Without it the transposes wait on every load: Zen 4 (EPYC VM, 1 thread, W 4096 x 4096,
-   2026-12-02, blocks of 128 or 1024 rows), bfloat16 k32 panels 6-8 -> 11-13 GB/s, float32 panels
-   10.4-12.9 -> 13.4-15.5 GB/s (the transposes alone run ~26 GB/s from L2; a plain read of W 21). */
+   float32). Without it the transposes wait on every load: Zen 4 (EPYC VM, 1 thread, W 4096 x 4096
+   packed through op_pack_b in blocks of 128 rows, old and new build in alternate processes,
+   2026-12-02), bfloat16 k32 panels (2048 deep) 6.4-6.5 -> 9.3-10.9 GB/s (with the 16-row halves of
+   op_pack_b_k32), float32 panels (512 deep) 7.6-7.9 -> 8.9-9.6 GB/s. The transposes alone run ~26
+   GB/s from L2, a plain read of W ~21 GB/s from memory. */
 #define OP_PACK_WT_PF 256
 
 OP_INLINE void op_transpose16_epi32(__m512i r[16])
