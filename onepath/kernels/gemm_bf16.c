@@ -1360,28 +1360,19 @@ static void op_sm_task(void *ctx, int64_t task, int tid)
     if (j0 >= j1) return;
     const int m = (int)x->g->m;
 #if defined(OP_BF16_HAS_DP)
-    if (x->dp && x->form == OP_SM_PACKED) {
+    if (x->dp && (x->form == OP_SM_PACKED || x->form == OP_SM_NK)) {
+        void (*const *fn)(const op_sm_ctx *, int64_t, int64_t, int64_t) =
+            x->form == OP_SM_PACKED ? op_sm_packed_dp_table : op_sm_nk_dp_table;
         if (m <= OP_SM_MAX_M) {
-            op_sm_packed_dp_table[m - 1](x, bi, j0, j1);
+            fn[m - 1](x, bi, j0, j1);
             return;
         }
-        /* more rows (up to OP_SM_PKDP_MAX_M): passes of OP_SM_MAX_M rows over each 32-column panel */
+        /* more rows (up to OP_SM_PKDP_MAX_M / OP_SM_NKDP_MAX_M): passes of OP_SM_MAX_M rows over
+           each 32-column panel / 32-row tile of W */
         op_sm_ctx y = *x;
         for (int64_t jc = j0; jc < j1; jc += 32)
             for (y.r0 = 0; y.r0 < m; y.r0 += OP_SM_MAX_M)
-                op_sm_packed_dp_table[op_min64(OP_SM_MAX_M, m - y.r0) - 1](&y, bi, jc, op_min64(j1, jc + 32));
-        return;
-    }
-    if (x->dp && x->form == OP_SM_NK) {
-        if (m <= OP_SM_MAX_M) {
-            op_sm_nk_dp_table[m - 1](x, bi, j0, j1);
-            return;
-        }
-        /* more rows (up to OP_SM_NKDP_MAX_M): passes of OP_SM_MAX_M rows over each 32-row tile of W */
-        op_sm_ctx y = *x;
-        for (int64_t jc = j0; jc < j1; jc += 32)
-            for (y.r0 = 0; y.r0 < m; y.r0 += OP_SM_MAX_M)
-                op_sm_nk_dp_table[op_min64(OP_SM_MAX_M, m - y.r0) - 1](&y, bi, jc, op_min64(j1, jc + 32));
+                fn[op_min64(OP_SM_MAX_M, m - y.r0) - 1](&y, bi, jc, op_min64(j1, jc + 32));
         return;
     }
 #endif
