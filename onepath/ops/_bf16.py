@@ -47,8 +47,8 @@ def set_variants(level: str, names=None) -> frozenset:
     to float32), ``"a_in_place"`` (the VDPBF16PS GEMM reads a row-major A in place instead of
     packing it) and ``"c_bf16_in_register"`` (it writes a bfloat16 C from its registers, rounded
     once, when one KC block holds all of K) and ``"thin_nc"`` (with at most 256 rows it sweeps B in
-    blocks of at most 256 columns); None: the registry's ``BF16_VARIANTS`` rule for this host. A level lacking one
-    keeps it off. Returns the previous set (empty before the first call).
+    blocks of at most 256 columns); None: the registry's ``BF16_VARIANTS`` rule for this host. A
+    level lacking one keeps it off. Returns the previous set (empty before the first call).
 
     Raises:
         ValueError: an unknown variant name."""
