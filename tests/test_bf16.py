@@ -404,11 +404,17 @@ def test_vdpbf16ps_gemm_reads_a_in_place(variants):
         _bf16.set_variants(level)
 
 
-def test_thin_nc_same_bits():
+@pytest.mark.parametrize("variant, blk", [("thin_nc", None), ("next_panel_l2", None),
+                                          ("next_panel_l2", (28, 2048, 96))])
+def test_tiling_variant_same_bits(variant, blk):
     """The "thin_nc" variant (at most 256 rows: B swept in blocks of at most 256 columns) changes the
-    tiling only: the same bits as without it, for a raw W^T, a row-major B and a prepacked weight,
-    N over several blocks with a tail, K over two KC blocks, float32 and bfloat16 C."""
+    tiling only, and "next_panel_l2" (the next B micro-panel fetched into L2) only prefetches: the
+    same bits as without them, for a raw W^T, a row-major B and a prepacked weight, N over several
+    blocks with a tail, K over two KC blocks, float32 and bfloat16 C; ``blk``: a blocking (MC, KC, NC)
+    with several row blocks (the prefetch of the next row block's first panel) and column blocks."""
     from onepath.ops import _bf16
+    from onepath.dispatch import tuning
+    import contextlib
     level = "avx512_core_bf16"
     if level not in onepath.available_isas():
         pytest.skip(f"{level} cannot run on this host")
@@ -416,12 +422,14 @@ def test_thin_nc_same_bits():
     a, w = _rand_bf16(rng, (70, 2100)), _rand_bf16(rng, (600, 2100))
     bias = rng.standard_normal(600).astype(np.float32)
     out = {}
+    over = (tuning.override({(level, op, "bfloat16"): blk for op in ("matmul", "linear")}) if blk
+            else contextlib.nullcontext())
     try:
-        with onepath.max_isa(level):
+        with onepath.max_isa(level), over:
             p = onepath.prepack(w)
             for on in (False, True):
-                _bf16.set_variants(level, registry.bf16_variants(level) | {"thin_nc"} if on
-                                   else registry.bf16_variants(level) - {"thin_nc"})
+                _bf16.set_variants(level, registry.bf16_variants(level) | {variant} if on
+                                   else registry.bf16_variants(level) - {variant})
                 out[on] = [onepath.linear(a, w, bias, dtype=dt) for dt in (np.float32, BF16)]
                 out[on] += [onepath.linear(a, p, bias, dtype=dt) for dt in (np.float32, BF16)]
                 out[on] += [onepath.matmul(a, np.ascontiguousarray(w.T), dtype=dt) for dt in (np.float32, BF16)]

@@ -169,8 +169,15 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
     # a 16 MiB scratch and a second pass): 2048^3 0.94 -> 1.03x torch at 2 threads, 1.015 -> 1.03x at
     # 1; its 128 KiB B micro-panel streams from L2 as the 64 KiB one did. MC 112 (A block 448 KiB
     # of the 1 MiB L2 beside that panel) against 168: +1..4% at 2 threads, equal at 1.
+    # bfloat16 MC 112 -> 518 (2026-12-02, same VM, with the "next_panel_l2" variant, MC toggled in one
+    # process paired with torch 2.13 at 1 thread, x torch at MC 112 -> 518): every row block passes
+    # over the whole packed KC x NC block of B (8 MiB at KC 2048, NC 2048, more than this VM keeps of
+    # its 32 MiB L3) or over a prepacked weight in memory, so fewer, larger row blocks (A block 2 MiB,
+    # from L3) read B fewer times: 2048^3 1.05 -> 1.10, raw (out, in) weight 512 x 4096 x 4096 0.96 ->
+    # 1.01, prepacked weight m = 256 / 512 / 1024 0.95 / 1.00 / 1.03 -> 1.01 / 1.03 / 1.07; 1024^3
+    # (B block 2 MiB) 1.09 -> 1.06. At 2 threads the runs scattered more than the difference.
     **{("zen4", "avx512_core", op, "float32"): (126, 512, 3072) for op in ("matmul", "linear")},
-    **{("zen4", "avx512_core_bf16", op, "bfloat16"): (112, 2048, 2048) for op in ("matmul", "linear")},
+    **{("zen4", "avx512_core_bf16", op, "bfloat16"): (518, 2048, 2048) for op in ("matmul", "linear")},
     # conv2d and the widened bfloat16 rows: `python -m onepath tune --threads 1 --level avx512_core
     # --level avx512_core_bf16` (full search), then A/B through conv2d on ResNet-50 3x3 and 1x1
     # layers: the bf16 3x3 conv's larger MC/KC held up (+1..5%); the other picks were within noise or
@@ -280,6 +287,12 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
 #                       m = 49 / 64 / 128 / 256, 1 thread 0.77 / 0.82 / 0.74 / 0.82 -> 0.95 / 0.93 /
 #                       0.87 / 0.90x torch, 2 threads 0.79 / 0.82 / 0.81 / 0.89 -> 0.94 / 0.93 /
 #                       0.95 / 1.11x; prepacked m = 128 / 256 at 1 thread 0.92 / 0.90 -> 0.96 / 0.94x.
+#   "next_panel_l2"     the VDPBF16PS GEMM's driver fetches the next B micro-panel into L2, a slice
+#                       per micro-kernel call over the current one: the first call on each panel in
+#                       a row block otherwise reads it from L3 or, prepacked, from memory. Same sums.
+#                       Zen 4, 2026-12-02, old / new build in alternate processes, paired with torch
+#                       2.13 at 1 thread: 2048^3 1.02 -> 1.04x torch, prepacked 512 x 4096 x 4096
+#                       0.92-0.96 -> 0.98-1.0x (with MC 112; the shipped MC 518 row adds to it).
 # zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), paired against torch 2.13 in one
 # process: decode K = N = 4096 at 1 thread, raw weight m = 1 / 4 from 26 / 67 to 45 / 100 GFLOP/s,
 # prepacked m = 1 / 4 from 36 / 97 to 43-50 / 165-185 (m = 1: the prefetch distance); A in place
@@ -287,11 +300,13 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
 # at 1 thread, +2% at 2.
 BF16_VARIANTS: dict[tuple[str, str], frozenset[str]] = {
     ("zen4", "avx512_core_bf16"): frozenset({"decode_vdpbf16ps", "a_in_place", "c_bf16_in_register",
-                                             "thin_nc"}),
+                                             "thin_nc", "next_panel_l2"}),
 }
 
 
-BF16_VARIANT_FLAGS = {"decode_vdpbf16ps": 1, "a_in_place": 2, "c_bf16_in_register": 4, "thin_nc": 8}  # the bits of op_gemm_bf16_set_variants
+# the bits of op_gemm_bf16_set_variants
+BF16_VARIANT_FLAGS = {"decode_vdpbf16ps": 1, "a_in_place": 2, "c_bf16_in_register": 4, "thin_nc": 8,
+                      "next_panel_l2": 16}
 
 
 def bf16_variants(level: str, uarch: str | None = None) -> frozenset[str]:

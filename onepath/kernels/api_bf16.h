@@ -54,6 +54,8 @@ const char *op_gemm_bf16_kernel_for(int64_t m, int64_t k, int b_form);
         one KC block holds all of K (else: a float tile the driver rounds into C);
      8  the VDPBF16PS GEMM of at most 256 rows sweeps B in blocks of at most 256 columns (else: the
         NC it is given); the same sums.
+    16  the driver fetches the next B micro-panel of the VDPBF16PS GEMM into L2 while the micro-kernel
+        passes over the current one (else: the micro-kernel's own prefetch only); the same sums.
    Default 0. Process-wide for this level's module; dispatch sets them from the registry's
    BF16_VARIANTS rule for the host's microarchitecture. Returns the flags now in force (only those
    this level has: 0 at a level without VDPBF16PS, whatever was asked). */

@@ -29,6 +29,7 @@
                                 time or make the bits depend on the thread count; 0: any mr' gives
                                 the same sums and costs what its rows cost (the float32 ukr), so
                                 threads split M into equal row counts
+         int b_next_l2;         1: the driver prefetches the next B micro-panel into L2 (prefetch only)
      } op_gemm_ops;
 
    Packed layouts the driver assumes (it only does pointer arithmetic with them):
@@ -185,6 +186,8 @@ typedef struct op_gemm_ops {
     op_ukr16_fn ukr16; /* optional: ukr for a bfloat16 C with column stride 1 when one KC block holds
                           all of K (no float tile, no separate rounding pass); same packed A and B */
     int split_at_mr;   /* 1: threads split M at mr multiples (see the top of this file) */
+    int b_next_l2;     /* 1: while the micro-kernel passes over one B micro-panel, the driver fetches
+                          the next one into L2, a slice per call (see op_gemm_block) */
 } op_gemm_ops;
 
 /* ---------------------------------------------------------------- f32 micro-kernels */
@@ -854,8 +857,28 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                         bp = bbuf + (size_t)((x->direct ? 0 : jr) * kcp) * o->b_elem;
                         ldb = o->b_panel_ld;
                     }
+                    /* b_next_l2: the B micro-panel after this one (the block's first for the next
+                       row block after the last), fetched into L2 in equal slices, one per
+                       micro-kernel call over this panel, so no call starts on a panel still in L3 or
+                       memory. A panel is read from L3 once per row block (every MC rows): a packed
+                       block (KC x NC) larger than the VM's share of L3, or a prepacked B, comes from
+                       memory on each of those first reads, and the micro-kernel's own prefetch (a few
+                       KiB ahead, into L1) does not hide that. Prefetches only: the same results. */
+                    const char *pnext = NULL;
+                    int64_t nlines = 0;
+                    if (o->b_next_l2) {
+                        const int64_t jn = jr + NR < nc ? jr + NR : (ic + x->mc < m1 ? 0 : -1);
+                        if (jn >= 0 && !(x->direct && jn < nfull)) {
+                            pnext = o->b_prepacked ? Bd + ((jc + jn) * g->rsb + pc * NR) * (int64_t)o->b_elem
+                                                   : bbuf + (size_t)((x->direct ? 0 : jn) * kcp) * o->b_elem;
+                            const int64_t calls = op_cdiv64(mc, MR);
+                            nlines = op_cdiv64(op_cdiv64(kcp * NR * (int64_t)o->b_elem, 64), calls);
+                        }
+                    }
                     for (int64_t ir = 0; ir < mc; ir += MR) {
                         const int mr = (int)op_min64(MR, mc - ir);
+                        for (int64_t l = 0; l < nlines; l++)   /* this call's slice (pnext != NULL) */
+                            __builtin_prefetch(pnext + (ir / MR * nlines + l) * 64, 0, 2);
                         const int64_t i = ic + ir, j = jc + jr;
                         op_epilogue te;
                         const op_epilogue *tep = NULL;
