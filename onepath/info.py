@@ -133,7 +133,7 @@ def variant_rows() -> list[dict]:
     """The per-microarchitecture kernel variants this host runs (shipped registry rules keyed by
     uarch and level; Intel and unmeasured hosts have none): each {"rule", "level", "value"}, the
     rule being ``registry.BF16_VARIANTS`` (bfloat16 decode / A in place / C written from the
-    registers), ``GEMV_F32_OPTIONS`` (thin float32 products), ``CONV_F32_OPTIONS`` (float32 k x k
+    registers / thin_nc / next_panel_l2), ``GEMV_F32_OPTIONS`` (thin float32 products), ``CONV_F32_OPTIONS`` (float32 k x k
     convolutions), ``CONV_BF16_OPTIONS`` (bfloat16 k x k convolutions), ``CONV_STEM_OPTIONS`` (the
     direct few-channel convolution) or ``DW_ROW_KERNELS`` (depthwise 3x3 row kernels: smallest
     (``_narrow``: largest) input width per stride and input dtype; ``s1_float32_max_batch``: the

@@ -282,7 +282,9 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
 #                       columns (the row's NC otherwise, 2048 on zen4): the block every row block of
 #                       A passes over is read from cache after its first pass, and a raw (out, in)
 #                       weight packed per call is read back from cache. Same sums. A prepacked
-#                       weight whose rows fit one row block keeps the row's NC. Zen 4, K = N = 4096,
+#                       weight whose rows fit one row block keeps the row's NC (on zen4, since MC
+#                       518, every prepacked weight of at most 256 rows: the prepacked figures
+#                       below were taken at MC 112). Zen 4, K = N = 4096,
 #                       2026-12-02, off / on alternated in one process with torch 2.13: raw weight
 #                       m = 49 / 64 / 128 / 256, 1 thread 0.77 / 0.82 / 0.74 / 0.82 -> 0.95 / 0.93 /
 #                       0.87 / 0.90x torch, 2 threads 0.79 / 0.82 / 0.81 / 0.89 -> 0.94 / 0.93 /

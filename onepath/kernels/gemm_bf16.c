@@ -611,20 +611,21 @@ static int op_dp_out16 = 0;
    1 thread, raw W^T m = 49 / 64 / 128 / 256: 119 / 134 / 141 / 169 -> 146 / 151 / 165 / 184
    (154 / 163 / 189 / 205), prepacked m = 128 / 256: 174 / 186 -> 182 / 194; 2 threads, raw
    m = 49 / 64 / 128 / 256: 222 / 227 / 259 / 283 -> 264 / 260 / 305 / 352 (279 / 278 / 321 /
-   317). A prepacked B with all rows in one row block (m <= MC) keeps its NC (m = 49 to 96: no
-   gain). Squares of 512-2048 (m above the limit) keep NC 2048: 1024^3 ran 181-189 at NC 128-256
+   317); these at MC 112. A prepacked B with all rows in one row block (m <= MC) keeps its NC (m = 49
+   to 96: no gain; since zen4's MC 518, every prepacked B of at most 256 rows: 128 and 256 rows ran
+   the same at MC 112 and 518, 210 / 213-217 GFLOP/s). Squares of 512-2048 (m above the limit) keep NC 2048: 1024^3 ran 181-189 at NC 128-256
    against 201. */
 #define OP_DP_THIN_M 256
 #define OP_DP_THIN_NC 256
 static int op_dp_thin_nc = 0;
 
 /* flag 16: the driver fetches the next B micro-panel into L2 while the micro-kernel passes over the
-   current one (op_gemm_ops.b_next_l2). A 2048-deep panel is 128 KiB; at MC 112 the first of its 8
-   calls per row block read it from L3 (a packed 8 MiB KC x NC block does not stay in the VM's share
-   of L3) or, prepacked, from memory. Zen 4 (EPYC VM, 2026-12-02, old and new build in alternate
-   processes, 1 thread, paired with torch 2.13, GFLOP/s, torch in brackets): 2048^3 199 / 208 ->
-   208 / 214 (195-205), prepacked 512 x 4096 x 4096 187 / 203 -> 203 / 207 (203-211). Prefetches
-   only: the same results, bit for bit. */
+   current one (op_gemm_ops.b_next_l2). A 2048-deep panel is 128 KiB; the first of its calls per
+   row block (8 at MC 112, 37 at zen4's MC 518) read it from L3 (a packed 8 MiB KC x NC block does
+   not stay in the VM's share of L3) or, prepacked, from memory. Zen 4 (EPYC VM, 2026-12-02, old and
+   new build in alternate processes, 1 thread, paired with torch 2.13, GFLOP/s, torch in brackets;
+   measured at MC 112): 2048^3 199 / 208 -> 208 / 214 (195-205), prepacked 512 x 4096 x 4096
+   187 / 203 -> 203 / 207 (203-211). Prefetches only: the same results, bit for bit. */
 static int op_dp_next_l2 = 0;
 
 /* blk, or (flag 8, a VDPBF16PS GEMM of at most OP_DP_THIN_M rows) a copy in tmp with NC clamped */

@@ -789,6 +789,11 @@ typedef struct {
     int32_t *edge_slot;
 } op_drive_ctx;
 
+/* b_next_l2 (see op_gemm_block): the fewest micro-kernel calls per B micro-panel (row panels of a
+   row block) that take the next panel's prefetch. Zen 4 (EPYC VM, 2026-12-02, bf16 1 thread, row-
+   major B, K = N = 4096, alternated in one process): m = 28 (2 calls) 0.96-1.0x without it. */
+#define OP_GEMM_NEXT_PANEL_MIN_CALLS 4
+
 /* Computes C[m0:m1, n0:n1] of batch entry bi with the thread's buffers. */
 static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t m1, int64_t n0,
                           int64_t n1, char *abuf, char *bbuf)
@@ -857,21 +862,24 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                         bp = bbuf + (size_t)((x->direct ? 0 : jr) * kcp) * o->b_elem;
                         ldb = o->b_panel_ld;
                     }
-                    /* b_next_l2: the B micro-panel after this one (the block's first for the next
-                       row block after the last), fetched into L2 in equal slices, one per
-                       micro-kernel call over this panel, so no call starts on a panel still in L3 or
-                       memory. A panel is read from L3 once per row block (every MC rows): a packed
-                       block (KC x NC) larger than the VM's share of L3, or a prepacked B, comes from
-                       memory on each of those first reads, and the micro-kernel's own prefetch (a few
-                       KiB ahead, into L1) does not hide that. Prefetches only: the same results. */
+                    /* b_next_l2: the B micro-panel after this one (after the block's last panel:
+                       its first, for the next row block), fetched into L2 in equal slices, one per
+                       micro-kernel call over this panel, so that only the first panel of each block
+                       starts from L3 or memory. A panel is read once per row block (every MC rows):
+                       a packed block (KC x NC) larger than the VM's share of L3, or a prepacked B,
+                       comes from memory on each of those first reads, and the micro-kernel's own
+                       prefetch (a few KiB ahead, into L1) does not hide that. Only when at least
+                       OP_GEMM_NEXT_PANEL_MIN_CALLS calls share a panel: with fewer rows the slices
+                       come in bursts (half a panel, 64 KiB at KC 2048, per call at 28 rows) that
+                       were measured no faster. Prefetches only: the same results. */
                     const char *pnext = NULL;
                     int64_t nlines = 0;
-                    if (o->b_next_l2) {
+                    const int64_t calls = op_cdiv64(mc, MR);
+                    if (o->b_next_l2 && calls >= OP_GEMM_NEXT_PANEL_MIN_CALLS) {
                         const int64_t jn = jr + NR < nc ? jr + NR : (ic + x->mc < m1 ? 0 : -1);
                         if (jn >= 0 && !(x->direct && jn < nfull)) {
                             pnext = o->b_prepacked ? Bd + ((jc + jn) * g->rsb + pc * NR) * (int64_t)o->b_elem
                                                    : bbuf + (size_t)((x->direct ? 0 : jn) * kcp) * o->b_elem;
-                            const int64_t calls = op_cdiv64(mc, MR);
                             nlines = op_cdiv64(op_cdiv64(kcp * NR * (int64_t)o->b_elem, 64), calls);
                         }
                     }
