@@ -613,8 +613,8 @@ static int op_dp_out16 = 0;
    m = 49 / 64 / 128 / 256: 222 / 227 / 259 / 283 -> 264 / 260 / 305 / 352 (279 / 278 / 321 /
    317); these at MC 112. A prepacked B with all rows in one row block (m <= MC) keeps its NC (m = 49
    to 96: no gain; since zen4's MC 518, every prepacked B of at most 256 rows: 128 and 256 rows ran
-   the same at MC 112 and 518, 210 / 213-217 GFLOP/s). Squares of 512-2048 (m above the limit) keep NC 2048: 1024^3 ran 181-189 at NC 128-256
-   against 201. */
+   the same at MC 112 and 518, 210 / 213-217 GFLOP/s). Squares of 512-2048 (m above the limit) keep
+   NC 2048: 1024^3 ran 181-189 at NC 128-256 against 201. */
 #define OP_DP_THIN_M 256
 #define OP_DP_THIN_NC 256
 static int op_dp_thin_nc = 0;
