@@ -133,11 +133,12 @@ def variant_rows() -> list[dict]:
     """The per-microarchitecture kernel variants this host runs (shipped registry rules keyed by
     uarch and level; Intel and unmeasured hosts have none): each {"rule", "level", "value"}, the
     rule being ``registry.BF16_VARIANTS`` (bfloat16 decode / A in place / C written from the
-    registers / thin_nc / next_panel_l2), ``GEMV_F32_OPTIONS`` (thin float32 products), ``CONV_F32_OPTIONS`` (float32 k x k
-    convolutions), ``CONV_BF16_OPTIONS`` (bfloat16 k x k convolutions), ``CONV_STEM_OPTIONS`` (the
-    direct few-channel convolution) or ``DW_ROW_KERNELS`` (depthwise 3x3 row kernels: smallest
-    (``_narrow``: largest) input width per stride and input dtype; ``s1_float32_max_batch``: the
-    largest batch the float32 stride-1 rows run at)."""
+    registers / thin_nc / next_panel_l2), ``GEMV_F32_OPTIONS`` (thin float32 products),
+    ``CONV_F32_OPTIONS`` (float32 k x k convolutions), ``CONV_BF16_OPTIONS`` (bfloat16 k x k
+    convolutions), ``CONV_STEM_OPTIONS`` (the direct few-channel convolution) or ``DW_ROW_KERNELS``
+    (depthwise 3x3 row kernels: smallest (``_narrow``: largest) input width per stride and input
+    dtype; ``s1_float32_max_batch``: the largest batch the float32 stride-1 rows run at).
+    """
     import onepath
     from .dispatch import registry
     uarch = registry._probe().uarch

@@ -29,7 +29,8 @@
                                 time or make the bits depend on the thread count; 0: any mr' gives
                                 the same sums and costs what its rows cost (the float32 ukr), so
                                 threads split M into equal row counts
-         int b_next_l2;         1: the driver prefetches the next B micro-panel into L2 (prefetch only)
+         int b_next_l2;         1: the driver prefetches the next B micro-panel into L2 (no other
+                                change)
      } op_gemm_ops;
 
    Packed layouts the driver assumes (it only does pointer arithmetic with them):
@@ -878,8 +879,9 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                     if (o->b_next_l2 && calls >= OP_GEMM_NEXT_PANEL_MIN_CALLS) {
                         const int64_t jn = jr + NR < nc ? jr + NR : (ic + x->mc < m1 ? 0 : -1);
                         if (jn >= 0 && !(x->direct && jn < nfull)) {
-                            pnext = o->b_prepacked ? Bd + ((jc + jn) * g->rsb + pc * NR) * (int64_t)o->b_elem
-                                                   : bbuf + (size_t)((x->direct ? 0 : jn) * kcp) * o->b_elem;
+                            pnext = o->b_prepacked
+                                        ? Bd + ((jc + jn) * g->rsb + pc * NR) * (int64_t)o->b_elem
+                                        : bbuf + (size_t)((x->direct ? 0 : jn) * kcp) * o->b_elem;
                             nlines = op_cdiv64(op_cdiv64(kcp * NR * (int64_t)o->b_elem, 64), calls);
                         }
                     }
