@@ -405,13 +405,14 @@ def test_vdpbf16ps_gemm_reads_a_in_place(variants):
 
 
 @pytest.mark.parametrize("variant, blk", [("thin_nc", None), ("next_panel_l2", None),
-                                          ("next_panel_l2", (28, 2048, 96))])
+                                          ("next_panel_l2", (56, 2048, 96))])
 def test_tiling_variant_same_bits(variant, blk):
     """The "thin_nc" variant (at most 256 rows: B swept in blocks of at most 256 columns) changes the
     tiling only, and "next_panel_l2" (the next B micro-panel fetched into L2) only prefetches: the
     same bits as without them, for a raw W^T, a row-major B and a prepacked weight, N over several
     blocks with a tail, K over two KC blocks, float32 and bfloat16 C; ``blk``: a blocking (MC, KC, NC)
-    with several row blocks (the prefetch of the next row block's first panel) and column blocks."""
+    with two row blocks (70 rows at MC 56: the prefetch of the next row block's first panel; 4 calls
+    per panel, OP_GEMM_NEXT_PANEL_MIN_CALLS) and several column blocks."""
     from onepath.ops import _bf16
     from onepath.dispatch import tuning
     import contextlib

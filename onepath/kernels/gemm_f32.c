@@ -795,6 +795,24 @@ typedef struct {
    major B, K = N = 4096, alternated in one process): m = 28 (2 calls) 0.96-1.0x without it. */
 #define OP_GEMM_NEXT_PANEL_MIN_CALLS 4
 
+/* Micro-panel jr (columns jc + jr .. jc + jr + nr - 1, depth from pc) of the B block the driver is
+   at: its address and the ldb its micro-kernel call takes. Prepacked: in the prepacked panels;
+   direct (full columns, jr < nfull): B itself; else the thread's packed block (direct: only the
+   column tail, packed at its start). */
+OP_INLINE const char *op_b_panel(const op_drive_ctx *x, const char *Bd, const char *bbuf, int64_t jc,
+                                 int64_t pc, int64_t kcp, int64_t nfull, int64_t jr, int64_t *ldb)
+{
+    const op_gemm_ops *o = x->ops;
+    const op_gemm_args *g = x->g;
+    *ldb = o->b_panel_ld;
+    if (o->b_prepacked) return Bd + ((jc + jr) * g->rsb + pc * o->nr) * (int64_t)o->b_elem;
+    if (x->direct && jr < nfull) {
+        *ldb = g->rsb;
+        return Bd + (pc * g->rsb + (jc + jr)) * (int64_t)o->b_elem;
+    }
+    return bbuf + (size_t)((x->direct ? 0 : jr) * kcp) * o->b_elem;
+}
+
 /* Computes C[m0:m1, n0:n1] of batch entry bi with the thread's buffers. */
 static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t m1, int64_t n0,
                           int64_t n1, char *abuf, char *bbuf)
@@ -851,18 +869,8 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                 if (afull < mc) o->pack_a(g, bi, ic + afull, mc - afull, pc, kc, kcp, abuf);
                 for (int64_t jr = 0; jr < nc; jr += NR) {
                     const int nr = (int)op_min64(NR, nc - jr);
-                    const void *bp;
                     int64_t ldb;
-                    if (o->b_prepacked) {
-                        bp = Bd + ((jc + jr) * g->rsb + pc * NR) * (int64_t)o->b_elem;
-                        ldb = o->b_panel_ld;
-                    } else if (x->direct && jr < nfull) {
-                        bp = Bd + (pc * g->rsb + (jc + jr)) * (int64_t)o->b_elem;
-                        ldb = g->rsb;
-                    } else {
-                        bp = bbuf + (size_t)((x->direct ? 0 : jr) * kcp) * o->b_elem;
-                        ldb = o->b_panel_ld;
-                    }
+                    const void *bp = op_b_panel(x, Bd, bbuf, jc, pc, kcp, nfull, jr, &ldb);
                     /* b_next_l2: the B micro-panel after this one (after the block's last panel:
                        its first, for the next row block), fetched into L2 in equal slices, one per
                        micro-kernel call over this panel, so that only the first panel of each block
@@ -878,10 +886,9 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                     const int64_t calls = op_cdiv64(mc, MR);
                     if (o->b_next_l2 && calls >= OP_GEMM_NEXT_PANEL_MIN_CALLS) {
                         const int64_t jn = jr + NR < nc ? jr + NR : (ic + x->mc < m1 ? 0 : -1);
-                        if (jn >= 0 && !(x->direct && jn < nfull)) {
-                            pnext = o->b_prepacked
-                                        ? Bd + ((jc + jn) * g->rsb + pc * NR) * (int64_t)o->b_elem
-                                        : bbuf + (size_t)((x->direct ? 0 : jn) * kcp) * o->b_elem;
+                        if (jn >= 0 && !(x->direct && jn < nfull)) {   /* a packed panel */
+                            int64_t ldn;
+                            pnext = op_b_panel(x, Bd, bbuf, jc, pc, kcp, nfull, jn, &ldn);
                             nlines = op_cdiv64(op_cdiv64(kcp * NR * (int64_t)o->b_elem, 64), calls);
                         }
                     }
