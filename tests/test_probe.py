@@ -264,6 +264,18 @@ def test_intel_uarch_names(model, stepping, bf16, name):
     assert uarch_name("GenuineIntel", 6, model, stepping, feats) == name
 
 
+@pytest.mark.parametrize("model, amx, name", [
+    (0xA7, False, "rocketlake"), (0xA7, True, "sapphirerapids"), (0x8F, True, "sapphirerapids"),
+    (0xCF, True, "emeraldrapids"), (0xAD, True, "graniterapids"), (0xEE, True, "sapphirerapids"),
+    (0xEE, False, "unknown"),
+])
+def test_intel_amx_names_the_class(model, amx, name):
+    # A VM reporting Rocket Lake's model 167 with AMX (the Intel AMX host here) is named by what it
+    # runs; a model whose microarchitecture has AMX keeps its own name.
+    feats = {"avx512_bf16"} | ({"amx_tile", "amx_bf16"} if amx else set())
+    assert uarch_name("GenuineIntel", 6, model, 1, feats) == name
+
+
 def test_brand_and_to_dict():
     cpu = synth(HASWELL, 0x7, brand="  Intel(R) Core(TM) i7-4770 CPU @ 3.40GHz", max_ext=0x80000008)
     assert cpu.brand == "Intel(R) Core(TM) i7-4770 CPU @ 3.40GHz"

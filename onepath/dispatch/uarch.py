@@ -59,7 +59,10 @@ NATIVE_LEVEL: dict[str, str] = {
 }
 
 
-def intel_uarch(family: int, model: int, stepping: int, has_avx512_bf16: bool = False) -> str:
+def intel_uarch(family: int, model: int, stepping: int, has_avx512_bf16: bool = False,
+                has_amx: bool = False) -> str:
+    """Intel name by display model; ``has_amx`` (AMX-TILE and AMX-BF16 in CPUID) overrides a model
+    whose microarchitecture has no AMX (see ``uarch_name``)."""
     if family != 6:
         return UNKNOWN
     if model == 0x55:  # Skylake-SP / Cascade Lake / Cooper Lake share the model number
@@ -68,7 +71,17 @@ def intel_uarch(family: int, model: int, stepping: int, has_avx512_bf16: bool = 
         if stepping >= 5:
             return "cascadelake"
         return "skylake_avx512"
-    return INTEL_FAMILY6.get(model, UNKNOWN)
+    name = INTEL_FAMILY6.get(model, UNKNOWN)
+    if has_amx and NATIVE_LEVEL.get(name) != "avx512_core_amx":
+        return AMX_FALLBACK
+    return name
+
+
+# The name of an Intel CPU whose features contradict its model number: a virtual machine can report
+# another model than the host's (the Intel AMX VM this project runs on reports family 6 model 167,
+# Rocket Lake's, with AMX, AVX512_FP16 and a 2 MiB L2, none of which Rocket Lake has). AMX first
+# shipped in Sapphire Rapids; Emerald Rapids has the same features, so the first is the class name.
+AMX_FALLBACK = "sapphirerapids"
 
 
 def amd_uarch(family: int, model: int) -> str:
@@ -91,10 +104,13 @@ def uarch_name(vendor: str, family: int, model: int, stepping: int = 0,
     Args:
         vendor: CPUID vendor string ("GenuineIntel", "AuthenticAMD", "HygonGenuine", ...).
         family, model, stepping: display values (extended fields already folded in).
-        features: decoded feature names; only used to split Cascade Lake from Cooper Lake.
+        features: decoded feature names; used to split Cascade Lake from Cooper Lake, and to name an
+            Intel CPU with AMX (AMX-TILE and AMX-BF16) whose model number belongs to a
+            microarchitecture without it ``"sapphirerapids"`` (``AMX_FALLBACK``: a VM's CPU model).
     """
     if vendor == "GenuineIntel":
-        return intel_uarch(family, model, stepping, "avx512_bf16" in features)
+        has_amx = {"amx_tile", "amx_bf16"} <= set(features)
+        return intel_uarch(family, model, stepping, "avx512_bf16" in features, has_amx)
     if vendor == "AuthenticAMD":
         return amd_uarch(family, model)
     if vendor == "HygonGenuine" and family == 0x18:
