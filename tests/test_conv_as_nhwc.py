@@ -81,11 +81,12 @@ def test_rule_is_per_uarch():
     assert not registry.conv_nchw_as_nhwc(row, 1, lim["kxk"] + 1, True, uarch="zen4")
     assert registry.conv_nchw_as_nhwc(row, 1, lim["kxk_stride1"], uarch="zen4")   # stride 1
     assert not registry.conv_nchw_as_nhwc(row, 1, lim["kxk_stride1"] + 1, uarch="zen4")
-    assert not registry.conv_nchw_as_nhwc(row, 1, 49, uarch="sapphirerapids")
+    assert not registry.conv_nchw_as_nhwc(row, 1, 49, uarch="icelake_server")   # no row
+    assert registry.conv_nchw_as_nhwc(row, 1, 49, uarch="sapphirerapids")       # float32: zen4's limits
     one = registry.replace(row, algorithm="1x1_gemm")
     assert registry.conv_nchw_as_nhwc(one, 1, 49, uarch="zen4")        # "1x1_single" (7x7)
     assert not registry.conv_nchw_as_nhwc(one, 1, 196, uarch="zen4")
-    assert not registry.conv_nchw_as_nhwc(one, 1, 49, uarch="sapphirerapids")
+    assert not registry.conv_nchw_as_nhwc(one, 1, 49, uarch="icelake_server")
     assert registry.conv_nchw_as_nhwc(one, 8, 49, uarch="zen4")
     assert not registry.conv_nchw_as_nhwc(one, 8, 196, uarch="zen4")
     assert registry.conv_nchw_as_nhwc(one, 1, 784, True, uarch="zen4")

@@ -123,11 +123,13 @@ def test_stem_nonfinite(stem, geo, layout, dtype):
 
 
 def test_stem_options_rows():
-    """Only Zen 4 ships the route (unmeasured elsewhere: the implicit GEMM as before); the flags
-    the loader sets are the row's."""
+    """Zen 4 ships the route, the Intel AMX class its float32 half (its AMX level keeps the tiles);
+    elsewhere the implicit GEMM as before; the flags the loader sets are the row's."""
     assert registry.conv_stem_flags("avx512_core_bf16", uarch="zen4") == _ALL
     assert registry.conv_stem_flags("avx512_core", uarch="zen4") == registry.CONV_STEM_FLAGS["stem_f32"]
-    for lv in ("avx512_core", "avx512_core_bf16", "avx512_core_amx"):
+    assert registry.conv_stem_flags("avx512_core", uarch="sapphirerapids") == registry.CONV_STEM_FLAGS["stem_f32"]
+    for lv in ("avx512_core_bf16", "avx512_core_amx"):
         assert registry.conv_stem_flags(lv, uarch="sapphirerapids") == 0
+    assert registry.conv_stem_flags("avx512_core", uarch="icelake_server") == 0
     lib = load("generic").lib
     assert lib.op_conv_stem_options(-1) == 0

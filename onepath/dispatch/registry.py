@@ -195,6 +195,20 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
     # scratch allocated per call): the 1x1 layers with K 512-1024 at batch 8 +5..15% (res4a_branch1
     # NCHW 0.78 -> 0.90x torch, res5_branch2c 0.79 -> 0.91), the 3x3 layers +1..7%; MC 112 +0..2%.
     ("zen4", "avx512_core_bf16", "conv2d", "bfloat16"): (112, 2048, 3072),
+    # Intel Xeon AMX VM, Sapphire Rapids class (it reports family 6 model 167 stepping 1, AMX, L1d
+    # 48 KiB, L2 2 MiB; KVM guest, 2 cores), 2026-12-03: `python -m onepath tune --threads 2` (full
+    # search, 624 s). It kept the cache model's blocking for every float32 row and the bfloat16 AMX
+    # matmul (the other candidates within +-2%, pinned here as measured), and chose for the bfloat16
+    # AMX linear MC 96, KC 1024, NC 384 (1205 -> 1483 GFLOP/s on 128x3072x768 and 512x4096x1024: a
+    # 768 KiB KC x NC block of the weight packed per call stays in the 2 MiB L2, the model's 3 MiB one
+    # does not). Checked in one process against torch 2.13's F.linear (2 threads, median of 7, x torch
+    # cache model -> row): 128x3072x768 0.64 -> 1.01, 512x4096x1024 0.58 -> 0.77, 256x4096x4096 0.71 ->
+    # 0.85, 64x4096x4096 0.63 -> 0.89, 16x4096x4096 0.46 -> 0.69, 2048x4096x4096 0.58 -> 0.59.
+    **{("sapphirerapids", "avx512_core", op, "float32"): (168, 256, 3072)
+       for op in ("matmul", "linear", "conv2d")},
+    ("sapphirerapids", "avx512_core_amx", "matmul", "bfloat16"): (160, 512, 3072),
+    ("sapphirerapids", "avx512_core_amx", "linear", "bfloat16"): (96, 1024, 384),
+    ("sapphirerapids", "avx512_core_amx", "conv2d", "bfloat16"): (160, 512, 3072),
 }
 
 # Conv algorithm choice per microarchitecture: which NCHW convolutions run in the NHWC formulation
@@ -251,11 +265,17 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
 # GEMM, 0.87-0.90 -> 0.97-0.99x torch (numbers at CONV_BF16_OPTIONS; not the same bits: the NHWC depth
 # order). At batch 1 it stays on the NCHW GEMM ("kxk_stride1" 784, above). With more threads than
 # images the whole-batch route runs instead (unmeasured at 56x56: the plan does not depend on threads).
-# Hosts without a row (the Intel AMX class: unmeasured) keep the NCHW formulation. float32 1x1
+# Hosts without a row (the Intel AMX class at its bfloat16 levels: `tune` found no class worth it
+# there) keep the NCHW formulation. float32 1x1
 # problems at batch >= 2 that CONV_F32_OPTIONS's "nchw1x1_joint" takes (zen4) run that instead.
 CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
     ("zen4", "avx512_core"): {"kxk": 784, "kxk_stride1": 3136, "1x1_batch": 49, "1x1_stride": 784,
                               "1x1_single": 49},
+    # sapphirerapids float32: zen4's limits with zen4's float32 options (CONV_F32_OPTIONS, below),
+    # measured together on the Intel AMX VM (2026-12-03, see there); `tune`'s own pick without those
+    # options (every class 49) measured slower (ResNet-50 geomean 1.04 -> 1.01x torch).
+    ("sapphirerapids", "avx512_core"): {"kxk": 784, "kxk_stride1": 3136, "1x1_batch": 49,
+                                        "1x1_stride": 784, "1x1_single": 49},
     ("zen4", "avx512_core_bf16"): {"kxk": 784, "kxk_stride1": 784, "1x1_batch": 49, "1x1_stride": 784,
                                    "kxk_batch": 3136},
 }
@@ -498,10 +518,16 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # 1.16 -> 1.29x), 141 -> 161; batch 8 149 -> 160, 145 -> 152 (1.03 -> 1.11x, 1.00 -> 1.05x). The
 # stride-1 196-pixel layers measured mixed (res4_branch2a 149 -> 136, res4_branch2c 196 -> 177 at
 # batch 1; +3% / -2% at batch 8): they keep their routes.
+# sapphirerapids (the Intel AMX VM, 2026-12-03, 2 threads, ResNet-50's 23 layers at batch 1 and 8, NCHW
+# and NHWC, paired in one process with torch 2.13, median of 5): the same set with CONV_STEM_OPTIONS
+# "stem_f32" and CONV_NCHW_AS_NHWC's zen4 limits, against none of them, geomean x torch (layers
+# below 0.85x): batch 1 NCHW 1.19 (2) -> 1.37 (0), NHWC 1.03 (3) -> 1.13 (0); batch 8 NCHW 1.03 (6) ->
+# 1.17 (3), NHWC 0.94 (5) -> 1.00 (1). Dropping "nchw1x1_joint" or the NHWC-form limits on the weak
+# batch-8 layers (res2_branch2b, res4a_branch1, res5_branch2a: 0.72-0.79x) changed them by under 4%.
 CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("zen4", "avx512_core"): ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows",
-                              "brg_skip_pad", "nchw1x1_direct_b", "nchw1x1_joint", "nchw1x1_a_in_place",
-                              "nchw1x1_n49", "nchw1x1_n49_strided"),
+    **{(uarch, "avx512_core"): ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows",
+                                "brg_skip_pad", "nchw1x1_direct_b", "nchw1x1_joint", "nchw1x1_a_in_place",
+                                "nchw1x1_n49", "nchw1x1_n49_strided") for uarch in ("zen4", "sapphirerapids")},
 }
 CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pack": 8,
                   "brg_skip_pad": 16, "brg_wide_rows": 64,
@@ -528,6 +554,10 @@ CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pa
 # NCHW 318 (1.14), NHWC 344 (1.04).
 CONV_STEM_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core"): ("stem_f32",),
+    # sapphirerapids float32: measured with CONV_F32_OPTIONS (there): conv1 batch 1 NCHW 0.86 -> 1.02x
+    # torch, NHWC 0.75 -> 0.91x, batch 8 NHWC 0.65 -> 0.80x. Not at its AMX level: "stem_bf16" (a
+    # VDPBF16PS kernel) ran conv1 at 135-180 GFLOP/s there against 545-710 on the AMX tiles.
+    ("sapphirerapids", "avx512_core"): ("stem_f32",),
     ("zen4", "avx512_core_bf16"): ("stem_f32", "stem_bf16"),
 }
 CONV_STEM_FLAGS = {"stem_f32": 1, "stem_bf16": 2}  # the bits of op_conv_stem_options
@@ -642,16 +672,27 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # with torch 2.13 in one process (median of 11, settle between callables), GFLOP/s without -> with:
 # NHWC batch 1 res3_branch2b 421 -> 430 (1.01 -> 1.03x torch), 424 -> 437 (1.00 -> 1.03x); NCHW batch 1
 # (NHWC formulation, its input copied anyway) 417 -> 416.
-# Unmeasured on Intel (its AMX level has the tile kernels): no row.
+# "amx_s1" (AMX builds): an NHWC stride-1 k x k convolution (groups 1, C a multiple of 32, OW at least
+# 4 (KW-1) DW) runs op_conv2d_nhwc_amx_s1: the AMX tiles read their A rows per kernel tap in place from a
+# zero-padded copy of the input (the output computed on the padded width, KW-1 columns per row dropped)
+# instead of the GEMM over the packed gather; the weight packed by the same pack, the same depth order
+# and single sums: the same bits. sapphirerapids, 2026-12-03 (the Intel AMX VM, 2 threads, paired in one
+# process with torch 2.13, median of 5, GFLOP/s without -> with, x torch): NHWC batch 8 res2_branch2b
+# 932 -> 1408 (0.52 -> 0.79x), res3_branch2b 1048 -> 1490 (0.42 -> 0.60x), res4_branch2b 1111 -> 1563
+# (0.69 -> 0.98x); batch 1 res2_branch2b 848 -> 1253 (0.65 -> 0.96x), res3_branch2b 816 -> 1245 (0.69 ->
+# 1.06x), res4_branch2b 549 -> 822; res5 (7x7: OW < 8) and the strided layers keep the GEMM. The NCHW
+# layers through the NHWC formulation with it measured slower than without (CONV_NCHW_AS_NHWC: no
+# row). The VDPBF16PS options above all ran slower at the AMX level (0.1-0.6x): not taken there.
 CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16", "brg_inplace",
                                     "1x1_strided_ref", "1x1_out16_conv", "as_nhwc_image", "as_nhwc_image_l2",
                                     "nchw1x1_joint", "brg_nsplit_small"),
+    ("sapphirerapids", "avx512_core_amx"): ("amx_s1",),
 }
 CONV_BF16_FLAGS = {"brg": 1, "skip_pad": 2, "brg_nsplit_pack": 4, "1x1_out16": 8, "brg_inplace": 16,
                    "1x1_strided_ref": 32, "1x1_out16_conv": 64,
                    "as_nhwc_image": 128, "as_nhwc_image_l2": 256, "nchw1x1_joint": 512,
-                   "brg_nsplit_small": 1024}  # the bits of op_conv_bf16_options
+                   "brg_nsplit_small": 1024, "amx_s1": 2048}  # the bits of op_conv_bf16_options
 
 
 def conv_bf16_flags(level: str, uarch: str | None = None) -> int:

@@ -950,6 +950,11 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
    input in place (no padded copy); larger weights keep the per-task packs. The same bits. */
 #define OP_CONV_BF16_NSPLIT_SMALL 1024
 #define OP_BRGB_NSPLIT_SMALL (512 * 1024)
+/* OP_CONV_BF16_AMX_S1 (bit 2048, "amx_s1"; AMX builds): an NHWC stride-1 k x k convolution (groups 1,
+   C a multiple of 32, OW at least 4 (KW-1) DW) runs op_conv2d_nhwc_amx_s1: the AMX tiles reading their
+   A rows in place from a padded copy of the input, per kernel tap, instead of the GEMM over the
+   packed gather. */
+#define OP_CONV_BF16_AMX_S1 2048
 static int op_conv_bf16_opts = 0;
 
 #if defined(OP_BF16_HAS_DP)
@@ -1625,6 +1630,197 @@ static int op_conv2d_bf16_nchw1x1_joint(const op_conv_desc *d, const uint16_t *x
 }
 #endif
 
+#if defined(OP_BF16_HAS_AMX)
+/* ---------------------------------------------------------------- NHWC stride-1 k x k on AMX tiles
+
+   An NHWC stride-1 k x k convolution (groups 1, C a multiple of 32) on the AMX tiles without an
+   im2col gather: the input is copied once, zero-padded, to hq x wq pixels per image (hq = OH + (KH-1)DH,
+   wq = OW + (KW-1)DW), and the output is computed on the padded grid's width, "virtual" pixel
+   v = oy * wq + ox for ox < wq. For a kernel tap (r, s) the A rows of 32 consecutive virtual pixels
+   are then 32 consecutive padded pixels starting (r DH wq + s DW) pixels further on, C elements
+   apart: a 16 x 32 A tile (16 pixels, 32 channels) is one TILELOADD with a row stride of 2C bytes
+   straight from the padded copy. The KW - 1 columns of each virtual row past OW are computed and
+   dropped (2 of 30 at 28 x 28). The weight is packed once per call into the AMX B layout (32-column
+   panels, per tap and 32-channel block 16 K-pairs x 16 columns per tile). The sums run over taps and
+   channel blocks in the same order for every pixel; the float results go through the epilogue and
+   the level's bfloat16 rounding as the GEMM's tiles do. (oneDNN's brgemm convolutions read the input
+   in place per tap the same way.) */
+
+typedef struct {
+    const op_conv_desc *d;
+    const uint16_t *x;
+    uint16_t *xp, *wp;
+    const uint16_t *w;
+    const float *bias;
+    void *y;
+    int y_bf16, act;
+    int64_t hq, wq, ncb, ntap, npn, mv, nmb, mgroup, ngroups, pstride, ppsplit;
+} op_amxc_ctx;
+
+#define OP_AMXC_MGROUP 8   /* 32-pixel blocks per task */
+#ifndef OP_AMXC_TASKS
+#define OP_AMXC_TASKS 2    /* tasks per thread at least (else the weight panels split) */
+#endif
+
+/* one task = one row of one padded image */
+static void op_amxc_fill_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_amxc_ctx *c = (const op_amxc_ctx *)ctx;
+    const op_conv_desc *d = c->d;
+    const int64_t C = d->c, n = task / c->hq, r = task % c->hq, wq = c->wq;
+    uint16_t *o = c->xp + task * wq * C;
+    const int64_t ih = r - d->pt;
+    if (ih < 0 || ih >= d->h) {
+        memset(o, 0, sizeof(uint16_t) * (size_t)(wq * C));
+        return;
+    }
+    const int64_t q0 = op_min64(d->pl, wq), q1 = op_max64(q0, op_min64(d->pl + d->w, wq));
+    memset(o, 0, sizeof(uint16_t) * (size_t)(q0 * C));
+    memcpy(o + q0 * C, c->x + ((n * d->h + ih) * d->w + (q0 - d->pl)) * C, sizeof(uint16_t) * (size_t)((q1 - q0) * C));
+    memset(o + q1 * C, 0, sizeof(uint16_t) * (size_t)((wq - q1) * C));
+}
+
+/* one task = one 32-column weight panel, packed by the NHWC GEMM's own B pack
+   (op_conv_pack_b_nhwc_k32_nf: depth order (channel block, tap, channel), a 1024-element k32 block per
+   channel block and tap) followed by that pack's row scratch (pstride elements per panel) */
+static void op_amxc_pack_task(void *ctx, int64_t jp, int tid)
+{
+    (void)tid;
+    const op_amxc_ctx *c = (const op_amxc_ctx *)ctx;
+    const int64_t K = c->d->c * c->ntap;
+    op_convq_geo q;
+    memset(&q, 0, sizeof q);
+    q.d = c->d;
+    q.bk = 32;
+    op_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.b = c->w;
+    g.csb = K;
+    g.user = &q;
+    op_conv_pack_b_nhwc_k32_nf(&g, 0, 0, K, K, jp * 32, op_min64(32, c->d->oc - jp * 32), c->wp + jp * c->pstride,
+                               NULL);
+}
+
+static void op_amxc_panel(const op_amxc_ctx *c, int64_t grp, int64_t n, int64_t jp);
+
+/* one task = (image, group of OP_AMXC_MGROUP 32-pixel blocks, range of weight panels) */
+static void op_amxc_task(void *ctx, int64_t task, int tid)
+{
+    (void)tid;
+    const op_amxc_ctx *c = (const op_amxc_ctx *)ctx;
+    const int64_t npt = op_cdiv64(c->npn, c->ppsplit), ps = task % c->ppsplit, rest = task / c->ppsplit;
+    for (int64_t jp = ps * npt; jp < op_min64(c->npn, (ps + 1) * npt); jp++)
+        op_amxc_panel(c, rest % c->ngroups, rest / c->ngroups, jp);
+}
+
+static void op_amxc_panel(const op_amxc_ctx *c, int64_t grp, int64_t n, int64_t jp)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t C = d->c, OC = d->oc, wq = c->wq;
+    const int64_t ld = C * (int64_t)sizeof(uint16_t);
+    const uint16_t *img = c->xp + n * c->hq * wq * C, *B = c->wp + jp * c->pstride;
+    const int nr = (int)op_min64(32, OC - jp * 32);
+    op_epilogue epi = {c->bias ? c->bias + jp * 32 : NULL, 1, 1, c->act};
+    float t[32 * 32] OP_ALIGNED(64);
+    op_amx_ensure_cfg();
+    const int64_t mb1 = op_min64(c->nmb, (grp + 1) * c->mgroup);
+    for (int64_t mb = grp * c->mgroup; mb < mb1; mb++) {
+        const int64_t v0 = mb * 32;
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        for (int64_t cb = 0; cb < c->ncb; cb++)
+            for (int64_t r = 0; r < d->kh; r++) {
+                const uint16_t *A = img + (v0 + r * d->dh * wq) * C + cb * 32;
+                const uint16_t *Bt = B + (cb * c->ntap + r * d->kw) * 1024;
+                for (int64_t s = 0; s < d->kw; s++) {
+                    const uint16_t *ab = A + s * d->dw * C, *bb = Bt + s * 1024;
+                    _tile_loadd(4, ab, ld);
+                    _tile_loadd(6, bb, 64);
+                    _tile_loadd(7, bb + 512, 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_loadd(5, ab + 16 * C, ld);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+            }
+        _tile_stored(0, t, 128);
+        _tile_stored(1, t + 16, 128);
+        _tile_stored(2, t + 16 * 32, 128);
+        _tile_stored(3, t + 16 * 32 + 16, 128);
+        /* the rows of real pixels, in runs along an output row (contiguous in y) */
+        for (int64_t i = 0; i < 32;) {
+            const int64_t v = v0 + i, oy = v / wq, ox = v % wq;
+            if (oy >= d->oh) break;
+            if (ox >= d->ow) {
+                i += wq - ox;
+                continue;
+            }
+            const int len = (int)op_min64(32 - i, d->ow - ox);
+            const int64_t yo = ((n * d->oh + oy) * d->ow + ox) * OC + jp * 32;
+            if (c->y_bf16) {
+                op_bf16_tile_out(t + i * 32, 32, len, nr, t + i * 32, 32, 1, 0, &epi);
+                op_tile_to_bf16(t + i * 32, 32, 1, len, nr, (uint16_t *)c->y + yo, OC, 1);
+            } else {
+                op_bf16_tile_out(t + i * 32, 32, len, nr, (float *)c->y + yo, OC, 1, 0, &epi);
+            }
+            i += len;
+        }
+    }
+}
+
+/* Whether the NHWC problem d runs op_conv2d_nhwc_amx_s1. */
+static int op_amxc_fits(const op_conv_desc *d)
+{
+    return d->nhwc == 1 && d->groups == 1 && d->sh == 1 && d->sw == 1 && d->kh * d->kw >= 2 &&
+           d->c % 32 == 0 && d->kh <= 16 && d->kw <= 16 &&
+           4 * (d->kw - 1) * d->dw <= d->ow &&   /* at most 1 dropped column in 5 */
+           d->oh * d->ow >= 16;   /* as the GEMM's OP_BF16_AMX_MIN_M: fewer pixels leave the tiles mostly empty */
+}
+
+/* The NHWC stride-1 k x k convolution on AMX tiles (above): the threads used, 0 when d does not fit,
+   -1 on allocation failure, -2 on an AMX fault (amx_emu). */
+static int op_conv2d_nhwc_amx_s1(const op_conv_desc *d, const uint16_t *x, const uint16_t *w,
+                                 const float *bias, void *y, int y_bf16, int act, int nthreads)
+{
+    if (!op_amxc_fits(d)) return 0;
+    op_amxc_ctx c;
+    memset(&c, 0, sizeof c);
+    c.d = d; c.x = x; c.w = w; c.bias = bias; c.y = y; c.y_bf16 = y_bf16; c.act = act;
+    c.hq = d->oh + (d->kh - 1) * d->dh;
+    c.wq = d->ow + (d->kw - 1) * d->dw;
+    c.ncb = d->c / 32;
+    c.ntap = d->kh * d->kw;
+    c.npn = op_cdiv64(d->oc, 32);
+    c.mv = d->oh * c.wq;
+    c.nmb = op_cdiv64(c.mv, 32);
+    c.mgroup = OP_AMXC_MGROUP;
+    c.ngroups = op_cdiv64(c.nmb, c.mgroup);
+    /* a task runs every weight panel over its pixel blocks (their A rows read from L1 panel after
+       panel); fewer (image, group) tasks than OP_AMXC_TASKS per thread: the panels split as well */
+    const int64_t T = nthreads < 1 ? 1 : nthreads, ntask = d->n * c.ngroups;
+    c.ppsplit = ntask >= OP_AMXC_TASKS * T ? 1 : op_min64(c.npn, op_cdiv64(OP_AMXC_TASKS * T, ntask));
+    /* the last image's last block reads up to 31 + (KW-1)DW pixels past its padded rows */
+    const int64_t npix = d->n * c.hq * c.wq, tail = 32 + (d->kw - 1) * d->dw;
+    c.xp = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)((npix + tail) * d->c));
+    c.pstride = 32 * d->c * c.ntap + 32 * (32 * c.ntap + 1);   /* a panel and its pack's row scratch */
+    c.wp = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(c.npn * c.pstride));
+    int used = -1;
+    if (c.xp && c.wp) {
+        memset(c.xp + npix * d->c, 0, sizeof(uint16_t) * (size_t)(tail * d->c));
+        op_parallel_for(nthreads, d->n * c.hq, op_amxc_fill_task, &c);
+        op_parallel_for(nthreads, c.npn, op_amxc_pack_task, &c);
+        op_amx_begin();
+        used = op_parallel_for(nthreads, d->n * c.ngroups * c.ppsplit, op_amxc_task, &c);
+        op_amx_end();
+        if (op_amx_fault()) used = -2;
+    }
+    op_conv_scratch_free(c.wp);
+    op_conv_scratch_free(c.xp);
+    return used;
+}
+#endif
+
 int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, const float *bias,
                    void *y, int y_bf16, int act, const op_blocking *blk, int nthreads)
 {
@@ -1691,6 +1887,12 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
 #else
     const int inplace = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 &&
                         d->pl == 0 && d->oh == d->h && d->ow == d->w;
+#if defined(OP_BF16_HAS_AMX)
+    if (d->nhwc == 1 && (op_conv_bf16_opts & OP_CONV_BF16_AMX_S1)) {   /* NHWC stride-1 k x k on AMX tiles, in place */
+        const int ra = op_conv2d_nhwc_amx_s1(d, x, w, bias, y, y_bf16, act, nthreads);
+        if (ra != 0) return ra;
+    }
+#endif
 #if defined(OP_BF16_HAS_DP)
     if (d->nhwc && op_s1x1_ref_fits(d, blk))
         return op_conv2d_bf16_s1x1_ref(d, x, w, bias, y, y_bf16, act, blk, nthreads);
@@ -1745,7 +1947,8 @@ int op_conv_bf16_options(int flags)
                                              OP_CONV_BF16_1X1_OUT16 | OP_CONV_BF16_INPLACE |
                                              OP_CONV_BF16_1X1_STRIDED_REF | OP_CONV_BF16_1X1_OUT16_CONV |
                                              OP_CONV_BF16_AS_NHWC_IMAGE | OP_CONV_BF16_AS_NHWC_IMAGE_L2 |
-                                             OP_CONV_BF16_NCHW1X1_JOINT | OP_CONV_BF16_NSPLIT_SMALL);
+                                             OP_CONV_BF16_NCHW1X1_JOINT | OP_CONV_BF16_NSPLIT_SMALL |
+                                             OP_CONV_BF16_AMX_S1);
     return old;
 #else
     (void)flags;

@@ -1,0 +1,119 @@
+"""NHWC stride-1 k x k bfloat16 convolutions on the AMX tiles reading the padded input in place
+(kernels/conv_bf16.c, op_conv2d_nhwc_amx_s1; op_conv_bf16_options bit "amx_s1", the registry's
+CONV_BF16_OPTIONS): forced on and off in the amx_emu build (any host) and, where the host runs it,
+the avx512_core_amx build; against the float64 reference, and bit for bit against the GEMM over the
+packed gather it replaces (the same pack, depth order and sums), NaN and Inf inputs included."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ml_dtypes import bfloat16
+
+from onepath.dispatch import registry
+from onepath.dispatch.cpu import probe
+from onepath.kernels import load
+from onepath.ops.conv import reference_conv2d
+
+from test_conv import _bound
+
+AMX_S1 = registry.CONV_BF16_FLAGS["amx_s1"]
+
+# (n, c, h, w, oc, kh, kw, (pt, pb), (pl, pr), dilation)
+CASES = [
+    (1, 64, 12, 12, 64, 3, 3, (1, 1), (1, 1), 1),     # ResNet-like, several 32-pixel blocks
+    (3, 32, 9, 16, 40, 3, 3, (1, 1), (1, 1), 1),      # a batch; OC 40: a 32-column panel and an 8-column one
+    (2, 64, 10, 20, 16, 5, 5, (2, 2), (2, 2), 1),     # 5 x 5
+    (1, 32, 7, 30, 33, 1, 3, (0, 0), (1, 1), 1),      # 1 x 3, OC 33
+    (2, 96, 11, 17, 24, 3, 3, (2, 2), (2, 2), 2),     # dilation 2, odd sizes
+    (1, 32, 8, 40, 48, 3, 3, (0, 0), (0, 0), 1),      # unpadded
+    (1, 64, 6, 64, 32, 2, 2, (0, 1), (1, 0), 1),      # 2 x 2 with asymmetric padding
+    (1, 32, 5, 8, 16, 3, 3, (1, 1), (1, 1), 1),       # OW 8: the smallest width it takes (4 (KW-1) DW)
+    (9, 32, 3, 12, 32, 3, 3, (1, 1), (1, 1), 1),      # many images, each under 32 virtual pixels
+]
+
+
+def _builds():
+    out = ["amx_emu"]
+    if "avx512_core_amx" in probe().levels:
+        out.append("avx512_core_amx")
+    return out
+
+
+def _conv(build, x, wt, b, pads, dil, y_bf16, flags, nthreads):
+    """op_conv2d_bf16 of ``build`` on NHWC x (bfloat16) with op_conv_bf16_options(flags); y (N, OH, OW,
+    OC), float32 (or bfloat16 bits widened, y_bf16)."""
+    mod = load(build)
+    ffi, lib = mod.ffi, mod.lib
+    n, h, w, c = x.shape
+    oc, _, kh, kw = wt.shape
+    (pt, pb), (pl, pr) = pads
+    oh = h + pt + pb - dil * (kh - 1)
+    ow = w + pl + pr - dil * (kw - 1)
+    d = ffi.new("op_conv_desc *")
+    d.n, d.c, d.h, d.w, d.oc, d.oh, d.ow, d.kh, d.kw = n, c, h, w, oc, oh, ow, kh, kw
+    d.sh = d.sw = 1
+    d.pt, d.pl = pt, pl
+    d.dh = d.dw = dil
+    d.groups, d.nhwc = 1, 1
+    xin = np.ascontiguousarray(x).view(np.uint16)
+    wk = np.ascontiguousarray(wt).view(np.uint16)
+    y = np.empty((n, oh, ow, oc), np.uint16 if y_bf16 else np.float32)
+    old = lib.op_conv_bf16_options(-1)
+    lib.op_conv_bf16_options(flags)
+    try:
+        used = lib.op_conv2d_bf16(d, ffi.cast("const uint16_t *", xin.ctypes.data),
+                                  ffi.cast("const uint16_t *", wk.ctypes.data),
+                                  ffi.cast("const float *", b.ctypes.data), ffi.cast("void *", y.ctypes.data),
+                                  int(y_bf16), 1, ffi.NULL, nthreads)   # activation 1: ReLU
+    finally:
+        lib.op_conv_bf16_options(old)
+    assert used >= 1
+    return y.view(bfloat16).astype(np.float32) if y_bf16 else y
+
+
+def _inputs(case, seed=3, nonfinite=False):
+    n, c, h, w, oc, kh, kw, pv, ph, dil = case
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, h, w, c)).astype(np.float32)
+    if nonfinite:
+        x[0, 0, 0, 0], x[-1, h // 2, w - 1, c - 1] = np.nan, np.inf
+    wt = (rng.standard_normal((oc, c, kh, kw)) / np.sqrt(c * kh * kw)).astype(bfloat16)
+    b = rng.standard_normal(oc).astype(np.float32)
+    return x.astype(bfloat16), wt, b
+
+
+@pytest.mark.parametrize("build", _builds())
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:7])))
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_amx_s1_reference(build, case, nthreads):
+    x, wt, b = _inputs(case)
+    pads, dil = (case[7], case[8]), case[9]
+    got = _conv(build, x, wt, b, pads, dil, False, AMX_S1, nthreads)
+    ref = np.maximum(reference_conv2d(x.transpose(0, 3, 1, 2), wt, b, (1, 1), pads, (dil, dil), 1), 0)
+    tol = _bound(x.transpose(0, 3, 1, 2).astype(np.float32), wt.astype(np.float32), b, (1, 1), pads,
+                 (dil, dil), 1)
+    assert np.all(np.abs(got - ref.transpose(0, 2, 3, 1)) <= tol.transpose(0, 2, 3, 1))
+
+
+@pytest.mark.parametrize("case", CASES[:3] + CASES[6:7], ids=lambda c: "x".join(map(str, c[:7])))
+@pytest.mark.parametrize("y_bf16", [False, True], ids=["y_f32", "y_bf16"])
+def test_amx_s1_same_bits_as_gemm(case, y_bf16):
+    """On the AMX hardware both routes pack the weight alike and sum each output over the same 32-deep
+    blocks in the same order: bit for bit the same, NaN and Inf inputs included (their NaN reaches the
+    output). (The amx_emu build's GEMM route differs from it by float rounding where C > 32: its
+    emulated tile products are checked against the reference above instead.)"""
+    build = "avx512_core_amx"
+    if build not in _builds():
+        pytest.skip("the host cannot run avx512_core_amx")
+    x, wt, b = _inputs(case, nonfinite=True)
+    pads, dil = (case[7], case[8]), case[9]
+    on = _conv(build, x, wt, b, pads, dil, y_bf16, AMX_S1, 2)
+    off = _conv(build, x, wt, b, pads, dil, y_bf16, 0, 2)
+    np.testing.assert_array_equal(on, off)
+    assert np.isnan(on).any()
+
+
+def test_amx_s1_rule_is_per_uarch():
+    """The Intel AMX class runs it at its AMX level; zen4 has no AMX build and no such bit."""
+    assert registry.conv_bf16_flags("avx512_core_amx", uarch="sapphirerapids") & AMX_S1
+    assert not registry.conv_bf16_flags("avx512_core_bf16", uarch="zen4") & AMX_S1
