@@ -395,7 +395,9 @@ def conv_nchw_as_nhwc(row: Kernel, n: int, pixels: int, strided: bool = False,
 # 8 KiB row segments; 63 -> 80 GB/s in a C loop), x @ W.T 0.98 -> 1.20 (when the VM's memory
 # bandwidth is contended both sides meet at the same limit: 1.03-1.07). M = 9..16 x @ W computes
 # enough per weight element that the prefetch only added L2 traffic: not used there (gemv_f32.c).
-# Unmeasured on Intel: its rows stay absent (the paths as before).
+# sapphirerapids (the Intel AMX VM, 2026-12-03, `tune --threads 2`): at avx512_core the four sets
+# measured within 2% of each other (geomean of M = 1, 4, 16, both forms: none 43.7, prefetch_next
+# 43.3, ksplit 44.2, both 43.2 GFLOP/s): no row (the paths as before).
 GEMV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core"): ("prefetch_next", "ksplit"),
 }
@@ -439,7 +441,7 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # res3a_branch2b 189 -> 204, res4_branch2b 179 -> 196 (0.80 -> 0.87x torch); brg_nsplit (res4
 # 3x3, 14x14: 2.25 MiB weight) res4_branch2b batch 8 214 -> 223 (NHWC), 210 -> 217 (NCHW), batch 1
 # 198 -> 209 (NHWC), 190 -> 202 (NCHW); the 7x7 layers (res5) measured slower through this kernel
-# (half-row panels), left to the packing path. Unmeasured on Intel.
+# (half-row panels), left to the packing path. Intel: the whole set, below.
 # "brg_ow7": outputs whose rows are multiples of 7 pixels (the 7x7 planes of res5) also run that
 # kernel, a micro-panel being two 7-pixel row pieces (a ragged last panel: one); "brg_nsplit_pack":
 # in the output-channel split each task packs its own 32-column weight panel (K x 32 floats, in L2)
@@ -467,7 +469,7 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # zen4, 2026-11-30 (same VM, 2 threads, median of 7, paired with torch 2.13 and the bit off/on,
 # GFLOP/s off -> on, x torch): batch 8 res2a_branch2a (C 64 -> 64, 56x56) 168 -> 194 (1.05 -> 1.21x),
 # res2_branch2a (C 256 -> 64) 157 -> 213 (1.17 -> 1.59x); batch 1 res2_branch2a 199 -> 217 (1.13 ->
-# 1.23x). OC 128 / 256 measured 4-8% slower in place (left packed). Unmeasured on Intel.
+# 1.23x). OC 128 / 256 measured 4-8% slower in place (left packed). Intel: the whole set, below.
 # "nchw1x1_joint": an NCHW 1x1 convolution (groups 1, batch >= 2, unpadded, any stride whose samples
 # lie in the input) with output planes of at most 3136 pixels (also, since 2026-12-01, the batch >= 2
 # problems "nchw1x1_direct_b" would read in place: see op_conv_j1_fits) runs as one GEMM over the pixels of all images, out[oc][(n, pixel)] = W @ X
@@ -483,7 +485,7 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # res4_branch2a 179 -> 204 (0.87 -> 0.99x), res5a_branch2a 191 -> 209 (0.88 -> 0.96x),
 # res4_branch2c 191 -> 208 (0.97 -> 1.06x), res3_branch2a 171 -> 194 (0.96 -> 1.09x), res3a_branch2a
 # 178 -> 189 (1.10 -> 1.17x), res5_branch2c 199 -> 206 (0.95 -> 0.98x), res5_branch2a 194 -> 194
-# (0.93x both). Unmeasured on Intel: no row there.
+# (0.93x both). Intel: the whole set, below.
 # "nchw1x1_a_in_place": an NCHW 1x1 unpadded convolution (groups 1, OC > 64, not the joint GEMM: batch 1,
 # or batch >= 2 with planes the joint GEMM does not take (measured at batch 1 only); strided: the
 # sampled pixels copied first, then stride 1) runs as the per-image GEMM out = W @ X with the weight read in
@@ -500,7 +502,7 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # 1.09x), res3_branch2a 180 -> 186, res3_branch2c 164 -> 164, res2_branch2c 187 -> 202; strided (NHWC
 # formulation before): res5a_branch1 (1024 -> 2048, 14 -> 7) 116 -> 121 and 146 -> 146, res4a_branch1
 # (512 -> 1024, 28 -> 14) 125 -> 168 (0.82 -> 1.11x) and 173 -> 190, res3a_branch1 120 -> 153 (1.02 ->
-# 1.29x) and 170 -> 198. Batch >= 2 runs "nchw1x1_joint" as before. Unmeasured on Intel: no row there.
+# 1.29x) and 170 -> 198. Batch >= 2 runs "nchw1x1_joint" as before. Intel: the whole set, below.
 # "nchw1x1_n49" (with "nchw1x1_a_in_place"): those NCHW 1x1 problems, and the "nchw1x1_joint" ones (batch
 # >= 2), with 49 output pixels (the 7 x 7 planes) run their own kernel (conv_f32.c,
 # op_conv2d_nchw1x1_n49_f32): 7 weight rows (read in place) x 49 = 3 x 16 + 1 pixels, the 49th as a
@@ -510,7 +512,7 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # off -> on), batch 1: res5a_branch1 116 -> 190, res5_branch2a 128 -> 199, res5_branch2c 162 -> 192;
 # `bench conv --desc` runs minutes apart (x torch 2.13, with the bit): batch 1 res5a_branch1 1.32-1.86,
 # res5_branch2a 1.19-1.67, res5_branch2c 1.20-1.29; batch 8 (the joint GEMM before) 1.27, 1.11-1.25,
-# 1.17-1.18. Unmeasured on Intel: no row there.
+# 1.17-1.18. Intel: the whole set, below.
 # "nchw1x1_n49_strided" (with "nchw1x1_n49"): a strided one with 98, 147 or 196 output pixels runs the
 # same kernel over runs of 49 pixels per image, packed straight from the input (no sampled-pixel
 # copy, no 4-of-32-column panel). zen4, 2026-12-01 (as above, onepath.bench.core.alternate with
@@ -527,7 +529,8 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     **{(uarch, "avx512_core"): ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows",
                                 "brg_skip_pad", "nchw1x1_direct_b", "nchw1x1_joint", "nchw1x1_a_in_place",
-                                "nchw1x1_n49", "nchw1x1_n49_strided") for uarch in ("zen4", "sapphirerapids")},
+                                "nchw1x1_n49", "nchw1x1_n49_strided")
+       for uarch in ("zen4", "sapphirerapids")},
 }
 CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pack": 8,
                   "brg_skip_pad": 16, "brg_wide_rows": 64,
@@ -547,7 +550,7 @@ CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pa
 # 1 thread mb1 f32 NCHW 97 -> 102, f32 NHWC 90 -> 105 (torch 111), bf16 NCHW 123 -> 169, bf16 NHWC
 # 164 -> 174 (torch 163); 2 threads mb1 f32 NCHW 188 -> 190 (torch 207), f32 NHWC 177 -> 198 (209),
 # bf16 NCHW 236 -> 311 (282), bf16 NHWC 311 -> 328 (314); 2 threads mb8 f32 NHWC 163 -> 184 (199),
-# bf16 NCHW 194 -> 213, bf16 NHWC 293 -> 333 (313). Unmeasured on Intel: no row there.
+# bf16 NCHW 194 -> 213, bf16 NHWC 293 -> 333 (313). Intel: "stem_f32" only (below).
 # Re-measured 2026-11-30 after the per-thread band copies (same host, 2 threads, `bench conv
 # --desc`, GFLOP/s, x torch 2.13; torch's f32 NCHW ran at 72 in those runs): mb1 f32 NCHW 195,
 # NHWC 204 (0.95), bf16 NCHW 280 (1.10), NHWC 314 (1.00); mb8 f32 NCHW 191, NHWC 206 (0.96), bf16
