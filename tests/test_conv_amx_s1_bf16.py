@@ -28,7 +28,12 @@ CASES = [
     (1, 32, 8, 40, 48, 3, 3, (0, 0), (0, 0), 1),      # unpadded
     (1, 64, 6, 64, 32, 2, 2, (0, 1), (1, 0), 1),      # 2 x 2 with asymmetric padding
     (1, 32, 5, 8, 16, 3, 3, (1, 1), (1, 1), 1),       # OW 8: the smallest width it takes (4 (KW-1) DW)
-    (9, 32, 3, 12, 32, 3, 3, (1, 1), (1, 1), 1),      # many images, each under 32 virtual pixels
+    (9, 32, 3, 12, 32, 3, 3, (1, 1), (1, 1), 1),      # many images of 2 blocks, the last one short
+    (2, 32, 2, 8, 24, 3, 3, (1, 1), (1, 1), 1),       # 16 pixels per image: one block, half of it real
+    (1, 64, 10, 12, 32, 3, 1, (1, 1), (0, 0), 1),     # KW 1: no dropped columns
+    (1, 32, 9, 18, 16, 3, 3, (2, 2), (1, 1), (2, 1)), # DH 2, DW 1
+    (1, 32, 6, 9, 16, 3, 3, (3, 0), (4, 2), 1),       # padding wider than the kernel's halo
+    (1, 32, 30, 30, 16, 3, 3, (1, 1), (1, 1), 1),     # 30 x 32 / 32 = 30 blocks: 4 task groups of 8
 ]
 
 
@@ -41,26 +46,29 @@ def _builds():
 
 def _conv(build, x, wt, b, pads, dil, y_bf16, flags, nthreads):
     """op_conv2d_bf16 of ``build`` on NHWC x (bfloat16) with op_conv_bf16_options(flags); y (N, OH, OW,
-    OC), float32 (or bfloat16 bits widened, y_bf16)."""
+    OC), float32 (or bfloat16 bits widened, y_bf16), NaN wherever the call wrote nothing. With the
+    bit set, the problem must be one the AMX kernel takes (op_conv2d_bf16_amx_s1)."""
     mod = load(build)
     ffi, lib = mod.ffi, mod.lib
     n, h, w, c = x.shape
     oc, _, kh, kw = wt.shape
     (pt, pb), (pl, pr) = pads
-    oh = h + pt + pb - dil * (kh - 1)
-    ow = w + pl + pr - dil * (kw - 1)
+    dh, dw = dil if isinstance(dil, tuple) else (dil, dil)
+    oh = h + pt + pb - dh * (kh - 1)
+    ow = w + pl + pr - dw * (kw - 1)
     d = ffi.new("op_conv_desc *")
     d.n, d.c, d.h, d.w, d.oc, d.oh, d.ow, d.kh, d.kw = n, c, h, w, oc, oh, ow, kh, kw
     d.sh = d.sw = 1
     d.pt, d.pl = pt, pl
-    d.dh = d.dw = dil
+    d.dh, d.dw = dh, dw
     d.groups, d.nhwc = 1, 1
     xin = np.ascontiguousarray(x).view(np.uint16)
     wk = np.ascontiguousarray(wt).view(np.uint16)
-    y = np.empty((n, oh, ow, oc), np.uint16 if y_bf16 else np.float32)
+    y = np.full((n, oh, ow, oc), 0xFFFF, np.uint16) if y_bf16 else np.full((n, oh, ow, oc), np.nan, np.float32)
     old = lib.op_conv_bf16_options(-1)
     lib.op_conv_bf16_options(flags)
     try:
+        assert lib.op_conv2d_bf16_amx_s1(d) == bool(flags & AMX_S1)
         used = lib.op_conv2d_bf16(d, ffi.cast("const uint16_t *", xin.ctypes.data),
                                   ffi.cast("const uint16_t *", wk.ctypes.data),
                                   ffi.cast("const float *", b.ctypes.data), ffi.cast("void *", y.ctypes.data),
@@ -85,13 +93,16 @@ def _inputs(case, seed=3, nonfinite=False):
 @pytest.mark.parametrize("build", _builds())
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:7])))
 @pytest.mark.parametrize("nthreads", [1, 2])
-def test_amx_s1_reference(build, case, nthreads):
+@pytest.mark.parametrize("y_bf16", [False, True], ids=["y_f32", "y_bf16"])
+def test_amx_s1_reference(build, case, nthreads, y_bf16):
     x, wt, b = _inputs(case)
     pads, dil = (case[7], case[8]), case[9]
-    got = _conv(build, x, wt, b, pads, dil, False, AMX_S1, nthreads)
-    ref = np.maximum(reference_conv2d(x.transpose(0, 3, 1, 2), wt, b, (1, 1), pads, (dil, dil), 1), 0)
+    dil2 = dil if isinstance(dil, tuple) else (dil, dil)
+    got = _conv(build, x, wt, b, pads, dil, y_bf16, AMX_S1, nthreads)
+    ref = np.maximum(reference_conv2d(x.transpose(0, 3, 1, 2), wt, b, (1, 1), pads, dil2, 1), 0)
     tol = _bound(x.transpose(0, 3, 1, 2).astype(np.float32), wt.astype(np.float32), b, (1, 1), pads,
-                 (dil, dil), 1)
+                 dil2, 1, out_bf16=y_bf16)
+    assert not np.isnan(got).any()   # every output written
     assert np.all(np.abs(got - ref.transpose(0, 2, 3, 1)) <= tol.transpose(0, 2, 3, 1))
 
 

@@ -267,7 +267,7 @@ def test_intel_uarch_names(model, stepping, bf16, name):
 @pytest.mark.parametrize("model, amx, name", [
     (0xA7, False, "rocketlake"), (0xA7, True, "sapphirerapids"), (0x8F, True, "sapphirerapids"),
     (0xCF, True, "emeraldrapids"), (0xAD, True, "graniterapids"), (0xEE, True, "sapphirerapids"),
-    (0xEE, False, "unknown"),
+    (0xEE, False, "unknown"), (0x55, True, "sapphirerapids"), (0x55, False, "cooperlake"),
 ])
 def test_intel_amx_names_the_class(model, amx, name):
     # A VM reporting Rocket Lake's model 167 with AMX (the Intel AMX host here) is named by what it

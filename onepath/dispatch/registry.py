@@ -198,12 +198,14 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
     # Intel Xeon AMX VM, Sapphire Rapids class (it reports family 6 model 167 stepping 1, AMX, L1d
     # 48 KiB, L2 2 MiB; KVM guest, 2 cores), 2026-12-03: `python -m onepath tune --threads 2` (full
     # search, 624 s). It kept the cache model's blocking for every float32 row and the bfloat16 AMX
-    # matmul (the other candidates within +-2%, pinned here as measured), and chose for the bfloat16
-    # AMX linear MC 96, KC 1024, NC 384 (1205 -> 1483 GFLOP/s on 128x3072x768 and 512x4096x1024: a
-    # 768 KiB KC x NC block of the weight packed per call stays in the 2 MiB L2, the model's 3 MiB one
-    # does not). Checked in one process against torch 2.13's F.linear (2 threads, median of 7, x torch
-    # cache model -> row): 128x3072x768 0.64 -> 1.01, 512x4096x1024 0.58 -> 0.77, 256x4096x4096 0.71 ->
-    # 0.85, 64x4096x4096 0.63 -> 0.89, 16x4096x4096 0.46 -> 0.69, 2048x4096x4096 0.58 -> 0.59.
+    # matmul and conv2d (the other candidates within +-2%, pinned here as measured), and chose for
+    # the bfloat16 AMX linear MC 96, KC 1024, NC 384 (1205 -> 1483 GFLOP/s on 128x3072x768 and
+    # 512x4096x1024: a 768 KiB KC x NC block of the weight packed per call stays in the 2 MiB L2,
+    # the model's 3 MiB one does not). Checked in one process against torch 2.13's F.linear (2
+    # threads, median of 7, x torch cache model -> row): 128x3072x768 0.64 -> 1.01, 512x4096x1024
+    # 0.58 -> 0.77, 256x4096x4096 0.71 -> 0.85, 64x4096x4096 0.63 -> 0.89, 16x4096x4096 0.46 ->
+    # 0.69, 2048x4096x4096 0.58 -> 0.59. Keyed to the one AMX microarchitecture measured; Emerald /
+    # Granite Rapids keep the cache model.
     **{("sapphirerapids", "avx512_core", op, "float32"): (168, 256, 3072)
        for op in ("matmul", "linear", "conv2d")},
     ("sapphirerapids", "avx512_core_amx", "matmul", "bfloat16"): (160, 512, 3072),
@@ -267,7 +269,8 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
 # images the whole-batch route runs instead (unmeasured at 56x56: the plan does not depend on threads).
 # Hosts without a row (the Intel AMX class at its bfloat16 levels: `tune` found no class worth it
 # there) keep the NCHW formulation. float32 1x1
-# problems at batch >= 2 that CONV_F32_OPTIONS's "nchw1x1_joint" takes (zen4) run that instead.
+# problems at batch >= 2 that CONV_F32_OPTIONS's "nchw1x1_joint" takes (zen4, sapphirerapids) run that
+# instead.
 CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
     ("zen4", "avx512_core"): {"kxk": 784, "kxk_stride1": 3136, "1x1_batch": 49, "1x1_stride": 784,
                               "1x1_single": 49},
@@ -675,17 +678,19 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # with torch 2.13 in one process (median of 11, settle between callables), GFLOP/s without -> with:
 # NHWC batch 1 res3_branch2b 421 -> 430 (1.01 -> 1.03x torch), 424 -> 437 (1.00 -> 1.03x); NCHW batch 1
 # (NHWC formulation, its input copied anyway) 417 -> 416.
-# "amx_s1" (AMX builds): an NHWC stride-1 k x k convolution (groups 1, C a multiple of 32, OW at least
-# 4 (KW-1) DW) runs op_conv2d_nhwc_amx_s1: the AMX tiles read their A rows per kernel tap in place from a
-# zero-padded copy of the input (the output computed on the padded width, KW-1 columns per row dropped)
-# instead of the GEMM over the packed gather; the weight packed by the same pack, the same depth order
-# and single sums: the same bits. sapphirerapids, 2026-12-03 (the Intel AMX VM, 2 threads, paired in one
-# process with torch 2.13, median of 5, GFLOP/s without -> with, x torch): NHWC batch 8 res2_branch2b
-# 932 -> 1408 (0.52 -> 0.79x), res3_branch2b 1048 -> 1490 (0.42 -> 0.60x), res4_branch2b 1111 -> 1563
-# (0.69 -> 0.98x); batch 1 res2_branch2b 848 -> 1253 (0.65 -> 0.96x), res3_branch2b 816 -> 1245 (0.69 ->
-# 1.06x), res4_branch2b 549 -> 822; res5 (7x7: OW < 8) and the strided layers keep the GEMM. The NCHW
-# layers through the NHWC formulation with it measured slower than without (CONV_NCHW_AS_NHWC: no
-# row). The VDPBF16PS options above all ran slower at the AMX level (0.1-0.6x): not taken there.
+# "amx_s1" (AMX builds): an NHWC stride-1 k x k convolution (groups 1, C a multiple of 32, OW at
+# least 4 (KW-1) DW) runs op_conv2d_nhwc_amx_s1: the AMX tiles read their A rows per kernel tap in
+# place from a zero-padded copy of the input (the output on the padded width, (KW-1) DW columns per
+# row dropped) instead of the GEMM over the packed gather; the weight packed by the same pack, the
+# same depth order and single sums: the same bits where the GEMM route's KC block holds all of K
+# (with K split over KC blocks its edge tiles round each block's sum into C: float rounding apart).
+# sapphirerapids, 2026-12-03 (the Intel AMX VM, 2 threads, paired in one process with torch 2.13,
+# median of 5, GFLOP/s without -> with, x torch): NHWC batch 8 res2_branch2b 932 -> 1408 (0.52 ->
+# 0.79x), res3_branch2b 1048 -> 1490 (0.42 -> 0.60x), res4_branch2b 1111 -> 1563 (0.69 -> 0.98x);
+# batch 1 res2_branch2b 848 -> 1253 (0.65 -> 0.96x), res3_branch2b 816 -> 1245 (0.69 -> 1.06x),
+# res4_branch2b 549 -> 822; res5 (7x7: OW < 8) and the strided layers keep the GEMM. The NCHW layers
+# through the NHWC formulation with it measured slower than without (CONV_NCHW_AS_NHWC: no row). The
+# VDPBF16PS options above all ran slower at the AMX level (0.1-0.6x): not taken there.
 CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16", "brg_inplace",
                                     "1x1_strided_ref", "1x1_out16_conv", "as_nhwc_image", "as_nhwc_image_l2",

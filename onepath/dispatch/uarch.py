@@ -66,12 +66,10 @@ def intel_uarch(family: int, model: int, stepping: int, has_avx512_bf16: bool = 
     if family != 6:
         return UNKNOWN
     if model == 0x55:  # Skylake-SP / Cascade Lake / Cooper Lake share the model number
-        if stepping >= 10 or has_avx512_bf16:
-            return "cooperlake"
-        if stepping >= 5:
-            return "cascadelake"
-        return "skylake_avx512"
-    name = INTEL_FAMILY6.get(model, UNKNOWN)
+        name = ("cooperlake" if stepping >= 10 or has_avx512_bf16 else
+                "cascadelake" if stepping >= 5 else "skylake_avx512")
+    else:
+        name = INTEL_FAMILY6.get(model, UNKNOWN)
     if has_amx and NATIVE_LEVEL.get(name) != "avx512_core_amx":
         return AMX_FALLBACK
     return name

@@ -951,9 +951,9 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
 #define OP_CONV_BF16_NSPLIT_SMALL 1024
 #define OP_BRGB_NSPLIT_SMALL (512 * 1024)
 /* OP_CONV_BF16_AMX_S1 (bit 2048, "amx_s1"; AMX builds): an NHWC stride-1 k x k convolution (groups 1,
-   C a multiple of 32, OW at least 4 (KW-1) DW) runs op_conv2d_nhwc_amx_s1: the AMX tiles reading their
-   A rows in place from a padded copy of the input, per kernel tap, instead of the GEMM over the
-   packed gather. */
+   C a multiple of 32, KH and KW at most 16, OW at least 4 (KW-1) DW, OH OW at least 16: op_amxc_fits)
+   runs op_conv2d_nhwc_amx_s1: the AMX tiles reading their A rows in place from a padded copy of the
+   input, per kernel tap, instead of the GEMM over the packed gather. */
 #define OP_CONV_BF16_AMX_S1 2048
 static int op_conv_bf16_opts = 0;
 
@@ -1639,7 +1639,7 @@ static int op_conv2d_bf16_nchw1x1_joint(const op_conv_desc *d, const uint16_t *x
    v = oy * wq + ox for ox < wq. For a kernel tap (r, s) the A rows of 32 consecutive virtual pixels
    are then 32 consecutive padded pixels starting (r DH wq + s DW) pixels further on, C elements
    apart: a 16 x 32 A tile (16 pixels, 32 channels) is one TILELOADD with a row stride of 2C bytes
-   straight from the padded copy. The KW - 1 columns of each virtual row past OW are computed and
+   straight from the padded copy. The (KW - 1) DW columns of each virtual row past OW are computed and
    dropped (2 of 30 at 28 x 28). The weight is packed once per call into the AMX B layout (32-column
    panels, per tap and 32-channel block 16 K-pairs x 16 columns per tile). The sums run over taps and
    channel blocks in the same order for every pixel; the float results go through the epilogue and
@@ -1677,7 +1677,9 @@ static void op_amxc_fill_task(void *ctx, int64_t task, int tid)
     }
     const int64_t q0 = op_min64(d->pl, wq), q1 = op_max64(q0, op_min64(d->pl + d->w, wq));
     memset(o, 0, sizeof(uint16_t) * (size_t)(q0 * C));
-    memcpy(o + q0 * C, c->x + ((n * d->h + ih) * d->w + (q0 - d->pl)) * C, sizeof(uint16_t) * (size_t)((q1 - q0) * C));
+    if (q1 > q0)
+        memcpy(o + q0 * C, c->x + ((n * d->h + ih) * d->w + (q0 - d->pl)) * C,
+               sizeof(uint16_t) * (size_t)((q1 - q0) * C));
     memset(o + q1 * C, 0, sizeof(uint16_t) * (size_t)((wq - q1) * C));
 }
 
@@ -1936,6 +1938,16 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
     q.cg = d->c / G;
     q.ocg = ocg;
     return op_convb_gemm(d, &ops, amx, &q, &q.g0, x, w, K, bias, act, y, y_bf16, blk, nthreads);
+#endif
+}
+
+int op_conv2d_bf16_amx_s1(const op_conv_desc *d)
+{
+#if defined(OP_BF16_HAS_AMX)
+    return (op_conv_bf16_opts & OP_CONV_BF16_AMX_S1) && op_amxc_fits(d);
+#else
+    (void)d;
+    return 0;
 #endif
 }
 
