@@ -1654,13 +1654,11 @@ typedef struct {
     const float *bias;
     void *y;
     int y_bf16, act;
-    int64_t hq, wq, ncb, ntap, npn, mv, nmb, mgroup, ngroups, pstride, ppsplit;
+    int64_t hq, wq, ncb, ntap, npn, nmb, ngroups, pstride, ppsplit;
 } op_amxc_ctx;
 
 #define OP_AMXC_MGROUP 8   /* 32-pixel blocks per task */
-#ifndef OP_AMXC_TASKS
 #define OP_AMXC_TASKS 2    /* tasks per thread at least (else the weight panels split) */
-#endif
 
 /* one task = one row of one padded image */
 static void op_amxc_fill_task(void *ctx, int64_t task, int tid)
@@ -1726,8 +1724,8 @@ static void op_amxc_panel(const op_amxc_ctx *c, int64_t grp, int64_t n, int64_t 
     op_epilogue epi = {c->bias ? c->bias + jp * 32 : NULL, 1, 1, c->act};
     float t[32 * 32] OP_ALIGNED(64);
     op_amx_ensure_cfg();
-    const int64_t mb1 = op_min64(c->nmb, (grp + 1) * c->mgroup);
-    for (int64_t mb = grp * c->mgroup; mb < mb1; mb++) {
+    const int64_t mb1 = op_min64(c->nmb, (grp + 1) * OP_AMXC_MGROUP);
+    for (int64_t mb = grp * OP_AMXC_MGROUP; mb < mb1; mb++) {
         const int64_t v0 = mb * 32;
         _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
         for (int64_t cb = 0; cb < c->ncb; cb++)
@@ -1794,14 +1792,13 @@ static int op_conv2d_nhwc_amx_s1(const op_conv_desc *d, const uint16_t *x, const
     c.ncb = d->c / 32;
     c.ntap = d->kh * d->kw;
     c.npn = op_cdiv64(d->oc, 32);
-    c.mv = d->oh * c.wq;
-    c.nmb = op_cdiv64(c.mv, 32);
-    c.mgroup = OP_AMXC_MGROUP;
-    c.ngroups = op_cdiv64(c.nmb, c.mgroup);
+    c.nmb = op_cdiv64(d->oh * c.wq, 32);
+    c.ngroups = op_cdiv64(c.nmb, OP_AMXC_MGROUP);
     /* a task runs every weight panel over its pixel blocks (their A rows read from L1 panel after
        panel); fewer (image, group) tasks than OP_AMXC_TASKS per thread: the panels split as well */
     const int64_t T = nthreads < 1 ? 1 : nthreads, ntask = d->n * c.ngroups;
     c.ppsplit = ntask >= OP_AMXC_TASKS * T ? 1 : op_min64(c.npn, op_cdiv64(OP_AMXC_TASKS * T, ntask));
+    c.ppsplit = op_cdiv64(c.npn, op_cdiv64(c.npn, c.ppsplit));   /* no task without a panel */
     /* the last image's last block reads up to 31 + (KW-1)DW pixels past its padded rows */
     const int64_t npix = d->n * c.hq * c.wq, tail = 32 + (d->kw - 1) * d->dw;
     c.xp = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)((npix + tail) * d->c));
