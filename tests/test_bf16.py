@@ -446,3 +446,39 @@ def test_bf16_output_emulated_several_kc_blocks():
     a, b = _rand_bf16(rng, (70, 2100)), _rand_bf16(rng, (2100, 45))
     r16 = _emu(a, b, BF16)
     assert np.array_equal(r16.view(np.uint16), _emu(a, b).astype(BF16).view(np.uint16))
+
+
+def _amx_builds():
+    """The AMX tile code: the emulated build everywhere, the real tiles where the host runs them."""
+    builds = ["amx_emu"]
+    if "avx512_core_amx" in onepath.available_isas():
+        builds.append("avx512_core_amx")
+    return builds
+
+
+@pytest.mark.parametrize("build", _amx_builds())
+@pytest.mark.parametrize("cut", [140, 49, 80])
+def test_amx_row_bits_do_not_depend_on_its_tile(build, cut):
+    """A row sums in the same order whether it falls in a full 32 x 32 block or an edge block: the
+    edge block's accumulators also start from C between KC blocks (summing a block's products
+    apart and adding them to C afterwards rounded differently). So row chunks cut at other than
+    32-row multiples (a thread's rows, onepath.dask's blocks: at least _PAD_ROWS = 49 rows, fewer run
+    other kernels) give the whole call's bits. KC = 64 on the real tiles: 16 KC blocks over K = 1024, where the other order
+    differed in 1-3 of the 286 x 64 outputs for most inputs."""
+    from onepath.dispatch import REGISTRY, tuning
+    # the emulated build runs its own blocking (KC 1024, no registry row): K 4096 gives it 4 KC blocks
+    k = 4096 if build == "amx_emu" else 1024
+    rng = np.random.default_rng(cut)
+    a, b = _rand_bf16(rng, (286, k)), _rand_bf16(rng, (k, 64))
+    with tuning.override({(r.level, r.op, r.dtype): (96, 64, 256) for r in REGISTRY}):
+        if build == "amx_emu":
+            whole = _emu(a, b)
+            parts = np.concatenate([_emu(a[:cut], b), _emu(a[cut:], b)])
+        else:
+            with onepath.max_isa(build):
+                whole = onepath.matmul(a, b, dtype=np.float32)
+                parts = np.concatenate([onepath.matmul(a[:cut], b, dtype=np.float32),
+                                        onepath.matmul(a[cut:], b, dtype=np.float32)])
+    _assert_f32(whole, a, b)
+    assert np.array_equal(parts.view(np.uint32), whole.view(np.uint32)), \
+        f"{build}: rows cut at {cut} differ from the whole (286, {k}) @ ({k}, 64) call"

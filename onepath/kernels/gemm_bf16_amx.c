@@ -128,9 +128,20 @@ OP_INLINE void op_ukr_amx_body(int64_t kcp, const uint16_t *A, op_amx_aview av, 
         if (epi) op_bf16_tile_out(c, rsc, 32, 32, c, rsc, 1, 0, epi);
         return;
     }
+    /* Edge blocks (and C not row-contiguous) run through the scratch tile t. With acc the
+       accumulators start from C's values, as the full block's do, so a row sums in the same order
+       whichever block it falls in: a tile-sized sum added to C afterwards rounded differently, and
+       row chunks cut at other than 32-row multiples (onepath.dask's blocks, a thread's rows) gave
+       other bits than the whole call. */
     float t[32 * 32] OP_ALIGNED(64);
+    if (acc) {
+        for (int i = 0; i < 32; i++)
+            for (int j = 0; j < 32; j++)
+                t[i * 32 + j] = (i < mr && j < nr) ? c[i * rsc + j * csc] : 0.0f;
+    }
+#define OP_AMX_START(tile, off) do { if (acc) _tile_loadd(tile, t + (off), 128); else _tile_zero(tile); } while (0)
     if (two_m && two_n) {
-        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        OP_AMX_START(0, 0); OP_AMX_START(1, 16); OP_AMX_START(2, 16 * 32); OP_AMX_START(3, 16 * 32 + 16);
         op_amx_kloop_2x2(A, av, B, nkb);
         _tile_stored(0, t, 128);
         _tile_stored(1, t + 16, 128);
@@ -138,9 +149,9 @@ OP_INLINE void op_ukr_amx_body(int64_t kcp, const uint16_t *A, op_amx_aview av, 
         _tile_stored(3, t + 16 * 32 + 16, 128);
     } else {
         /* edge blocks: only the tiles that hold rows < mr and columns < nr */
-        _tile_zero(0);
-        if (two_n) _tile_zero(1);
-        if (two_m) _tile_zero(2);
+        OP_AMX_START(0, 0);
+        if (two_n) OP_AMX_START(1, 16);
+        if (two_m) OP_AMX_START(2, 16 * 32);
         for (int64_t kb = 0; kb < nkb; kb++) {
             const uint16_t *ab = A + kb * av.kstep, *bb = B + kb * 1024;
             _tile_loadd(4, ab, av.ld);
@@ -159,7 +170,8 @@ OP_INLINE void op_ukr_amx_body(int64_t kcp, const uint16_t *A, op_amx_aview av, 
         if (two_n) _tile_stored(1, t + 16, 128);
         if (two_m) _tile_stored(2, t + 16 * 32, 128);
     }
-    op_bf16_tile_out(t, 32, mr, nr, c, rsc, csc, acc, epi);
+#undef OP_AMX_START
+    op_bf16_tile_out(t, 32, mr, nr, c, rsc, csc, 0, epi);
 }
 
 static void op_ukr_amx(int64_t kcp, const void *a, const void *b, int64_t ldb, float *c,
