@@ -482,3 +482,44 @@ def test_amx_row_bits_do_not_depend_on_its_tile(build, cut):
     _assert_f32(whole, a, b)
     assert np.array_equal(parts.view(np.uint32), whole.view(np.uint32)), \
         f"{build}: rows cut at {cut} differ from the whole (286, {k}) @ ({k}, 64) call"
+
+
+def test_amx_bf16_c_from_tiles_same_bits():
+    """At the AMX level the "c_bf16_in_register" variant writes a bfloat16 C from the tiles' float
+    scratch in one pass (op_ukr16_amx: epilogue, then rounded once) where the driver otherwise runs
+    the epilogue and the rounding as two passes over its tile buffer: the same bits either way, for
+    full and edge blocks, A packed and read in place, every activation, NaN / Inf / subnormal results,
+    K in one KC block (the variant's case) and over two."""
+    from onepath.ops import _bf16
+    level = "avx512_core_amx"
+    if level not in onepath.available_isas():
+        pytest.skip(f"{level} cannot run on this host")
+    out = {}
+    try:
+        with onepath.max_isa(level):
+            for on in (False, True):
+                _bf16.set_variants(level, {"c_bf16_in_register"} if on else set())
+                res = []
+                for m, n, k in [(70, 90, 256), (64, 64, 64), (33, 47, 96), (130, 300, 2100), (17, 33, 40)]:
+                    r2 = np.random.default_rng(m * n * k)   # the same inputs in both runs
+                    a, w = _rand_bf16(r2, (m, k)), _rand_bf16(r2, (n, k))
+                    a[min(3, m - 1), 1], w[min(5, n - 1), 2] = np.nan, np.inf
+                    bias = r2.standard_normal(n).astype(np.float32)
+                    bias[::3] = np.float32(3e-39)
+                    wide = np.zeros((m, k + 1), BF16)   # rows off 64-byte alignment: A packed
+                    wide[:, 1:] = a
+                    for x in (a, wide[:, 1:]):
+                        res.append(onepath.matmul(x, np.ascontiguousarray(w.T)))
+                        for act in (None, "relu", "gelu", "silu"):
+                            for wt in (w, onepath.prepack(w)):
+                                res.append(onepath.linear(x, wt, bias, activation=act))
+                                if on and act == "gelu":
+                                    l32 = onepath.linear(x, wt, bias, activation=act, dtype=np.float32)
+                                    assert np.array_equal(res[-1].view(np.uint16),
+                                                          l32.astype(BF16).view(np.uint16))
+                out[on] = res
+    finally:
+        _bf16.set_variants(level)
+    assert len(out[False]) == len(out[True])
+    for x, y in zip(out[False], out[True]):
+        assert x.dtype == y.dtype == BF16 and np.array_equal(x.view(np.uint16), y.view(np.uint16))

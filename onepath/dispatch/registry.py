@@ -208,7 +208,13 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
     # Granite Rapids keep the cache model.
     **{("sapphirerapids", "avx512_core", op, "float32"): (168, 256, 3072)
        for op in ("matmul", "linear", "conv2d")},
-    ("sapphirerapids", "avx512_core_amx", "matmul", "bfloat16"): (160, 512, 3072),
+    # bfloat16 AMX matmul KC 512 -> 2048, MC 160 -> 256 (2026-12-03, same VM, after tune: the rows
+    # in alternation in one process, GFLOP/s at 1 / 2 threads): 512^3 1218 / 2260 -> 1240 / 2168,
+    # 1024^3 985 / 1776 -> 1069 / 1910, 2048^3 995 / 1925 -> 1131 / 2187. A depth of up to 2048 in
+    # one KC block: no float partial-sum C (16 MiB at 2048^2, from memory) reloaded into the tiles
+    # per block, and a bfloat16 C written from the tile buffer (BF16_VARIANTS); MC 256: each B
+    # micro-panel, read from L3, serves 8 tile rows. tune's (160, 512) was chosen on other shapes.
+    ("sapphirerapids", "avx512_core_amx", "matmul", "bfloat16"): (256, 2048, 3072),
     ("sapphirerapids", "avx512_core_amx", "linear", "bfloat16"): (96, 1024, 384),
     ("sapphirerapids", "avx512_core_amx", "conv2d", "bfloat16"): (160, 512, 3072),
 }
@@ -300,7 +306,9 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
 #                       VCVTNE2PS2BF16 after one VFPCLASSPS check per vector for NaN / subnormal
 #                       lanes) when one KC block holds all of K, instead of storing a float tile
 #                       that the driver reloads and rounds. Zen 4, paired A/B in one process, bit-
-#                       identical C: 512^3 and 1024^3 +3% at 1 thread, +2.5-3% at 2.
+#                       identical C: 512^3 and 1024^3 +3% at 1 thread, +2.5-3% at 2. At the AMX
+#                       level: the tiles' float scratch (in L1) rounded into C in one pass with the
+#                       epilogue (op_ukr16_amx) where the driver made two over its tile buffer.
 #   "thin_nc"           the VDPBF16PS GEMM of at most 256 rows sweeps B in blocks of at most 256
 #                       columns (the row's NC otherwise, 2048 on zen4): the block every row block of
 #                       A passes over is read from cache after its first pass, and a raw (out, in)
@@ -323,9 +331,15 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
 # prepacked m = 1 / 4 from 36 / 97 to 43-50 / 165-185 (m = 1: the prefetch distance); A in place
 # (no copy of A, whose rows every thread packed whole when the threads split N): 512^3 +0.5%
 # at 1 thread, +2% at 2.
+# sapphirerapids (the Intel AMX VM, 2026-12-03, 1 and 2 threads, off / on alternated in one process,
+# bit-identical C): "c_bf16_in_register" at the AMX level (the tiles' float scratch rounded into
+# the bfloat16 C in one pass with the epilogue, op_ukr16_amx): linear with bias, prepacked, M 1344,
+# K 384, N 384 / 1152 / 1536 (MiniLM's) +13 / +12 / +16% at 2 threads, with GELU +23%; matmul
+# 512^3-2048^3 +0..3%. "next_panel_l2" there: 1024^3 and 2048^3 -8..10% (not shipped).
 BF16_VARIANTS: dict[tuple[str, str], frozenset[str]] = {
     ("zen4", "avx512_core_bf16"): frozenset({"decode_vdpbf16ps", "a_in_place", "c_bf16_in_register",
                                              "thin_nc", "next_panel_l2"}),
+    ("sapphirerapids", "avx512_core_amx"): frozenset({"c_bf16_in_register"}),
 }
 
 

@@ -643,9 +643,24 @@ static const op_blocking *op_dp_blocking(const op_gemm_ops *ops, const op_gemm_a
     return tmp;
 }
 
-/* ops (a copy of the VDPBF16PS set) with ukr16 when flag 4 is on and b_next_l2 when flag 16 is */
+#if defined(OP_LEVEL_AVX512_CORE_AMX)
+static void op_ukr_amx(int64_t kcp, const void *a, const void *b, int64_t ldb, float *c,
+                       int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi);
+static void op_ukr16_amx(int64_t kcp, const void *a, const void *b, int64_t ldb, uint16_t *c16,
+                         int64_t rsc16, int mr, int nr, const op_epilogue *epi);
+#endif
+
+/* ops (a copy of the VDPBF16PS set, or at the AMX level of the tile set) with ukr16 when flag 4 is
+   on and b_next_l2 when flag 16 is */
 static void op_dp_variant_ops(op_gemm_ops *ops)
 {
+#if defined(OP_LEVEL_AVX512_CORE_AMX)
+    if (ops->ukr == op_ukr_amx) {
+        ops->b_next_l2 = op_dp_next_l2;
+        if (op_dp_out16) ops->ukr16 = op_ukr16_amx;
+        return;
+    }
+#endif
     if (ops->ukr != op_ukr_dp && ops->ukr != op_ukr_dp_ref) return;
     ops->b_next_l2 = op_dp_next_l2;
     if (op_dp_out16) ops->ukr16 = ops->ukr == op_ukr_dp ? op_ukr16_dp : op_ukr16_dp_ref;

@@ -190,6 +190,21 @@ static void op_ukr_amx_a(int64_t kcp, const void *a, int64_t lda, const void *b,
     op_ukr_amx_body(kcp, (const uint16_t *)a, av, b, c, rsc, csc, mr, nr, acc, epi);
 }
 
+#if defined(OP_LEVEL_AVX512_CORE_AMX)
+/* A bfloat16 C straight from the tiles (op_gemm_ops.ukr16: one KC block holds all of K): the tiles
+   go to a float scratch in L1 and one pass applies the epilogue and rounds (op_dp_tile16_out), where
+   the driver's tile path ran the epilogue over its tile buffer in place and rounded it in another
+   pass (op_tile_to_bf16). The same float sums, rounded once alike: the same bits. Set as the
+   VDPBF16PS kernel's ukr16 is, by the variant flag 4 (op_dp_variant_ops). */
+static void op_ukr16_amx(int64_t kcp, const void *a, const void *b, int64_t ldb, uint16_t *c16,
+                         int64_t rsc16, int mr, int nr, const op_epilogue *epi)
+{
+    float t[32 * 32] OP_ALIGNED(64);
+    op_ukr_amx(kcp, a, b, ldb, t, 32, 1, mr, nr, 0, NULL);
+    op_dp_tile16_out(t, mr, nr, epi, c16, rsc16);
+}
+#endif
+
 static const op_gemm_ops op_bf16_amx_ops = {
     OP_AMX_MR, OP_K32_NR, 32, 2, 2,
     op_pack_a_amx, op_pack_b_k32, op_ukr_amx,
