@@ -523,3 +523,60 @@ def test_amx_bf16_c_from_tiles_same_bits():
     assert len(out[False]) == len(out[True])
     for x, y in zip(out[False], out[True]):
         assert x.dtype == y.dtype == BF16 and np.array_equal(x.view(np.uint16), y.view(np.uint16))
+
+
+def test_widen_f32_variant_runs_the_float32_kernel():
+    """"widen_f32" at avx512_core_bf16 (shipped for sapphirerapids): a product of at least 49 rows
+    runs avx512_core's float32 kernels on widened operands, so its bits are avx512_core's, a
+    prepacked weight's the raw weight's (onepath.dask prepacks on the workers); fewer rows keep the
+    VDPBF16PS kernel (the bits with the variant off). Row-major B and a raw (N, K) weight, edges,
+    bias and activations, float32 and bfloat16 C, batches."""
+    from onepath.ops import _bf16
+    level = "avx512_core_bf16"
+    if level not in onepath.available_isas():
+        pytest.skip(f"{level} cannot run on this host")
+    lib = load(level).lib
+    rng = np.random.default_rng(31)
+
+    def runs(w, bias, m, k):
+        a = _rand_bf16(rng, (m, k))
+        a3 = _rand_bf16(rng, (2, m, k))
+        return a, a3, [lambda a=a: onepath.matmul(a, np.ascontiguousarray(w.T)),
+                       lambda a=a: onepath.matmul(a, np.ascontiguousarray(w.T), dtype=np.float32),
+                       lambda a=a3: onepath.matmul(a, np.ascontiguousarray(w.T)),
+                       lambda a=a: onepath.linear(a, w, bias, activation="gelu"),
+                       lambda a=a: onepath.linear(a, w, bias, activation="relu", dtype=np.float32),
+                       lambda a=a: onepath.linear(a, onepath.prepack(w), bias),
+                       lambda a=a: onepath.linear(a, onepath.prepack(w), bias, dtype=np.float32)]
+    try:
+        for m, n, k in [(49, 33, 70), (130, 90, 300), (70, 64, 2100), (48, 40, 64), (20, 37, 129)]:
+            w = _rand_bf16(rng, (n, k))
+            bias = rng.standard_normal(n).astype(np.float32)
+            a, a3, fns = runs(w, bias, m, k)
+            got = {}
+            for setting in ("on", "off", "avx512_core"):
+                cap = "avx512_core" if setting == "avx512_core" else level
+                with onepath.max_isa(cap):
+                    if cap == level:
+                        _bf16.set_variants(level, {"widen_f32"} if setting == "on" else set())
+                    got[setting] = [f() for f in fns]
+            _assert_f32(got["on"][1], a, np.ascontiguousarray(w.T))
+            name = ffi_str(lib.op_gemm_bf16_kernel_for(m, k, 0))
+            _bf16.set_variants(level, {"widen_f32"})
+            name_on = ffi_str(lib.op_gemm_bf16_kernel_for(m, k, 0))
+            packed_on = ffi_str(lib.op_gemm_bf16_kernel_for(m, k, 2))
+            for i, (x, y, z) in enumerate(zip(got["on"], got["off"], got["avx512_core"])):
+                same = z if m >= 49 else y
+                assert np.array_equal(x.view(np.uint8), same.view(np.uint8)), (m, n, k, i)
+            if m >= 49:
+                assert name_on == "gemm_bf16_widen_avx512_core_bf16_14x32" != name
+                assert packed_on == name_on
+            else:
+                assert name_on == name
+    finally:
+        _bf16.set_variants(level)
+
+
+def ffi_str(p):
+    from onepath.kernels import load as _load
+    return _load("generic").ffi.string(p).decode()

@@ -30,7 +30,7 @@ from ..ops import _small
 
 # > every MR of the registry (float32 14, bfloat16 AMX 32) and > the rows of the dot-product paths
 # (4; a raw or prepacked bfloat16 weight with VDPBF16PS: OP_SM_NKDP_MAX_M and OP_SM_PKDP_MAX_M = 48
-# in kernels/gemm_bf16.c)
+# in kernels/gemm_bf16.c), = the rows from which the "widen_f32" variant runs (OP_DP_WIDEN_MIN_M)
 _PAD_ROWS = 49
 
 

@@ -309,6 +309,11 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
 #                       identical C: 512^3 and 1024^3 +3% at 1 thread, +2.5-3% at 2. At the AMX
 #                       level: the tiles' float scratch (in L1) rounded into C in one pass with the
 #                       epilogue (op_ukr16_amx) where the driver made two over its tile buffer.
+#   "widen_f32"         a raw bfloat16 GEMM of at least 49 rows (OP_DP_WIDEN_MIN_M) at a VDPBF16PS
+#                       level runs the widening float32 kernel of avx512_core instead (its bits):
+#                       where VDPBF16PS issues at half the FMA rate (Sapphire Rapids) the FMAs on
+#                       operands widened once while packing are faster. A prepacked weight keeps
+#                       VDPBF16PS.
 #   "thin_nc"           the VDPBF16PS GEMM of at most 256 rows sweeps B in blocks of at most 256
 #                       columns (the row's NC otherwise, 2048 on zen4): the block every row block of
 #                       A passes over is read from cache after its first pass, and a raw (out, in)
@@ -335,17 +340,21 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
 # bit-identical C): "c_bf16_in_register" at the AMX level (the tiles' float scratch rounded into
 # the bfloat16 C in one pass with the epilogue, op_ukr16_amx): linear with bias, prepacked, M 1344,
 # K 384, N 384 / 1152 / 1536 (MiniLM's) +13 / +12 / +16% at 2 threads, with GELU +23%; matmul
-# 512^3-2048^3 +0..3%. "next_panel_l2" there: 1024^3 and 2048^3 -8..10% (not shipped).
+# 512^3-2048^3 +0..3%. "next_panel_l2" there: 1024^3 and 2048^3 -8..10% (not shipped). At the
+# avx512_core_bf16 cap, "widen_f32": bfloat16 squares 512 / 1024 / 2048 against torch 2.13 capped
+# alike (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16), 1 thread 0.98 / 0.98 / 0.99 -> 1.58 / 1.58 / 1.46x,
+# 2 threads 0.98 / 0.98 / 1.00 -> 1.49 / 1.56 / 1.53x; raw (N, K) weights, see OP_DP_WIDEN_MIN_M.
 BF16_VARIANTS: dict[tuple[str, str], frozenset[str]] = {
     ("zen4", "avx512_core_bf16"): frozenset({"decode_vdpbf16ps", "a_in_place", "c_bf16_in_register",
                                              "thin_nc", "next_panel_l2"}),
     ("sapphirerapids", "avx512_core_amx"): frozenset({"c_bf16_in_register"}),
+    ("sapphirerapids", "avx512_core_bf16"): frozenset({"widen_f32"}),
 }
 
 
 # the bits of op_gemm_bf16_set_variants
 BF16_VARIANT_FLAGS = {"decode_vdpbf16ps": 1, "a_in_place": 2, "c_bf16_in_register": 4, "thin_nc": 8,
-                      "next_panel_l2": 16}
+                      "next_panel_l2": 16, "widen_f32": 32}
 
 
 def bf16_variants(level: str, uarch: str | None = None) -> frozenset[str]:

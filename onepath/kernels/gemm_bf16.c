@@ -628,6 +628,22 @@ static int op_dp_thin_nc = 0;
    187 / 203 -> 203 / 207 (203-211). Prefetches only: the same results, bit for bit. */
 static int op_dp_next_l2 = 0;
 
+/* flag 32 (below the AMX level): a raw bfloat16 GEMM (matmul, linear with an unpacked weight) of
+   more rows than the small-M loops take runs the widening float32 ops (op_bf16_widen_ops: A and B
+   widened exactly while packing, FMA micro-kernel) instead of the VDPBF16PS kernel, with the
+   float32 ops' blocking. Sapphire Rapids issues a 512-bit VDPBF16PS once per 2 cycles, two FMAs per
+   cycle: 32 products a cycle against 32, with the widening done once per packed element instead of
+   per product. Sapphire Rapids (the Intel AMX VM, 2026-12-03, 1 / 2 threads, GFLOP/s VDPBF16PS ->
+   widened): raw (4096, 4096) weight m = 64: 97 / 194 -> 136 / 277, m = 256: 110 / 221 -> 167 /
+   341, prepacked m = 64: 115 / 234 -> 170 / 382; 1344 x 384 x 1536 raw 116 / 229 -> 175 / 282;
+   2048^3 114 / 228 -> 173 / 354. Only from OP_DP_WIDEN_MIN_M rows: 49 as onepath.dask's
+   _PAD_ROWS, so that a block of fewer rows, padded to 49, runs the kernel of the whole problem
+   (the widening pack of a row-major B per call did not repay 16 rows: 64 -> 32 GFLOP/s). A raw W^T and a prepacked (k32) weight run k32w, as at
+   avx512_core: a prepacked weight gives the raw weight's bits. Other sums than VDPBF16PS's pairs:
+   the avx512_core level's bits. */
+#define OP_DP_WIDEN_MIN_M 49
+static int op_dp_widen = 0;
+
 /* blk, or (flag 8, a VDPBF16PS GEMM of at most OP_DP_THIN_M rows) a copy in tmp with NC clamped */
 static const op_blocking *op_dp_blocking(const op_gemm_ops *ops, const op_gemm_args *g,
                                          const op_blocking *blk, op_blocking *tmp)
@@ -679,8 +695,8 @@ OP_INLINE __m512 op_sm_odd(__m512i v)
 }
 #endif
 
-#if defined(OP_HAS_AVX512) && !defined(OP_BF16_NATIVE)
-/* k32w (avx512_core): the float32 register block (OP_F32_MR x 32) multiplying a float32-packed A by
+#if defined(OP_HAS_AVX512) && !defined(OP_BF16_HAS_AMX)
+/* k32w (avx512_core; at avx512_core_bf16 for the "widen_f32" variant): the float32 register block (OP_F32_MR x 32) multiplying a float32-packed A by
    bfloat16 B in k32 panels: a prepacked weight's, read in place (op_gemm_packed), or a raw W^T packed
    per block by op_pack_b_k32 (op_bf16_pick_for). Like the widening ops it multiplies exact float32
    values, so it keeps their kernel name. Per K-pair of a panel, the two 16-column halves are
@@ -865,6 +881,9 @@ const char *op_gemm_bf16_kernel_for(int64_t m, int64_t k, int b_form)
 #endif
 #if defined(OP_LEVEL_AVX512_CORE_AMX)
     if (m < OP_BF16_AMX_MIN_M) return "gemm_bf16_avx512_bf16_14x32";
+#endif
+#if defined(OP_BF16_HAS_DP) && !defined(OP_BF16_HAS_AMX)
+    if (op_dp_widen && m >= OP_DP_WIDEN_MIN_M) return "gemm_bf16_widen_" OP_LEVEL_NAME "_14x32";
 #endif
     return OP_BF16_KERNEL_NAME;
 }
@@ -1551,7 +1570,11 @@ int op_gemm_bf16_set_variants(int flags)
     op_dp_out16 = (flags & 4) != 0;
     op_dp_thin_nc = (flags & 8) != 0;
     op_dp_next_l2 = (flags & 16) != 0;
-    return op_sm_dp | op_dp_a_inplace << 1 | op_dp_out16 << 2 | op_dp_thin_nc << 3 | op_dp_next_l2 << 4;
+#if !defined(OP_BF16_HAS_AMX)
+    op_dp_widen = (flags & 32) != 0;
+#endif
+    return op_sm_dp | op_dp_a_inplace << 1 | op_dp_out16 << 2 | op_dp_thin_nc << 3 | op_dp_next_l2 << 4 |
+           op_dp_widen << 5;
 #else
     (void)flags;
     return 0;
@@ -1607,6 +1630,11 @@ int op_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k,
 #endif
     int amx;
     op_gemm_ops ops = *op_bf16_pick_for(&g, &amx);
+#if defined(OP_BF16_HAS_DP) && !defined(OP_BF16_HAS_AMX)
+    if (op_dp_widen && m >= OP_DP_WIDEN_MIN_M)   /* as avx512_core's op_bf16_pick_for picks */
+        return op_bf16_run(rsb == 1 && csb != 1 ? &op_bf16_k32w_ops : &op_bf16_widen_ops, &g, 0, c,
+                           c_off, rsc, csc, c_dtype, NULL, nthreads);
+#endif
 #if defined(OP_BF16_HAS_DP)
     op_dp_variant_ops(&ops);
     op_blocking thin;
@@ -1716,6 +1744,14 @@ int op_gemm_packed(int b_dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
     }
     ops.direct_b = 0;
     ops.b_prepacked = 1;
+#if defined(OP_BF16_HAS_DP) && !defined(OP_BF16_HAS_AMX)
+    if (b_dtype == 1 && op_dp_widen && m >= OP_DP_WIDEN_MIN_M) {   /* the raw weight's kernel, its bits */
+        ops = op_bf16_k32w_ops;
+        ops.direct_b = 0;
+        ops.b_prepacked = 1;
+        return op_bf16_run(&ops, &g, 0, c, c_off, rsc, csc, c_dtype, NULL, nthreads);
+    }
+#endif
 #if defined(OP_BF16_HAS_DP)
     op_dp_variant_ops(&ops);
     op_blocking thin;

@@ -45,11 +45,13 @@ def set_variants(level: str, names=None) -> frozenset:
     """Set the per-microarchitecture kernel variants of ``level``'s bfloat16 module: ``names`` among
     ``"decode_vdpbf16ps"`` (small-M products, m <= 4, multiply with VDPBF16PS instead of widening
     to float32), ``"a_in_place"`` (the VDPBF16PS GEMM reads a row-major A in place instead of
-    packing it) and ``"c_bf16_in_register"`` (it writes a bfloat16 C from its registers, or at the AMX
-    level from the tiles' scratch, rounded once, when one KC block holds all of K), ``"thin_nc"`` (with at most 256 rows it sweeps B in
-    blocks of at most 256 columns) and ``"next_panel_l2"`` (the driver fetches the next B micro-panel
-    into L2 during the current one); None: the registry's ``BF16_VARIANTS`` rule for this host. A
-    level lacking one keeps it off. Returns the previous set (empty before the first call).
+    packing it), ``"c_bf16_in_register"`` (it writes a bfloat16 C from its registers, or at the
+    AMX level from the tiles' scratch, rounded once, when one KC block holds all of K),
+    ``"thin_nc"`` (with at most 256 rows it sweeps B in blocks of at most 256 columns),
+    ``"next_panel_l2"`` (the driver fetches the next B micro-panel into L2 during the current one)
+    and ``"widen_f32"`` (from 49 rows, a raw product at a VDPBF16PS level runs the widening float32
+    kernel); None: the registry's ``BF16_VARIANTS`` rule for this host. A level lacking one keeps
+    it off. Returns the previous set (empty before the first call).
 
     Raises:
         ValueError: an unknown variant name."""
