@@ -462,8 +462,8 @@ def test_amx_row_bits_do_not_depend_on_its_tile(build, cut):
     """A row sums in the same order whether it falls in a full 32 x 32 block or an edge block: the
     edge block's accumulators also start from C between KC blocks (summing a block's products
     apart and adding them to C afterwards rounded differently). So row chunks cut at other than
-    32-row multiples (a thread's rows, onepath.dask's blocks: at least _PAD_ROWS = 49 rows, fewer run
-    other kernels) give the whole call's bits. KC = 64 on the real tiles: 16 KC blocks over K = 1024, where the other order
+    32-row multiples (onepath.dask's blocks: at least _PAD_ROWS = 49 rows, fewer run other kernels,
+    and the small path off, as dask runs them) give the whole call's bits. KC = 64 on the real tiles: 16 KC blocks over K = 1024, where the other order
     differed in 1-3 of the 286 x 64 outputs for most inputs."""
     from onepath.dispatch import REGISTRY, tuning
     # the emulated build runs its own blocking (KC 1024, no registry row): K 4096 gives it 4 KC blocks
@@ -475,7 +475,8 @@ def test_amx_row_bits_do_not_depend_on_its_tile(build, cut):
             whole = _emu(a, b)
             parts = np.concatenate([_emu(a[:cut], b), _emu(a[cut:], b)])
         else:
-            with onepath.max_isa(build):
+            from onepath.ops import _small
+            with onepath.max_isa(build), _small.off():   # at 1 thread the parts fit the small kernel
                 whole = onepath.matmul(a, b, dtype=np.float32)
                 parts = np.concatenate([onepath.matmul(a[:cut], b, dtype=np.float32),
                                         onepath.matmul(a[cut:], b, dtype=np.float32)])
@@ -488,19 +489,22 @@ def test_amx_bf16_c_from_tiles_same_bits():
     """At the AMX level the "c_bf16_in_register" variant writes a bfloat16 C from the tiles' float
     scratch in one pass (op_ukr16_amx: epilogue, then rounded once) where the driver otherwise runs
     the epilogue and the rounding as two passes over its tile buffer: the same bits either way, for
-    full and edge blocks, A packed and read in place, every activation, NaN / Inf / subnormal results,
-    K in one KC block (the variant's case) and over two."""
+    full and edge blocks (A packed: the variant's case; with N <= 64 an aligned A is read in place
+    and keeps the driver's path), every activation, NaN / Inf / subnormal results, K in one KC
+    block (the variant's case) and over two. The small path is off (it would take some shapes)."""
     from onepath.ops import _bf16
     level = "avx512_core_amx"
     if level not in onepath.available_isas():
         pytest.skip(f"{level} cannot run on this host")
+    from onepath.ops import _small
     out = {}
     try:
-        with onepath.max_isa(level):
+        with onepath.max_isa(level), _small.off():
             for on in (False, True):
                 _bf16.set_variants(level, {"c_bf16_in_register"} if on else set())
                 res = []
-                for m, n, k in [(70, 90, 256), (64, 64, 64), (33, 47, 96), (130, 300, 2100), (17, 33, 40)]:
+                for m, n, k in [(70, 90, 256), (64, 96, 64), (64, 64, 64), (33, 47, 96), (130, 300, 2100),
+                                (17, 33, 40)]:
                     r2 = np.random.default_rng(m * n * k)   # the same inputs in both runs
                     a, w = _rand_bf16(r2, (m, k)), _rand_bf16(r2, (n, k))
                     a[min(3, m - 1), 1], w[min(5, n - 1), 2] = np.nan, np.inf
@@ -527,10 +531,12 @@ def test_amx_bf16_c_from_tiles_same_bits():
 
 def test_widen_f32_variant_runs_the_float32_kernel():
     """"widen_f32" at avx512_core_bf16 (shipped for sapphirerapids): a product of at least 49 rows
-    runs avx512_core's float32 kernels on widened operands, so its bits are avx512_core's, a
-    prepacked weight's the raw weight's (onepath.dask prepacks on the workers); fewer rows keep the
-    VDPBF16PS kernel (the bits with the variant off). Row-major B and a raw (N, K) weight, edges,
-    bias and activations, float32 and bfloat16 C, batches."""
+    runs avx512_core's float32 kernels on widened operands with avx512_core's blocking, so its bits
+    are avx512_core's (also under another avx512_core blocking: KC 160 here), a prepacked weight's
+    the raw weight's (onepath.dask prepacks on the workers); fewer rows keep the VDPBF16PS kernel
+    (the bits with the variant off). Row-major B and a raw (N, K) weight, edges, bias and
+    activations, float32 and bfloat16 C, batches; the small path off (it takes some shapes at 1
+    thread at both levels)."""
     from onepath.ops import _bf16
     level = "avx512_core_bf16"
     if level not in onepath.available_isas():
@@ -548,19 +554,25 @@ def test_widen_f32_variant_runs_the_float32_kernel():
                        lambda a=a: onepath.linear(a, w, bias, activation="relu", dtype=np.float32),
                        lambda a=a: onepath.linear(a, onepath.prepack(w), bias),
                        lambda a=a: onepath.linear(a, onepath.prepack(w), bias, dtype=np.float32)]
+    from onepath.dispatch import tuning
+    from onepath.ops import _small
+    core_rows = {("avx512_core", op, "bfloat16"): (56, 160, 96) for op in ("matmul", "linear")}
     try:
-        for m, n, k in [(49, 33, 70), (130, 90, 300), (70, 64, 2100), (48, 40, 64), (20, 37, 129)]:
+        for (m, n, k), blk in [((49, 33, 70), None), ((130, 90, 300), None), ((70, 64, 2100), None),
+                               ((48, 40, 64), None), ((20, 37, 129), None), ((130, 90, 300), core_rows),
+                               ((70, 100, 2100), core_rows)]:
             w = _rand_bf16(rng, (n, k))
             bias = rng.standard_normal(n).astype(np.float32)
             a, a3, fns = runs(w, bias, m, k)
             got = {}
             for setting in ("on", "off", "avx512_core"):
                 cap = "avx512_core" if setting == "avx512_core" else level
-                with onepath.max_isa(cap):
+                with tuning.override(blk or {}), onepath.max_isa(cap), _small.off():
                     if cap == level:
                         _bf16.set_variants(level, {"widen_f32"} if setting == "on" else set())
                     got[setting] = [f() for f in fns]
             _assert_f32(got["on"][1], a, np.ascontiguousarray(w.T))
+            _bf16.set_variants(level, set())
             name = ffi_str(lib.op_gemm_bf16_kernel_for(m, k, 0))
             _bf16.set_variants(level, {"widen_f32"})
             name_on = ffi_str(lib.op_gemm_bf16_kernel_for(m, k, 0))
@@ -577,6 +589,5 @@ def test_widen_f32_variant_runs_the_float32_kernel():
         _bf16.set_variants(level)
 
 
-def ffi_str(p):
-    from onepath.kernels import load as _load
-    return _load("generic").ffi.string(p).decode()
+def ffi_str(p, level="avx512_core_bf16"):
+    return load(level).ffi.string(p).decode()

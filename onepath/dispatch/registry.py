@@ -198,7 +198,8 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
     # Intel Xeon AMX VM, Sapphire Rapids class (it reports family 6 model 167 stepping 1, AMX, L1d
     # 48 KiB, L2 2 MiB; KVM guest, 2 cores), 2026-12-03: `python -m onepath tune --threads 2` (full
     # search, 624 s). It kept the cache model's blocking for every float32 row and the bfloat16 AMX
-    # matmul and conv2d (the other candidates within +-2%, pinned here as measured), and chose for
+    # matmul and conv2d (the other candidates within +-2%; the float32 rows pinned here as
+    # measured, the AMX matmul and conv2d rows since measured otherwise, below), and chose for
     # the bfloat16 AMX linear MC 96, KC 1024, NC 384 (1205 -> 1483 GFLOP/s on 128x3072x768 and
     # 512x4096x1024: a 768 KiB KC x NC block of the weight packed per call stays in the 2 MiB L2,
     # the model's 3 MiB one does not). Checked in one process against torch 2.13's F.linear (2
@@ -312,11 +313,11 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
 #                       identical C: 512^3 and 1024^3 +3% at 1 thread, +2.5-3% at 2. At the AMX
 #                       level: the tiles' float scratch (in L1) rounded into C in one pass with the
 #                       epilogue (op_ukr16_amx) where the driver made two over its tile buffer.
-#   "widen_f32"         a raw bfloat16 GEMM of at least 49 rows (OP_DP_WIDEN_MIN_M) at a VDPBF16PS
-#                       level runs the widening float32 kernel of avx512_core instead (its bits):
-#                       where VDPBF16PS issues at half the FMA rate (Sapphire Rapids) the FMAs on
-#                       operands widened once while packing are faster. A prepacked weight keeps
-#                       VDPBF16PS.
+#   "widen_f32"         a bfloat16 GEMM of at least 49 rows (OP_DP_WIDEN_MIN_M) at a VDPBF16PS
+#                       level runs avx512_core's float32 kernels on widened operands (row-major B:
+#                       widened while packing; a raw W^T and a prepacked weight: k32 panels widened
+#                       in register) with avx512_core's blocking, so avx512_core's bits: where
+#                       VDPBF16PS issues at half the FMA rate (Sapphire Rapids) that is faster.
 #   "thin_nc"           the VDPBF16PS GEMM of at most 256 rows sweeps B in blocks of at most 256
 #                       columns (the row's NC otherwise, 2048 on zen4): the block every row block of
 #                       A passes over is read from cache after its first pass, and a raw (out, in)
@@ -346,7 +347,8 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
 # 512^3-2048^3 +0..3%. "next_panel_l2" there: 1024^3 and 2048^3 -8..10% (not shipped). At the
 # avx512_core_bf16 cap, "widen_f32": bfloat16 squares 512 / 1024 / 2048 against torch 2.13 capped
 # alike (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16), 1 thread 0.98 / 0.98 / 0.99 -> 1.58 / 1.58 / 1.46x,
-# 2 threads 0.98 / 0.98 / 1.00 -> 1.49 / 1.56 / 1.53x; raw (N, K) weights, see OP_DP_WIDEN_MIN_M.
+# 2 threads 0.98 / 0.98 / 1.00 -> 1.49 / 1.56 / 1.53x; linear, raw and prepacked weights, see
+# OP_DP_WIDEN_MIN_M (kernels/gemm_bf16.c).
 BF16_VARIANTS: dict[tuple[str, str], frozenset[str]] = {
     ("zen4", "avx512_core_bf16"): frozenset({"decode_vdpbf16ps", "a_in_place", "c_bf16_in_register",
                                              "thin_nc", "next_panel_l2"}),

@@ -1,10 +1,11 @@
 /* gemm_bf16.c: bfloat16 GEMM of one level, on the shared driver of gemm_f32.c (op_gemm_drive).
 
    Four packing / micro-kernel sets (op_gemm_ops), chosen by the level:
-     widen   (generic, avx2, avx512_core): bfloat16 widened to float32 while packing (2-byte loads,
+     widen   (generic, avx2, avx512_core; avx512_core_bf16 with the "widen_f32" variant, from
+             OP_DP_WIDEN_MIN_M rows): bfloat16 widened to float32 while packing (2-byte loads,
              exact), then the level's float32 micro-kernel (op_ukr_f32) and its packed layouts.
-     k32w    (avx512_core: a prepacked weight, and a raw W^T): the float32 14 x 32 register block
-             on k32 panels of B (below), widened in register.
+     k32w    (avx512_core, and avx512_core_bf16 with "widen_f32": a prepacked weight, and a raw
+             W^T): the float32 14 x 32 register block on k32 panels of B (below), widened in register.
      bf16dp  (avx512_core_bf16, and small M on avx512_core_amx): VDPBF16PS, 14 x 32 register block.
      amx     (avx512_core_amx, and the amx_emu build): TDPBF16PS tiles, 32 x 32 block (gemm_bf16_amx.c).
    bf16dp and amx share one packed layout ("k32"), so a prepacked weight serves both (and k32w reads
@@ -353,7 +354,8 @@ static OP_NOINLINE void op_dp_tile16_out(const float *t, int mr, int nr, const o
     op_epi512 e;
     op_epi512_init(&e, nr, epi);
     for (int i = 0; i < mr; i++)
-        op_dp_row16(&e, c16 + i * rsc16, i, _mm512_load_ps(t + i * 32), _mm512_load_ps(t + i * 32 + 16), nr);
+        op_dp_row16(&e, c16 + i * rsc16, i, _mm512_maskz_load_ps(e.k0, t + i * 32),
+                    _mm512_maskz_load_ps(e.k1, t + i * 32 + 16), nr);   /* lanes >= nr: never written */
 }
 
 /* 14 x 32: per K-pair, two B vectors (16 columns x 2 depths each), one 32-bit broadcast of an A
@@ -630,10 +632,10 @@ static int op_dp_next_l2 = 0;
 
 /* flag 32 (below the AMX level): a raw bfloat16 GEMM (matmul, linear with an unpacked weight) of
    more rows than the small-M loops take runs the widening float32 ops (op_bf16_widen_ops: A and B
-   widened exactly while packing, FMA micro-kernel) instead of the VDPBF16PS kernel, with the
-   float32 ops' blocking. Sapphire Rapids issues a 512-bit VDPBF16PS once per 2 cycles, two FMAs per
-   cycle: 32 products a cycle against 32, with the widening done once per packed element instead of
-   per product. Sapphire Rapids (the Intel AMX VM, 2026-12-03, 1 / 2 threads, GFLOP/s VDPBF16PS ->
+   widened exactly while packing, FMA micro-kernel; a raw W^T or a prepacked weight: k32w) instead of
+   the VDPBF16PS kernel, with the blocking of avx512_core's row (onepath/ops/_bf16.py passes it).
+   Sapphire Rapids issues a 512-bit VDPBF16PS once per 2 cycles (16 products a cycle) and two
+   512-bit FMAs per cycle (32), the widening done once per packed element. Sapphire Rapids (the Intel AMX VM, 2026-12-03, 1 / 2 threads, GFLOP/s VDPBF16PS ->
    widened): raw (4096, 4096) weight m = 64: 97 / 194 -> 136 / 277, m = 256: 110 / 221 -> 167 /
    341, prepacked m = 64: 115 / 234 -> 170 / 382; 1344 x 384 x 1536 raw 116 / 229 -> 175 / 282;
    2048^3 114 / 228 -> 173 / 354. Only from OP_DP_WIDEN_MIN_M rows: 49 as onepath.dask's
@@ -641,8 +643,9 @@ static int op_dp_next_l2 = 0;
    (the widening pack of a row-major B per call did not repay 16 rows: 64 -> 32 GFLOP/s). A raw W^T and a prepacked (k32) weight run k32w, as at
    avx512_core: a prepacked weight gives the raw weight's bits. Other sums than VDPBF16PS's pairs:
    the avx512_core level's bits. */
-#define OP_DP_WIDEN_MIN_M 49
+#define OP_DP_WIDEN_MIN_M 49   /* onepath/ops/_bf16.py WIDEN_MIN_M */
 static int op_dp_widen = 0;
+OP_INLINE int op_dp_widens(int64_t m) { return op_dp_widen && m >= OP_DP_WIDEN_MIN_M; }
 
 /* blk, or (flag 8, a VDPBF16PS GEMM of at most OP_DP_THIN_M rows) a copy in tmp with NC clamped */
 static const op_blocking *op_dp_blocking(const op_gemm_ops *ops, const op_gemm_args *g,
@@ -793,6 +796,9 @@ static const op_gemm_ops op_bf16_k32w_ops = {
 
 /* ---------------------------------------------------------------- level selection */
 
+#define OP_BF16_STR_(x) #x
+#define OP_BF16_STR(x) OP_BF16_STR_(x)
+
 #if defined(OP_LEVEL_AVX512_CORE_AMX)
 #define OP_BF16_MR OP_AMX_MR
 #define OP_BF16_NR OP_K32_NR
@@ -809,8 +815,6 @@ static const op_gemm_ops op_bf16_k32w_ops = {
 #else
 #define OP_BF16_MR OP_F32_MR
 #define OP_BF16_NR OP_F32_NR
-#define OP_BF16_STR_(x) #x
-#define OP_BF16_STR(x) OP_BF16_STR_(x)
 #define OP_BF16_KERNEL_NAME "gemm_bf16_widen_" OP_LEVEL_NAME "_" OP_BF16_STR(OP_F32_MR) "x" OP_BF16_STR(OP_F32_NR)
 #endif
 
@@ -883,7 +887,8 @@ const char *op_gemm_bf16_kernel_for(int64_t m, int64_t k, int b_form)
     if (m < OP_BF16_AMX_MIN_M) return "gemm_bf16_avx512_bf16_14x32";
 #endif
 #if defined(OP_BF16_HAS_DP) && !defined(OP_BF16_HAS_AMX)
-    if (op_dp_widen && m >= OP_DP_WIDEN_MIN_M) return "gemm_bf16_widen_" OP_LEVEL_NAME "_14x32";
+    if (op_dp_widens(m))
+        return "gemm_bf16_widen_" OP_LEVEL_NAME "_" OP_BF16_STR(OP_F32_MR) "x" OP_BF16_STR(OP_F32_NR);
 #endif
     return OP_BF16_KERNEL_NAME;
 }
@@ -1631,9 +1636,9 @@ int op_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k,
     int amx;
     op_gemm_ops ops = *op_bf16_pick_for(&g, &amx);
 #if defined(OP_BF16_HAS_DP) && !defined(OP_BF16_HAS_AMX)
-    if (op_dp_widen && m >= OP_DP_WIDEN_MIN_M)   /* as avx512_core's op_bf16_pick_for picks */
+    if (op_dp_widens(m))   /* as avx512_core's op_bf16_pick_for picks; blk: avx512_core's row */
         return op_bf16_run(rsb == 1 && csb != 1 ? &op_bf16_k32w_ops : &op_bf16_widen_ops, &g, 0, c,
-                           c_off, rsc, csc, c_dtype, NULL, nthreads);
+                           c_off, rsc, csc, c_dtype, blk, nthreads);
 #endif
 #if defined(OP_BF16_HAS_DP)
     op_dp_variant_ops(&ops);
@@ -1742,15 +1747,14 @@ int op_gemm_packed(int b_dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
         ops = *op_bf16_pick_for(&g, &amx);
 #endif
     }
+#if defined(OP_BF16_HAS_DP) && !defined(OP_BF16_HAS_AMX)
+    const int widen = b_dtype == 1 && op_dp_widens(m);   /* the raw weight's kernel and bits */
+    if (widen) ops = op_bf16_k32w_ops;
+#endif
     ops.direct_b = 0;
     ops.b_prepacked = 1;
 #if defined(OP_BF16_HAS_DP) && !defined(OP_BF16_HAS_AMX)
-    if (b_dtype == 1 && op_dp_widen && m >= OP_DP_WIDEN_MIN_M) {   /* the raw weight's kernel, its bits */
-        ops = op_bf16_k32w_ops;
-        ops.direct_b = 0;
-        ops.b_prepacked = 1;
-        return op_bf16_run(&ops, &g, 0, c, c_off, rsc, csc, c_dtype, NULL, nthreads);
-    }
+    if (widen) return op_bf16_run(&ops, &g, 0, c, c_off, rsc, csc, c_dtype, blk, nthreads);
 #endif
 #if defined(OP_BF16_HAS_DP)
     op_dp_variant_ops(&ops);

@@ -131,13 +131,22 @@ OP_INLINE void op_ukr_amx_body(int64_t kcp, const uint16_t *A, op_amx_aview av, 
     /* Edge blocks (and C not row-contiguous) run through the scratch tile t. With acc the
        accumulators start from C's values, as the full block's do, so a row sums in the same order
        whichever block it falls in: a tile-sized sum added to C afterwards rounded differently, and
-       row chunks cut at other than 32-row multiples (onepath.dask's blocks, a thread's rows) gave
-       other bits than the whole call. */
+       row chunks cut at other than 32-row multiples (onepath.dask's blocks) gave other bits than
+       the whole call. */
     float t[32 * 32] OP_ALIGNED(64);
-    if (acc) {
-        for (int i = 0; i < 32; i++)
-            for (int j = 0; j < 32; j++)
-                t[i * 32 + j] = (i < mr && j < nr) ? c[i * rsc + j * csc] : 0.0f;
+    if (acc) {   /* rows < mr, columns < nr from C; zeros elsewhere */
+        for (int i = 0; i < 32; i++) {
+#if defined(OP_HAS_AVX512)
+            if (csc == 1 || i >= mr) {
+                const __mmask16 k0 = (__mmask16)(i >= mr ? 0 : nr >= 16 ? 0xFFFF : (1u << nr) - 1u);
+                const __mmask16 k1 = (__mmask16)(i >= mr || nr <= 16 ? 0 : nr >= 32 ? 0xFFFF : (1u << (nr - 16)) - 1u);
+                _mm512_store_ps(t + i * 32, _mm512_maskz_loadu_ps(k0, c + i * rsc));
+                _mm512_store_ps(t + i * 32 + 16, _mm512_maskz_loadu_ps(k1, c + i * rsc + 16));
+                continue;
+            }
+#endif
+            for (int j = 0; j < 32; j++) t[i * 32 + j] = (i < mr && j < nr) ? c[i * rsc + j * csc] : 0.0f;
+        }
     }
 #define OP_AMX_START(tile, off) do { if (acc) _tile_loadd(tile, t + (off), 128); else _tile_zero(tile); } while (0)
     if (two_m && two_n) {

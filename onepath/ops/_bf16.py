@@ -49,8 +49,8 @@ def set_variants(level: str, names=None) -> frozenset:
     AMX level from the tiles' scratch, rounded once, when one KC block holds all of K),
     ``"thin_nc"`` (with at most 256 rows it sweeps B in blocks of at most 256 columns),
     ``"next_panel_l2"`` (the driver fetches the next B micro-panel into L2 during the current one)
-    and ``"widen_f32"`` (from 49 rows, a raw product at a VDPBF16PS level runs the widening float32
-    kernel); None: the registry's ``BF16_VARIANTS`` rule for this host. A level lacking one keeps
+    and ``"widen_f32"`` (from 49 rows, at a VDPBF16PS level, a product runs avx512_core's float32
+    kernels on widened operands, with avx512_core's blocking); None: the registry's ``BF16_VARIANTS`` rule for this host. A level lacking one keeps
     it off. Returns the previous set (empty before the first call).
 
     Raises:
@@ -78,17 +78,36 @@ def _row_and_module(op: str, build: str | None, dtype: str = "bfloat16"):
     return None, build, _module(build)
 
 
-_BLK: dict = {}  # (mc, kc, nc) of a registry row -> its op_blocking struct (built once)
+_BLK: dict = {}  # (module's ffi, mc, kc, nc) of a registry row -> its op_blocking struct (built once)
 
 
 def _blocking(ffi, row):
     if row is None:
         return ffi.NULL
-    key = (row.mc, row.kc, row.nc)  # (hashing the row itself cost ~1 us per call)
+    key = (id(ffi), row.mc, row.kc, row.nc)  # (hashing the row itself cost ~1 us per call)
     blk = _BLK.get(key)
     if blk is None:
         blk = _BLK[key] = ffi.new("op_blocking *", {"mc": row.mc, "kc": row.kc, "nc": row.nc})
     return blk
+
+
+# kernels/gemm_bf16.c, OP_DP_WIDEN_MIN_M: the rows from which the "widen_f32" variant runs a product
+# on the float32 kernels (tests check the two agree through op_gemm_bf16_kernel_for)
+WIDEN_MIN_M = 49
+_WIDEN_ROW: dict = {}  # id of a row -> (that row, avx512_core's bfloat16 row of its op)
+registry.on_clear(_WIDEN_ROW.clear)   # rows (and their blocking) replaced: look them up again
+
+
+def _blocking_row(op: str, level: str, row, m: int):
+    """The row whose blocking the kernel runs with: ``row``, or, where the "widen_f32" variant takes
+    the product (``m`` >= WIDEN_MIN_M), avx512_core's bfloat16 row of ``op``: the float32 kernels
+    it runs are avx512_core's, and with that row's blocking they give avx512_core's bits."""
+    if row is None or m < WIDEN_MIN_M or "widen_f32" not in _VARIANTS.get(level, ()):
+        return row
+    hit = _WIDEN_ROW.get(id(row))
+    if hit is None or hit[0] is not row:
+        hit = _WIDEN_ROW[id(row)] = (row, registry.select(op, "bfloat16", level="avx512_core"))
+    return hit[1]
 
 
 def _check(used, name, shapes):
@@ -143,8 +162,11 @@ def run_gemm_bf16(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, *, bias=
         _data(ffi, a), a_off, sa[-2] // ia, sa[-1] // ia,
         _data(ffi, b), b_off, sb[-2] // ib, sb[-1] // ib,
         _data(ffi, c, "char"), c_off, sc[-2] // ic, sc[-1] // ic,
-        1 if c.dtype == BF16 else 0, _blocking(ffi, row), epi, _threads.get_num_threads())
-    _stats.record(op, "bfloat16", level, row.algorithm if row is not None else None)
+        1 if c.dtype == BF16 else 0, _blocking(ffi, brow := _blocking_row(op, level, row, m)), epi,
+        _threads.get_num_threads())
+    # "widen_f32": avx512_core's kernel ran (the coverage report credits it, not VDPBF16PS's)
+    _stats.record(op, "bfloat16", brow.level if brow is not row else level,
+                  row.algorithm if row is not None else None)
     if callable(shapes) and (used < 0 or verbose):
         shapes = shapes()
     b_form = 1 if sb[-2] == ib and sb[-1] >= k * ib else 0  # B = W^T: small M may take its own form
@@ -181,7 +203,8 @@ def run_gemm_packed(op: str, level: str, row, b_dtype: np.dtype, a: np.ndarray, 
     ia, ic = a.itemsize, c.itemsize
     code = 1 if b_dtype == BF16 else 0
     epi, _keep = _epilogue(ffi, bias, 1, activation)
-    blk = _blocking(ffi, row)
+    brow = _blocking_row(op, level, row, m) if code else row
+    blk = _blocking(ffi, brow)
     if m <= 16 and blk != ffi.NULL and blk.kc < k:
         # decode: each weight panel streamed once, front to back (a copy: the row's struct is shared)
         blk = ffi.new("op_blocking *", {"mc": row.mc, "kc": k, "nc": row.nc})
@@ -195,7 +218,7 @@ def run_gemm_packed(op: str, level: str, row, b_dtype: np.dtype, a: np.ndarray, 
     dname = "bfloat16" if code else "float32"
     name = lambda: (ffi.string(lib.op_gemm_bf16_kernel_for(m, k, 2)).decode() if code  # noqa: E731
                     else ffi.string(lib.op_gemm_f32_kernel_name()).decode())
-    _stats.record(op, dname, level, row.algorithm if row is not None else None)
+    _stats.record(op, dname, brow.level if brow is not row else level, row.algorithm if row is not None else None)
     _check(used, name, shapes or (m, n, k))
     if verbose:
         name = name()
