@@ -2,6 +2,7 @@
 reference on the same bfloat16 inputs (bounded by K)."""
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -591,3 +592,26 @@ def test_widen_f32_variant_runs_the_float32_kernel():
 
 def ffi_str(p, level="avx512_core_bf16"):
     return load(level).ffi.string(p).decode()
+
+
+@pytest.mark.parametrize("build", _amx_builds())
+@pytest.mark.parametrize("layout", ["strided", "transposed"])
+def test_amx_c_not_row_contiguous_same_bits(build, layout):
+    """A float32 C whose columns are not contiguous (3 apart, or a transposed view) sends every AMX
+    block through the edge path; over several KC blocks (K 2100, the build's KC 1024) its tiles
+    start from C between blocks as the full blocks of a contiguous C do: the same bits."""
+    rng = np.random.default_rng(37)
+    a, b = _rand_bf16(rng, (70, 2100)), _rand_bf16(rng, (2100, 45))
+    want = np.empty((70, 45), np.float32)
+    with onepath.max_isa(build) if build != "amx_emu" else contextlib.nullcontext():
+        run_gemm_bf16("matmul", a, b, want, build=build)
+        if layout == "strided":
+            big = np.zeros((140, 135), np.float32)
+            out = big[::2, ::3]
+        else:
+            out = np.zeros((45, 70), np.float32).T
+        run_gemm_bf16("matmul", a, b, out, build=build)
+    _assert_f32(want, a, b)
+    assert np.array_equal(np.ascontiguousarray(out).view(np.uint32), want.view(np.uint32))
+    if layout == "strided":
+        assert np.all(big[1::2] == 0) and np.all(big[:, 1::3] == 0)
