@@ -113,6 +113,14 @@ def test_prepack_reuse_and_matmul():
     assert np.array_equal(onepath.linear(x, p, bias).view(np.uint16), r1.view(np.uint16))
     pf = onepath.prepack(np.ones((4, 6), np.float32))
     assert np.all(onepath.linear(np.ones((3, 6), np.float32), pf) == 6)
+    # float32 of the other byte order, as linear takes it raw; other dtypes still raise
+    wbe = np.arange(24, dtype=">f4").reshape(4, 6)
+    pbe = onepath.prepack(wbe)
+    assert pbe.dtype == np.float32
+    assert np.array_equal(onepath.linear(np.ones((3, 6), np.float32), pbe),
+                          onepath.linear(np.ones((3, 6), np.float32), wbe))
+    with pytest.raises(TypeError, match="float32 and bfloat16 weights, got float64"):
+        onepath.prepack(np.ones((4, 6)))
     assert "PackedWeight" in repr(pf)
     with pytest.raises(TypeError, match="right operand only"):
         onepath.matmul(pf, np.ones((6, 3), np.float32))

@@ -46,6 +46,8 @@ class PackedWeight:
         w = np.asarray(weight)
         if w.ndim != 2:
             raise ValueError(f"prepack expects a 2-D weight (out_features, in_features), got shape {w.shape}")
+        if w.dtype.kind == "f" and w.dtype.itemsize == 4 and not w.dtype.isnative:
+            w = w.astype(F32)  # float32 of the other byte order (">f4"), as matmul and linear take it
         if w.dtype not in (F32, BF16):
             raise TypeError(f"prepack supports float32 and bfloat16 weights, got {w.dtype}")
         self._weight = np.array(w, order="C", copy=True)
