@@ -106,6 +106,11 @@ def test_shared_cores_notes():
     (end,) = shared_cores_notes(2, 230.0, None, 150.0)
     assert "fell from 230.0 to 150.0" in end
     assert len(shared_cores_notes(2, 160.0, 115.0, 100.0)) == 2
+    # shared at the start, freed during the run (the % peak column overstates): the start check and
+    # the rise
+    start, rise = shared_cores_notes(2, 160.0, 115.0, 230.0)
+    assert "rose from 160.0 to 230.0" in rise and "% peak" in rise
+    assert shared_cores_notes(2, 230.0, None, 240.0) == []   # within the share: quiet
     # one thread: only the end check applies; missing peaks say nothing
     assert shared_cores_notes(1, 115.0, 115.0, 114.0) == []
     assert len(shared_cores_notes(1, 115.0, None, 0.5 * 115.0)) == 1

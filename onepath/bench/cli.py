@@ -423,9 +423,12 @@ def shared_cores_notes(threads: int, peak_n: float | None, peak_1: float | None,
     ``peak_n`` at ``threads`` threads before the suites, ``peak_1`` on one thread, ``peak_end`` at
     ``threads`` threads after the suites. One line when ``peak_n`` per thread is below
     ``SHARED_CORES_SHARE`` of ``peak_1`` (part of the cores taken at the start), one when
-    ``peak_end`` is below that share of ``peak_n`` (taken during the suites). A load spread evenly
-    over every core slows ``peak_1`` as much as ``peak_n``, so the first check cannot see it; the
-    second sees only a change. Missing peaks (None, 0) give no line. Returns a list of str."""
+    ``peak_end`` is below that share of ``peak_n`` (taken during the suites), and one when
+    ``peak_n`` is below that share of ``peak_end`` (the cores were shared at the start and freed
+    later: the "% peak" column, taken against ``peak_n``, then overstates, up to above 100%). A
+    load spread evenly over every core slows ``peak_1`` as much as ``peak_n``, so the first check
+    cannot see it; the others see only a change. Missing peaks (None, 0) give no line. Returns a
+    list of str."""
     notes = []
     s = "s" * (threads > 1)
     if threads > 1 and peak_n and peak_1 and peak_n / threads < SHARED_CORES_SHARE * peak_1:
@@ -437,6 +440,11 @@ def shared_cores_notes(threads: int, peak_n: float | None, peak_1: float | None,
         notes.append(f"! shared cores: the FMA peak at {threads} thread{s} fell from {peak_n:.1f} to "
                      f"{peak_end:.1f} GFLOP/s during the suites; some rows above (which ones is unknown) "
                      "are less reliable")
+    if peak_n and peak_end and peak_n < SHARED_CORES_SHARE * peak_end:
+        notes.append(f"! shared cores: the FMA peak at {threads} thread{s} rose from {peak_n:.1f} to "
+                     f"{peak_end:.1f} GFLOP/s during the suites (the cores were shared at the start); "
+                     "the % peak column, taken against the first, overstates, and rows measured "
+                     "before the change are less reliable")
     return notes
 
 
