@@ -630,19 +630,18 @@ static int op_dp_thin_nc = 0;
    187 / 203 -> 203 / 207 (203-211). Prefetches only: the same results, bit for bit. */
 static int op_dp_next_l2 = 0;
 
-/* flag 32 (below the AMX level): a raw bfloat16 GEMM (matmul, linear with an unpacked weight) of
-   more rows than the small-M loops take runs the widening float32 ops (op_bf16_widen_ops: A and B
-   widened exactly while packing, FMA micro-kernel; a raw W^T or a prepacked weight: k32w) instead of
-   the VDPBF16PS kernel, with the blocking of avx512_core's row (onepath/ops/_bf16.py passes it).
+/* flag 32 (below the AMX level): a bfloat16 GEMM of at least OP_DP_WIDEN_MIN_M rows runs
+   avx512_core's float32 ops on widened operands instead of the VDPBF16PS kernel: op_bf16_widen_ops
+   for a row-major B (widened while packing), k32w for a raw W^T and a prepacked weight (k32 panels
+   widened in register), with the blocking of avx512_core's row (onepath/ops/_bf16.py passes it):
+   avx512_core's kernels, sums and bits, so a prepacked weight gives the raw weight's bits.
    Sapphire Rapids issues a 512-bit VDPBF16PS once per 2 cycles (16 products a cycle) and two
-   512-bit FMAs per cycle (32), the widening done once per packed element. Sapphire Rapids (the Intel AMX VM, 2026-12-03, 1 / 2 threads, GFLOP/s VDPBF16PS ->
-   widened): raw (4096, 4096) weight m = 64: 97 / 194 -> 136 / 277, m = 256: 110 / 221 -> 167 /
-   341, prepacked m = 64: 115 / 234 -> 170 / 382; 1344 x 384 x 1536 raw 116 / 229 -> 175 / 282;
-   2048^3 114 / 228 -> 173 / 354. Only from OP_DP_WIDEN_MIN_M rows: 49 as onepath.dask's
-   _PAD_ROWS, so that a block of fewer rows, padded to 49, runs the kernel of the whole problem
-   (the widening pack of a row-major B per call did not repay 16 rows: 64 -> 32 GFLOP/s). A raw W^T and a prepacked (k32) weight run k32w, as at
-   avx512_core: a prepacked weight gives the raw weight's bits. Other sums than VDPBF16PS's pairs:
-   the avx512_core level's bits. */
+   512-bit FMAs per cycle (32), the widening done once per packed element. The Intel AMX VM,
+   2026-12-03, 1 / 2 threads, GFLOP/s VDPBF16PS -> widened: raw (4096, 4096) weight m = 64: 97 / 194
+   -> 136 / 277, m = 256: 110 / 221 -> 167 / 341; prepacked m = 64: 115 / 234 -> 170 / 382;
+   1344 x 384 x 1536 raw 116 / 229 -> 175 / 282; 2048^3 114 / 228 -> 173 / 354. 49 rows as
+   onepath.dask's _PAD_ROWS, so that a block of fewer rows, padded to 49, runs the kernel of the
+   whole problem (the widening pack of a row-major B per call did not repay 16 rows: 64 -> 32). */
 #define OP_DP_WIDEN_MIN_M 49   /* onepath/ops/_bf16.py WIDEN_MIN_M */
 static int op_dp_widen = 0;
 OP_INLINE int op_dp_widens(int64_t m) { return op_dp_widen && m >= OP_DP_WIDEN_MIN_M; }
@@ -699,8 +698,8 @@ OP_INLINE __m512 op_sm_odd(__m512i v)
 #endif
 
 #if defined(OP_HAS_AVX512) && !defined(OP_BF16_HAS_AMX)
-/* k32w (avx512_core; at avx512_core_bf16 for the "widen_f32" variant): the float32 register block (OP_F32_MR x 32) multiplying a float32-packed A by
-   bfloat16 B in k32 panels: a prepacked weight's, read in place (op_gemm_packed), or a raw W^T packed
+/* k32w (avx512_core; avx512_core_bf16 with the "widen_f32" variant): the float32 register block
+   (OP_F32_MR x 32) multiplying a float32-packed A by bfloat16 B in k32 panels: a prepacked weight's, read in place (op_gemm_packed), or a raw W^T packed
    per block by op_pack_b_k32 (op_bf16_pick_for). Like the widening ops it multiplies exact float32
    values, so it keeps their kernel name. Per K-pair of a panel, the two 16-column halves are
    widened exactly in register, the even depth by a shift (op_sm_even) and the odd one by a mask
@@ -1633,13 +1632,13 @@ int op_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k,
         if (form >= 0) return op_sm_run(form, &g, c, c_off, rsc, csc, c_dtype, nthreads);
     }
 #endif
-    int amx;
-    op_gemm_ops ops = *op_bf16_pick_for(&g, &amx);
 #if defined(OP_BF16_HAS_DP) && !defined(OP_BF16_HAS_AMX)
     if (op_dp_widens(m))   /* as avx512_core's op_bf16_pick_for picks; blk: avx512_core's row */
         return op_bf16_run(rsb == 1 && csb != 1 ? &op_bf16_k32w_ops : &op_bf16_widen_ops, &g, 0, c,
                            c_off, rsc, csc, c_dtype, blk, nthreads);
 #endif
+    int amx;
+    op_gemm_ops ops = *op_bf16_pick_for(&g, &amx);
 #if defined(OP_BF16_HAS_DP)
     op_dp_variant_ops(&ops);
     op_blocking thin;

@@ -50,8 +50,9 @@ def set_variants(level: str, names=None) -> frozenset:
     ``"thin_nc"`` (with at most 256 rows it sweeps B in blocks of at most 256 columns),
     ``"next_panel_l2"`` (the driver fetches the next B micro-panel into L2 during the current one)
     and ``"widen_f32"`` (from 49 rows, at a VDPBF16PS level, a product runs avx512_core's float32
-    kernels on widened operands, with avx512_core's blocking); None: the registry's ``BF16_VARIANTS`` rule for this host. A level lacking one keeps
-    it off. Returns the previous set (empty before the first call).
+    kernels on widened operands, with avx512_core's blocking); None: the registry's
+    ``BF16_VARIANTS`` rule for this host. A level lacking one keeps it off. Returns the previous
+    set (empty before the first call).
 
     Raises:
         ValueError: an unknown variant name."""
@@ -94,7 +95,7 @@ def _blocking(ffi, row):
 # kernels/gemm_bf16.c, OP_DP_WIDEN_MIN_M: the rows from which the "widen_f32" variant runs a product
 # on the float32 kernels (tests check the two agree through op_gemm_bf16_kernel_for)
 WIDEN_MIN_M = 49
-_WIDEN_ROW: dict = {}  # id of a row -> (that row, avx512_core's bfloat16 row of its op)
+_WIDEN_ROW: dict = {}  # op -> avx512_core's bfloat16 row
 registry.on_clear(_WIDEN_ROW.clear)   # rows (and their blocking) replaced: look them up again
 
 
@@ -104,10 +105,10 @@ def _blocking_row(op: str, level: str, row, m: int):
     it runs are avx512_core's, and with that row's blocking they give avx512_core's bits."""
     if row is None or m < WIDEN_MIN_M or "widen_f32" not in _VARIANTS.get(level, ()):
         return row
-    hit = _WIDEN_ROW.get(id(row))
-    if hit is None or hit[0] is not row:
-        hit = _WIDEN_ROW[id(row)] = (row, registry.select(op, "bfloat16", level="avx512_core"))
-    return hit[1]
+    core = _WIDEN_ROW.get(op)
+    if core is None:
+        core = _WIDEN_ROW[op] = registry.select(op, "bfloat16", level="avx512_core")
+    return core
 
 
 def _check(used, name, shapes):
@@ -218,7 +219,8 @@ def run_gemm_packed(op: str, level: str, row, b_dtype: np.dtype, a: np.ndarray, 
     dname = "bfloat16" if code else "float32"
     name = lambda: (ffi.string(lib.op_gemm_bf16_kernel_for(m, k, 2)).decode() if code  # noqa: E731
                     else ffi.string(lib.op_gemm_f32_kernel_name()).decode())
-    _stats.record(op, dname, brow.level if brow is not row else level, row.algorithm if row is not None else None)
+    _stats.record(op, dname, brow.level if brow is not row else level,
+                  row.algorithm if row is not None else None)
     _check(used, name, shapes or (m, n, k))
     if verbose:
         name = name()
