@@ -463,14 +463,40 @@ def test_dot_path_linear_epilogue(level, activation):
     assert np.allclose(y, f(z), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("m", [5, 8, 11, 16])
+def test_dot_path_tall(level, m):
+    """x @ W.T with 5-16 rows of x, K >= 256 (gemv_f32.c, op_dot_tall): K blocks of 256 with a short
+    last block and a scalar tail, column tails, A rows not contiguous, batches, the epilogue, and
+    each row's bits the same as when the row runs alone (the 1-4 row tiles)."""
+    from onepath.ops import _small
+    with _small.off():
+        for k, n in ((256, 64), (300, 67), (517, 301), (1040, 130)):
+            a, w = rand(m, k), rand(n, k)
+            c = onepath.matmul(a, w.T)
+            assert_gemm_close(c, a, w.T)
+            for i in (0, m - 1):
+                assert np.array_equal(onepath.matmul(a[i:i + 1], w.T), c[i:i + 1])
+        a = rand(m, 700)[:, 3:603]                    # rows 700 floats apart, K = 600
+        w = rand(200, 600)
+        assert_gemm_close(onepath.matmul(a, w.T), a, w.T)
+        ba, bw = rand(3, m, 400), rand(3, 90, 400)
+        assert_gemm_close(onepath.matmul(ba, bw.transpose(0, 2, 1)), ba, bw.transpose(0, 2, 1))
+        x, wt, bias = rand(m, 333), rand(77, 333), rand(77)
+        y = onepath.linear(x, wt, bias, activation="relu")
+        assert np.allclose(y, np.maximum(x.astype(np.float64) @ wt.T.astype(np.float64) + bias, 0),
+                           rtol=1e-4, atol=1e-4)
+
+
 def test_dot_path_threads_split(level, cpus):
     cpus(4)
     a, w = rand(2, 600), rand(3000, 600)
+    a16 = rand(16, 600)
     old = onepath.get_num_threads()
     try:
         for n in (1, 2, 3):
             onepath.set_num_threads(n)
             assert_gemm_close(onepath.matmul(a, w.T), a, w.T)
+            assert_gemm_close(onepath.matmul(a16, w.T), a16, w.T)
             assert_gemm_close(onepath.matmul(w, a[0]), w, a[0])
     finally:
         onepath.set_num_threads(old)
