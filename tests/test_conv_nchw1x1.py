@@ -97,7 +97,9 @@ def test_nchw_1x1_a_in_place(level, case):
 # dot product along the depth. C = 600 (several depth blocks, a depth tail of 8) with OC = 75 (10 x 7
 # + a 5-row tail), C = 20 (a depth tail only) with OC = 66, a 1 x 49 plane, strided: C = 1024 (13 ->
 # 7 at stride 2), strides (3, 1) (21 x 7 -> 7 x 7); batch 3 (instead of the joint GEMM); with bit 4096
-# ("nchw1x1_n49_strided") strided planes of 196 = 4 x 49 (28 -> 14) and 98 (7 x 14) pixels.
+# ("nchw1x1_n49_strided") strided planes of 196 = 4 x 49 (28 -> 14) and 98 (7 x 14) pixels; more
+# than 10 runs of 49 (batch 3 x 4 runs, batch 11: the packed input swept in groups of 10 per depth
+# block, two depth blocks at C = 300).
 N49_CASES = [
     (1, 600, 7, 7, 75, 1),
     (1, 20, 7, 7, 66, 1),
@@ -107,13 +109,16 @@ N49_CASES = [
     (3, 70, 14, 14, 80, 2),
     (1, 40, 28, 28, 70, 2),
     (2, 20, 13, 27, 65, 2),
+    (3, 300, 28, 28, 70, 2),
+    (11, 20, 7, 7, 66, 1),
 ]
 
 
 @pytest.mark.parametrize("case", N49_CASES, ids=lambda c: "x".join(map(str, c)).replace(" ", ""))
 def test_nchw_1x1_n49(level, cpus, case):
     """Within the reference's bound (bias and relu, no bias and gelu: the epilogue's fast and slow
-    activations), and the same bits at 1, 2 and 3 threads (threads split the 7-row blocks)."""
+    activations), and the same bits at 1, 2 and 3 threads (threads split the 7-row blocks) and for
+    one image as for the whole batch (the entries' grouping)."""
     from onepath.kernels import load
     *shape, s = case
     n, c, h, w, oc = shape
@@ -133,6 +138,8 @@ def test_nchw_1x1_n49(level, cpus, case):
             onepath.set_num_threads(t)
             got.append(onepath.conv2d(x, wt, stride=s).view(np.uint32))
         assert np.array_equal(got[0], got[1]) and np.array_equal(got[0], got[2])
+        if n > 1:
+            assert np.array_equal(onepath.conv2d(x[-1:], wt, stride=s).view(np.uint32), got[0][-1:])
     finally:
         onepath.set_num_threads(nthr)
         lib.op_conv_f32_options(old)
