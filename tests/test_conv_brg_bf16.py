@@ -128,7 +128,8 @@ def test_brg_rule_is_per_uarch():
     # brg, skip_pad, nsplit_pack, 1x1_out16, brg_inplace, 1x1_strided_ref, 1x1_out16_conv, as_nhwc_image,
     # as_nhwc_image_l2, nchw1x1_joint, brg_nsplit_small
     assert registry.conv_bf16_flags("avx512_core_bf16", uarch="zen4") == 2047
-    assert registry.conv_bf16_flags("avx512_core_amx", uarch="sapphirerapids") == registry.CONV_BF16_FLAGS["amx_s1"]
+    assert registry.conv_bf16_flags("avx512_core_amx", uarch="sapphirerapids") == (
+        registry.CONV_BF16_FLAGS["amx_s1"] | registry.CONV_BF16_FLAGS["amx_stem"])
 
 
 def test_res2_plane_nchw_route_on_zen4(level):

@@ -719,16 +719,24 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # res4_branch2b 549 -> 822; res5 (7x7: OW < 8) and the strided layers keep the GEMM. The NCHW layers
 # through the NHWC formulation with it measured slower than without (CONV_NCHW_AS_NHWC: no row). The
 # VDPBF16PS options above all ran slower at the AMX level (0.1-0.6x): not taken there.
+# "amx_stem" (AMX builds): an NHWC convolution with few input channels (groups 1, dilation 1, C < 32,
+# 8 <= C KW <= 32: ResNet-50's 7x7 stride-2 stem) runs op_conv2d_nhwc_amx_stem: per kernel row, one
+# A tile of 16 output pixels x 32 depths read in place from a padded copy of the input (rows SW C
+# elements apart; depths past C KW meet zero weight rows, so an input with an Inf or NaN runs the
+# GEMM route instead). sapphirerapids, 2026-12-04 (the Intel AMX VM, paired with torch 2.13 in one
+# process, GFLOP/s GEMM route -> amx_stem, x torch): conv1 NHWC batch 8, 2 threads 770 -> 1837
+# (0.37 -> 0.87x), 1 thread 474 -> 991 (0.45 -> 0.85x); batch 1, 2 threads 907 -> 1496 (0.55 ->
+# 0.90x). Other bits than the GEMM route (kernel-row order of the sums).
 CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16", "brg_inplace",
                                     "1x1_strided_ref", "1x1_out16_conv", "as_nhwc_image", "as_nhwc_image_l2",
                                     "nchw1x1_joint", "brg_nsplit_small"),
-    ("sapphirerapids", "avx512_core_amx"): ("amx_s1",),
+    ("sapphirerapids", "avx512_core_amx"): ("amx_s1", "amx_stem"),
 }
 CONV_BF16_FLAGS = {"brg": 1, "skip_pad": 2, "brg_nsplit_pack": 4, "1x1_out16": 8, "brg_inplace": 16,
                    "1x1_strided_ref": 32, "1x1_out16_conv": 64,
                    "as_nhwc_image": 128, "as_nhwc_image_l2": 256, "nchw1x1_joint": 512,
-                   "brg_nsplit_small": 1024, "amx_s1": 2048}  # the bits of op_conv_bf16_options
+                   "brg_nsplit_small": 1024, "amx_s1": 2048, "amx_stem": 4096}  # the bits of op_conv_bf16_options
 
 
 def conv_bf16_flags(level: str, uarch: str | None = None) -> int:
