@@ -719,6 +719,11 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # res4_branch2b 549 -> 822; res5 (7x7: OW < 8) and the strided layers keep the GEMM. The NCHW layers
 # through the NHWC formulation with it measured slower than without (CONV_NCHW_AS_NHWC: no row). The
 # VDPBF16PS options above all ran slower at the AMX level (0.1-0.6x): not taken there.
+# Since 2026-12-04 each amx_s1 task copies the padded rows its pixel blocks read into its thread's own
+# buffer (instead of one whole-batch copy both threads fill and read) and a block's write-out (one
+# pass, epilogue and rounding) overlaps the next block's tile products: same VM, NHWC batch 8
+# res2_branch2b 2 threads 1752 -> 2713 GFLOP/s (0.64 -> 0.96x torch), 1 thread 1177 -> 1466 (0.82 ->
+# 1.00x); res3_branch2b 2160 -> 2747 (0.58 -> 0.73x) and 1224 -> 1465 (0.60 -> 0.71x). The same bits.
 # "amx_stem" (AMX builds): an NHWC convolution with few input channels (groups 1, dilation 1, C < 32,
 # 8 <= C KW <= 32: ResNet-50's 7x7 stride-2 stem) runs op_conv2d_nhwc_amx_stem: per kernel row, one
 # A tile of 16 output pixels x 32 depths read in place from a padded copy of the input (rows SW C

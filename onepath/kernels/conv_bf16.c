@@ -1658,21 +1658,25 @@ typedef struct {
     void *y;
     int y_bf16, act;
     int64_t hq, wq, ncb, ntap, npn, nmb, ngroups, pstride, ppsplit;
+    int64_t xstep;   /* elements of a thread's copy of the padded rows its task reads */
 } op_amxc_ctx;
+
+/* pixels (on the padded width) past a block's first that its A tiles read: 31 + the kernel's reach */
+static int64_t op_amxc_reach(const op_amxc_ctx *c)
+{
+    return 31 + (c->d->kh - 1) * c->d->dh * c->wq + (c->d->kw - 1) * c->d->dw;
+}
 
 #define OP_AMXC_MGROUP 8   /* 32-pixel blocks per task */
 #define OP_AMXC_TASKS 2    /* tasks per thread at least (else the weight panels split) */
 
-/* one task = one row of one padded image */
-static void op_amxc_fill_task(void *ctx, int64_t task, int tid)
+/* padded row r of image n to o (wq pixels; zeros outside the input and for r past the padded rows) */
+static void op_amxc_fill_row(const op_amxc_ctx *c, int64_t n, int64_t r, uint16_t *o)
 {
-    (void)tid;
-    const op_amxc_ctx *c = (const op_amxc_ctx *)ctx;
     const op_conv_desc *d = c->d;
-    const int64_t C = d->c, n = task / c->hq, r = task % c->hq, wq = c->wq;
-    uint16_t *o = c->xp + task * wq * C;
+    const int64_t C = d->c, wq = c->wq;
     const int64_t ih = r - d->pt;
-    if (ih < 0 || ih >= d->h) {
+    if (ih < 0 || ih >= d->h || r >= c->hq) {
         memset(o, 0, sizeof(uint16_t) * (size_t)(wq * C));
         return;
     }
@@ -1705,27 +1709,68 @@ static void op_amxc_pack_task(void *ctx, int64_t jp, int tid)
                                NULL);
 }
 
-static void op_amxc_panel(const op_amxc_ctx *c, int64_t grp, int64_t n, int64_t jp);
+static void op_amxc_panel(const op_amxc_ctx *c, int64_t grp, int64_t n, int64_t jp, const uint16_t *img);
 
-/* one task = (image, group of OP_AMXC_MGROUP 32-pixel blocks, range of weight panels) */
+/* one task = (image, group of OP_AMXC_MGROUP 32-pixel blocks, range of weight panels): the padded
+   rows its blocks read copied into its thread's own buffer first (img: where padded row 0 would
+   be), then every panel of its range */
 static void op_amxc_task(void *ctx, int64_t task, int tid)
 {
-    (void)tid;
     const op_amxc_ctx *c = (const op_amxc_ctx *)ctx;
+    const op_conv_desc *d = c->d;
     const int64_t npt = op_cdiv64(c->npn, c->ppsplit), ps = task % c->ppsplit, rest = task / c->ppsplit;
+    const int64_t grp = rest % c->ngroups, n = rest / c->ngroups, rs = c->wq * d->c;
+    const int64_t v0 = grp * OP_AMXC_MGROUP * 32, v1 = op_min64(c->nmb, (grp + 1) * OP_AMXC_MGROUP) * 32;
+    const int64_t r0 = v0 / c->wq, r1 = (v1 - 1 + op_amxc_reach(c)) / c->wq + 1;
+    uint16_t *buf = c->xp + (size_t)tid * (size_t)c->xstep;
+    for (int64_t r = r0; r < r1; r++) op_amxc_fill_row(c, n, r, buf + (r - r0) * rs);
     for (int64_t jp = ps * npt; jp < op_min64(c->npn, (ps + 1) * npt); jp++)
-        op_amxc_panel(c, rest % c->ngroups, rest / c->ngroups, jp);
+        op_amxc_panel(c, grp, n, jp, buf - r0 * rs);
 }
 
-static void op_amxc_panel(const op_amxc_ctx *c, int64_t grp, int64_t n, int64_t jp)
+/* The write-out of 32-pixel block mb of image n, panel jp, from its float tile t (rows 32 apart):
+   the rows of real pixels, in runs along an output row (contiguous in y). */
+static void op_amxc_out(const op_amxc_ctx *c, const float *t, int64_t mb, int64_t n, int64_t jp)
 {
     const op_conv_desc *d = c->d;
-    const int64_t C = d->c, OC = d->oc, wq = c->wq;
-    const int64_t ld = C * (int64_t)sizeof(uint16_t);
-    const uint16_t *img = c->xp + n * c->hq * wq * C, *B = c->wp + jp * c->pstride;
+    const int64_t OC = d->oc, wq = c->wq, v0 = mb * 32;
     const int nr = (int)op_min64(32, OC - jp * 32);
     op_epilogue epi = {c->bias ? c->bias + jp * 32 : NULL, 1, 1, c->act};
-    float t[32 * 32] OP_ALIGNED(64);
+    for (int64_t i = 0; i < 32;) {
+        const int64_t v = v0 + i, oy = v / wq, ox = v % wq;
+        if (oy >= d->oh) break;
+        if (ox >= d->ow) {
+            i += wq - ox;
+            continue;
+        }
+        const int len = (int)op_min64(32 - i, d->ow - ox);
+        const int64_t yo = ((n * d->oh + oy) * d->ow + ox) * OC + jp * 32;
+        if (c->y_bf16) {
+#if defined(OP_LEVEL_AVX512_CORE_AMX)   /* epilogue and rounding in one pass (the same bits) */
+            op_dp_tile16_out(t + i * 32, len, nr, &epi, (uint16_t *)c->y + yo, OC);
+#else
+            float u[32 * 32] OP_ALIGNED(64);
+            op_bf16_tile_out(t + i * 32, 32, len, nr, u, 32, 1, 0, &epi);
+            op_tile_to_bf16(u, 32, 1, len, nr, (uint16_t *)c->y + yo, OC, 1);
+#endif
+        } else {
+            op_bf16_tile_out(t + i * 32, 32, len, nr, (float *)c->y + yo, OC, 1, 0, &epi);
+        }
+        i += len;
+    }
+}
+
+/* A block's write-out runs after the next block's tile products are issued (two float tiles), so
+   the vector work overlaps the tiles' (as op_amxs_row's). */
+static void op_amxc_panel(const op_amxc_ctx *c, int64_t grp, int64_t n, int64_t jp, const uint16_t *img)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t C = d->c, wq = c->wq;
+    const int64_t ld = C * (int64_t)sizeof(uint16_t);
+    const uint16_t *B = c->wp + jp * c->pstride;
+    float t[2][32 * 32] OP_ALIGNED(64);
+    int cur = 0;
+    int64_t pend = -1;   /* the block waiting for its write-out, in t[cur ^ 1] */
     op_amx_ensure_cfg();
     const int64_t mb1 = op_min64(c->nmb, (grp + 1) * OP_AMXC_MGROUP);
     for (int64_t mb = grp * OP_AMXC_MGROUP; mb < mb1; mb++) {
@@ -1747,29 +1792,16 @@ static void op_amxc_panel(const op_amxc_ctx *c, int64_t grp, int64_t n, int64_t 
                     _tile_dpbf16ps(3, 5, 7);
                 }
             }
-        _tile_stored(0, t, 128);
-        _tile_stored(1, t + 16, 128);
-        _tile_stored(2, t + 16 * 32, 128);
-        _tile_stored(3, t + 16 * 32 + 16, 128);
-        /* the rows of real pixels, in runs along an output row (contiguous in y) */
-        for (int64_t i = 0; i < 32;) {
-            const int64_t v = v0 + i, oy = v / wq, ox = v % wq;
-            if (oy >= d->oh) break;
-            if (ox >= d->ow) {
-                i += wq - ox;
-                continue;
-            }
-            const int len = (int)op_min64(32 - i, d->ow - ox);
-            const int64_t yo = ((n * d->oh + oy) * d->ow + ox) * OC + jp * 32;
-            if (c->y_bf16) {
-                op_bf16_tile_out(t + i * 32, 32, len, nr, t + i * 32, 32, 1, 0, &epi);
-                op_tile_to_bf16(t + i * 32, 32, 1, len, nr, (uint16_t *)c->y + yo, OC, 1);
-            } else {
-                op_bf16_tile_out(t + i * 32, 32, len, nr, (float *)c->y + yo, OC, 1, 0, &epi);
-            }
-            i += len;
-        }
+        if (pend >= 0) op_amxc_out(c, t[cur ^ 1], pend, n, jp);
+        float *tc = t[cur];
+        _tile_stored(0, tc, 128);
+        _tile_stored(1, tc + 16, 128);
+        _tile_stored(2, tc + 16 * 32, 128);
+        _tile_stored(3, tc + 16 * 32 + 16, 128);
+        pend = mb;
+        cur ^= 1;
     }
+    if (pend >= 0) op_amxc_out(c, t[cur ^ 1], pend, n, jp);
 }
 
 /* Whether the NHWC problem d runs op_conv2d_nhwc_amx_s1. */
@@ -1802,18 +1834,18 @@ static int op_conv2d_nhwc_amx_s1(const op_conv_desc *d, const uint16_t *x, const
     const int64_t T = nthreads < 1 ? 1 : nthreads, ntask = d->n * c.ngroups;
     c.ppsplit = ntask >= OP_AMXC_TASKS * T ? 1 : op_min64(c.npn, op_cdiv64(OP_AMXC_TASKS * T, ntask));
     c.ppsplit = op_cdiv64(c.npn, op_cdiv64(c.npn, c.ppsplit));   /* no task without a panel */
-    /* the last image's last block reads up to 31 + (KW-1)DW pixels past its padded rows */
-    const int64_t npix = d->n * c.hq * c.wq, tail = 32 + (d->kw - 1) * d->dw;
-    c.xp = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)((npix + tail) * d->c));
+    /* each task copies the padded rows its group reads (rows past the image: zeros) into its
+       thread's own buffer, in its L2: one whole-batch copy filled by both threads and read by both
+       cost the 2-thread runs (as op_conv2d_nhwc_amx_stem's) */
+    c.xstep = op_roundup64(((OP_AMXC_MGROUP * 32 - 1 + op_amxc_reach(&c)) / c.wq + 2) * c.wq * d->c, 32);
+    c.xp = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(T * c.xstep));
     c.pstride = 32 * d->c * c.ntap + 32 * (32 * c.ntap + 1);   /* a panel and its pack's row scratch */
     c.wp = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(c.npn * c.pstride));
     int used = -1;
     if (c.xp && c.wp) {
-        memset(c.xp + npix * d->c, 0, sizeof(uint16_t) * (size_t)(tail * d->c));
-        op_parallel_for(nthreads, d->n * c.hq, op_amxc_fill_task, &c);
         op_parallel_for(nthreads, c.npn, op_amxc_pack_task, &c);
         op_amx_begin();
-        used = op_parallel_for(nthreads, d->n * c.ngroups * c.ppsplit, op_amxc_task, &c);
+        used = op_parallel_for((int)T, d->n * c.ngroups * c.ppsplit, op_amxc_task, &c);
         op_amx_end();
         if (op_amx_fault()) used = -2;
     }
