@@ -29,6 +29,7 @@ CASES = [
     (5, 3, 40, 20, 24, 7, 7, (1, 1), (3, 3), (3, 3)),   # several images, bands of rows
     (1, 4, 10, 30, 16, 3, 8, (1, 1), (1, 1), (0, 0)),   # C KW 32: every depth of the tile real
     (1, 3, 9, 9, 16, 3, 3, (1, 1), (4, 4), (4, 4)),     # padding wider than the kernel's halo, C KW 9
+    (1, 3, 12, 146, 32, 7, 7, (1, 2), (3, 3), (3, 3)),  # OW 73: five segments (two pairs, one alone)
 ]
 
 
@@ -39,10 +40,11 @@ def _builds():
     return out
 
 
-def _conv(build, x, wt, b, stride, pads, y_bf16, flags, nthreads):
-    """op_conv2d_bf16 of ``build`` on NHWC x (bfloat16) with op_conv_bf16_options(flags), ReLU; y
-    (N, OH, OW, OC) float32 (bfloat16 bits widened with y_bf16), NaN wherever nothing was written.
-    Also returns op_conv2d_bf16_amx_stem(d) under those flags."""
+def _conv(build, x, wt, b, stride, pads, y_bf16, flags, nthreads, act=1):
+    """op_conv2d_bf16 of ``build`` on NHWC x (bfloat16) with op_conv_bf16_options(flags), activation
+    ``act`` (1 ReLU, 2 exact GELU), bias b (None: none); y (N, OH, OW, OC) float32 (bfloat16 bits
+    widened with y_bf16), NaN wherever nothing was written. Also returns op_conv2d_bf16_amx_stem(d)
+    under those flags."""
     mod = load(build)
     ffi, lib = mod.ffi, mod.lib
     n, h, w, c = x.shape
@@ -65,8 +67,8 @@ def _conv(build, x, wt, b, stride, pads, y_bf16, flags, nthreads):
         takes = lib.op_conv2d_bf16_amx_stem(d)
         used = lib.op_conv2d_bf16(d, ffi.cast("const uint16_t *", xin.ctypes.data),
                                   ffi.cast("const uint16_t *", wk.ctypes.data),
-                                  ffi.cast("const float *", b.ctypes.data), ffi.cast("void *", y.ctypes.data),
-                                  int(y_bf16), 1, ffi.NULL, nthreads)   # activation 1: ReLU
+                                  ffi.NULL if b is None else ffi.cast("const float *", b.ctypes.data),
+                                  ffi.cast("void *", y.ctypes.data), int(y_bf16), act, ffi.NULL, nthreads)
     finally:
         lib.op_conv_bf16_options(old)
     assert used >= 1
@@ -101,6 +103,22 @@ def test_amx_stem_reference_and_threads(build, case, y_bf16):
 
 
 @pytest.mark.parametrize("build", _builds())
+def test_amx_stem_no_bias_gelu(build):
+    """No bias and the exact GELU (the epilogue's slow activation), both output types."""
+    import math
+    case = CASES[1]
+    x, wt, _ = _inputs(case, seed=9)
+    stride, pads = case[7], (case[8], case[9])
+    xn = x.transpose(0, 3, 1, 2)
+    z = reference_conv2d(xn, wt, None, stride, pads, (1, 1), 1).transpose(0, 2, 3, 1)
+    ref = 0.5 * z * (1 + np.vectorize(math.erf)(z / math.sqrt(2)))
+    for y_bf16 in (False, True):
+        got, takes = _conv(build, x, wt, None, stride, pads, y_bf16, AMX_STEM, 2, act=2)
+        assert takes == 1 and not np.isnan(got).any()
+        np.testing.assert_allclose(got, ref, rtol=2e-2 if y_bf16 else 1e-4, atol=2e-2 if y_bf16 else 1e-4)
+
+
+@pytest.mark.parametrize("build", _builds())
 @pytest.mark.parametrize("case", CASES[:2] + CASES[5:6], ids=lambda c: "x".join(map(str, c[:7])))
 def test_amx_stem_nonfinite_input_runs_the_gemm(build, case):
     """Depths past C KW read the next pixels' values times zero weights: an Inf or NaN anywhere in
@@ -112,15 +130,17 @@ def test_amx_stem_nonfinite_input_runs_the_gemm(build, case):
     x[-1, -1, 0, -1] = np.nan
     x = x.astype(bfloat16)
     stride, pads = case[7], (case[8], case[9])
-    on, _ = _conv(build, x, wt, b, stride, pads, True, AMX_STEM, 2)
-    off, takes = _conv(build, x, wt, b, stride, pads, True, 0, 2)
-    assert takes == 0
+    on, takes = _conv(build, x, wt, b, stride, pads, True, AMX_STEM, 2)
+    assert takes == 1   # the shape is the kernel's; the values send it to the GEMM route
+    off, _ = _conv(build, x, wt, b, stride, pads, True, 0, 2)
     np.testing.assert_array_equal(on, off)
     assert np.isnan(on).any() and not np.isnan(on[:-1]).any()
+    # (on a finite input the emulated tiles give the GEMM route's bits too: both sum the depths in the
+    # order (r, s, c), the stem's extra depths adding zeros; real tiles may round otherwise)
 
 
 def test_amx_stem_fits():
-    """Few channels only (C KW from 8 to 32, C < 32), groups 1, dilation 1, NHWC."""
+    """Few channels only (C KW from 8 to 32, C < 32), KH and KW >= 3, groups 1, dilation 1, NHWC."""
     mod = load("amx_emu")
     ffi, lib = mod.ffi, mod.lib
 
@@ -141,6 +161,7 @@ def test_amx_stem_fits():
     assert takes(nhwc=0) == 0 and takes(groups=3, oc=18) == 0 and takes(dw=2) == 0
     assert takes(c=5) == 0 and takes(c=1, kw=7, ow=14) == 0   # C KW 35, 7
     assert takes(c=1, kw=8, ow=13) == 1
+    assert takes(c=8, kw=1, ow=20) == 0 and takes(kh=1, oh=20) == 0   # k x k only (KH, KW >= 3)
 
 
 def test_amx_stem_rule_is_per_uarch():

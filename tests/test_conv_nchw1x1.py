@@ -98,8 +98,8 @@ def test_nchw_1x1_a_in_place(level, case):
 # + a 5-row tail), C = 20 (a depth tail only) with OC = 66, a 1 x 49 plane, strided: C = 1024 (13 ->
 # 7 at stride 2), strides (3, 1) (21 x 7 -> 7 x 7); batch 3 (instead of the joint GEMM); with bit 4096
 # ("nchw1x1_n49_strided") strided planes of 196 = 4 x 49 (28 -> 14) and 98 (7 x 14) pixels; more
-# than 10 runs of 49 (batch 3 x 4 runs, batch 11: the packed input swept in groups of 10 per depth
-# block, two depth blocks at C = 300).
+# than 10 runs of 49 (batch 3 x 4 runs, batch 11, batch 5 x 4 runs: the packed input swept in groups
+# of 512 KiB per depth block, 10 entries at KC 256, 17 at KC 160; two depth blocks at C = 300).
 N49_CASES = [
     (1, 600, 7, 7, 75, 1),
     (1, 20, 7, 7, 66, 1),
@@ -111,6 +111,7 @@ N49_CASES = [
     (2, 20, 13, 27, 65, 2),
     (3, 300, 28, 28, 70, 2),
     (11, 20, 7, 7, 66, 1),
+    (5, 20, 28, 28, 66, 2),
 ]
 
 

@@ -91,8 +91,8 @@ int op_conv2d_f32_n49(const op_conv_desc *d, int x_bf16);
    channels, each task packs its weight panel right before use; bit 8: an NHWC 1x1 stride-1 unpadded
    convolution with a bfloat16 output writes it from the GEMM kernel's registers, the same bits; bit 16,
    with bit 2: that kernel reads a padded NHWC input in place, without its padded copy, the same bits;
-   bits 32 to 2048: the OP_CONV_BF16_* definitions in conv_bf16.c, each with its rule; 2048, "amx_s1",
-   in the AMX builds only), set by the kernel loader from the registry's CONV_BF16_OPTIONS for the host;
+   bits 32 to 4096: the OP_CONV_BF16_* definitions in conv_bf16.c, each with its rule; 2048, "amx_s1",
+   and 4096, "amx_stem", in the AMX builds only), set by the kernel loader from the registry's CONV_BF16_OPTIONS for the host;
    default 0; a build without the kernel a bit names ignores it. flags < 0 only reads. Returns the
    flags in force before. */
 int op_conv_bf16_options(int flags);
@@ -103,9 +103,9 @@ int op_conv_bf16_options(int flags);
 int op_conv2d_bf16_amx_s1(const op_conv_desc *d);
 
 /* Whether op_conv2d_bf16 runs the bfloat16 problem d (an NHWC convolution with few input channels,
-   C KW <= 32) on the AMX tiles reading the padded input per kernel row (op_conv2d_nhwc_amx_stem,
-   option bit 4096) with the options in force, unless its input holds an Inf or NaN (then the GEMM
-   route runs): 0 or 1; always 0 in builds without AMX tiles. */
+   C KW <= 32, KH and KW >= 3) on the AMX tiles reading the padded input per kernel row
+   (op_conv2d_nhwc_amx_stem, option bit 4096) with the options in force, unless the input it reads
+   holds an Inf or NaN (then the GEMM route runs): 0 or 1; always 0 in builds without AMX tiles. */
 int op_conv2d_bf16_amx_stem(const op_conv_desc *d);
 
 /* float32 -> bfloat16 bits, round to nearest even (NaN stays a quiet NaN), n elements. */

@@ -1637,8 +1637,9 @@ static int op_conv2d_bf16_nchw1x1_joint(const op_conv_desc *d, const uint16_t *x
 /* ---------------------------------------------------------------- NHWC stride-1 k x k on AMX tiles
 
    An NHWC stride-1 k x k convolution (groups 1, C a multiple of 32) on the AMX tiles without an
-   im2col gather: the input is copied once, zero-padded, to hq x wq pixels per image (hq = OH + (KH-1)DH,
-   wq = OW + (KW-1)DW), and the output is computed on the padded grid's width, "virtual" pixel
+   im2col gather: the input is seen zero-padded, hq x wq pixels per image (hq = OH + (KH-1)DH,
+   wq = OW + (KW-1)DW; each task copies the padded rows its pixel blocks read into its thread's own
+   buffer), and the output is computed on the padded grid's width, "virtual" pixel
    v = oy * wq + ox for ox < wq. For a kernel tap (r, s) the A rows of 32 consecutive virtual pixels
    are then 32 consecutive padded pixels starting (r DH wq + s DW) pixels further on, C elements
    apart: a 16 x 32 A tile (16 pixels, 32 channels) is one TILELOADD with a row stride of 2C bytes
@@ -1709,11 +1710,12 @@ static void op_amxc_pack_task(void *ctx, int64_t jp, int tid)
                                NULL);
 }
 
-static void op_amxc_panel(const op_amxc_ctx *c, int64_t grp, int64_t n, int64_t jp, const uint16_t *img);
+static void op_amxc_panel(const op_amxc_ctx *c, int64_t grp, int64_t n, int64_t jp, const uint16_t *buf,
+                          int64_t r0);
 
 /* one task = (image, group of OP_AMXC_MGROUP 32-pixel blocks, range of weight panels): the padded
-   rows its blocks read copied into its thread's own buffer first (img: where padded row 0 would
-   be), then every panel of its range */
+   rows its blocks read (from padded row r0) copied into its thread's own buffer first, then every
+   panel of its range */
 static void op_amxc_task(void *ctx, int64_t task, int tid)
 {
     const op_amxc_ctx *c = (const op_amxc_ctx *)ctx;
@@ -1725,7 +1727,7 @@ static void op_amxc_task(void *ctx, int64_t task, int tid)
     uint16_t *buf = c->xp + (size_t)tid * (size_t)c->xstep;
     for (int64_t r = r0; r < r1; r++) op_amxc_fill_row(c, n, r, buf + (r - r0) * rs);
     for (int64_t jp = ps * npt; jp < op_min64(c->npn, (ps + 1) * npt); jp++)
-        op_amxc_panel(c, grp, n, jp, buf - r0 * rs);
+        op_amxc_panel(c, grp, n, jp, buf, r0);
 }
 
 /* The write-out of 32-pixel block mb of image n, panel jp, from its float tile t (rows 32 apart):
@@ -1762,7 +1764,8 @@ static void op_amxc_out(const op_amxc_ctx *c, const float *t, int64_t mb, int64_
 
 /* A block's write-out runs after the next block's tile products are issued (two float tiles), so
    the vector work overlaps the tiles' (as op_amxs_row's). */
-static void op_amxc_panel(const op_amxc_ctx *c, int64_t grp, int64_t n, int64_t jp, const uint16_t *img)
+static void op_amxc_panel(const op_amxc_ctx *c, int64_t grp, int64_t n, int64_t jp, const uint16_t *buf,
+                          int64_t r0)
 {
     const op_conv_desc *d = c->d;
     const int64_t C = d->c, wq = c->wq;
@@ -1778,7 +1781,7 @@ static void op_amxc_panel(const op_amxc_ctx *c, int64_t grp, int64_t n, int64_t 
         _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
         for (int64_t cb = 0; cb < c->ncb; cb++)
             for (int64_t r = 0; r < d->kh; r++) {
-                const uint16_t *A = img + (v0 + r * d->dh * wq) * C + cb * 32;
+                const uint16_t *A = buf + (v0 - r0 * wq + r * d->dh * wq) * C + cb * 32;
                 const uint16_t *Bt = B + (cb * c->ntap + r * d->kw) * 1024;
                 for (int64_t s = 0; s < d->kw; s++) {
                     const uint16_t *ab = A + s * d->dw * C, *bb = Bt + s * 1024;
@@ -1857,16 +1860,17 @@ static int op_conv2d_nhwc_amx_s1(const op_conv_desc *d, const uint16_t *x, const
 /* ---------------------------------------------------------------- AMX few-channel stem (NHWC)
 
    OP_CONV_BF16_AMX_STEM (bit 4096, "amx_stem"; AMX builds): an NHWC convolution with few input
-   channels (groups 1, dilation 1, 8 <= C KW <= 32, C < 32: the 7x7 stride-2 stem of ResNet-50, C KW
-   = 21) runs op_conv2d_nhwc_amx_stem: per kernel row r, the C KW depths an output pixel reads in
+   channels (groups 1, dilation 1, KH and KW >= 3, 8 <= C KW <= 32, C < 32: the 7x7 stride-2 stem of
+   ResNet-50, C KW = 21) runs op_conv2d_nhwc_amx_stem: per kernel row r, the C KW depths an output pixel reads in
    that input row are contiguous in a padded NHWC copy of the input, so a 16 x 32 A tile (16 output
    pixels of a row, 32 depths) is one TILELOADD with a row stride of SW C elements straight from the
    copy: no gather. Each task, a band of up to 16 output rows of one image, copies the padded rows
    it reads into its thread's own buffer first (as conv_stem.c does: a whole-batch copy filled by
    both threads and read by both ran the 2-thread call at 1.1x the 1-thread one, the own copies at
    2x). Depths C KW .. 31 of a tile row are the next pixels' values, times weight rows that are
-   zero; so the copy must be finite: an input with an Inf or NaN (found while copying) leaves the
-   whole problem to the GEMM route, whose gather never multiplies a zero weight by it. The
+   zero; so the copy must be finite: an Inf or NaN in the rows and columns the bands copy (every
+   input value an output reads, and perhaps a few more) leaves the whole problem to the GEMM route,
+   whose gather never multiplies a zero weight by it. The
    weight is packed once per call as per (32-column panel, kernel row) two B tiles (16 K-pairs x 16
    columns). A block is 2 x 16 output pixels of one row (tiles 4, 5) x a panel (tiles 6, 7): KH
    TDPBF16PS per C tile over 32 depths each (7x7, C 3: 7 x 32 instead of the gather's 160, without
@@ -1893,6 +1897,7 @@ typedef struct {
 static int op_amxs_fits(const op_conv_desc *d)
 {
     return d->nhwc == 1 && d->groups == 1 && d->dh == 1 && d->dw == 1 && d->c < 32 &&
+           d->kh >= 3 && d->kw >= 3 &&   /* k x k stems: the shapes measured (1 x k, 1x1 are not) */
            d->c * d->kw >= 8 && d->c * d->kw <= 32 && d->kh <= 16 && d->oh * d->ow >= 16;
 }
 
@@ -1908,12 +1913,14 @@ static int op_amxs_fill_row(const op_amxs_ctx *c, int64_t n, int64_t r, uint16_t
     }
     const int64_t q0 = op_min64(d->pl, wq), q1 = op_max64(q0, op_min64(d->pl + d->w, wq));
     memset(o, 0, sizeof(uint16_t) * (size_t)(q0 * C));
-    const uint16_t *src = c->x + ((n * d->h + ih) * d->w + (q0 - d->pl)) * C;
     const int64_t len = (q1 - q0) * C;
     unsigned bad = 0;
-    for (int64_t i = 0; i < len; i++) {
-        o[q0 * C + i] = src[i];
-        bad |= (src[i] & 0x7F80u) == 0x7F80u;
+    if (len > 0) {
+        const uint16_t *src = c->x + ((n * d->h + ih) * d->w + (q0 - d->pl)) * C;
+        for (int64_t i = 0; i < len; i++) {
+            o[q0 * C + i] = src[i];
+            bad |= (src[i] & 0x7F80u) == 0x7F80u;
+        }
     }
     memset(o + q1 * C, 0, sizeof(uint16_t) * (size_t)((wq - q1) * C));
     return bad != 0;
@@ -2207,6 +2214,9 @@ int op_conv2d_bf16_amx_s1(const op_conv_desc *d)
 int op_conv2d_bf16_amx_stem(const op_conv_desc *d)
 {
 #if defined(OP_BF16_HAS_AMX)
+#if defined(OP_BF16_HAS_DP)
+    if ((op_conv_stem_opts & OP_STEM_BF16) && op_stem_fits(d)) return 0;   /* conv_stem.c runs first */
+#endif
     return (op_conv_bf16_opts & OP_CONV_BF16_AMX_STEM) && !op_conv2d_bf16_amx_s1(d) && op_amxs_fits(d);
 #else
     (void)d;

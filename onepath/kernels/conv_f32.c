@@ -1844,7 +1844,8 @@ int op_conv2d_f32_n49(const op_conv_desc *d, int x_bf16)
    lanes), and copies the weight rows per block at C a multiple of 1024; here 7 rows 4 KiB apart fit
    an 8-way L1d set and stream in place. Depth blocks of the driver's KC (rounded down to 16): C
    stored after the first, added after the others, the epilogue after the last; a thread's 7-row
-   blocks run every image per depth block (the weight block stays in L1d). The input is packed per
+   blocks run every entry of a group (OP_N49_GROUP_BYTES) per depth block (the weight block stays in
+   L1d, the group's packed input in L2). The input is packed per
    call (C x 48 floats plus pixel 48's C depths, per image; the sampled pixels of a strided problem
    straight from the input). Sums: pixels 0..47 in the order of the GEMM route (the same bits at the
    same KC); pixel 48 per depth block as 16 partial sums (depths k = j mod 16 in order, masked tail)

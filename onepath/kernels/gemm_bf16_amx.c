@@ -15,7 +15,7 @@
    Tile configuration per thread: LDTILECFG is issued by the first micro-kernel call of each thread
    in each GEMM call (op_amx_epoch changes at every call, each thread remembers the epoch it
    configured for), and the calling thread releases its tiles (TILERELEASE) when the call returns;
-   helper threads exit with the call. Other code using AMX on the same thread between our calls
+   the pool's helper threads keep theirs configured until a later call's epoch reconfigures them. Other code using AMX on the same thread between our calls
    (e.g. oneDNN in the same process) therefore never sees or changes our configuration mid-call. */
 
 #include <stdatomic.h>

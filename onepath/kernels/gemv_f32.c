@@ -530,7 +530,7 @@ static int op_gemv_f32(const op_gemm_args *g, int nthreads)
     float *acopy = NULL;
     if (g->m <= 4 && g->m <= g->n) { x.rows_small = 1; x.big = g->n; }
     else if (g->m <= OP_DOT_TALL_MAX && g->n >= OP_DOT_TALL_MIN_N && g->k >= OP_DOT_TALL_MIN_K) {
-        /* the tall form reads A's rows copied 16 floats more than K apart: rows a multiple of
+        /* the tall form reads A's rows copied roundup(K, 16) + 16 floats apart: rows a multiple of
            4 KiB apart all fall in one L1 set, and 16 of them (plus the B columns) overflow its ways
            (sapphirerapids, M = 16, K = N = 4096, 1 thread: 91 -> 110 GFLOP/s) */
         x.rows_small = 1;
