@@ -333,6 +333,12 @@ OP_INLINE void op_ukr_avx512_body(const int MRV, int64_t kc, const float *OP_RES
             b += ldb;
         }
     } else if (ldb == OP_F32_NR) {  /* packed B micro-panel: one sequential stream */
+        /* 4 k steps per loop iteration (the same operations in the same order): the loop's own
+           counter, pointer and branch uops once per 112 FMAs instead of per 28. sapphirerapids (the
+           Intel AMX VM, 2026-12-04, paired with numpy/OpenBLAS in one process, x numpy before ->
+           after): 1 thread 1024^3 0.97 -> 1.00, 2048^3 0.94 -> 0.97; 2 threads 0.97 -> 1.01 and
+           0.94 -> 0.97. 8 steps measured the same; a software prefetch of A, nothing. */
+#pragma GCC unroll 4
         for (int64_t p = 0; p < kc; p++) {
             __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
             OP_RALL
