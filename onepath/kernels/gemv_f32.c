@@ -72,17 +72,14 @@ int op_gemv_f32_options(int flags)
     return old;
 }
 
-/* t[r][s] = sum_p A[r, p] B[p, s] for an R x S tile; A rows at a + r * rsa, B columns at b + s * csb,
-   both contiguous along p. R and S are compile-time constants at every call site. pf != 0: prefetch
+/* acc[r][s] (+)= sum_p A[r, p] B[p, s] over p0 <= p < p1 (a multiple of OP_DV_W apart), one FMA per
+   OP_DV_W elements, for an R x S tile; A rows at a + r * rsa, B columns at b + s * csb, both
+   contiguous along p. R and S are compile-time constants at every call site. pf != 0: prefetch
    (into L2) the B columns pf elements further on, the next tile's, as this tile's are read. */
-OP_INLINE void op_dot_tile(const int R, const int S, int64_t k, const float *a, int64_t rsa,
-                           const float *b, int64_t csb, float *t, int64_t pf)
+OP_INLINE void op_dot_kloop(const int R, const int S, int64_t p0, int64_t p1, const float *a, int64_t rsa,
+                            const float *b, int64_t csb, op_dv (*acc)[OP_DOT_MAX], int64_t pf)
 {
-    op_dv acc[OP_DOT_MAX][OP_DOT_MAX];
-    for (int r = 0; r < R; r++)
-        for (int s = 0; s < S; s++) acc[r][s] = op_dv_zero();
-    int64_t p = 0;
-    for (; p + OP_DV_W <= k; p += OP_DV_W) {
+    for (int64_t p = p0; p < p1; p += OP_DV_W) {
         op_dv bv[OP_DOT_MAX];
         for (int s = 0; s < S; s++) bv[s] = op_dv_load(b + s * csb + p);
         if (pf && p % (OP_DV_W * OP_DV_PF_STEP) == 0)
@@ -92,10 +89,22 @@ OP_INLINE void op_dot_tile(const int R, const int S, int64_t k, const float *a, 
             for (int s = 0; s < S; s++) acc[r][s] = op_dv_fma(av, bv[s], acc[r][s]);
         }
     }
+}
+
+/* t[r][s] = sum_p A[r, p] B[p, s] for an R x S tile (as op_dot_kloop), the lanes summed, then the
+   scalar tail of K. */
+OP_INLINE void op_dot_tile(const int R, const int S, int64_t k, const float *a, int64_t rsa,
+                           const float *b, int64_t csb, float *t, int64_t pf)
+{
+    op_dv acc[OP_DOT_MAX][OP_DOT_MAX];
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < S; s++) acc[r][s] = op_dv_zero();
+    const int64_t kv = k / OP_DV_W * OP_DV_W;
+    op_dot_kloop(R, S, 0, kv, a, rsa, b, csb, acc, pf);
     for (int r = 0; r < R; r++)
         for (int s = 0; s < S; s++) {
             float v = op_dv_sum(acc[r][s]);
-            for (int64_t q = p; q < k; q++) v += a[r * rsa + q] * b[s * csb + q];
+            for (int64_t q = kv; q < k; q++) v += a[r * rsa + q] * b[s * csb + q];
             t[r * OP_DOT_MAX + s] = v;
         }
 }
@@ -114,19 +123,10 @@ OP_INLINE void op_dot_tile(const int R, const int S, int64_t k, const float *a, 
 OP_INLINE void op_dot_tile_kb(const int R, const int S, int64_t p0, int64_t p1, const float *a,
                               int64_t rsa, const float *b, int64_t csb, op_dv *sc, int first, int64_t pf)
 {
-    op_dv acc[4][4];
+    op_dv acc[4][OP_DOT_MAX];
     for (int r = 0; r < R; r++)
         for (int s = 0; s < S; s++) acc[r][s] = first ? op_dv_zero() : sc[r * 4 + s];
-    for (int64_t p = p0; p < p1; p += OP_DV_W) {
-        op_dv bv[4];
-        for (int s = 0; s < S; s++) bv[s] = op_dv_load(b + s * csb + p);
-        if (pf && p % (OP_DV_W * OP_DV_PF_STEP) == 0)
-            for (int s = 0; s < S; s++) __builtin_prefetch(b + s * csb + p + pf, 0, 2);
-        for (int r = 0; r < R; r++) {
-            const op_dv av = op_dv_load(a + r * rsa + p);
-            for (int s = 0; s < S; s++) acc[r][s] = op_dv_fma(av, bv[s], acc[r][s]);
-        }
-    }
+    op_dot_kloop(R, S, p0, p1, a, rsa, b, csb, acc, pf);
     for (int r = 0; r < R; r++)
         for (int s = 0; s < S; s++) sc[r * 4 + s] = acc[r][s];
 }
