@@ -724,11 +724,11 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # pass, epilogue and rounding) overlaps the next block's tile products: same VM, NHWC batch 8
 # res2_branch2b 2 threads 1752 -> 2713 GFLOP/s (0.64 -> 0.96x torch), 1 thread 1177 -> 1466 (0.82 ->
 # 1.00x); res3_branch2b 2160 -> 2747 (0.58 -> 0.73x) and 1224 -> 1465 (0.60 -> 0.71x). The same bits.
-# "amx_stem" (AMX builds): an NHWC convolution with few input channels (groups 1, dilation 1, C < 32,
-# 8 <= C KW <= 32: ResNet-50's 7x7 stride-2 stem) runs op_conv2d_nhwc_amx_stem: per kernel row, one
-# A tile of 16 output pixels x 32 depths read in place from a padded copy of the input (rows SW C
-# elements apart; depths past C KW meet zero weight rows, so an input with an Inf or NaN runs the
-# GEMM route instead). sapphirerapids, 2026-12-04 (the Intel AMX VM, paired with torch 2.13 in one
+# "amx_stem" (AMX builds): an NHWC convolution with few input channels (groups 1, dilation 1, KH, KW
+# >= 3, C < 32, 8 <= C KW <= 32: ResNet-50's 7x7 stride-2 stem) runs op_conv2d_nhwc_amx_stem: per
+# kernel row, one A tile of 16 output pixels x 32 depths read in place from a padded copy of the
+# input (rows SW C elements apart; depths past C KW meet zero weight rows, so a band of rows holding
+# an Inf or NaN reads its windows from zero-filled copies instead: the same bits elsewhere). sapphirerapids, 2026-12-04 (the Intel AMX VM, paired with torch 2.13 in one
 # process, GFLOP/s GEMM route -> amx_stem, x torch): conv1 NHWC batch 8, 2 threads 770 -> 1837
 # (0.37 -> 0.87x), 1 thread 474 -> 991 (0.45 -> 0.85x); batch 1, 2 threads 907 -> 1496 (0.55 ->
 # 0.90x). Other bits than the GEMM route (kernel-row order of the sums).

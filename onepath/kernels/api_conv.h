@@ -104,8 +104,8 @@ int op_conv2d_bf16_amx_s1(const op_conv_desc *d);
 
 /* Whether op_conv2d_bf16 runs the bfloat16 problem d (an NHWC convolution with few input channels,
    C KW <= 32, KH and KW >= 3) on the AMX tiles reading the padded input per kernel row
-   (op_conv2d_nhwc_amx_stem, option bit 4096) with the options in force, unless the input it reads
-   holds an Inf or NaN (then the GEMM route runs): 0 or 1; always 0 in builds without AMX tiles. */
+   (op_conv2d_nhwc_amx_stem, option bit 4096) with the options in force: 0 or 1; always 0 in builds
+   without AMX tiles. */
 int op_conv2d_bf16_amx_stem(const op_conv_desc *d);
 
 /* float32 -> bfloat16 bits, round to nearest even (NaN stays a quiet NaN), n elements. */

@@ -1868,9 +1868,10 @@ static int op_conv2d_nhwc_amx_s1(const op_conv_desc *d, const uint16_t *x, const
    it reads into its thread's own buffer first (as conv_stem.c does: a whole-batch copy filled by
    both threads and read by both ran the 2-thread call at 1.1x the 1-thread one, the own copies at
    2x). Depths C KW .. 31 of a tile row are the next pixels' values, times weight rows that are
-   zero; so the copy must be finite: an Inf or NaN in the rows and columns the bands copy (every
-   input value an output reads, and perhaps a few more) leaves the whole problem to the GEMM route,
-   whose gather never multiplies a zero weight by it. The
+   zero; so a band whose copy holds an Inf or NaN (0 x Inf would make NaN of outputs that never read
+   it) copies each pixel's windows into zero-filled 32-depth slots instead (op_amxs_row's safe form):
+   the same bits for every output that reads no such value, so a finite image gives the same bits
+   whatever else is in the batch (onepath.dask's batch chunks). The
    weight is packed once per call as per (32-column panel, kernel row) two B tiles (16 K-pairs x 16
    columns). A block is 2 x 16 output pixels of one row (tiles 4, 5) x a panel (tiles 6, 7): KH
    TDPBF16PS per C tile over 32 depths each (7x7, C 3: 7 x 32 instead of the gather's 160, without
@@ -1890,7 +1891,8 @@ typedef struct {
     void *y;
     int y_bf16, act;
     int64_t wq, nseg, band, xstep;   /* padded row width; segments a row; rows a band; xp per thread */
-    _Atomic int nonfinite;
+    uint16_t *sw;                    /* per thread sstep elements: one output row's windows (safe form) */
+    int64_t owp, sstep;              /* OW rounded up to 32 */
 } op_amxs_ctx;
 
 /* Whether the NHWC problem d runs op_conv2d_nhwc_amx_stem. */
@@ -1967,38 +1969,55 @@ static void op_amxs_out(const op_amxs_ctx *c, const float *t, int len, int64_t j
     }
 }
 
-/* One output row of image n (its padded input rows from rows on): every pair of 16-pixel segments
-   (the last one alone when it ends the row), every panel. A block's write-out runs after the next
-   block's tile products are issued (two float tiles), so the vector work overlaps the tiles' instead
-   of waiting between blocks (sapphirerapids, batch 8, 2 threads: 983 -> 1049 GFLOP/s). */
-static void op_amxs_row(const op_amxs_ctx *c, int64_t n, int64_t oy, const uint16_t *rows);
+/* A block's write-out (op_amxs_out) runs after the next block's tile products are issued (two
+   float tiles), so the vector work overlaps the tiles' instead of waiting between blocks
+   (sapphirerapids, batch 8, 2 threads: 983 -> 1049 GFLOP/s). */
+static void op_amxs_row(const op_amxs_ctx *c, int64_t n, int64_t oy, const uint16_t *rows, uint16_t *safe);
 
 /* one task = a band of up to c->band output rows of one image: the padded input rows it reads
-   copied into its thread's own buffer (in its L2), then each output row. An Inf or NaN in them: the
-   flag for the caller (which then runs the GEMM route over all of y), no output. */
+   copied into its thread's own buffer (in its L2), then each output row; with an Inf or NaN in
+   them, each row in the safe form (op_amxs_row). */
 static void op_amxs_task(void *ctx, int64_t task, int tid)
 {
-    op_amxs_ctx *c = (op_amxs_ctx *)ctx;
+    const op_amxs_ctx *c = (const op_amxs_ctx *)ctx;
     const op_conv_desc *d = c->d;
     const int64_t nb = op_cdiv64(d->oh, c->band), n = task / nb, oy0 = (task % nb) * c->band;
     const int64_t oy1 = op_min64(d->oh, oy0 + c->band), nrow = (oy1 - oy0 - 1) * d->sh + d->kh;
     const int64_t rs = c->wq * d->c;
     uint16_t *xb = c->xp + (size_t)tid * (size_t)c->xstep;
-    if (atomic_load_explicit(&c->nonfinite, memory_order_relaxed)) return;
     int bad = 0;
     for (int64_t r = 0; r < nrow; r++) bad |= op_amxs_fill_row(c, n, oy0 * d->sh + r, xb + r * rs);
-    if (bad) {
-        atomic_store_explicit(&c->nonfinite, 1, memory_order_relaxed);
-        return;
-    }
-    for (int64_t oy = oy0; oy < oy1; oy++) op_amxs_row(c, n, oy, xb + (oy - oy0) * d->sh * rs);
+    uint16_t *safe = bad ? c->sw + (size_t)tid * (size_t)c->sstep : NULL;
+    for (int64_t oy = oy0; oy < oy1; oy++) op_amxs_row(c, n, oy, xb + (oy - oy0) * d->sh * rs, safe);
 }
 
-static void op_amxs_row(const op_amxs_ctx *c, int64_t n, int64_t oy, const uint16_t *rows)
+/* One output row of image n (its padded input rows from rows on): every pair of 16-pixel segments
+   (the last one alone when it ends the row), every panel. safe != NULL (the band holds an Inf or
+   NaN): each pixel's C KW depths per kernel row are first copied into 32-element slots of safe with
+   zeros after them, and the A tiles read those (rows 64 bytes apart), so the zero weight rows meet
+   zeros, never a neighbour's Inf: the same products in the same order as the in-place tiles for
+   finite data (a zero weight times zero or times a finite value adds a zero), hence the same bits,
+   and NaN only where an output reads the Inf or NaN. */
+static void op_amxs_row(const op_amxs_ctx *c, int64_t n, int64_t oy, const uint16_t *rows, uint16_t *safe)
 {
     const op_conv_desc *d = c->d;
-    const int64_t C = d->c, OC = d->oc;
-    const int64_t ld = d->sw * C * (int64_t)sizeof(uint16_t), npn = op_cdiv64(OC, 32);
+    const int64_t C = d->c, OC = d->oc, kwc = d->kw * C;
+    const int64_t npn = op_cdiv64(OC, 32);
+    /* A tile of kernel row r, pixels ox0..: at a + r * ra + ox0 * pa, rows ld bytes apart */
+    const uint16_t *a = rows;
+    int64_t ra = c->wq * C, pa = d->sw * C, ld = d->sw * C * (int64_t)sizeof(uint16_t);
+    if (safe) {
+        for (int64_t r = 0; r < d->kh; r++)
+            for (int64_t ox = 0; ox < c->owp; ox++) {
+                uint16_t *o = safe + (r * c->owp + ox) * 32;
+                memcpy(o, rows + (r * c->wq + ox * d->sw) * C, sizeof(uint16_t) * (size_t)kwc);
+                memset(o + kwc, 0, sizeof(uint16_t) * (size_t)(32 - kwc));
+            }
+        a = safe;
+        ra = c->owp * 32;
+        pa = 32;
+        ld = 64;
+    }
     float t[2][32 * 32] OP_ALIGNED(64);
     int pend = 0, plen = 0;           /* a block waiting for its write-out, in t[cur ^ 1] */
     int64_t pjp = 0, pyo = 0;
@@ -2012,14 +2031,14 @@ static void op_amxs_row(const op_amxs_ctx *c, int64_t n, int64_t oy, const uint1
             _tile_zero(0); _tile_zero(1);
             if (two) { _tile_zero(2); _tile_zero(3); }
             for (int64_t r = 0; r < d->kh; r++) {
-                const uint16_t *A = rows + (r * c->wq + ox0 * d->sw) * C, *bb = B + r * 1024;
+                const uint16_t *A = a + r * ra + ox0 * pa, *bb = B + r * 1024;
                 _tile_loadd(4, A, ld);
                 _tile_loadd(6, bb, 64);
                 _tile_loadd(7, bb + 512, 64);
                 _tile_dpbf16ps(0, 4, 6);
                 _tile_dpbf16ps(1, 4, 7);
                 if (two) {
-                    _tile_loadd(5, A + 16 * d->sw * C, ld);
+                    _tile_loadd(5, A + 16 * pa, ld);
                     _tile_dpbf16ps(2, 5, 6);
                     _tile_dpbf16ps(3, 5, 7);
                 }
@@ -2042,8 +2061,8 @@ static void op_amxs_row(const op_amxs_ctx *c, int64_t n, int64_t oy, const uint1
     if (pend) op_amxs_out(c, t[cur ^ 1], plen, pjp, pyo);
 }
 
-/* The NHWC few-channel convolution on AMX tiles (above): the threads used, 0 when d does not fit or
-   its input holds an Inf or NaN, -1 on allocation failure, -2 on an AMX fault (amx_emu). */
+/* The NHWC few-channel convolution on AMX tiles (above): the threads used, 0 when d does not fit,
+   -1 on allocation failure, -2 on an AMX fault (amx_emu). */
 static int op_conv2d_nhwc_amx_stem(const op_conv_desc *d, const uint16_t *x, const uint16_t *w,
                                    const float *bias, void *y, int y_bf16, int act, int nthreads)
 {
@@ -2051,7 +2070,6 @@ static int op_conv2d_nhwc_amx_stem(const op_conv_desc *d, const uint16_t *x, con
     op_amxs_ctx c;
     memset(&c, 0, sizeof c);
     c.d = d; c.x = x; c.w = w; c.bias = bias; c.y = y; c.y_bf16 = y_bf16; c.act = act;
-    atomic_init(&c.nonfinite, 0);
     c.nseg = op_cdiv64(d->ow, 16);
     /* columns the tiles read: pixels of segments up to a whole pair, 32 depths from each start */
     c.wq = (op_roundup64(d->ow, 32) - 1) * d->sw + op_cdiv64(32, d->c);
@@ -2061,8 +2079,11 @@ static int op_conv2d_nhwc_amx_stem(const op_conv_desc *d, const uint16_t *x, con
     while (c.band > 2 && d->n * op_cdiv64(d->oh, c.band) < 4 * (int64_t)T) c.band /= 2;
     c.band = op_min64(c.band, d->oh);
     c.xstep = op_roundup64(((c.band - 1) * d->sh + d->kh) * c.wq * d->c, 32);
+    c.owp = op_roundup64(d->ow, 32);
+    c.sstep = d->kh * c.owp * 32;
     const int64_t npn = op_cdiv64(d->oc, 32);
-    c.xp = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(T * c.xstep));
+    c.xp = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(T * (c.xstep + c.sstep)));
+    c.sw = c.xp ? c.xp + (size_t)T * (size_t)c.xstep : NULL;
     c.wp = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(npn * d->kh * 1024));
     int used = -1;
     if (c.xp && c.wp) {
@@ -2071,7 +2092,6 @@ static int op_conv2d_nhwc_amx_stem(const op_conv_desc *d, const uint16_t *x, con
         used = op_parallel_for(T, d->n * op_cdiv64(d->oh, c.band), op_amxs_task, &c);
         op_amx_end();
         if (op_amx_fault()) used = -2;
-        else if (atomic_load(&c.nonfinite)) used = 0;
     }
     op_conv_scratch_free(c.wp);
     op_conv_scratch_free(c.xp);
