@@ -1671,22 +1671,29 @@ static int64_t op_amxc_reach(const op_amxc_ctx *c)
 #define OP_AMXC_MGROUP 8   /* 32-pixel blocks per task */
 #define OP_AMXC_TASKS 2    /* tasks per thread at least (else the weight panels split) */
 
-/* padded row r of image n to o (wq pixels; zeros outside the input and for r past the padded rows) */
-static void op_amxc_fill_row(const op_amxc_ctx *c, int64_t n, int64_t r, uint16_t *o)
+/* Padded row r (input row r - pt) of image n of the NHWC bfloat16 input x to o: wq pixels, zeros
+   outside the input. check: returns 1 when the copied values hold an Inf or NaN (else 0). Shared by
+   the AMX convolutions' per-task row copies (amx_s1, amx_stem). */
+static int op_amx_pad_row(const op_conv_desc *d, const uint16_t *x, int64_t wq, int64_t n, int64_t r,
+                          uint16_t *o, int check)
 {
-    const op_conv_desc *d = c->d;
-    const int64_t C = d->c, wq = c->wq;
-    const int64_t ih = r - d->pt;
-    if (ih < 0 || ih >= d->h || r >= c->hq) {
+    const int64_t C = d->c, ih = r - d->pt;
+    if (ih < 0 || ih >= d->h) {
         memset(o, 0, sizeof(uint16_t) * (size_t)(wq * C));
-        return;
+        return 0;
     }
     const int64_t q0 = op_min64(d->pl, wq), q1 = op_max64(q0, op_min64(d->pl + d->w, wq));
+    const int64_t len = (q1 - q0) * C;
+    unsigned bad = 0;
     memset(o, 0, sizeof(uint16_t) * (size_t)(q0 * C));
-    if (q1 > q0)
-        memcpy(o + q0 * C, c->x + ((n * d->h + ih) * d->w + (q0 - d->pl)) * C,
-               sizeof(uint16_t) * (size_t)((q1 - q0) * C));
+    if (len > 0) {
+        const uint16_t *src = x + ((n * d->h + ih) * d->w + (q0 - d->pl)) * C;
+        memcpy(o + q0 * C, src, sizeof(uint16_t) * (size_t)len);
+        if (check)
+            for (int64_t i = 0; i < len; i++) bad |= (src[i] & 0x7F80u) == 0x7F80u;
+    }
     memset(o + q1 * C, 0, sizeof(uint16_t) * (size_t)((wq - q1) * C));
+    return bad != 0;
 }
 
 /* one task = one 32-column weight panel, packed by the NHWC GEMM's own B pack
@@ -1725,7 +1732,8 @@ static void op_amxc_task(void *ctx, int64_t task, int tid)
     const int64_t v0 = grp * OP_AMXC_MGROUP * 32, v1 = op_min64(c->nmb, (grp + 1) * OP_AMXC_MGROUP) * 32;
     const int64_t r0 = v0 / c->wq, r1 = (v1 - 1 + op_amxc_reach(c)) / c->wq + 1;
     uint16_t *buf = c->xp + (size_t)tid * (size_t)c->xstep;
-    for (int64_t r = r0; r < r1; r++) op_amxc_fill_row(c, n, r, buf + (r - r0) * rs);
+    for (int64_t r = r0; r < r1; r++)   /* (rows past the padded image: past the input too, zeros) */
+        op_amx_pad_row(d, c->x, c->wq, n, r, buf + (r - r0) * rs, 0);
     for (int64_t jp = ps * npt; jp < op_min64(c->npn, (ps + 1) * npt); jp++)
         op_amxc_panel(c, grp, n, jp, buf, r0);
 }
@@ -1903,31 +1911,6 @@ static int op_amxs_fits(const op_conv_desc *d)
            d->c * d->kw >= 8 && d->c * d->kw <= 32 && d->kh <= 16 && d->oh * d->ow >= 16;
 }
 
-/* padded row r (input row r - pt) of image n to o (wq pixels, zeros outside the input); 1 when it
-   holds an Inf or NaN */
-static int op_amxs_fill_row(const op_amxs_ctx *c, int64_t n, int64_t r, uint16_t *o)
-{
-    const op_conv_desc *d = c->d;
-    const int64_t C = d->c, wq = c->wq, ih = r - d->pt;
-    if (ih < 0 || ih >= d->h) {
-        memset(o, 0, sizeof(uint16_t) * (size_t)(wq * C));
-        return 0;
-    }
-    const int64_t q0 = op_min64(d->pl, wq), q1 = op_max64(q0, op_min64(d->pl + d->w, wq));
-    memset(o, 0, sizeof(uint16_t) * (size_t)(q0 * C));
-    const int64_t len = (q1 - q0) * C;
-    unsigned bad = 0;
-    if (len > 0) {
-        const uint16_t *src = c->x + ((n * d->h + ih) * d->w + (q0 - d->pl)) * C;
-        for (int64_t i = 0; i < len; i++) {
-            o[q0 * C + i] = src[i];
-            bad |= (src[i] & 0x7F80u) == 0x7F80u;
-        }
-    }
-    memset(o + q1 * C, 0, sizeof(uint16_t) * (size_t)((wq - q1) * C));
-    return bad != 0;
-}
-
 /* the weight as B tiles: per (panel jp, kernel row r) 1024 elements, tile h (columns 16h..16h+15)
    at 512 h, element (k-pair kp, column j, e) at kp * 32 + 2 j + e for depth k = 2 kp + e = s C + ch */
 static void op_amxs_pack_w(const op_amxs_ctx *c, int64_t npn)
@@ -1986,7 +1969,8 @@ static void op_amxs_task(void *ctx, int64_t task, int tid)
     const int64_t rs = c->wq * d->c;
     uint16_t *xb = c->xp + (size_t)tid * (size_t)c->xstep;
     int bad = 0;
-    for (int64_t r = 0; r < nrow; r++) bad |= op_amxs_fill_row(c, n, oy0 * d->sh + r, xb + r * rs);
+    for (int64_t r = 0; r < nrow; r++)
+        bad |= op_amx_pad_row(d, c->x, c->wq, n, oy0 * d->sh + r, xb + r * rs, 1);
     uint16_t *safe = bad ? c->sw + (size_t)tid * (size_t)c->sstep : NULL;
     for (int64_t oy = oy0; oy < oy1; oy++) op_amxs_row(c, n, oy, xb + (oy - oy0) * d->sh * rs, safe);
 }
