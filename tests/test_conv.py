@@ -747,6 +747,26 @@ def test_depthwise_inf_border_column_weight_gives_nan_at_the_border(level, case)
         np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
 
 
+@pytest.mark.parametrize("dt", [np.float32, bfloat16], ids=["f32", "bf16"])
+def test_depthwise_non_finite_weight_anywhere(level, dt):
+    """A non-finite weight at any channel and tap of a many-channel 7x7 call (the flat kernel's
+    vector check of columns 0 / 2 sees every position: each offset mod 3, the last partial vector)
+    gives NaN exactly where the float64 reference has it."""
+    rng = np.random.default_rng(5)
+    c = 53  # 477 taps: a partial last vector of 16 (float32) and 32 (bfloat16) lanes
+    x = rng.standard_normal((1, c, 7, 7)).astype(np.float32).astype(dt)
+    for ch, r, col, v in [(52, 2, 2, np.inf), (17, 0, 0, -np.inf), (33, 1, 2, np.nan),
+                          (40, 1, 1, np.inf), (1, 2, 0, np.nan)]:
+        wt = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+        wt[ch, 0, r, col] = v
+        y = np.asarray(onepath.conv2d(x, wt.astype(dt), None, 1, 1, 1, c), np.float32)
+        ref = reference_conv2d(np.asarray(x, np.float64), np.asarray(wt.astype(dt), np.float64), None,
+                               (1, 1), ((1, 1), (1, 1)), (1, 1), c)
+        np.testing.assert_array_equal(np.isnan(y), np.isnan(ref), err_msg=str((ch, r, col, v)))
+        fin = ~np.isnan(ref)
+        np.testing.assert_allclose(y[fin], ref[fin], rtol=2e-2 if dt is bfloat16 else 1e-5, atol=1e-2 if dt is bfloat16 else 1e-5)
+
+
 def test_depthwise_entry_rejects_bf16_output_from_f32_input(level):
     """op_conv2d_dw_f32 has kernels for f32->f32, bf16->f32 and bf16->bf16 only (the promotion
     rules never pair float32 input with a bfloat16 output): the other pairing is refused (-3)."""
