@@ -40,6 +40,8 @@ CASES = [
     (1, 3, 17, 15, 16, 7, 7, 2, 3, 1),     # conv1-like
     (1, 40, 7, 7, 33, 3, 3, 2, 1, 2),      # stride and dilation, more than 32 channels
     (3, 20, 5, 6, 17, 3, 3, 1, 1, 1),      # a batch: one GEMM over the pixels of all images
+    (2, 64, 8, 9, 40, 3, 3, 1, 1, 1),      # C a multiple of 32, stride 1: the AMX level's amx_s1 behind the transposes
+    (2, 32, 9, 9, 24, 3, 3, 2, 1, 1),      # the same channels, strided
     (2, 24, 7, 7, 40, 1, 1, 1, 0, 1),      # 1x1 with a batch
     (1, 24, 7, 7, 40, 1, 1, 1, 0, 1),      # 1x1 at batch 1 ("1x1_single": M = 49 rows, a 7-row tail)
     (3, 16, 9, 8, 8, 1, 1, 2, 0, 1),       # 1x1 stride 2 with a batch: the sampled pixels only

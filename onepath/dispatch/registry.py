@@ -277,8 +277,8 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
 # GEMM, 0.87-0.90 -> 0.97-0.99x torch (numbers at CONV_BF16_OPTIONS; not the same bits: the NHWC depth
 # order). At batch 1 it stays on the NCHW GEMM ("kxk_stride1" 784, above). With more threads than
 # images the whole-batch route runs instead (unmeasured at 56x56: the plan does not depend on threads).
-# Hosts without a row (the Intel AMX class at its bfloat16 levels: `tune` found no class worth it
-# there) keep the NCHW formulation. float32 1x1
+# Hosts without a row keep the NCHW formulation (the Intel AMX class at avx512_core_bf16: `tune`
+# found no class worth it there; its AMX level: the row below, since "amx_s1"). float32 1x1
 # problems at batch >= 2 that CONV_F32_OPTIONS's "nchw1x1_joint" takes (zen4, sapphirerapids) run that
 # instead.
 CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
@@ -291,6 +291,19 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
                                         "1x1_stride": 784, "1x1_single": 49},
     ("zen4", "avx512_core_bf16"): {"kxk": 784, "kxk_stride1": 784, "1x1_batch": 49, "1x1_stride": 784,
                                    "kxk_batch": 3136},
+    # sapphirerapids bfloat16 at its AMX level (the Intel AMX VM, 2 cores, 2026-12-04, 2 threads,
+    # ResNet-50 NCHW layers paired in one process with torch 2.13, median of 5, x torch NCHW GEMM ->
+    # NHWC formulation): since CONV_BF16_OPTIONS "amx_s1" (the NHWC stride-1 k x k convolution on
+    # AMX tiles reading its rows in place) the 3x3 layers run faster through the transposes and that
+    # kernel. Stride 1: batch 8 res2_branch2b (56x56) 1.32 -> 1.52, res3_branch2b (28x28) 0.95 ->
+    # 1.27, res4_branch2b (14x14) 0.75 -> 1.37, res5_branch2b (7x7) 0.78 -> 1.50; batch 1
+    # res3_branch2b 1.16 -> 1.45, res4_branch2b 1.02 -> 1.54, res5_branch2b 1.40 -> 1.75,
+    # res2_branch2b 1.63 -> 1.54 (taken for batch 8's gain). Strided, to 196 output pixels: batch 8
+    # res4a_branch2b 0.82 -> 1.11, res5a_branch2b 1.08 -> 1.66; batch 1 1.00 -> 1.41, 1.63 -> 1.89.
+    # res3a_branch2b (784 output pixels, 56x56 input) loses that way (batch 8 1.35 -> 1.09: the
+    # transposes of its 4x larger input) and the 1x1 layers lose or tie through NHWC (1x1 keys
+    # measured: batch 8 res3_branch2c 4.95 -> 2.44): absent.
+    ("sapphirerapids", "avx512_core_amx"): {"kxk": 196, "kxk_stride1": 3136},
 }
 
 # Variants of the bfloat16 kernels per (uarch, level) (kernels/gemm_bf16.c, op_gemm_bf16_set_variants;
