@@ -17,6 +17,7 @@ from onepath.ops.conv import reference_conv2d
 from test_conv import _bound
 
 AMX_S1 = registry.CONV_BF16_FLAGS["amx_s1"]
+AMX_S2 = registry.CONV_BF16_FLAGS["amx_s2"]
 
 # (n, c, h, w, oc, kh, kw, (pt, pb), (pl, pr), dilation)
 CASES = [
@@ -44,21 +45,22 @@ def _builds():
     return out
 
 
-def _conv(build, x, wt, b, pads, dil, y_bf16, flags, nthreads):
+def _conv(build, x, wt, b, pads, dil, y_bf16, flags, nthreads, stride=1, takes=None):
     """op_conv2d_bf16 of ``build`` on NHWC x (bfloat16) with op_conv_bf16_options(flags); y (N, OH, OW,
     OC), float32 (or bfloat16 bits widened, y_bf16), NaN wherever the call wrote nothing. With the
-    bit set, the problem must be one the AMX kernel takes (op_conv2d_bf16_amx_s1)."""
+    bit set, the problem must be one the AMX kernel takes (op_conv2d_bf16_amx_s1); stride 2 along H
+    and W takes the bit AMX_S2."""
     mod = load(build)
     ffi, lib = mod.ffi, mod.lib
     n, h, w, c = x.shape
     oc, _, kh, kw = wt.shape
     (pt, pb), (pl, pr) = pads
     dh, dw = dil if isinstance(dil, tuple) else (dil, dil)
-    oh = h + pt + pb - dh * (kh - 1)
-    ow = w + pl + pr - dw * (kw - 1)
+    oh = (h + pt + pb - dh * (kh - 1) - 1) // stride + 1
+    ow = (w + pl + pr - dw * (kw - 1) - 1) // stride + 1
     d = ffi.new("op_conv_desc *")
     d.n, d.c, d.h, d.w, d.oc, d.oh, d.ow, d.kh, d.kw = n, c, h, w, oc, oh, ow, kh, kw
-    d.sh = d.sw = 1
+    d.sh = d.sw = stride
     d.pt, d.pl = pt, pl
     d.dh, d.dw = dh, dw
     d.groups, d.nhwc = 1, 1
@@ -68,7 +70,9 @@ def _conv(build, x, wt, b, pads, dil, y_bf16, flags, nthreads):
     old = lib.op_conv_bf16_options(-1)
     lib.op_conv_bf16_options(flags)
     try:
-        assert lib.op_conv2d_bf16_amx_s1(d) == bool(flags & AMX_S1)
+        if takes is None:
+            takes = bool(flags & (AMX_S1 if stride == 1 else AMX_S2))
+        assert lib.op_conv2d_bf16_amx_s1(d) == takes
         used = lib.op_conv2d_bf16(d, ffi.cast("const uint16_t *", xin.ctypes.data),
                                   ffi.cast("const uint16_t *", wk.ctypes.data),
                                   ffi.cast("const float *", b.ctypes.data), ffi.cast("void *", y.ctypes.data),
@@ -120,6 +124,65 @@ def test_amx_s1_same_bits_as_gemm(build, case, y_bf16):
     off = _conv(build, x, wt, b, pads, dil, y_bf16, 0, 2)
     np.testing.assert_array_equal(on, off)
     assert np.isnan(on).any()
+
+
+# stride 2 along H and W, dilation 1 ("amx_s2": the copy's four phase planes)
+CASES_S2 = [   # (at least OP_AMXC_S2_MIN_PIXELS = 128 output pixels per image)
+    (1, 64, 24, 24, 64, 3, 3, (1, 1), (1, 1), 1),     # 12 x 12 output, one dropped column per row
+    (2, 32, 33, 34, 40, 3, 3, (1, 1), (1, 1), 1),     # odd input height, OC 40
+    (1, 32, 31, 36, 16, 5, 5, (2, 2), (2, 2), 1),     # 5 x 5: two dropped columns per row
+    (1, 64, 56, 56, 32, 3, 3, (1, 1), (1, 1), 1),     # ResNet-50 res3a_branch2b's geometry (28 x 28 out)
+    (1, 32, 22, 23, 24, 4, 4, (1, 2), (1, 2), 1),     # even kernel, asymmetric padding
+    (3, 32, 25, 25, 32, 3, 3, (1, 1), (1, 1), 1),     # a batch of 13 x 13 outputs
+    (1, 32, 24, 30, 16, 1, 3, (0, 0), (1, 1), 1),     # 1 x 3
+    (1, 32, 24, 32, 16, 2, 2, (0, 0), (0, 0), 1),     # 2 x 2 unpadded: no dropped column
+]
+
+
+@pytest.mark.parametrize("build", _builds())
+@pytest.mark.parametrize("case", CASES_S2, ids=lambda c: "x".join(map(str, c[:7])))
+@pytest.mark.parametrize("nthreads", [1, 2])
+@pytest.mark.parametrize("y_bf16", [False, True], ids=["y_f32", "y_bf16"])
+def test_amx_s2_reference(build, case, nthreads, y_bf16):
+    x, wt, b = _inputs(case)
+    pads = (case[7], case[8])
+    got = _conv(build, x, wt, b, pads, 1, y_bf16, AMX_S2, nthreads, stride=2)
+    ref = np.maximum(reference_conv2d(x.transpose(0, 3, 1, 2), wt, b, (2, 2), pads, (1, 1), 1), 0)
+    tol = _bound(x.transpose(0, 3, 1, 2).astype(np.float32), wt.astype(np.float32), b, (2, 2), pads,
+                 (1, 1), 1, out_bf16=y_bf16)
+    assert not np.isnan(got).any()   # every output written
+    assert np.all(np.abs(got - ref.transpose(0, 2, 3, 1)) <= tol.transpose(0, 2, 3, 1))
+
+
+@pytest.mark.parametrize("case", CASES_S2, ids=lambda c: "x".join(map(str, c[:7])))
+@pytest.mark.parametrize("y_bf16", [False, True], ids=["y_f32", "y_bf16"])
+@pytest.mark.parametrize("build", _builds())
+def test_amx_s2_same_bits_as_gemm(build, case, y_bf16):
+    """As for stride 1: the same pack, depth order and sums as the GEMM over the packed gather."""
+    x, wt, b = _inputs(case, nonfinite=True)
+    pads = (case[7], case[8])
+    on = _conv(build, x, wt, b, pads, 1, y_bf16, AMX_S2, 2, stride=2)
+    off = _conv(build, x, wt, b, pads, 1, y_bf16, 0, 2, stride=2)
+    np.testing.assert_array_equal(on, off)
+
+
+def test_amx_s2_needs_its_bit():
+    """Stride 2 is not taken with "amx_s1" alone, nor stride 1 with "amx_s2" alone."""
+    x, wt, b = _inputs(CASES_S2[0])
+    pads = (CASES_S2[0][7], CASES_S2[0][8])
+    _conv("amx_emu", x, wt, b, pads, 1, False, AMX_S1, 1, stride=2)   # asserts the kernel declines
+    x, wt, b = _inputs(CASES[0])
+    _conv("amx_emu", x, wt, b, (CASES[0][7], CASES[0][8]), 1, False, AMX_S2, 1)
+
+
+def test_amx_s2_declines_small_outputs():
+    """A stride-2 problem of fewer than 128 output pixels per image (7 x 7: ResNet-50's
+    res5a_branch2b) stays on the GEMM route, correct there."""
+    case = (2, 64, 14, 14, 32, 3, 3, (1, 1), (1, 1), 1)
+    x, wt, b = _inputs(case)
+    got = _conv("amx_emu", x, wt, b, ((1, 1), (1, 1)), 1, False, AMX_S2, 1, stride=2, takes=False)
+    ref = np.maximum(reference_conv2d(x.transpose(0, 3, 1, 2), wt, b, (2, 2), ((1, 1), (1, 1)), (1, 1), 1), 0)
+    np.testing.assert_allclose(got, ref.transpose(0, 2, 3, 1), rtol=2e-2, atol=2e-2)
 
 
 def test_amx_s1_rule_is_per_uarch():

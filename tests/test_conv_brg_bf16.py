@@ -129,7 +129,7 @@ def test_brg_rule_is_per_uarch():
     # as_nhwc_image_l2, nchw1x1_joint, brg_nsplit_small
     assert registry.conv_bf16_flags("avx512_core_bf16", uarch="zen4") == 2047
     assert registry.conv_bf16_flags("avx512_core_amx", uarch="sapphirerapids") == (
-        registry.CONV_BF16_FLAGS["amx_s1"] | registry.CONV_BF16_FLAGS["amx_stem"])
+        registry.CONV_BF16_FLAGS["amx_s1"] | registry.CONV_BF16_FLAGS["amx_stem"] | registry.CONV_BF16_FLAGS["amx_s2"])
 
 
 def test_res2_plane_nchw_route_on_zen4(level):

@@ -298,12 +298,13 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
     # kernel. Stride 1: batch 8 res2_branch2b (56x56) 1.32 -> 1.52, res3_branch2b (28x28) 0.95 ->
     # 1.27, res4_branch2b (14x14) 0.75 -> 1.37, res5_branch2b (7x7) 0.78 -> 1.50; batch 1
     # res3_branch2b 1.16 -> 1.45, res4_branch2b 1.02 -> 1.54, res5_branch2b 1.40 -> 1.75,
-    # res2_branch2b 1.63 -> 1.54 (taken for batch 8's gain). Strided, to 196 output pixels: batch 8
-    # res4a_branch2b 0.82 -> 1.11, res5a_branch2b 1.08 -> 1.66; batch 1 1.00 -> 1.41, 1.63 -> 1.89.
-    # res3a_branch2b (784 output pixels, 56x56 input) loses that way (batch 8 1.35 -> 1.09: the
-    # transposes of its 4x larger input) and the 1x1 layers lose or tie through NHWC (1x1 keys
+    # res2_branch2b 1.63 -> 1.54 (taken for batch 8's gain). Strided: batch 8 res4a_branch2b 0.82 ->
+    # 1.11, res5a_branch2b 1.08 -> 1.66; batch 1 1.00 -> 1.41, 1.63 -> 1.89; res3a_branch2b (784
+    # output pixels, 56x56 input) lost that way on the GEMM route (batch 8 1.35 -> 1.09) and gains
+    # since CONV_BF16_OPTIONS "amx_s2" (NHWC formulation with "kxk" 196 -> 784, same day: batch 8
+    # 1.14 -> 1.37x, batch 1 1.48 -> 1.76x). The 1x1 layers lose or tie through NHWC (1x1 keys
     # measured: batch 8 res3_branch2c 4.95 -> 2.44): absent.
-    ("sapphirerapids", "avx512_core_amx"): {"kxk": 196, "kxk_stride1": 3136},
+    ("sapphirerapids", "avx512_core_amx"): {"kxk": 784, "kxk_stride1": 3136},
 }
 
 # Variants of the bfloat16 kernels per (uarch, level) (kernels/gemm_bf16.c, op_gemm_bf16_set_variants;
@@ -745,16 +746,24 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # process, GFLOP/s GEMM route -> amx_stem, x torch): conv1 NHWC batch 8, 2 threads 770 -> 1837
 # (0.37 -> 0.87x), 1 thread 474 -> 991 (0.45 -> 0.85x); batch 1, 2 threads 907 -> 1496 (0.55 ->
 # 0.90x). Other bits than the GEMM route (kernel-row order of the sums).
+# "amx_s2" (AMX builds): the amx_s1 kernel for stride 2 along H and W (dilation 1, at least 128
+# output pixels per image), its copy split into four phase planes (even / odd rows x even / odd
+# columns) so that every tap's A tile is again one load of consecutive pixels; the same pack, depth
+# order and sums as the GEMM route: the same bits. sapphirerapids, 2026-12-04 (the Intel AMX VM, 2
+# threads, paired with torch 2.13, median of 5, x torch without -> with): NHWC batch 8
+# res3a_branch2b (56x56 -> 28x28) 0.59 -> 0.88, res4a_branch2b 0.77 -> 0.98; batch 1 1.28 -> 1.54,
+# 1.09 -> 1.32; res5a_branch2b (7x7 output) measured slower on it (1.77 -> 1.59): below the 128
+# pixels, kept on the GEMM.
 CONV_BF16_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core_bf16"): ("brg", "skip_pad", "brg_nsplit_pack", "1x1_out16", "brg_inplace",
                                     "1x1_strided_ref", "1x1_out16_conv", "as_nhwc_image", "as_nhwc_image_l2",
                                     "nchw1x1_joint", "brg_nsplit_small"),
-    ("sapphirerapids", "avx512_core_amx"): ("amx_s1", "amx_stem"),
+    ("sapphirerapids", "avx512_core_amx"): ("amx_s1", "amx_stem", "amx_s2"),
 }
 CONV_BF16_FLAGS = {"brg": 1, "skip_pad": 2, "brg_nsplit_pack": 4, "1x1_out16": 8, "brg_inplace": 16,
                    "1x1_strided_ref": 32, "1x1_out16_conv": 64,
                    "as_nhwc_image": 128, "as_nhwc_image_l2": 256, "nchw1x1_joint": 512,
-                   "brg_nsplit_small": 1024, "amx_s1": 2048, "amx_stem": 4096}  # the bits of op_conv_bf16_options
+                   "brg_nsplit_small": 1024, "amx_s1": 2048, "amx_stem": 4096, "amx_s2": 8192}  # the bits of op_conv_bf16_options
 
 
 def conv_bf16_flags(level: str, uarch: str | None = None) -> int:

@@ -958,6 +958,10 @@ static int op_convb_prepare_nchw(const op_conv_desc *d, const uint16_t *x, int m
 /* OP_CONV_BF16_AMX_STEM (bit 4096, "amx_stem"; AMX builds): an NHWC convolution with few input
    channels (8 <= C KW <= 32) runs op_conv2d_nhwc_amx_stem (below, with the AMX kernels). */
 #define OP_CONV_BF16_AMX_STEM 4096
+/* OP_CONV_BF16_AMX_S2 (bit 8192, "amx_s2"; AMX builds): the same kernel for stride 2 along H and W
+   (dilation 1): the padded rows copied as four phase planes (even / odd rows x even / odd columns), so
+   that consecutive output pixels again read consecutive pixels of one plane for every tap. */
+#define OP_CONV_BF16_AMX_S2 8192
 static int op_conv_bf16_opts = 0;
 
 #if defined(OP_BF16_HAS_DP)
@@ -1648,7 +1652,12 @@ static int op_conv2d_bf16_nchw1x1_joint(const op_conv_desc *d, const uint16_t *x
    panels, per tap and 32-channel block 16 K-pairs x 16 columns per tile). The sums run over taps and
    channel blocks in the same order for every pixel; the float results go through the epilogue and
    the level's bfloat16 rounding as the GEMM's tiles do. (oneDNN's brgemm convolutions read the input
-   in place per tap the same way.) */
+   in place per tap the same way.)
+   Stride 2 (OP_CONV_BF16_AMX_S2, dilation 1): the copy holds four phase planes, plane (a, b) the
+   padded pixels (2i + a, 2j + b) at (i, j), wq = OW + (KW - 1) / 2 of them per row. Output (oy, ox)
+   reads tap (r, s) at (oy + r / 2, ox + s / 2) of plane (r % 2, s % 2): again virtual pixel
+   v = oy * wq + ox plus a fixed offset per tap, so the A tiles load the same way, (KW - 1) / 2
+   dropped columns per row (1 of 29 at 28 x 28). The same depth order (channel block, tap, channel). */
 
 typedef struct {
     const op_conv_desc *d;
@@ -1659,13 +1668,16 @@ typedef struct {
     void *y;
     int y_bf16, act;
     int64_t hq, wq, ncb, ntap, npn, nmb, ngroups, pstride, ppsplit;
+    int64_t S;            /* stride (1, or 2 along H and W: phase planes) */
+    int64_t rrow, rcol;   /* the kernel's reach in rows / pixels of the (phase) grid */
+    int64_t plsz;         /* elements per phase plane of a thread's copy (stride 2) */
     int64_t xstep;   /* elements of a thread's copy of the padded rows its task reads */
 } op_amxc_ctx;
 
 /* pixels (on the padded width) past a block's first that its A tiles read: 31 + the kernel's reach */
 static int64_t op_amxc_reach(const op_amxc_ctx *c)
 {
-    return 31 + (c->d->kh - 1) * c->d->dh * c->wq + (c->d->kw - 1) * c->d->dw;
+    return 31 + c->rrow * c->wq + c->rcol;
 }
 
 #define OP_AMXC_MGROUP 8   /* 32-pixel blocks per task */
@@ -1732,8 +1744,25 @@ static void op_amxc_task(void *ctx, int64_t task, int tid)
     const int64_t v0 = grp * OP_AMXC_MGROUP * 32, v1 = op_min64(c->nmb, (grp + 1) * OP_AMXC_MGROUP) * 32;
     const int64_t r0 = v0 / c->wq, r1 = (v1 - 1 + op_amxc_reach(c)) / c->wq + 1;
     uint16_t *buf = c->xp + (size_t)tid * (size_t)c->xstep;
-    for (int64_t r = r0; r < r1; r++)   /* (rows past the padded image: past the input too, zeros) */
-        op_amx_pad_row(d, c->x, c->wq, n, r, buf + (r - r0) * rs, 0);
+    for (int64_t r = r0; r < r1; r++) {   /* (rows past the padded image: past the input too, zeros) */
+        if (c->S == 1) {
+            op_amx_pad_row(d, c->x, c->wq, n, r, buf + (r - r0) * rs, 0);
+            continue;
+        }
+        for (int a = 0; a < 2; a++) {   /* stride 2: padded row 2r + a into planes (a, 0) and (a, 1) */
+            const int64_t ih = 2 * r + a - d->pt;
+            for (int b = 0; b < 2; b++) {
+                uint16_t *o = buf + (a * 2 + b) * c->plsz + (r - r0) * rs;
+                for (int64_t j = 0; j < c->wq; j++) {
+                    const int64_t iw = 2 * j + b - d->pl;
+                    if (ih >= 0 && ih < d->h && iw >= 0 && iw < d->w)
+                        memcpy(o + j * d->c, c->x + ((n * d->h + ih) * d->w + iw) * d->c, sizeof(uint16_t) * (size_t)d->c);
+                    else
+                        memset(o + j * d->c, 0, sizeof(uint16_t) * (size_t)d->c);
+                }
+            }
+        }
+    }
     for (int64_t jp = ps * npt; jp < op_min64(c->npn, (ps + 1) * npt); jp++)
         op_amxc_panel(c, grp, n, jp, buf, r0);
 }
@@ -1789,10 +1818,14 @@ static void op_amxc_panel(const op_amxc_ctx *c, int64_t grp, int64_t n, int64_t 
         _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
         for (int64_t cb = 0; cb < c->ncb; cb++)
             for (int64_t r = 0; r < d->kh; r++) {
-                const uint16_t *A = buf + (v0 - r0 * wq + r * d->dh * wq) * C + cb * 32;
+                /* tap row r: stride 1 the padded row r DH further; stride 2 r / 2 rows further in
+                   the planes of row phase r % 2 */
+                const uint16_t *A = c->S == 1 ? buf + (v0 - r0 * wq + r * d->dh * wq) * C + cb * 32
+                                              : buf + (r & 1) * 2 * c->plsz + (v0 - r0 * wq + (r >> 1) * wq) * C + cb * 32;
                 const uint16_t *Bt = B + (cb * c->ntap + r * d->kw) * 1024;
                 for (int64_t s = 0; s < d->kw; s++) {
-                    const uint16_t *ab = A + s * d->dw * C, *bb = Bt + s * 1024;
+                    const uint16_t *ab = c->S == 1 ? A + s * d->dw * C : A + (s & 1) * c->plsz + (s >> 1) * C;
+                    const uint16_t *bb = Bt + s * 1024;
                     _tile_loadd(4, ab, ld);
                     _tile_loadd(6, bb, 64);
                     _tile_loadd(7, bb + 512, 64);
@@ -1815,13 +1848,25 @@ static void op_amxc_panel(const op_amxc_ctx *c, int64_t grp, int64_t n, int64_t 
     if (pend >= 0) op_amxc_out(c, t[cur ^ 1], pend, n, jp);
 }
 
-/* Whether the NHWC problem d runs op_conv2d_nhwc_amx_s1. */
+/* Output pixels per image at least: stride 1 as the GEMM's OP_BF16_AMX_MIN_M (fewer pixels leave the
+   tiles mostly empty); stride 2 four 32-pixel blocks. The Intel AMX VM, 2026-12-04, ResNet-50 NHWC
+   batch 1 / 8, 2 threads, paired with torch 2.13: res5a_branch2b (7 x 7 output, 56 virtual pixels
+   in two blocks per image) ran 1.77 -> 1.59x and 1.57 -> 1.34x torch on this kernel against the
+   GEMM over the packed gather, while 14 x 14 (res4a_branch2b) gained 1.08 -> 1.30 and 0.86 -> 1.01,
+   28 x 28 (res3a_branch2b) 1.23 -> 1.47 and 0.52 -> 0.86. */
+#define OP_AMXC_S2_MIN_PIXELS 128
+
+/* Whether the NHWC problem d runs op_conv2d_nhwc_amx_s1 (with the options in force: stride 1 with
+   OP_CONV_BF16_AMX_S1, stride 2 with OP_CONV_BF16_AMX_S2). */
 static int op_amxc_fits(const op_conv_desc *d)
 {
-    return d->nhwc == 1 && d->groups == 1 && d->sh == 1 && d->sw == 1 && d->kh * d->kw >= 2 &&
+    const int s1 = d->sh == 1 && d->sw == 1 && (op_conv_bf16_opts & OP_CONV_BF16_AMX_S1);
+    const int s2 = d->sh == 2 && d->sw == 2 && d->dh == 1 && d->dw == 1 && (op_conv_bf16_opts & OP_CONV_BF16_AMX_S2);
+    const int64_t dropped = s1 ? (d->kw - 1) * d->dw : (d->kw - 1) / 2;   /* columns per virtual row */
+    return d->nhwc == 1 && d->groups == 1 && (s1 || s2) && d->kh * d->kw >= 2 &&
            d->c % 32 == 0 && d->kh <= 16 && d->kw <= 16 &&
-           4 * (d->kw - 1) * d->dw <= d->ow &&   /* at most 1 dropped column in 5 */
-           d->oh * d->ow >= 16;   /* as the GEMM's OP_BF16_AMX_MIN_M: fewer pixels leave the tiles mostly empty */
+           4 * dropped <= d->ow &&   /* at most 1 dropped column in 5 */
+           d->oh * d->ow >= (s1 ? 16 : OP_AMXC_S2_MIN_PIXELS);
 }
 
 /* The NHWC stride-1 k x k convolution on AMX tiles (above): the threads used, 0 when d does not fit,
@@ -1833,8 +1878,11 @@ static int op_conv2d_nhwc_amx_s1(const op_conv_desc *d, const uint16_t *x, const
     op_amxc_ctx c;
     memset(&c, 0, sizeof c);
     c.d = d; c.x = x; c.w = w; c.bias = bias; c.y = y; c.y_bf16 = y_bf16; c.act = act;
-    c.hq = d->oh + (d->kh - 1) * d->dh;
-    c.wq = d->ow + (d->kw - 1) * d->dw;
+    c.S = d->sh;
+    c.rrow = c.S == 1 ? (d->kh - 1) * d->dh : (d->kh - 1) / 2;
+    c.rcol = c.S == 1 ? (d->kw - 1) * d->dw : (d->kw - 1) / 2;
+    c.hq = d->oh + c.rrow;
+    c.wq = d->ow + c.rcol;
     c.ncb = d->c / 32;
     c.ntap = d->kh * d->kw;
     c.npn = op_cdiv64(d->oc, 32);
@@ -1848,7 +1896,8 @@ static int op_conv2d_nhwc_amx_s1(const op_conv_desc *d, const uint16_t *x, const
     /* each task copies the padded rows its group reads (rows past the image: zeros) into its
        thread's own buffer, in its L2: one whole-batch copy filled by both threads and read by both
        cost the 2-thread runs (as op_conv2d_nhwc_amx_stem's) */
-    c.xstep = op_roundup64(((OP_AMXC_MGROUP * 32 - 1 + op_amxc_reach(&c)) / c.wq + 2) * c.wq * d->c, 32);
+    c.plsz = op_roundup64(((OP_AMXC_MGROUP * 32 - 1 + op_amxc_reach(&c)) / c.wq + 2) * c.wq * d->c, 32);
+    c.xstep = c.S == 1 ? c.plsz : 4 * c.plsz;
     c.xp = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(T * c.xstep));
     c.pstride = 32 * d->c * c.ntap + 32 * (32 * c.ntap + 1);   /* a panel and its pack's row scratch */
     c.wp = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(c.npn * c.pstride));
@@ -2150,7 +2199,7 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
     const int inplace = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 &&
                         d->pl == 0 && d->oh == d->h && d->ow == d->w;
 #if defined(OP_BF16_HAS_AMX)
-    if (d->nhwc == 1 && (op_conv_bf16_opts & OP_CONV_BF16_AMX_S1)) {   /* NHWC stride-1 k x k on AMX tiles, in place */
+    if (d->nhwc == 1 && (op_conv_bf16_opts & (OP_CONV_BF16_AMX_S1 | OP_CONV_BF16_AMX_S2))) {   /* NHWC stride-1 k x k on AMX tiles, in place */
         const int ra = op_conv2d_nhwc_amx_s1(d, x, w, bias, y, y_bf16, act, nthreads);
         if (ra != 0) return ra;
     }
@@ -2208,7 +2257,7 @@ int op_conv2d_bf16(const op_conv_desc *d, const uint16_t *x, const uint16_t *w, 
 int op_conv2d_bf16_amx_s1(const op_conv_desc *d)
 {
 #if defined(OP_BF16_HAS_AMX)
-    return (op_conv_bf16_opts & OP_CONV_BF16_AMX_S1) && op_amxc_fits(d);
+    return op_amxc_fits(d);
 #else
     (void)d;
     return 0;
@@ -2237,7 +2286,7 @@ int op_conv_bf16_options(int flags)
                                              OP_CONV_BF16_1X1_STRIDED_REF | OP_CONV_BF16_1X1_OUT16_CONV |
                                              OP_CONV_BF16_AS_NHWC_IMAGE | OP_CONV_BF16_AS_NHWC_IMAGE_L2 |
                                              OP_CONV_BF16_NCHW1X1_JOINT | OP_CONV_BF16_NSPLIT_SMALL |
-                                             OP_CONV_BF16_AMX_S1 | OP_CONV_BF16_AMX_STEM);
+                                             OP_CONV_BF16_AMX_S1 | OP_CONV_BF16_AMX_STEM | OP_CONV_BF16_AMX_S2);
     return old;
 #else
     (void)flags;
