@@ -767,6 +767,46 @@ def test_depthwise_non_finite_weight_anywhere(level, dt):
         np.testing.assert_allclose(y[fin], ref[fin], rtol=2e-2 if dt is bfloat16 else 1e-5, atol=1e-2 if dt is bfloat16 else 1e-5)
 
 
+# shapes that reach each 3x3 kernel: flat / narrow rows (7x7), stride-2 narrow (14 -> 7), whole rows
+# (28, 112), stride-2 wide rows (56 -> 28), the phase planes, NHWC; with the host's own row-kernel
+# choice and with Zen 4's applied to this host (DW_ROW_KERNELS)
+DW_NONFINITE_SHAPES = [(7, 7, 1), (14, 14, 2), (28, 28, 1), (6, 112, 1), (56, 56, 2), (13, 30, 2)]
+
+
+@pytest.mark.parametrize("rows", ["host", "zen4"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dt", [np.float32, bfloat16], ids=["f32", "bf16"])
+def test_depthwise_non_finite_weight_every_tap_and_kernel(level, rows, layout, dt, monkeypatch):
+    """A non-finite weight at each of the nine taps meets the zero padding on some border (top,
+    bottom, left or right): NaN exactly where the float64 reference (and PyTorch) has it, whichever
+    3x3 kernel the shape and the microarchitecture's row choice pick."""
+    from onepath.dispatch import registry
+    from onepath.dispatch.cpu import probe
+    from onepath.ops import conv as _c
+    if rows == "zen4":
+        for lv in ("avx512_core",):
+            monkeypatch.setitem(registry.DW_ROW_KERNELS, (probe().uarch, lv),
+                                registry.DW_ROW_KERNELS[("zen4", "avx512_core")])
+    _c._PLANS.clear()
+    rng = np.random.default_rng(9)
+    c = 4
+    try:
+        for h, w, s in DW_NONFINITE_SHAPES:
+            x = rng.standard_normal((2, c, h, w)).astype(np.float32).astype(dt)
+            for tap in range(9):
+                wt = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+                wt[2, 0, tap // 3, tap % 3] = (np.inf, -np.inf, np.nan)[tap % 3]
+                xin = np.ascontiguousarray(x.transpose(0, 2, 3, 1)) if layout == "NHWC" else x
+                y = np.asarray(onepath.conv2d(xin, wt.astype(dt), None, s, 1, 1, c, layout=layout), np.float32)
+                if layout == "NHWC":
+                    y = y.transpose(0, 3, 1, 2)
+                ref = reference_conv2d(np.asarray(x, np.float64), np.asarray(wt.astype(dt), np.float64), None,
+                                       (s, s), ((1, 1), (1, 1)), (1, 1), c)
+                np.testing.assert_array_equal(np.isnan(y), np.isnan(ref), err_msg=str((h, w, s, tap)))
+    finally:
+        _c._PLANS.clear()
+
+
 def test_depthwise_entry_rejects_bf16_output_from_f32_input(level):
     """op_conv2d_dw_f32 has kernels for f32->f32, bf16->f32 and bf16->bf16 only (the promotion
     rules never pair float32 input with a bfloat16 output): the other pairing is refused (-3)."""

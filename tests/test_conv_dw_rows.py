@@ -113,8 +113,8 @@ def test_depthwise_stride2_f32_any_alignment(level, w):
 
 
 def test_dw_row_kernels_rule():
-    """The per-microarchitecture rule: Zen 4 asks for them on its measured shapes only, and a
-    microarchitecture without a row keeps the default kernels."""
+    """The per-microarchitecture rule: Zen 4 and the Intel AMX class ask for them on their measured
+    shapes only, and a microarchitecture without a row keeps the default kernels."""
     row = registry.Kernel("conv2d", "float32", "avx512_core", "op_conv2d_dw_f32", "x", 1, 16,
                           algorithm="depthwise")
     assert registry.dw_row_kernels(row, (1, 1), 112, False, uarch="zen4")
@@ -128,6 +128,12 @@ def test_dw_row_kernels_rule():
     assert not registry.dw_row_kernels(row, (1, 1), 14, False, uarch="zen4")
     assert not registry.dw_row_kernels(row, (2, 1), 112, False, uarch="zen4")
     assert not registry.dw_row_kernels(row, (1, 1), 112, False, uarch="sapphirerapids")
+    # the Intel AMX class: stride-2 rows from 28 columns and the narrow rows, not zen4's stride-1 rows
+    assert registry.dw_row_kernels(row, (1, 1), 7, False, uarch="sapphirerapids")
+    assert registry.dw_row_kernels(row, (2, 2), 14, True, uarch="sapphirerapids")
+    assert registry.dw_row_kernels(row, (2, 2), 56, False, uarch="sapphirerapids")
+    assert not registry.dw_row_kernels(row, (1, 1), 56, False, uarch="sapphirerapids")
+    assert not registry.dw_row_kernels(row, (2, 2), 112, False, uarch="no-such-uarch")
     # batch cap of the wide float32 stride-1 rows only (narrow rows, bfloat16 and stride 2 keep them)
     assert not registry.dw_row_kernels(row, (1, 1), 112, False, uarch="zen4", n=8)
     assert registry.dw_row_kernels(row, (1, 1), 7, False, uarch="zen4", n=8)

@@ -781,8 +781,7 @@ def conv_bf16_flags(level: str, uarch: str | None = None) -> int:
 # shifts share Zen 4's FMA pipes), W 28 equal, W 14 0.84x; stride 2 float32 and bfloat16 W 112 / 56 /
 # 28 1.2-1.37x faster than op_dw3_plane, W 14 (the phase-plane kernel) 0.83x / 1.04x; bfloat16 stride 1
 # (the kernel takes rows of 9..16 columns only: the plane widened once, then whole rows) W 14 1.08x
-# faster than the flat kernel at 2 threads (W 28: 0.85x, hence the cap). Not measured on Intel: no
-# row, its default.
+# faster than the flat kernel at 2 threads (W 28: 0.85x, hence the cap). Intel: its row below.
 # A key ending in "_narrow" gives the largest input width for the same request, met by the
 # one-256-bit-vector-per-row kernel (op_dw3_r8, stride 1, rows of <= 8 columns). Zen 4, 2026-11-30,
 # kernel-only best-of at this shared host: 7x7 planes (MobileNet-v2 C960) float32 2.2-2.3x faster
@@ -801,6 +800,17 @@ DW_ROW_KERNELS: dict[tuple[str, str], dict[str, int]] = {
                               "s1_float32_narrow": 8, "s1_bfloat16_narrow": 8,
                               "s2_float32_narrow": 16, "s2_bfloat16_narrow": 16,
                               "s1_float32_max_batch": 1, "s1_bfloat16_widen": 65},
+    # sapphirerapids (the Intel AMX VM, 2 cores), 2026-12-04, 2 threads, MobileNet-v2 layers NCHW
+    # paired in one process with torch 2.13 (median of 7, x torch default -> row): the stride-2 row
+    # kernels from 28 columns and the 256-bit narrow-row kernels: batch 1 float32 dw2 (112x112 s2)
+    # 3.37 -> 4.81, dw4 3.97 -> 6.09, dw6 3.94 -> 5.18, dw9 (14x14 -> 7x7) 3.47 -> 5.46, dw10 (7x7)
+    # 3.29 -> 5.69 (kernel call 17.2 -> 9.9 us); bfloat16 dw2 3.07 -> 4.24, dw9 3.55 -> 5.97, dw10
+    # 3.57 -> 4.79; batch 8 alike (float32 dw9 2.30 -> 4.38, dw10 1.72 -> 2.74). Not taken here:
+    # zen4's stride-1 float32 rows from 56 columns (op_dw3_s1r; dw3 56x56 3.37 -> 2.67) and its
+    # bfloat16 stride-1 row kernels (9..16 columns and widened planes: even within noise).
+    ("sapphirerapids", "avx512_core"): {"s2_float32": 28, "s2_bfloat16": 28, "s1_float32_narrow": 8,
+                                        "s1_bfloat16_narrow": 8, "s2_float32_narrow": 16,
+                                        "s2_bfloat16_narrow": 16},
 }
 # "s1_bfloat16_widen": the smallest input width at which a bfloat16 stride-1 request (already asking
 # for the row kernels) also sets op_conv_desc.dw_rows bit 2: each plane widened once into float32
@@ -809,7 +819,7 @@ DW_ROW_KERNELS: dict[tuple[str, str], dict[str, int]] = {
 # kernel-only best-of 15 at 2 threads through onepath's numpy operands, batch 1, two runs 91.4 / 91.4
 # -> 107.8 / 107.5 GFLOP/s; batch 8 (best-of 9) 109.9 / 111.5 -> 118.2 / 118.3; 1 thread 56.5 ->
 # 61.4. 56x56 C144 (against the flat kernel) was even (81.5 / 79.5 -> 78.3 / 80.9): not taken.
-# Not measured on Intel: no row.
+# Intel (sapphirerapids): not taken (see its DW_ROW_KERNELS row).
 
 
 def dw_row_kernels(row: Kernel, stride: tuple[int, int], w: int, x_bf16: bool,

@@ -451,42 +451,6 @@ OP_INLINE int64_t op_dw3_flat_buf(int64_t W, int64_t HW)
    computed, so the tap loads never wait for the copy's stores to retire) */
 OP_INLINE int64_t op_dw3_flat_scratch(int64_t W, int64_t HW) { return 2 * op_dw3_flat_buf(W, HW); }
 
-/* Whether every weight of kernel columns 0 and 2 (the taps that meet the left / right padding) is
-   finite. The flat kernel drops those taps at the border lanes instead of multiplying a padding zero,
-   so a non-finite one there (Inf * 0 = NaN at every other level and in PyTorch) needs another kernel. */
-static int op_dw3_border_cols_finite(const op_dw_ctx *c)
-{
-    /* the weights as one run of OC x 9 values: index i is a column-0 / column-2 tap when i % 3 != 1.
-       A vector of L lanes starting at i0 has that pattern shifted by i0 % 3 (the masks below); a
-       value is non-finite when its exponent bits are all ones. One vector compare per 16 (32) taps:
-       the scalar loop took 10% of a 7x7 C960 call. */
-    const int64_t nt = c->d->oc * 9;
-    uint32_t pat[3];  /* lanes l with (r + l) % 3 != 1, for r = 0, 1, 2 (32 lanes) */
-    for (int r = 0; r < 3; r++) {
-        pat[r] = 0;
-        for (int l = 0; l < 32; l++)
-            if ((r + l) % 3 != 1) pat[r] |= 1u << l;
-    }
-    if (c->wb) {
-        const __m512i e = _mm512_set1_epi16(0x7F80);
-        for (int64_t i = 0; i < nt; i += 32) {
-            __mmask32 m = (__mmask32)pat[i % 3];
-            if (nt - i < 32) m &= (__mmask32)((1u << (nt - i)) - 1u);
-            const __m512i v = _mm512_maskz_loadu_epi16(m, c->wb + i);
-            if (_mm512_mask_cmpeq_epi16_mask(m, _mm512_and_si512(v, e), e)) return 0;
-        }
-    } else {
-        const __m512i e = _mm512_set1_epi32(0x7F800000);
-        for (int64_t i = 0; i < nt; i += 16) {
-            __mmask16 m = (__mmask16)pat[i % 3];
-            if (nt - i < 16) m &= (__mmask16)((1u << (nt - i)) - 1u);
-            const __m512i v = _mm512_maskz_loadu_epi32(m, c->w + i);
-            if (_mm512_mask_cmpeq_epi32_mask(m, _mm512_and_si512(v, e), e)) return 0;
-        }
-    }
-    return 1;
-}
-
 /* plane p (= n * OC + oc) into the copy at q */
 OP_INLINE void op_dw3_flat_copy(const op_dw_ctx *c, int64_t p, float *OP_RESTRICT q, int64_t HW,
                                 int64_t nb, __mmask16 tail, const int BF16)
@@ -877,7 +841,7 @@ static OP_NOINLINE void op_dw3_eo_bf16(const op_dw_ctx *c, int64_t p0, int64_t p
 static OP_NOINLINE void op_dw3_eo_bf16_yb(const op_dw_ctx *c, int64_t p0, int64_t p1) { op_dw3_eo(c, p0, p1, 1); }
 
 /* 3x3, stride 1, padding 1 left and right (OW = W), rows of at most 8 columns (e.g. 7x7), any top
-   padding (row-register selection, op_conv_desc.dw_rows; zen4 only, registry.DW_ROW_KERNELS): one
+   padding (row-register selection, op_conv_desc.dw_rows; per microarchitecture, registry.DW_ROW_KERNELS): one
    256-bit vector per row, 7 of 8 lanes busy on a 7x7 plane, where the 16-lane flat kernel fills 49
    of 64 lanes and makes nine mostly line-splitting loads per output vector after a copy of the
    plane. Each input row is one masked load straight from the input (bfloat16: widened by a shift),
@@ -1002,7 +966,7 @@ static void (*const op_dw3_r8_kernels[3])(const op_dw_ctx *, int64_t, int64_t) =
     op_dw3_r8_f32, op_dw3_r8_bf16, op_dw3_r8_bf16_yb};
 
 /* 3x3, stride 2, padding 1 on the left, input rows of at most 16 columns and output rows of at most
-   8 (e.g. 14x14 -> 7x7), any top padding (row-register selection, op_conv_desc.dw_rows; zen4 only):
+   8 (e.g. 14x14 -> 7x7), any top padding (row-register selection, op_conv_desc.dw_rows, per microarchitecture):
    as op_dw3_r8, one 256-bit vector per output row. An input row is one masked load of 16 columns
    whose even columns are the taps of kernel column 1 and odd columns those of kernel column 2
    (float32: two lane permutes; bfloat16: one 256-bit load widened by integer ops alone, even columns
@@ -1781,6 +1745,58 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
     }
 }
 
+/* Non-finite weights and the zero padding. Several kernels skip the taps that fall in the padding
+   (rows above / below the input, columns left / right of it) instead of multiplying their zeros,
+   and the flat kernel drops its border-column lanes; with a finite weight that is the same sum, but
+   an Inf or NaN weight times a padding zero is NaN in the reference and in PyTorch, and skipping it
+   left a finite output. So when any weight is non-finite (one pass over the weights per call, here)
+   the call ends with op_dw_pad_nan: every output that reads such a weight at a padding position gets
+   that product (w * 0, a NaN) added, as the full sum would have it (the activation of a NaN is NaN).
+   Outputs already NaN stay NaN. */
+static int op_dw_weights_finite(const void *w, int w_bf16, int64_t nw)
+{
+    unsigned bad = 0;
+    if (w_bf16) {
+        const uint16_t *u = (const uint16_t *)w;
+        for (int64_t i = 0; i < nw; i++) bad |= (u[i] & 0x7F80u) == 0x7F80u;
+    } else {
+        const uint32_t *u = (const uint32_t *)w;
+        for (int64_t i = 0; i < nw; i++) bad |= (u[i] & 0x7F800000u) == 0x7F800000u;
+    }
+    return !bad;
+}
+
+static void op_dw_pad_nan(const op_conv_desc *d, const void *w, int w_bf16, void *y, int y_bf16)
+{
+    const int64_t OC = d->oc, KH = d->kh, KW = d->kw, OH = d->oh, OW = d->ow;
+    for (int64_t oc = 0; oc < OC; oc++)
+        for (int64_t ki = 0; ki < KH; ki++)
+            for (int64_t kj = 0; kj < KW; kj++) {
+                /* weights: NCHW (OC, KH, KW), NHWC (KH, KW, OC) (as the kernels read them) */
+                const int64_t wi = d->nhwc ? (ki * KW + kj) * OC + oc : (oc * KH + ki) * KW + kj;
+                const float wv = w_bf16 ? op_bf16_to_f32_1(((const uint16_t *)w)[wi]) : ((const float *)w)[wi];
+                if (isfinite(wv)) continue;
+                const float add = wv * 0.0f;   /* the skipped product: NaN */
+                for (int64_t n = 0; n < d->n; n++)
+                    for (int64_t oh = 0; oh < OH; oh++) {
+                        const int64_t ih = oh * d->sh - d->pt + ki * d->dh;
+                        const int row_pad = ih < 0 || ih >= d->h;
+                        for (int64_t ow = 0; ow < OW; ow++) {
+                            const int64_t iw = ow * d->sw - d->pl + kj * d->dw;
+                            if (!row_pad && iw >= 0 && iw < d->w) continue;
+                            const int64_t yi = d->nhwc ? ((n * OH + oh) * OW + ow) * OC + oc
+                                                       : ((n * OC + oc) * OH + oh) * OW + ow;
+                            if (y_bf16) {
+                                uint16_t *yb = (uint16_t *)y + yi;
+                                *yb = op_f32_to_bf16_1(op_bf16_to_f32_1(*yb) + add);
+                            } else {
+                                ((float *)y)[yi] += add;
+                            }
+                        }
+                    }
+            }
+}
+
 int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const void *w, int w_bf16,
                      const float *bias, void *y, int y_bf16, int act, int nthreads)
 {
@@ -1857,11 +1873,6 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
             c.w = wf;
         }
     }
-#if defined(OP_HAS_AVX512)
-    if (c.direct3 == 2 && !op_dw3_border_cols_finite(&c))
-        c.direct3 = 1;  /* a non-finite border-column weight: the register-blocked rows (which multiply
-                           the padding zeros) instead of the flat kernel */
-#endif
     const int64_t nplanes = d->n * d->oc, plane = d->oh * d->ow;
     const double flops = 2.0 * (double)nplanes * (double)plane * (double)(d->kh * d->kw);
     /* the pool's workers are awake between calls (threads.c): a second thread pays from about
@@ -1919,6 +1930,8 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
         }
     }
     const int used = op_parallel_for((int)T, ntasks, op_dw_task, &c);
+    if (!op_dw_weights_finite(w, w_bf16, d->oc * d->kh * d->kw))
+        op_dw_pad_nan(d, w, w_bf16, y, y_bf16);
     op_aligned_free(c.scratch);
     op_aligned_free(wf);
     return used;
