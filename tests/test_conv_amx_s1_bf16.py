@@ -94,38 +94,6 @@ def _inputs(case, seed=3, nonfinite=False):
     return x.astype(bfloat16), wt, b
 
 
-@pytest.mark.parametrize("build", _builds())
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:7])))
-@pytest.mark.parametrize("nthreads", [1, 2])
-@pytest.mark.parametrize("y_bf16", [False, True], ids=["y_f32", "y_bf16"])
-def test_amx_s1_reference(build, case, nthreads, y_bf16):
-    x, wt, b = _inputs(case)
-    pads, dil = (case[7], case[8]), case[9]
-    dil2 = dil if isinstance(dil, tuple) else (dil, dil)
-    got = _conv(build, x, wt, b, pads, dil, y_bf16, AMX_S1, nthreads)
-    ref = np.maximum(reference_conv2d(x.transpose(0, 3, 1, 2), wt, b, (1, 1), pads, dil2, 1), 0)
-    tol = _bound(x.transpose(0, 3, 1, 2).astype(np.float32), wt.astype(np.float32), b, (1, 1), pads,
-                 dil2, 1, out_bf16=y_bf16)
-    assert not np.isnan(got).any()   # every output written
-    assert np.all(np.abs(got - ref.transpose(0, 2, 3, 1)) <= tol.transpose(0, 2, 3, 1))
-
-
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:7])))
-@pytest.mark.parametrize("y_bf16", [False, True], ids=["y_f32", "y_bf16"])
-@pytest.mark.parametrize("build", _builds())
-def test_amx_s1_same_bits_as_gemm(build, case, y_bf16):
-    """Both routes pack the weight alike and sum each output over the same 32-deep blocks in the
-    same order, their tiles starting from the partial sums between blocks (the GEMM's edge blocks
-    too): bit for bit the same on the emulated and the real tiles, NaN and Inf inputs included
-    (their NaN reaches the output)."""
-    x, wt, b = _inputs(case, nonfinite=True)
-    pads, dil = (case[7], case[8]), case[9]
-    on = _conv(build, x, wt, b, pads, dil, y_bf16, AMX_S1, 2)
-    off = _conv(build, x, wt, b, pads, dil, y_bf16, 0, 2)
-    np.testing.assert_array_equal(on, off)
-    assert np.isnan(on).any()
-
-
 # stride 2 along H and W, dilation 1 ("amx_s2": the copy's four phase planes)
 CASES_S2 = [   # (at least OP_AMXC_S2_MIN_PIXELS = 128 output pixels per image)
     (1, 64, 24, 24, 64, 3, 3, (1, 1), (1, 1), 1),     # 12 x 12 output, one dropped column per row
@@ -138,32 +106,46 @@ CASES_S2 = [   # (at least OP_AMXC_S2_MIN_PIXELS = 128 output pixels per image)
     (1, 32, 24, 32, 16, 2, 2, (0, 0), (0, 0), 1),     # 2 x 2 unpadded: no dropped column
 ]
 
+# (stride, case): every stride-1 case on "amx_s1", every stride-2 case on "amx_s2"
+STRIDED = [(1, c) for c in CASES] + [(2, c) for c in CASES_S2]
+
+
+def _sid(sc):
+    return f"s{sc[0]}-" + "x".join(map(str, sc[1][:7]))
+
 
 @pytest.mark.parametrize("build", _builds())
-@pytest.mark.parametrize("case", CASES_S2, ids=lambda c: "x".join(map(str, c[:7])))
+@pytest.mark.parametrize("sc", STRIDED, ids=_sid)
 @pytest.mark.parametrize("nthreads", [1, 2])
 @pytest.mark.parametrize("y_bf16", [False, True], ids=["y_f32", "y_bf16"])
-def test_amx_s2_reference(build, case, nthreads, y_bf16):
+def test_amx_s1_reference(build, sc, nthreads, y_bf16):
+    stride, case = sc
     x, wt, b = _inputs(case)
-    pads = (case[7], case[8])
-    got = _conv(build, x, wt, b, pads, 1, y_bf16, AMX_S2, nthreads, stride=2)
-    ref = np.maximum(reference_conv2d(x.transpose(0, 3, 1, 2), wt, b, (2, 2), pads, (1, 1), 1), 0)
-    tol = _bound(x.transpose(0, 3, 1, 2).astype(np.float32), wt.astype(np.float32), b, (2, 2), pads,
-                 (1, 1), 1, out_bf16=y_bf16)
+    pads, dil = (case[7], case[8]), case[9]
+    dil2 = dil if isinstance(dil, tuple) else (dil, dil)
+    got = _conv(build, x, wt, b, pads, dil, y_bf16, AMX_S1 if stride == 1 else AMX_S2, nthreads, stride=stride)
+    ref = np.maximum(reference_conv2d(x.transpose(0, 3, 1, 2), wt, b, (stride, stride), pads, dil2, 1), 0)
+    tol = _bound(x.transpose(0, 3, 1, 2).astype(np.float32), wt.astype(np.float32), b, (stride, stride), pads,
+                 dil2, 1, out_bf16=y_bf16)
     assert not np.isnan(got).any()   # every output written
     assert np.all(np.abs(got - ref.transpose(0, 2, 3, 1)) <= tol.transpose(0, 2, 3, 1))
 
 
-@pytest.mark.parametrize("case", CASES_S2, ids=lambda c: "x".join(map(str, c[:7])))
+@pytest.mark.parametrize("sc", STRIDED, ids=_sid)
 @pytest.mark.parametrize("y_bf16", [False, True], ids=["y_f32", "y_bf16"])
 @pytest.mark.parametrize("build", _builds())
-def test_amx_s2_same_bits_as_gemm(build, case, y_bf16):
-    """As for stride 1: the same pack, depth order and sums as the GEMM over the packed gather."""
+def test_amx_s1_same_bits_as_gemm(build, sc, y_bf16):
+    """Both routes pack the weight alike and sum each output over the same 32-deep blocks in the
+    same order, their tiles starting from the partial sums between blocks (the GEMM's edge blocks
+    too): bit for bit the same on the emulated and the real tiles, NaN and Inf inputs included
+    (their NaN reaches the output). Stride 2 ("amx_s2") alike."""
+    stride, case = sc
     x, wt, b = _inputs(case, nonfinite=True)
-    pads = (case[7], case[8])
-    on = _conv(build, x, wt, b, pads, 1, y_bf16, AMX_S2, 2, stride=2)
-    off = _conv(build, x, wt, b, pads, 1, y_bf16, 0, 2, stride=2)
+    pads, dil = (case[7], case[8]), case[9]
+    on = _conv(build, x, wt, b, pads, dil, y_bf16, AMX_S1 if stride == 1 else AMX_S2, 2, stride=stride)
+    off = _conv(build, x, wt, b, pads, dil, y_bf16, 0, 2, stride=stride)
     np.testing.assert_array_equal(on, off)
+    assert np.isnan(on).any()
 
 
 def test_amx_s2_needs_its_bit():
