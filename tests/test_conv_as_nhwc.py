@@ -94,3 +94,18 @@ def test_rule_is_per_uarch():
     assert registry.conv_nchw_as_nhwc(one, 1, 784, True, uarch="zen4")
     assert not registry.conv_nchw_as_nhwc(one, 1, 785, True, uarch="zen4")
     assert not registry.conv_nchw_as_nhwc(registry.replace(row, algorithm="grouped"), 8, 49, uarch="zen4")
+
+
+def test_small_planes_same_bits_alone_and_in_a_batch_nchw(level):
+    """NCHW bfloat16 k x k convolutions with output planes of fewer than 16 pixels give every image
+    the same bits alone as inside the batch, at every level (CONV_NCHW_AS_NHWC "min_pixels" keeps
+    them off the NHWC formulation at the AMX level, whose GEMM picks its kernel from the pixels of
+    all images together)."""
+    rng = np.random.default_rng(0)
+    for (h, s, p) in [(6, 2, 1), (3, 1, 1), (2, 1, 1)]:
+        x = rng.standard_normal((4, 32, h, h)).astype(bfloat16)
+        w = (rng.standard_normal((32, 32, 3, 3)) / 17).astype(bfloat16)
+        kw = dict(stride=s, padding=p, dtype=np.float32)
+        yb = onepath.conv2d(x, w, **kw)
+        ys = np.concatenate([onepath.conv2d(x[i:i + 1], w, **kw) for i in range(4)])
+        np.testing.assert_array_equal(yb, ys, err_msg=str((h, s, p)))

@@ -303,8 +303,11 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
     # output pixels, 56x56 input) lost that way on the GEMM route (batch 8 1.35 -> 1.09) and gains
     # since CONV_BF16_OPTIONS "amx_s2" (NHWC formulation with "kxk" 196 -> 784, same day: batch 8
     # 1.14 -> 1.37x, batch 1 1.48 -> 1.76x). The 1x1 layers lose or tie through NHWC (1x1 keys
-    # measured: batch 8 res3_branch2c 4.95 -> 2.44): absent.
-    ("sapphirerapids", "avx512_core_amx"): {"kxk": 784, "kxk_stride1": 3136},
+    # measured: batch 8 res3_branch2c 4.95 -> 2.44): absent. "min_pixels" 16: an output plane of
+    # fewer pixels stays NCHW, so that an image gives the same bits alone as in a batch (the NHWC
+    # formulation's GEMM takes the AMX tiles from 16 rows of all images' pixels together,
+    # OP_BF16_AMX_MIN_M: 9 pixels alone and 36 in a batch of 4 ran different kernels).
+    ("sapphirerapids", "avx512_core_amx"): {"kxk": 784, "kxk_stride1": 3136, "min_pixels": 16},
 }
 
 # Variants of the bfloat16 kernels per (uarch, level) (kernels/gemm_bf16.c, op_gemm_bf16_set_variants;
@@ -418,7 +421,7 @@ def conv_nchw_as_nhwc(row: Kernel, n: int, pixels: int, strided: bool = False,
     if row.algorithm not in ("implicit_gemm", "1x1_gemm"):
         return False
     lim, _ = conv_as_nhwc_limits(row.level, row.dtype, uarch)
-    if not lim:
+    if not lim or pixels < lim.get("min_pixels", 0):   # ("min_pixels": smaller planes stay NCHW)
         return False
     if row.algorithm == "implicit_gemm":
         return (pixels <= lim.get("kxk", 0) or (not strided and pixels <= lim.get("kxk_stride1", 0))
