@@ -749,9 +749,9 @@ def test_depthwise_inf_border_column_weight_gives_nan_at_the_border(level, case)
 
 @pytest.mark.parametrize("dt", [np.float32, bfloat16], ids=["f32", "bf16"])
 def test_depthwise_non_finite_weight_anywhere(level, dt):
-    """A non-finite weight at any channel and tap of a many-channel 7x7 call (the flat kernel's
-    vector check of columns 0 / 2 sees every position: each offset mod 3, the last partial vector)
-    gives NaN exactly where the float64 reference has it."""
+    """A non-finite weight at any channel and tap of a many-channel 7x7 call (the per-call scan of
+    the weights sees every position, the last partial vector too; op_dw_pad_nan patches the right
+    channel) gives NaN exactly where the float64 reference has it, the finite outputs as before."""
     rng = np.random.default_rng(5)
     c = 53  # 477 taps: a partial last vector of 16 (float32) and 32 (bfloat16) lanes
     x = rng.standard_normal((1, c, 7, 7)).astype(np.float32).astype(dt)
@@ -783,10 +783,9 @@ def test_depthwise_non_finite_weight_every_tap_and_kernel(level, rows, layout, d
     from onepath.dispatch import registry
     from onepath.dispatch.cpu import probe
     from onepath.ops import conv as _c
-    if rows == "zen4":
-        for lv in ("avx512_core",):
-            monkeypatch.setitem(registry.DW_ROW_KERNELS, (probe().uarch, lv),
-                                registry.DW_ROW_KERNELS[("zen4", "avx512_core")])
+    if rows == "zen4":   # (the depthwise kernels run from the avx512_core module at every AVX-512 level)
+        monkeypatch.setitem(registry.DW_ROW_KERNELS, (probe().uarch, "avx512_core"),
+                            registry.DW_ROW_KERNELS[("zen4", "avx512_core")])
     _c._PLANS.clear()
     rng = np.random.default_rng(9)
     c = 4

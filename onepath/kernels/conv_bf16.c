@@ -1641,8 +1641,8 @@ static int op_conv2d_bf16_nchw1x1_joint(const op_conv_desc *d, const uint16_t *x
 /* ---------------------------------------------------------------- NHWC stride-1 k x k on AMX tiles
 
    An NHWC stride-1 k x k convolution (groups 1, C a multiple of 32) on the AMX tiles without an
-   im2col gather: the input is seen zero-padded, hq x wq pixels per image (hq = OH + (KH-1)DH,
-   wq = OW + (KW-1)DW; each task copies the padded rows its pixel blocks read into its thread's own
+   im2col gather: the input is seen zero-padded, (OH + (KH-1)DH) x wq pixels per image
+   (wq = OW + (KW-1)DW; each task copies the padded rows its pixel blocks read into its thread's own
    buffer), and the output is computed on the padded grid's width, "virtual" pixel
    v = oy * wq + ox for ox < wq. For a kernel tap (r, s) the A rows of 32 consecutive virtual pixels
    are then 32 consecutive padded pixels starting (r DH wq + s DW) pixels further on, C elements
@@ -1667,12 +1667,20 @@ typedef struct {
     const float *bias;
     void *y;
     int y_bf16, act;
-    int64_t hq, wq, ncb, ntap, npn, nmb, ngroups, pstride, ppsplit;
+    int64_t wq, ncb, ntap, npn, nmb, ngroups, pstride, ppsplit;
     int64_t S;            /* stride (1, or 2 along H and W: phase planes) */
     int64_t rrow, rcol;   /* the kernel's reach in rows / pixels of the (phase) grid */
     int64_t plsz;         /* elements per phase plane of a thread's copy (stride 2) */
     int64_t xstep;   /* elements of a thread's copy of the padded rows its task reads */
 } op_amxc_ctx;
+
+/* The kernel's reach in rows (*rrow) and pixels (*rcol) of the copy's grid: stride 1 the padded
+   image, stride 2 its phase planes. *rcol is also the number of dropped columns per virtual row. */
+static void op_amxc_reach_rc(const op_conv_desc *d, int64_t *rrow, int64_t *rcol)
+{
+    *rrow = d->sh == 1 ? (d->kh - 1) * d->dh : (d->kh - 1) / 2;
+    *rcol = d->sw == 1 ? (d->kw - 1) * d->dw : (d->kw - 1) / 2;
+}
 
 /* pixels (on the padded width) past a block's first that its A tiles read: 31 + the kernel's reach */
 static int64_t op_amxc_reach(const op_amxc_ctx *c)
@@ -1862,7 +1870,8 @@ static int op_amxc_fits(const op_conv_desc *d)
 {
     const int s1 = d->sh == 1 && d->sw == 1 && (op_conv_bf16_opts & OP_CONV_BF16_AMX_S1);
     const int s2 = d->sh == 2 && d->sw == 2 && d->dh == 1 && d->dw == 1 && (op_conv_bf16_opts & OP_CONV_BF16_AMX_S2);
-    const int64_t dropped = s1 ? (d->kw - 1) * d->dw : (d->kw - 1) / 2;   /* columns per virtual row */
+    int64_t rrow, dropped;   /* (dropped: columns per virtual row) */
+    op_amxc_reach_rc(d, &rrow, &dropped);
     return d->nhwc == 1 && d->groups == 1 && (s1 || s2) && d->kh * d->kw >= 2 &&
            d->c % 32 == 0 && d->kh <= 16 && d->kw <= 16 &&
            4 * dropped <= d->ow &&   /* at most 1 dropped column in 5 */
@@ -1879,9 +1888,7 @@ static int op_conv2d_nhwc_amx_s1(const op_conv_desc *d, const uint16_t *x, const
     memset(&c, 0, sizeof c);
     c.d = d; c.x = x; c.w = w; c.bias = bias; c.y = y; c.y_bf16 = y_bf16; c.act = act;
     c.S = d->sh;
-    c.rrow = c.S == 1 ? (d->kh - 1) * d->dh : (d->kh - 1) / 2;
-    c.rcol = c.S == 1 ? (d->kw - 1) * d->dw : (d->kw - 1) / 2;
-    c.hq = d->oh + c.rrow;
+    op_amxc_reach_rc(d, &c.rrow, &c.rcol);
     c.wq = d->ow + c.rcol;
     c.ncb = d->c / 32;
     c.ntap = d->kh * d->kw;
