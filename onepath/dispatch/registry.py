@@ -198,17 +198,27 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
     # Intel Xeon AMX VM, Sapphire Rapids class (it reports family 6 model 167 stepping 1, AMX, L1d
     # 48 KiB, L2 2 MiB; KVM guest, 2 cores), 2026-12-03: `python -m onepath tune --threads 2` (full
     # search, 624 s). It kept the cache model's blocking for every float32 row and the bfloat16 AMX
-    # matmul and conv2d (the other candidates within +-2%; the float32 rows pinned here as
-    # measured, the AMX matmul and conv2d rows since measured otherwise, below), and chose for
-    # the bfloat16 AMX linear MC 96, KC 1024, NC 384 (1205 -> 1483 GFLOP/s on 128x3072x768 and
-    # 512x4096x1024: a 768 KiB KC x NC block of the weight packed per call stays in the 2 MiB L2,
-    # the model's 3 MiB one does not). Checked in one process against torch 2.13's F.linear (2
-    # threads, median of 7, x torch cache model -> row): 128x3072x768 0.64 -> 1.01, 512x4096x1024
-    # 0.58 -> 0.77, 256x4096x4096 0.71 -> 0.85, 64x4096x4096 0.63 -> 0.89, 16x4096x4096 0.46 ->
-    # 0.69, 2048x4096x4096 0.58 -> 0.59. Keyed to the one AMX microarchitecture measured; Emerald /
-    # Granite Rapids keep the cache model.
-    **{("sapphirerapids", "avx512_core", op, "float32"): (168, 256, 3072)
-       for op in ("matmul", "linear", "conv2d")},
+    # matmul and conv2d (the other candidates within +-2%; the float32 conv2d row pinned here as
+    # measured, the float32 matmul / linear and AMX matmul / conv2d rows since measured otherwise,
+    # below), and chose for the bfloat16 AMX linear MC 96, KC 1024, NC 384 (1205 -> 1483 GFLOP/s on
+    # 128x3072x768 and 512x4096x1024: a 768 KiB KC x NC block of the weight packed per call stays
+    # in the 2 MiB L2, the model's 3 MiB one does not). Checked in one process against torch 2.13's
+    # F.linear (2 threads, median of 7, x torch cache model -> row): 128x3072x768 0.64 -> 1.01,
+    # 512x4096x1024 0.58 -> 0.77, 256x4096x4096 0.71 -> 0.85, 64x4096x4096 0.63 -> 0.89,
+    # 16x4096x4096 0.46 -> 0.69, 2048x4096x4096 0.58 -> 0.59. Keyed to the one AMX
+    # microarchitecture measured; Emerald / Granite Rapids keep the cache model.
+    # float32 matmul and linear MC 168 -> 112, KC 256 -> 512 (2026-12-04, same VM, the two rows
+    # alternated in one process with numpy's OpenBLAS, x numpy 168/256 -> 112/512, 2 threads):
+    # 2048^3 0.98 -> 1.03 (three runs: +1..5%), 1024^3 1.06 -> 1.07, 512x768x3072 1.03 -> 1.11,
+    # 128x768x768 1.14 -> 1.19; 1 thread 2048^3 0.98 -> 0.99, 512x3072x768 1.03 -> 1.06, 128x768x768
+    # 1.16 -> 1.09 (K 768 in two KC blocks either way). Half as many KC blocks: the float C tile
+    # read and written half as often, and a BERT / MiniLM depth of 384-512 in one block (MiniLM's
+    # 1344 x 384 x N linears +2..6% against torch's F.linear). The micro-kernel reads B panels of
+    # 64 KiB from L2 at this depth as fast as the 32 KiB ones (KC 384 measured between the two).
+    # conv2d keeps KC 256 (ResNet-50 NHWC batch 8 with KC 384 / 512: -1..3%, its 1x1 layers' K of
+    # 256 already one block).
+    **{("sapphirerapids", "avx512_core", op, "float32"): (112, 512, 3072) for op in ("matmul", "linear")},
+    ("sapphirerapids", "avx512_core", "conv2d", "float32"): (168, 256, 3072),
     # bfloat16 AMX matmul KC 512 -> 2048, MC 160 -> 256 (2026-12-03, same VM, after tune: the rows
     # in alternation in one process, GFLOP/s at 1 / 2 threads): 512^3 1218 / 2260 -> 1240 / 2168,
     # 1024^3 985 / 1776 -> 1069 / 1910, 2048^3 995 / 1925 -> 1131 / 2187. A depth of up to 2048 in
