@@ -112,3 +112,23 @@ def test_errors():
     with pytest.raises(ValueError, match="1e.300"):
         onepath.attention(qkv, 2, scale=1e300)
     assert onepath.attention(qkv[:0], 2).shape == (0, 5, 8)
+
+
+def test_every_key_masked_gives_zero_context(level):
+    """A sequence whose keys are all -inf: a zero context (torch's scaled_dot_product_attention gives
+    zeros there; a softmax over them alone would be NaN); the other sequences as without it."""
+    qkv, mask = _data(3, 11, 2, 8, seed=7)
+    mask[1] = -np.inf
+    for dt in (np.float32, BF16):
+        y = onepath.attention(qkv.astype(dt), 2, mask).astype(np.float32)
+        assert np.array_equal(y[1], np.zeros_like(y[1]))
+        keep = [0, 2]
+        np.testing.assert_allclose(y[keep], reference(qkv.astype(dt).astype(np.float32)[keep], 2, mask[keep]),
+                                   rtol=2e-5 if dt == np.float32 else 2 ** -7, atol=2e-5 if dt == np.float32 else 1e-4)
+    torch = pytest.importorskip("torch")
+    b, s, w = qkv.shape
+    t = torch.from_numpy(qkv).view(b, s, 3, 2, 8).permute(2, 0, 3, 1, 4)
+    o = torch.nn.functional.scaled_dot_product_attention(
+        t[0], t[1], t[2], attn_mask=torch.from_numpy(mask)[:, None, None, :])
+    np.testing.assert_allclose(onepath.attention(qkv, 2, mask),
+                               o.transpose(1, 2).reshape(b, s, w // 3).numpy(), rtol=1e-5, atol=1e-5)

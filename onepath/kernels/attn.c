@@ -101,7 +101,14 @@ static void op_attn_task(void *vctx, int64_t t, int tid)
                 memcpy(&v, row + jb, sizeof v);
                 m = op_v16_sel(v > m, v, m);
             }
-            const op_v16f mx = op_v16_splat(op_attn_max16(m));
+            const float mxs = op_attn_max16(m);
+            if (mxs == -INFINITY) {   /* every key masked with -Inf: zero weights, a zero context row,
+                                         as torch's scaled_dot_product_attention gives (a softmax
+                                         over them alone would be NaN) */
+                memset(row, 0, sizeof(float) * (size_t)s16);
+                continue;
+            }
+            const op_v16f mx = op_v16_splat(mxs);
             op_v16f s0 = zero;
             for (int64_t jb = 0; jb < s16; jb += 16) {
                 op_v16f v;

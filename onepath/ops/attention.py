@@ -26,7 +26,8 @@ def attention(qkv, heads, mask=None, *, scale=None, dtype=None):
         heads: number of heads (an int >= 1 dividing d).
         mask: None, or an additive float32 key mask of shape (batch, seq): mask[b, j] is added to
             every score of key j in sequence b (0 to attend, a large negative value such as -1e9,
-            or -inf, to ignore the key). A row whose keys are all -inf gives NaN, as torch does.
+            or -inf, to ignore the key). A sequence whose keys are all -inf gets a zero context, as
+            torch's ``scaled_dot_product_attention`` gives it (a softmax over them would be NaN).
         scale: the factor of the scores; None: 1 / sqrt(d / heads). 1.0 when q is already scaled.
         dtype: result dtype, float32 or bfloat16; None: qkv's dtype. A bfloat16 result is rounded
             once, to nearest even.
