@@ -125,7 +125,12 @@ def test_every_key_masked_gives_zero_context(level):
         keep = [0, 2]
         np.testing.assert_allclose(y[keep], reference(qkv.astype(dt).astype(np.float32)[keep], 2, mask[keep]),
                                    rtol=2e-5 if dt == np.float32 else 2 ** -7, atol=2e-5 if dt == np.float32 else 1e-4)
+
+
+def test_every_key_masked_matches_torch():
     torch = pytest.importorskip("torch")
+    qkv, mask = _data(3, 11, 2, 8, seed=7)
+    mask[1] = -np.inf
     b, s, w = qkv.shape
     t = torch.from_numpy(qkv).view(b, s, 3, 2, 8).permute(2, 0, 3, 1, 4)
     o = torch.nn.functional.scaled_dot_product_attention(
