@@ -211,13 +211,15 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
     # alternated in one process with numpy's OpenBLAS, x numpy 168/256 -> 112/512, 2 threads):
     # 2048^3 0.97 -> 1.00 and 1.00 -> 1.03 (two runs), 1024^3 1.06 -> 1.07, 512x768x3072 1.03 ->
     # 1.11, 128x768x768 1.14 -> 1.19; 1 thread 2048^3 0.98 -> 0.99 and 1.05 -> 1.04, 512x3072x768
-    # 1.03 -> 1.06, 128x768x768 1.16 -> 1.09 (K 768 in two KC blocks either way). Half as many KC blocks: the float C tile
-    # read and written half as often, and a BERT / MiniLM depth of 384-512 in one block (MiniLM's
-    # 1344 x 384 x N linears +2..6% against torch's F.linear). The micro-kernel reads B panels of
-    # 64 KiB from L2 at this depth as fast as the 32 KiB ones (KC 384 measured between the two).
+    # 1.03 -> 1.06, 128x768x768 1.16 -> 1.09 (K 768 in two KC blocks either way). Half as many KC
+    # blocks: the float C tile read and written half as often, and a BERT / MiniLM depth of 384-512
+    # in one block (MiniLM's 1344 x 384 x N linears +2..6% against torch's F.linear). The
+    # micro-kernel reads B panels of 64 KiB from L2 at this depth as fast as the 32 KiB ones (KC 384
+    # measured between the two).
     # conv2d keeps KC 256 (ResNet-50 NHWC batch 8 with KC 384 / 512: -1..3%, its 1x1 layers' K of
     # 256 already one block).
-    **{("sapphirerapids", "avx512_core", op, "float32"): (112, 512, 3072) for op in ("matmul", "linear")},
+    **{("sapphirerapids", "avx512_core", op, "float32"): (112, 512, 3072)
+       for op in ("matmul", "linear")},
     ("sapphirerapids", "avx512_core", "conv2d", "float32"): (168, 256, 3072),
     # bfloat16 AMX matmul KC 512 -> 2048, MC 160 -> 256 (2026-12-03, same VM, after tune: the rows
     # in alternation in one process, GFLOP/s at 1 / 2 threads): 512^3 1218 / 2260 -> 1240 / 2168,

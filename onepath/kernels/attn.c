@@ -1,10 +1,11 @@
 /* attn.c: multi-head self-attention of packed [q | k | v] token rows (api_attn.h), float32 or
    bfloat16 in and out, float32 inside. One task per (sequence, head) on the pool: K is copied
    transposed (hd x keys, the keys padded to a multiple of 16) and V widened to float32 in the
-   thread's scratch, then for each block of up to OP_ATTN_QB queries: the scores over 16 keys per vector
-   (one chain over hd per score), the mask added, the softmax over the keys (the maximum, exp of the
-   difference with act_f32.c's op_v16_exp, zero below -87 and on the padding lanes, the sum as
-   op_ln_hsum's tree, one reciprocal), then ctx = p V (one chain over the keys per element).
+   thread's scratch, then for each block of up to OP_ATTN_QB queries: the scores over 16 keys per
+   vector (one chain over hd per score), the mask added, the softmax over the keys (the maximum, exp
+   of the difference with act_f32.c's op_v16_exp, zero below -87 and on the padding lanes, the sum
+   as op_ln_hsum's tree, one reciprocal; every key at -Inf: a zero row), then ctx = p V (one chain
+   over the keys per element).
    Written with GCC vector extensions (as norm.c): the build is ISO C (no FMA contraction), so every
    level computes the same bits. Products of this size (a sequence of ~20 tokens, hd 32) lose most
    of their time to packing and per-call set-up in the GEMM driver; here nothing is packed but
