@@ -835,6 +835,7 @@ def test_depthwise_entry_rejects_bf16_output_from_f32_input(level):
 IN_PLACE_A = [
     (2, 48, 7, 7, 40, 1, 1, 1, 0),       # 1x1: 98 rows, 7 panels
     (1, 64, 5, 6, 33, 1, 1, 1, 0),       # 1x1: 30 rows, 2 panels and a tail
+    (1, 300, 4, 7, 40, 1, 1, 1, 0),      # 1x1: K 300 (the far A prefetch at kc > 128)
     (2, 32, 14, 14, 40, 3, 3, 1, 1),     # 3x3 over the pixels of both images
     (1, 16, 28, 28, 33, 3, 3, 2, 1),     # stride 2, C = 16 (kernel-row runs)
     (1, 24, 14, 14, 16, 3, 3, 1, 1),     # C = 24: blocks span two taps, the packing path
@@ -848,6 +849,22 @@ def test_nhwc_a_in_place(level, case, dtype):
     run_case(n, c, h, w, oc, kh, kw, s, p, 1, 1, layout="NHWC", activation="relu", dtype=dtype)
 
 
+@pytest.mark.parametrize("far", [False, True], ids=["near", "far"])
+def test_ukr_a_prefetch_option(level, far):
+    """The in-place A micro-kernel's two prefetch schemes (op_conv_f32_options bit 8192,
+    registry.CONV_F32_OPTIONS "ukr_a_far_prefetch"), whatever this host ships: prefetches only, the
+    same results; NHWC and NCHW 1x1 with K over 128, the NHWC one with a tail panel."""
+    from onepath.kernels import load
+    lib = load(select_conv("1x1_gemm", "float32").level).lib
+    old = lib.op_conv_f32_options(-1)
+    lib.op_conv_f32_options((old | 8192) if far else (old & ~8192))
+    try:
+        for layout in ("NHWC", "NCHW"):
+            run_case(1, 300, 4, 7, 40, 1, 1, 1, 0, 1, 1, layout=layout, activation="relu")
+    finally:
+        lib.op_conv_f32_options(old)
+
+
 @pytest.mark.parametrize("opts", [0, 1, 2, 3], ids=["off", "brg_full_k", "brg_nsplit", "both"])
 def test_nhwc_brg_options(level, opts):
     """The per-uarch options of the float32 convolutions (registry.CONV_F32_OPTIONS,
@@ -859,7 +876,7 @@ def test_nhwc_brg_options(level, opts):
     lib = load(select_conv("implicit_gemm", "float32").level).lib
     old = lib.op_conv_f32_options(opts)
     try:
-        for case in IN_PLACE_A[2:4] + [(1, 32, 14, 14, 80, 3, 3, 1, 1)]:
+        for case in IN_PLACE_A[3:5] + [(1, 32, 14, 14, 80, 3, 3, 1, 1)]:
             n, c, h, w, oc, kh, kw, s, p = case
             run_case(n, c, h, w, oc, kh, kw, s, p, 1, 1, layout="NHWC", activation="relu")
     finally:

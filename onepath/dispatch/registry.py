@@ -586,16 +586,25 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # below 0.85x): batch 1 NCHW 1.19 (2) -> 1.37 (0), NHWC 1.03 (3) -> 1.13 (0); batch 8 NCHW 1.03 (6) ->
 # 1.17 (3), NHWC 0.94 (5) -> 1.00 (1). Dropping "nchw1x1_joint" or the NHWC-form limits on the weak
 # batch-8 layers (res2_branch2b, res4a_branch1, res5_branch2a: 0.72-0.79x) changed them by under 4%.
+# "ukr_a_far_prefetch": the micro-kernel that reads an NHWC 1x1 input (or an NCHW 1x1 weight) in place
+# (conv_f32.c, op_conv_ukr_a_f32), at depth blocks over 128, fetches its own rows two lines ahead into
+# L1 and the panel after next into L2, instead of the whole next panel into L1 (which, beside the
+# 32 KiB B panel, overflowed a 48 KiB L1d). sapphirerapids (the Intel AMX VM, 2026-12-04, paired
+# with torch 2.13, the builds before / after alternated in one process): see that kernel; NCHW
+# batch 8 1x1 layers unchanged (geomean 1.150 -> 1.152x torch). Not measured on Zen 4 (32 KiB L1d,
+# the same 32 KiB B panel): no row there until it is.
 CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     **{(uarch, "avx512_core"): ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows",
                                 "brg_skip_pad", "nchw1x1_direct_b", "nchw1x1_joint", "nchw1x1_a_in_place",
                                 "nchw1x1_n49", "nchw1x1_n49_strided")
        for uarch in ("zen4", "sapphirerapids")},
 }
+CONV_F32_OPTIONS[("sapphirerapids", "avx512_core")] += ("ukr_a_far_prefetch",)
 CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pack": 8,
                   "brg_skip_pad": 16, "brg_wide_rows": 64,
                   "nchw1x1_direct_b": 256, "nchw1x1_joint": 512, "nchw1x1_a_in_place": 1024,
-                  "nchw1x1_n49": 2048, "nchw1x1_n49_strided": 4096}  # the bits of op_conv_f32_options
+                  "nchw1x1_n49": 2048, "nchw1x1_n49_strided": 4096,
+                  "ukr_a_far_prefetch": 8192}  # the bits of op_conv_f32_options
 
 
 # Direct convolution for few input channels (kernels/conv_stem.c, op_conv_stem_options): groups 1,
