@@ -86,6 +86,28 @@ OP_INLINE __m512 op_m512_exp(__m512 x)
     return _mm512_mask_blend_ps(over, _mm512_scalef_ps(p, nf), _mm512_set1_ps(INFINITY));
 }
 
+/* exp(-s) for s in [0, 81] or NaN (exact GELU's erfc below: s = a^2 with a <= 9): op_m512_exp(-s)
+   without its range clamps, never active there, and with the negation folded into the reduction
+   (-s - n ln2 as one VFNMSUB, n = round(s * -log2 e)): the same values, the same bits, 5 fewer
+   instructions of GELU's ~37 per 16 values. sapphirerapids (the Intel AMX VM, 2026-12-04, builds
+   alternated in one process): the bfloat16 1344x384x1536 linear with GELU (MiniLM's ffn_in),
+   2 threads 1620 -> 1576 us, 1 thread 3167 -> 2953 us (torch's linear and gelu: 1314, 2477) */
+OP_INLINE __m512 op_m512_exp_neg(__m512 s)
+{
+    const __m512 nf = _mm512_roundscale_ps(_mm512_mul_ps(s, _mm512_set1_ps(-1.44269504088896341f)),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmsub_ps(nf, _mm512_set1_ps(0.693359375f), s);
+    r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, nf);
+}
+
 OP_INLINE op_v16f op_v16_act(op_v16f xv, int act)
 {
     const __m512 x = (__m512)xv, one = _mm512_set1_ps(1.0f);
@@ -109,7 +131,7 @@ OP_INLINE op_v16f op_v16_act(op_v16f xv, int act)
         p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.421413741f));
         p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.284496736f));
         p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.254829592f));
-        const __m512 e = op_m512_exp(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), a), a));
+        const __m512 e = op_m512_exp_neg(_mm512_mul_ps(a, a));
         const __m512 erfc_a = _mm512_maskz_mul_ps((__mmask16)~tail, _mm512_mul_ps(p, t), e);
         const __mmask16 neg = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ);
         const __m512 f = _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(2.0f), erfc_a), erfc_a);
