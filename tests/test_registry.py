@@ -52,3 +52,20 @@ def test_select_with_an_explicit_cpu_and_level():
     if above:
         with pytest.raises(ValueError, match="generic"):
             select("matmul", "float32", cpu=cpu, level=above[0])
+
+
+def test_prepacked_row_nc():
+    """registry.prepacked_row: a shipped linear row of a (uarch, level, dtype) in PREPACKED_NC runs a
+    prepacked weight with that NC; a tuning file's row, another uarch's row and a row without an
+    entry are kept as they are."""
+    from dataclasses import replace
+    from onepath.dispatch import registry
+    (key, nc), = [(k, v) for k, v in registry.PREPACKED_NC.items()][:1]
+    uarch, level, dtype = key
+    row = next(r for r in registry._LINEAR if r.level == level and r.dtype == dtype)
+    shipped = replace(row, mc=96, kc=1024, nc=384, uarch=uarch, blocking_from="shipped")
+    assert registry.prepacked_row(shipped).nc == nc
+    assert registry.prepacked_row(shipped).mc == 96 and registry.prepacked_row(shipped).kc == 1024
+    for kept in (replace(shipped, blocking_from="tuning file"), replace(shipped, uarch="zen4"),
+                 replace(shipped, blocking_from="cache model", uarch=None)):
+        assert registry.prepacked_row(kept) == kept

@@ -235,6 +235,27 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
     ("sapphirerapids", "avx512_core_amx", "conv2d", "bfloat16"): (160, 2048, 3072),
 }
 
+# NC of a linear whose weight is prepacked (onepath.prepack), per (uarch, level, dtype), where the
+# row's blocking is shipped (a tuning file's row is kept as measured). A raw weight's KC x NC block is
+# packed per call and NC keeps it in L2 (the AMX linear row's 384 above); a prepacked weight is read
+# in place, and a wider NC packs each MC x KC block of A once per NC columns instead of once per 384.
+# sapphirerapids (the Intel AMX VM, 2026-12-04, 2 threads, the two rows alternated in one process
+# with torch 2.13's F.linear, MiniLM's prepacked 1344 x K x N linears, x torch NC 384 -> 3072):
+# 384 x 1152 0.87 -> 0.94, 384 x 384 0.81 -> 0.83, 384 x 1536 with GELU 0.97 -> 1.00, 1536 x 384
+# 0.94 -> 0.94 (geomean 0.89 -> 0.93).
+PREPACKED_NC: dict[tuple[str, str, str], int] = {
+    ("sapphirerapids", "avx512_core_amx", "bfloat16"): 3072,
+}
+
+
+def prepacked_row(row: Kernel) -> Kernel:
+    """``row`` (a "linear" row from ``select``) as a prepacked weight runs it: NC from
+    ``PREPACKED_NC`` when the row's blocking is shipped and the table has one for the row's uarch,
+    level and dtype; ``row`` itself otherwise."""
+    nc = PREPACKED_NC.get((row.uarch, row.level, row.dtype)) if row.blocking_from == "shipped" else None
+    return row if nc is None else replace(row, nc=nc)
+
+
 # Conv algorithm choice per microarchitecture: which NCHW convolutions run in the NHWC formulation
 # (C[pixel][oc]; kernels/conv_f32.c, op_conv_desc.nhwc = 2: the input and output transposed around
 # it, without groups one GEMM over the pixels of all images, and a strided unpadded 1x1 kernel

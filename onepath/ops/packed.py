@@ -63,7 +63,7 @@ class PackedWeight:
         return "bfloat16" if self.dtype == BF16 else "float32"
 
     def _select(self):
-        return registry.select("linear", self._dname)
+        return registry.prepacked_row(registry.select("linear", self._dname))
 
     def _pack(self, row) -> None:
         self._buf, self.nbytes = pack_weight(row.level, self.dtype, self._weight.T)
