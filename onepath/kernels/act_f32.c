@@ -67,14 +67,10 @@ OP_INLINE op_v16f op_v16_exp(op_v16f x)
    vscalefps for the 2^n of exp, where GCC's lowering of the vector-extension selects above costs
    about twice the instructions (measured on Zen 4: the fused GELU epilogue of a bfloat16
    1344x384x1536 linear took 3.1 ms of its 17.8 ms). Same constants, clamps and non-finite rules. */
-OP_INLINE __m512 op_m512_exp(__m512 x)
+/* 2^n p(r) from n and r = x - n ln2_hi (the second part of ln2 subtracted here): exp's polynomial and
+   VSCALEFPS, shared by op_m512_exp and op_m512_exp_neg */
+OP_INLINE __m512 op_m512_exp_reduced(__m512 r, __m512 nf)
 {
-    const __mmask16 over = _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.72283f), _CMP_GT_OQ);
-    /* vminps/vmaxps return their second operand when one is NaN: NaN stays NaN */
-    x = _mm512_max_ps(_mm512_set1_ps(-86.0f), _mm512_min_ps(_mm512_set1_ps(88.0f), x));
-    const __m512 nf = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(0.693359375f), x);
     r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(-2.12194440e-4f), r);
     __m512 p = _mm512_set1_ps(1.0f / 720.0f);
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
@@ -83,7 +79,18 @@ OP_INLINE __m512 op_m512_exp(__m512 x)
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_mask_blend_ps(over, _mm512_scalef_ps(p, nf), _mm512_set1_ps(INFINITY));
+    return _mm512_scalef_ps(p, nf);
+}
+
+OP_INLINE __m512 op_m512_exp(__m512 x)
+{
+    const __mmask16 over = _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.72283f), _CMP_GT_OQ);
+    /* vminps/vmaxps return their second operand when one is NaN: NaN stays NaN */
+    x = _mm512_max_ps(_mm512_set1_ps(-86.0f), _mm512_min_ps(_mm512_set1_ps(88.0f), x));
+    const __m512 nf = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(0.693359375f), x);
+    return _mm512_mask_blend_ps(over, op_m512_exp_reduced(r, nf), _mm512_set1_ps(INFINITY));
 }
 
 /* exp(-s) for s in [0, 81] or NaN (exact GELU's erfc below: s = a^2 with a <= 9): op_m512_exp(-s)
@@ -96,16 +103,7 @@ OP_INLINE __m512 op_m512_exp_neg(__m512 s)
 {
     const __m512 nf = _mm512_roundscale_ps(_mm512_mul_ps(s, _mm512_set1_ps(-1.44269504088896341f)),
                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmsub_ps(nf, _mm512_set1_ps(0.693359375f), s);
-    r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, nf);
+    return op_m512_exp_reduced(_mm512_fnmsub_ps(nf, _mm512_set1_ps(0.693359375f), s), nf);
 }
 
 OP_INLINE op_v16f op_v16_act(op_v16f xv, int act)
