@@ -55,8 +55,8 @@ def test_select_with_an_explicit_cpu_and_level():
 
 
 def test_prepacked_row_nc():
-    """registry.prepacked_row: a shipped linear row of a (uarch, level, dtype) in PREPACKED_NC runs a
-    prepacked weight with that NC; a tuning file's row, another uarch's row and a row without an
+    """registry.prepacked_row: a shipped linear row of a (uarch, level, dtype) in PREPACKED_NC runs
+    a prepacked weight with that NC; a tuning file's row, another uarch's row and a row without an
     entry are kept as they are."""
     from dataclasses import replace
     from onepath.dispatch import registry

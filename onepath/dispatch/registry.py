@@ -236,9 +236,9 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
 }
 
 # NC of a linear whose weight is prepacked (onepath.prepack), per (uarch, level, dtype), where the
-# row's blocking is shipped (a tuning file's row is kept as measured). A raw weight's KC x NC block is
-# packed per call and NC keeps it in L2 (the AMX linear row's 384 above); a prepacked weight is read
-# in place, and a wider NC packs each MC x KC block of A once per NC columns instead of once per 384.
+# row's blocking is shipped (a tuning file's row is kept as measured). A raw weight's KC x NC block
+# is packed per call and NC keeps it in L2 (the AMX linear row's 384 above); a prepacked weight is
+# read in place, and a wider NC packs each MC x KC block of A once per NC columns, not per 384.
 # sapphirerapids (the Intel AMX VM, 2026-12-04, 2 threads, the two rows alternated in one process
 # with torch 2.13's F.linear, MiniLM's prepacked 1344 x K x N linears, x torch NC 384 -> 3072):
 # 384 x 1152 0.87 -> 0.94, 384 x 384 0.81 -> 0.83, 384 x 1536 with GELU 0.97 -> 1.00, 1536 x 384
@@ -252,7 +252,8 @@ def prepacked_row(row: Kernel) -> Kernel:
     """``row`` (a "linear" row from ``select``) as a prepacked weight runs it: NC from
     ``PREPACKED_NC`` when the row's blocking is shipped and the table has one for the row's uarch,
     level and dtype; ``row`` itself otherwise."""
-    nc = PREPACKED_NC.get((row.uarch, row.level, row.dtype)) if row.blocking_from == "shipped" else None
+    shipped = row.blocking_from == "shipped"
+    nc = PREPACKED_NC.get((row.uarch, row.level, row.dtype)) if shipped else None
     return row if nc is None else replace(row, nc=nc)
 
 
@@ -607,13 +608,13 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # below 0.85x): batch 1 NCHW 1.19 (2) -> 1.37 (0), NHWC 1.03 (3) -> 1.13 (0); batch 8 NCHW 1.03 (6) ->
 # 1.17 (3), NHWC 0.94 (5) -> 1.00 (1). Dropping "nchw1x1_joint" or the NHWC-form limits on the weak
 # batch-8 layers (res2_branch2b, res4a_branch1, res5_branch2a: 0.72-0.79x) changed them by under 4%.
-# "ukr_a_far_prefetch": the micro-kernel that reads an NHWC 1x1 input (or an NCHW 1x1 weight) in place
-# (conv_f32.c, op_conv_ukr_a_f32), at depth blocks over 128, fetches its own rows two lines ahead into
-# L1 and the panel after next into L2, instead of the whole next panel into L1 (which, beside the
-# 32 KiB B panel, overflowed a 48 KiB L1d). sapphirerapids (the Intel AMX VM, 2026-12-04, paired
-# with torch 2.13, the builds before / after alternated in one process): see that kernel; NCHW
-# batch 8 1x1 layers unchanged (geomean 1.150 -> 1.152x torch). Not measured on Zen 4 (32 KiB L1d,
-# the same 32 KiB B panel): no row there until it is.
+# "ukr_a_far_prefetch": the micro-kernel that reads an NHWC 1x1 input (or an NCHW 1x1 weight) in
+# place (conv_f32.c, op_conv_ukr_a_f32), at depth blocks over 128, fetches its own rows two lines
+# ahead into L1 and the panel after next into L2, instead of the whole next panel into L1 (which,
+# beside the 32 KiB B panel, overflowed a 48 KiB L1d). sapphirerapids (the Intel AMX VM, 2026-12-04,
+# paired with torch 2.13, the builds before / after alternated in one process): see that kernel;
+# NCHW batch 8 1x1 layers unchanged (geomean 1.150 -> 1.152x torch). Not measured on Zen 4 (32 KiB
+# L1d, the same 32 KiB B panel): no row there until it is.
 CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     **{(uarch, "avx512_core"): ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows",
                                 "brg_skip_pad", "nchw1x1_direct_b", "nchw1x1_joint", "nchw1x1_a_in_place",

@@ -67,8 +67,8 @@ OP_INLINE op_v16f op_v16_exp(op_v16f x)
    vscalefps for the 2^n of exp, where GCC's lowering of the vector-extension selects above costs
    about twice the instructions (measured on Zen 4: the fused GELU epilogue of a bfloat16
    1344x384x1536 linear took 3.1 ms of its 17.8 ms). Same constants, clamps and non-finite rules. */
-/* 2^n p(r) from n and r = x - n ln2_hi (the second part of ln2 subtracted here): exp's polynomial and
-   VSCALEFPS, shared by op_m512_exp and op_m512_exp_neg */
+/* 2^n p(r) from n and r = x - n ln2_hi (the second part of ln2 subtracted here): exp's polynomial
+   and VSCALEFPS, shared by op_m512_exp and op_m512_exp_neg */
 OP_INLINE __m512 op_m512_exp_reduced(__m512 r, __m512 nf)
 {
     r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(-2.12194440e-4f), r);

@@ -223,14 +223,15 @@ static void op_conv_ukr_a_f32(int64_t kc, const void *a_, int64_t lda, const voi
     /* the next 14 rows (the next panel: rows are contiguous in the input) are fetched a line per
        k step, row p % 16 at depth p rounded down to 16 (rows 14, 15 of each 16 steps skip) */
     const float *pf = p0 + OP_F32_MR * lda;
-    /* (full width, kc > OP_CONV_A_NEAR_KC, OP_CONV_A_FAR_PF) the panel after next into L2 instead, and this panel's
-       own rows into L1 two lines ahead: with rows of 256+ floats the next panel (14+ KiB) fetched
-       into L1 beside this one and the 32 KiB B panel overflowed the 48 KiB L1d, its lines evicted
-       before use. sapphirerapids (the Intel AMX VM, 2026-12-04, paired with torch 2.13 in one
-       process, x torch before -> after): one image 28x28 C 256 -> 128, 1 thread (A in L2) 0.95 ->
-       1.00; ResNet-50 NHWC batch 8, 2 threads: res3a_branch2a 0.98 -> 1.02, res4a_branch2a 0.90 ->
-       0.93, the 15 1x1 layers' geomean 1.00 -> 1.02. With kc <= 128 (res2_branch2c's K 64, the
-       next panel 3.5 KiB) the far fetch measured slower: the near one kept. Prefetches only. */
+    /* (full width, kc > OP_CONV_A_NEAR_KC, OP_CONV_A_FAR_PF) the panel after next into L2 instead,
+       and this panel's own rows into L1 two lines ahead: with rows of 256+ floats the next panel
+       (14+ KiB) fetched into L1 beside this one and the 32 KiB B panel overflowed the 48 KiB L1d,
+       its lines evicted before use. sapphirerapids (the Intel AMX VM, 2026-12-04, paired with
+       torch 2.13 in one process, x torch before -> after): one image 28x28 C 256 -> 128, 1 thread
+       (A in L2) 0.95 -> 1.00; ResNet-50 NHWC batch 8, 2 threads: res3a_branch2a 0.98 -> 1.02,
+       res4a_branch2a 0.90 -> 0.93, the 15 1x1 layers' geomean 1.00 -> 1.02. With kc <= 128
+       (res2_branch2c's K 64, the next panel 3.5 KiB) the far fetch measured slower: the near one
+       kept. Prefetches only. */
     const float *pf2 = p0 + 2 * OP_F32_MR * lda;
 #define OP_RA1(i, src) c##i##_0 = _mm512_fmadd_ps(_mm512_set1_ps(src), b0, c##i##_0);
     if (nr <= 16) {   /* a column tail of <= 16 (the NCHW GEMM's 196 = 6 x 32 + 4 pixels): half the FMAs */
@@ -257,7 +258,8 @@ static void op_conv_ukr_a_f32(int64_t kc, const void *a_, int64_t lda, const voi
     if (kc <= OP_CONV_A_NEAR_KC || !(op_conv_f32_opts & OP_CONV_A_FAR_PF)) {
         for (int64_t p = 0; p < kc; p++) {
             __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-            if ((p & 15) < OP_F32_MR) _mm_prefetch((const char *)(pf + (p & 15) * lda + (p & ~(int64_t)15)), _MM_HINT_T0);
+            if ((p & 15) < OP_F32_MR)
+                _mm_prefetch((const char *)(pf + (p & 15) * lda + (p & ~(int64_t)15)), _MM_HINT_T0);
             OP_RSTEP
         }
     } else {
@@ -740,7 +742,8 @@ int op_conv_f32_options(int flags)
     if (flags >= 0)
         op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_DIRECT_B | OP_CONV_NCHW1X1_JOINT | OP_CONV_NCHW1X1_A_INPLACE);
     if (flags >= 0)
-        op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_N49 | OP_CONV_NCHW1X1_N49_STRIDED | OP_CONV_A_FAR_PF);
+        op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_N49 | OP_CONV_NCHW1X1_N49_STRIDED |
+                                     OP_CONV_A_FAR_PF);
     return old;
 }
 
