@@ -399,3 +399,17 @@ def test_golden_check_reports_problems_missing_from_the_file(tmp_path):
     bad = golden.check(str(cut), levels=["generic"], threads=[1])
     assert len(bad) == len(golden.problems()) - 3
     assert all(b["expected"] is None and b["got"] == "missing" for b in bad)
+
+
+def test_prepacked_weight_same_bits_as_raw(level):
+    """Reproducible mode gives a prepacked weight the raw weight's bits (the default mode may sum
+    in another order: onepath.prepack's docstring), bfloat16 with K above a KC block and float32
+    products of 1-4 rows among them."""
+    rng = np.random.default_rng(0)
+    for dt, m, k, n in ((BF16, 13, 300, 16), (np.float32, 1, 1025, 640), (BF16, 3, 64, 96)):
+        x = rng.standard_normal((m, k)).astype(dt)
+        w = rng.standard_normal((n, k)).astype(dt)
+        with onepath.max_isa(level), onepath.reproducible():
+            raw = np.asarray(onepath.linear(x, w, dtype=np.float32))
+            packed = np.asarray(onepath.linear(x, onepath.prepack(w), dtype=np.float32))
+        assert np.array_equal(raw.view(np.uint32), packed.view(np.uint32)), (dt, m, k, n)

@@ -113,5 +113,11 @@ def prepack(weight, *, on_cap_change: str = "repack") -> PackedWeight:
     meaning ``weight.T``) accept. It records the ISA level and blocking it was packed for; when the
     cap changes it is repacked (``on_cap_change="repack"``) or the call raises RuntimeError
     (``"error"``); it is never read with another level's layout.
+
+    Results agree with the raw weight's to the op's rounding, not always to the last bit: a
+    prepacked weight may run another kernel or blocking than the raw one (bfloat16 with
+    in_features above the row's KC below the AMX level, products of 1-4 rows, the prepacked NC
+    of ``registry.PREPACKED_NC``), which sums in another order. Under ``onepath.reproducible()``
+    both give the same bits.
     """
     return PackedWeight(weight, on_cap_change=on_cap_change)
