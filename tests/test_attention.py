@@ -116,8 +116,9 @@ def test_errors():
 
 
 def test_every_key_masked_gives_zero_context(level):
-    """A sequence whose keys are all -inf: a zero context (torch's scaled_dot_product_attention gives
-    zeros there; a softmax over them alone would be NaN); the other sequences as without it."""
+    """A sequence whose keys are all -inf: a zero context (torch's scaled_dot_product_attention
+    gives zeros there; a softmax over them alone would be NaN); the other sequences as without
+    it."""
     qkv, mask = _data(3, 11, 2, 8, seed=7)
     mask[1] = -np.inf
     for dt, rtol, atol in ((np.float32, 2e-5, 2e-5), (BF16, 2 ** -7, 1e-4)):  # bf16: rounded once

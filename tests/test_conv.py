@@ -859,6 +859,7 @@ def test_ukr_a_prefetch_option(level, far):
     old = lib.op_conv_f32_options(-1)
     lib.op_conv_f32_options((old | 8192) if far else (old & ~8192))
     try:
+        assert bool(lib.op_conv_f32_options(-1) & 8192) == far   # the module keeps the bit
         for layout in ("NHWC", "NCHW"):
             run_case(1, 300, 4, 7, 40, 1, 1, 1, 0, 1, 1, layout=layout, activation="relu")
     finally:

@@ -615,13 +615,13 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # paired with torch 2.13, the builds before / after alternated in one process): see that kernel;
 # NCHW batch 8 1x1 layers unchanged (geomean 1.150 -> 1.152x torch). Not measured on Zen 4 (32 KiB
 # L1d, the same 32 KiB B panel): no row there until it is.
+_CONV_F32_SHARED = ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows",
+                    "brg_skip_pad", "nchw1x1_direct_b", "nchw1x1_joint", "nchw1x1_a_in_place",
+                    "nchw1x1_n49", "nchw1x1_n49_strided")
 CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    **{(uarch, "avx512_core"): ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows",
-                                "brg_skip_pad", "nchw1x1_direct_b", "nchw1x1_joint", "nchw1x1_a_in_place",
-                                "nchw1x1_n49", "nchw1x1_n49_strided")
-       for uarch in ("zen4", "sapphirerapids")},
+    ("zen4", "avx512_core"): _CONV_F32_SHARED,
+    ("sapphirerapids", "avx512_core"): _CONV_F32_SHARED + ("ukr_a_far_prefetch",),
 }
-CONV_F32_OPTIONS[("sapphirerapids", "avx512_core")] += ("ukr_a_far_prefetch",)
 CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pack": 8,
                   "brg_skip_pad": 16, "brg_wide_rows": 64,
                   "nchw1x1_direct_b": 256, "nchw1x1_joint": 512, "nchw1x1_a_in_place": 1024,

@@ -103,9 +103,9 @@ static void op_attn_task(void *vctx, int64_t t, int tid)
                 m = op_v16_sel(v > m, v, m);
             }
             const float mxs = op_attn_max16(m);
-            if (mxs == -INFINITY) {   /* every key masked with -Inf: zero weights, a zero context row,
-                                         as torch's scaled_dot_product_attention gives (a softmax
-                                         over them alone would be NaN) */
+            /* every key masked with -Inf: zero weights, a zero context row, as torch's
+               scaled_dot_product_attention gives (a softmax over them alone would be NaN) */
+            if (mxs == -INFINITY) {
                 memset(row, 0, sizeof(float) * (size_t)s16);
                 continue;
             }

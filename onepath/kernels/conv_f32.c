@@ -194,7 +194,7 @@ static void op_conv_pack_b_nchw_bf16(const op_gemm_args *g, int64_t bi, int64_t 
    micro-kernel's A prefetch with kc > OP_CONV_A_NEAR_KC as described in it */
 #define OP_CONV_A_FAR_PF 8192
 #define OP_CONV_A_NEAR_KC 128
-static int op_conv_f32_opts;   /* (op_conv_f32_options, below) */
+static int op_conv_f32_opts = 0;   /* the option bits (op_conv_f32_options, below) */
 #if defined(OP_HAS_AVX512)
 static void op_conv_ukr_a_f32(int64_t kc, const void *a_, int64_t lda, const void *b_, float *c,
                               int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
@@ -730,7 +730,6 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
 #define OP_CONV_NCHW1X1_N49 2048   /* 49 output pixels: own kernel (op_conv2d_nchw1x1_n49_f32, below) */
 #define OP_CONV_NCHW1X1_N49_STRIDED 4096   /* with 2048: strided, planes of 98, 147, 196 pixels too */
 #define OP_N49_MAXP 196
-static int op_conv_f32_opts = 0;
 
 int op_conv_f32_options(int flags)
 {

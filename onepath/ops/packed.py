@@ -63,9 +63,10 @@ class PackedWeight:
         return "bfloat16" if self.dtype == BF16 else "float32"
 
     def _select(self):
-        return registry.prepacked_row(registry.select("linear", self._dname))
+        return registry.select("linear", self._dname)
 
     def _pack(self, row) -> None:
+        row = registry.prepacked_row(row)   # (once per pack, not per call)
         self._buf, self.nbytes = pack_weight(row.level, self.dtype, self._weight.T)
         self.level = row.level
         self.blocking = (row.mc, row.kc, row.nc)
