@@ -457,6 +457,60 @@ def _amx_builds():
     return builds
 
 
+def _placed(x, off):
+    """A copy of x whose data starts ``off`` bytes after a 64-byte boundary."""
+    raw = np.empty(x.nbytes + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + off
+    y = raw[start:start + x.nbytes].view(x.dtype).reshape(x.shape)
+    y[...] = x
+    return y
+
+
+@pytest.mark.parametrize("build", _amx_builds())
+@pytest.mark.parametrize("c_dtype", [F32, BF16])
+def test_amx_a_in_place_packed_as_read(build, c_dtype):
+    """The AMX GEMM reads A's full 32-row panels in place (rows 64-byte aligned, at most
+    OP_GEMM_A_DIRECT_PANELS B panels per block), or in place on the block's first pass over B while
+    storing them packed for the other passes (op_ukr_amx_a_pack), or packs them first (K not a
+    multiple of 32 in the KC block, a column-strided A); the tail panel is always packed. Every way
+    gives the same bits: A at 0, 16 and 2 bytes off a 64-byte boundary and column-major, N of one,
+    two, eight and many 32-column panels, M with a tail panel, K over several KC blocks (the last
+    one padded), a batch; on the real tiles also with a blocking of several row and column blocks."""
+    from onepath.dispatch import REGISTRY, tuning
+    from onepath.ops import _small
+    shapes = [(100, 40, 64), (70, 300, 96), (64, 64, 128), (96, 33, 2100), (45, 520, 2048),
+              (33, 256, 64), (130, 270, 320)]
+    blockings = [None] if build == "amx_emu" else [None, (64, 128, 96)]
+    rng = np.random.default_rng(23)
+    for m, n, k in shapes:
+        a, b = _rand_bf16(rng, (m, k)), _rand_bf16(rng, (k, n))
+        forms = [_placed(a, 0), _placed(a, 16), _placed(a, 2), np.asfortranarray(a)]
+        for blk in blockings:
+            over = (tuning.override({(r.level, r.op, r.dtype): blk for r in REGISTRY}) if blk
+                    else contextlib.nullcontext())
+            got = []
+            with over:
+                for x in forms:
+                    if build == "amx_emu":
+                        got.append(_emu(x, b, c_dtype))
+                    else:
+                        with onepath.max_isa(build), _small.off():
+                            got.append(onepath.matmul(x, b, dtype=c_dtype))
+            (_assert_f32 if c_dtype == F32 else _assert_bf16)(got[0], a, b)
+            for y, x in zip(got[1:], forms[1:]):
+                assert np.array_equal(y.view(np.uint16), got[0].view(np.uint16)), \
+                    f"{build} ({m}, {k}) @ ({k}, {n}) blocking {blk}: A at {x.ctypes.data % 64} " \
+                    f"bytes off 64 (C order {x.flags.c_contiguous}) differs from the aligned A"
+    a, b = _rand_bf16(rng, (2, 70, 64)), _rand_bf16(rng, (64, 200))
+    for off in (0, 16):
+        x = _placed(a, off)
+        y = _emu(x, b, c_dtype) if build == "amx_emu" else None
+        if y is None:
+            with onepath.max_isa(build), _small.off():
+                y = onepath.matmul(x, b, dtype=c_dtype)
+        (_assert_f32 if c_dtype == F32 else _assert_bf16)(y, a, b)
+
+
 @pytest.mark.parametrize("build", _amx_builds())
 @pytest.mark.parametrize("cut", [140, 49, 80])
 def test_amx_row_bits_do_not_depend_on_its_tile(build, cut):

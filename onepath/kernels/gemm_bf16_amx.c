@@ -89,8 +89,10 @@ typedef struct {
 } op_amx_aview;
 
 /* The full-tile K loop: tiles 0-3 (the 32 x 32 C block as 2 x 2 tiles of 16 x 16) += A (tiles 4,
-   5: two 16-row halves) times B (tiles 6, 7: two 16-column halves), over nkb blocks of 32 depth. */
-OP_INLINE void op_amx_kloop_2x2(const uint16_t *A, op_amx_aview av, const uint16_t *B, int64_t nkb)
+   5: two 16-row halves) times B (tiles 6, 7: two 16-column halves), over nkb blocks of 32 depth.
+   ap (non-NULL): the A tiles are also stored there, packed as op_pack_a_amx packs them. */
+OP_INLINE void op_amx_kloop_2x2(const uint16_t *A, op_amx_aview av, const uint16_t *B, int64_t nkb,
+                                uint16_t *ap)
 {
     for (int64_t kb = 0; kb < nkb; kb++) {
         const uint16_t *ab = A + kb * av.kstep, *bb = B + kb * 1024;
@@ -102,11 +104,16 @@ OP_INLINE void op_amx_kloop_2x2(const uint16_t *A, op_amx_aview av, const uint16
         _tile_dpbf16ps(1, 4, 7);
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
+        if (ap) {
+            _tile_stored(4, ap + kb * OP_AMX_MR * 32, 64);
+            _tile_stored(5, ap + kb * OP_AMX_MR * 32 + 16 * 32, 64);
+        }
     }
 }
 
 OP_INLINE void op_ukr_amx_body(int64_t kcp, const uint16_t *A, op_amx_aview av, const void *b, float *c,
-                               int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
+                               int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi,
+                               uint16_t *ap)
 {
     op_amx_ensure_cfg();
     const uint16_t *B = (const uint16_t *)b;
@@ -122,7 +129,7 @@ OP_INLINE void op_ukr_amx_body(int64_t kcp, const uint16_t *A, op_amx_aview av, 
         } else {
             _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
         }
-        op_amx_kloop_2x2(A, av, B, nkb);
+        op_amx_kloop_2x2(A, av, B, nkb, ap);
         _tile_stored(0, c, ldc); _tile_stored(1, c + 16, ldc);
         _tile_stored(2, c + 16 * rsc, ldc); _tile_stored(3, c + 16 * rsc + 16, ldc);
         if (epi) op_bf16_tile_out(c, rsc, 32, 32, c, rsc, 1, 0, epi);
@@ -151,7 +158,7 @@ OP_INLINE void op_ukr_amx_body(int64_t kcp, const uint16_t *A, op_amx_aview av, 
 #define OP_AMX_START(tile, off) do { if (acc) _tile_loadd(tile, t + (off), 128); else _tile_zero(tile); } while (0)
     if (two_m && two_n) {
         OP_AMX_START(0, 0); OP_AMX_START(1, 16); OP_AMX_START(2, 16 * 32); OP_AMX_START(3, 16 * 32 + 16);
-        op_amx_kloop_2x2(A, av, B, nkb);
+        op_amx_kloop_2x2(A, av, B, nkb, ap);
         _tile_stored(0, t, 128);
         _tile_stored(1, t + 16, 128);
         _tile_stored(2, t + 16 * 32, 128);
@@ -188,7 +195,7 @@ static void op_ukr_amx(int64_t kcp, const void *a, const void *b, int64_t ldb, f
 {
     (void)ldb;
     const op_amx_aview av = {64, OP_AMX_MR * 32, 16 * 32};
-    op_ukr_amx_body(kcp, (const uint16_t *)a, av, b, c, rsc, csc, mr, nr, acc, epi);
+    op_ukr_amx_body(kcp, (const uint16_t *)a, av, b, c, rsc, csc, mr, nr, acc, epi, NULL);
 }
 
 /* A read in place (op_gemm_ops.ukr_a): a = &A[i][p0], full 32-row panels, kcp == kc. */
@@ -196,7 +203,16 @@ static void op_ukr_amx_a(int64_t kcp, const void *a, int64_t lda, const void *b,
                          int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
 {
     const op_amx_aview av = {lda * 2, 32, 16 * lda};
-    op_ukr_amx_body(kcp, (const uint16_t *)a, av, b, c, rsc, csc, mr, nr, acc, epi);
+    op_ukr_amx_body(kcp, (const uint16_t *)a, av, b, c, rsc, csc, mr, nr, acc, epi, NULL);
+}
+
+/* op_gemm_ops.ukr_a_pack: op_ukr_amx_a that also leaves the 32-row panel it reads at ap, packed as
+   op_pack_a_amx packs it (the driver calls it with mr = nr = 32: the 2 x 2 loop, which stores). */
+static void op_ukr_amx_a_pack(int64_t kcp, const void *a, int64_t lda, void *ap, const void *b, float *c,
+                              int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
+{
+    const op_amx_aview av = {lda * 2, 32, 16 * lda};
+    op_ukr_amx_body(kcp, (const uint16_t *)a, av, b, c, rsc, csc, mr, nr, acc, epi, (uint16_t *)ap);
 }
 
 #if defined(OP_LEVEL_AVX512_CORE_AMX)
@@ -223,4 +239,5 @@ static const op_gemm_ops op_bf16_amx_ops = {
     op_ukr_amx_a,
     0, NULL,
     1,   /* split_at_mr: a tile of fewer rows costs a full one */
+    0, op_ukr_amx_a_pack,   /* b_next_l2, ukr_a_pack */
 };

@@ -144,6 +144,12 @@ typedef void (*op_ukr_a_fn)(int64_t kcp, const void *a, int64_t lda, const void 
                             int64_t rsc, int64_t csc, int mr, int nr, int accumulate,
                             const op_epilogue *epi);
 
+/* An op_ukr_a_fn that also stores the A it reads at dst, in pack_a's layout for one full mr-row
+   micro-panel (op_gemm_ops.ukr_a_pack) */
+typedef void (*op_ukr_ap_fn)(int64_t kcp, const void *a, int64_t lda, void *dst, const void *b, float *c,
+                             int64_t rsc, int64_t csc, int mr, int nr, int accumulate,
+                             const op_epilogue *epi);
+
 /* A micro-kernel writing the finished tile (acc 0, epilogue applied) straight to a row-contiguous
    bfloat16 C (rows rsc16 apart), rounded once as op_tile_to_bf16 rounds (op_gemm_ops.ukr16). */
 typedef void (*op_ukr16_fn)(int64_t kcp, const void *a, const void *b, int64_t ldb, uint16_t *c16,
@@ -189,6 +195,8 @@ typedef struct op_gemm_ops {
     int split_at_mr;   /* 1: threads split M at mr multiples (see the top of this file) */
     int b_next_l2;     /* 1: while the micro-kernel passes over one B micro-panel, the driver fetches
                           the next one into L2, a slice per call (see op_gemm_block) */
+    op_ukr_ap_fn ukr_a_pack;   /* optional, with ukr_a: reads A in place on a block's first pass
+                                  over its B panels and leaves it packed for the others */
 } op_gemm_ops;
 
 /* ---------------------------------------------------------------- f32 micro-kernels */
@@ -800,6 +808,9 @@ typedef struct {
    row block) that take the next panel's prefetch. Zen 4 (EPYC VM, 2026-12-02, bf16 1 thread, row-
    major B, K = N = 4096, alternated in one process): m = 28 (2 calls) 0.96-1.0x without it. */
 #define OP_GEMM_NEXT_PANEL_MIN_CALLS 4
+/* Aligned A rows read in place by a kernel with ukr_a_pack while a block passes at most this many
+   B panels (see op_gemm_block) */
+#define OP_GEMM_A_DIRECT_PANELS 8
 
 /* Micro-panel jr (columns jc + jr .. jc + jr + nr - 1, depth from pc) of the B block the driver is
    at: its address and the ldb its micro-kernel call takes. Prepacked: in the prepacked panels;
@@ -841,7 +852,18 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
     /* A read in place (ukr_a) for the full mr-row panels of a block, its tail panel packed. Rows not
        64-byte aligned cost split loads on every pass over the block's B panels: then only when at
        most two B panels pass (packing costs about a read and a write of A; measured on AMX with
-       ResNet-50 NHWC 1x1 layers: N = 64 gains, N >= 128 loses) */
+       ResNet-50 NHWC 1x1 layers: N = 64 gains, N >= 128 loses).
+       With ukr_a_pack (the AMX kernel), the block's first pass over B (jr == 0) reads A in place
+       and stores it packed as it goes; the other passes read the packed copy. A tile load of rows
+       lda apart (strided, and split across lines when not 64-byte aligned) is slower than one of
+       a packed panel (rows 64 bytes apart) when repeated from L2 for every B panel, while the
+       separate pack pass waits on A's first read from memory with no tile work to overlap.
+       sapphirerapids, 2026-12-04, 2 threads, bf16, builds alternated in one process with torch
+       2.13 (x torch): ResNet-50 NHWC batch 8 res3a_branch2a (A rows 48 bytes off a line)
+       0.66 -> 0.76, res4a_branch2a 0.84 -> 0.89, res2_branch2a (N 64, in place before) 0.64 ->
+       0.74; 1 thread, 2048 x 256 x 2048 with a 64-byte aligned A (in place before) 500 -> 894
+       GFLOP/s. Aligned rows stay in place up to OP_GEMM_A_DIRECT_PANELS B panels (res3a_branch2a,
+       N 128: 1590 in place against 1480 packed as read). */
     const int a_aligned = ((uintptr_t)Ad % 64 == 0) && ((g->rsa * (int64_t)o->a_elem) % 64 == 0);
     const int a_anyalign = o->ukr_a_bcast;
     const int a_inplace = o->ukr_a && g->csa == 1;
@@ -871,8 +893,14 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                 o->pack_b(g, bi, pc, kc, kcp, jc + nfull, nc - nfull, bbuf);
             for (int64_t ic = m0; ic < m1; ic += x->mc) {
                 const int64_t mc = op_min64(x->mc, m1 - ic);
-                const int64_t afull = a_inplace && kcp == kc && (a_aligned || a_anyalign || nc <= 2 * NR) ? mc / MR * MR : 0;
-                if (afull < mc) o->pack_a(g, bi, ic + afull, mc - afull, pc, kc, kcp, abuf);
+                const int a_direct = a_inplace && kcp == kc &&
+                    (a_anyalign || (o->ukr_a_pack ? a_aligned && nc <= OP_GEMM_A_DIRECT_PANELS * NR
+                                                  : a_aligned || nc <= 2 * NR));
+                const int a_fused = !a_direct && a_inplace && o->ukr_a_pack && kcp == kc && nc > NR;
+                const int64_t afull = (a_direct || a_fused) ? mc / MR * MR : 0;
+                if (afull < mc)   /* the tail panel (all panels without ukr_a) packed */
+                    o->pack_a(g, bi, ic + afull, mc - afull, pc, kc, kcp,
+                              a_fused ? abuf + (size_t)(afull * kcp) * o->a_elem : abuf);
                 for (int64_t jr = 0; jr < nc; jr += NR) {
                     const int nr = (int)op_min64(NR, nc - jr);
                     int64_t ldb;
@@ -910,8 +938,12 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                             if (te.bias) te.bias += (te.bias_axis == 0 ? i : j) * te.bias_stride;
                             tep = &te;
                         }
-                        if (to16 && ir >= afull) {
-                            o->ukr16(kcp, abuf + (size_t)((ir - afull) * kcp) * o->a_elem, bp, ldb,
+                        /* fresh: A in place, packed as read; packed: A from abuf (ap) */
+                        const int fresh = a_fused && jr == 0 && ir < afull;
+                        const int packed = a_fused ? !fresh : ir >= afull;
+                        char *ap = abuf + (size_t)((a_fused ? ir : ir - afull) * kcp) * o->a_elem;
+                        if (to16 && packed) {
+                            o->ukr16(kcp, ap, bp, ldb,
                                      C16 + i * g->rsc16 + j, g->rsc16, mr, nr, tep);
                             continue;
                         }
@@ -943,11 +975,13 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                                 __builtin_prefetch(cn + r * rsc + 31, 0, 2);
                             }
                         }
-                        if (ir < afull)
-                            o->ukr_a(kcp, Ad + (i * g->rsa + pc) * (int64_t)o->a_elem, g->rsa, bp, ct, crs,
-                                     ccs, mr, nr, !first, tep);
+                        const char *ain = Ad + (i * g->rsa + pc) * (int64_t)o->a_elem;
+                        if (fresh)
+                            o->ukr_a_pack(kcp, ain, g->rsa, ap, bp, ct, crs, ccs, mr, nr, !first, tep);
+                        else if (!packed)
+                            o->ukr_a(kcp, ain, g->rsa, bp, ct, crs, ccs, mr, nr, !first, tep);
                         else
-                            o->ukr(kcp, abuf + (size_t)((ir - afull) * kcp) * o->a_elem, bp, ldb, ct, crs,
+                            o->ukr(kcp, ap, bp, ldb, ct, crs,
                                    ccs, mr, nr, !first, tep);
                         if (C16 && last)
                             op_tile_to_bf16(ct, crs, ccs, mr, nr, C16 + i * g->rsc16 + j * g->csc16,
