@@ -971,14 +971,7 @@ static void op_sm_out(const op_sm_ctx *x, int64_t bi, int64_t j, int mr, int nr,
         return;
     }
     if (epi) op_bf16_tile_out(t, 32, mr, nr, t, 32, 1, 0, epi);
-    uint16_t *c = (uint16_t *)x->c + off;
-    for (int i = 0; i < mr; i++) {
-        if (x->csc == 1) {
-            op_cvt_f32_to_bf16_run(nr, t + i * 32, c + i * x->rsc);
-        } else {
-            for (int jj = 0; jj < nr; jj++) c[i * x->rsc + jj * x->csc] = op_f32_to_bf16_1(t[i * 32 + jj]);
-        }
-    }
+    op_tile_to_bf16(t, 32, 1, mr, nr, (uint16_t *)x->c + off, x->rsc, x->csc);
 }
 
 /* even-column lanes e (column 2q in lane q) and odd o (2q + 1) -> columns 0..15 and 16..31 */
