@@ -475,7 +475,8 @@ def test_amx_a_in_place_packed_as_read(build, c_dtype):
     multiple of 32 in the KC block, a column-strided A); the tail panel is always packed. Every way
     gives the same bits: A at 0, 16 and 2 bytes off a 64-byte boundary and column-major, N of one,
     two, eight and many 32-column panels, M with a tail panel, K over several KC blocks (the last
-    one padded), a batch; on the real tiles also with a blocking of several row and column blocks."""
+    one padded), a batch; on the real tiles also with a blocking of several row and column
+    blocks."""
     from onepath.dispatch import REGISTRY, tuning
     from onepath.ops import _small
     shapes = [(100, 40, 64), (70, 300, 96), (64, 64, 128), (96, 33, 2100), (45, 520, 2048),

@@ -112,8 +112,8 @@ OP_INLINE void op_amx_kloop_2x2(const uint16_t *A, op_amx_aview av, const uint16
 }
 
 OP_INLINE void op_ukr_amx_body(int64_t kcp, const uint16_t *A, op_amx_aview av, const void *b, float *c,
-                               int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi,
-                               uint16_t *ap)
+                               int64_t rsc, int64_t csc, int mr, int nr, int acc,
+                               const op_epilogue *epi, uint16_t *ap)
 {
     op_amx_ensure_cfg();
     const uint16_t *B = (const uint16_t *)b;
@@ -208,8 +208,9 @@ static void op_ukr_amx_a(int64_t kcp, const void *a, int64_t lda, const void *b,
 
 /* op_gemm_ops.ukr_a_pack: op_ukr_amx_a that also leaves the 32-row panel it reads at ap, packed as
    op_pack_a_amx packs it (the driver calls it with mr = nr = 32: the 2 x 2 loop, which stores). */
-static void op_ukr_amx_a_pack(int64_t kcp, const void *a, int64_t lda, void *ap, const void *b, float *c,
-                              int64_t rsc, int64_t csc, int mr, int nr, int acc, const op_epilogue *epi)
+static void op_ukr_amx_a_pack(int64_t kcp, const void *a, int64_t lda, void *ap, const void *b,
+                              float *c, int64_t rsc, int64_t csc, int mr, int nr, int acc,
+                              const op_epilogue *epi)
 {
     const op_amx_aview av = {lda * 2, 32, 16 * lda};
     op_ukr_amx_body(kcp, (const uint16_t *)a, av, b, c, rsc, csc, mr, nr, acc, epi, (uint16_t *)ap);

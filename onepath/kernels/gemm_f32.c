@@ -106,7 +106,9 @@ static void op_tile_to_bf16(const float *t, int64_t rst, int64_t cst, int mr, in
         for (int i = 0; i < mr; i++) {
             const float *tr = t + i * rst;
             const __m512 x0 = _mm512_loadu_ps(tr), x1 = _mm512_loadu_ps(tr + 16);
-            if (OP_LIKELY((_mm512_fpclass_ps_mask(x0, 0xA1) | _mm512_fpclass_ps_mask(x1, 0xA1)) == 0))
+            const __mmask16 special =
+                _mm512_fpclass_ps_mask(x0, 0xA1) | _mm512_fpclass_ps_mask(x1, 0xA1);
+            if (OP_LIKELY(special == 0))
                 _mm512_storeu_si512((void *)(c + i * rsc), (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
             else
                 op_cvt_f32_to_bf16_run(32, tr, c + i * rsc);
@@ -163,8 +165,8 @@ typedef void (*op_ukr_a_fn)(int64_t kcp, const void *a, int64_t lda, const void 
 
 /* An op_ukr_a_fn that also stores the A it reads at dst, in pack_a's layout for one full mr-row
    micro-panel (op_gemm_ops.ukr_a_pack) */
-typedef void (*op_ukr_ap_fn)(int64_t kcp, const void *a, int64_t lda, void *dst, const void *b, float *c,
-                             int64_t rsc, int64_t csc, int mr, int nr, int accumulate,
+typedef void (*op_ukr_ap_fn)(int64_t kcp, const void *a, int64_t lda, void *dst, const void *b,
+                             float *c, int64_t rsc, int64_t csc, int mr, int nr, int accumulate,
                              const op_epilogue *epi);
 
 /* A micro-kernel writing the finished tile (acc 0, epilogue applied) straight to a row-contiguous
@@ -994,7 +996,8 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                         }
                         const char *ain = Ad + (i * g->rsa + pc) * (int64_t)o->a_elem;
                         if (fresh)
-                            o->ukr_a_pack(kcp, ain, g->rsa, ap, bp, ct, crs, ccs, mr, nr, !first, tep);
+                            o->ukr_a_pack(kcp, ain, g->rsa, ap, bp, ct, crs, ccs, mr, nr, !first,
+                                          tep);
                         else if (!packed)
                             o->ukr_a(kcp, ain, g->rsa, bp, ct, crs, ccs, mr, nr, !first, tep);
                         else
