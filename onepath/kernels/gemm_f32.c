@@ -31,6 +31,8 @@
                                 threads split M into equal row counts
          int b_next_l2;         1: the driver prefetches the next B micro-panel into L2 (no other
                                 change)
+         op_ukr_ap_fn ukr_a_pack; optional ukr_a that also stores the panel it reads, packed: a
+                                block's first pass over B reads A in place, the others the copy
      } op_gemm_ops;
 
    Packed layouts the driver assumes (it only does pointer arithmetic with them):
