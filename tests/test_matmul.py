@@ -434,6 +434,22 @@ def test_verbose_line(caplog, verbose_on):
     assert row.level in line and "8x9:9x10" in line and "threads=" in line and line.endswith("ms")
 
 
+
+def test_verbose_line_bf16_numpy_fallback(caplog, verbose_on):
+    """A bfloat16 call the kernels leave to numpy (an ``out=`` of another dtype than the result's)
+    logs its numpy.matmul line, as float64 calls do (found by the fresh-user review: no line)."""
+    import logging
+    from onepath.dtypes import BF16
+    a = rand(6, 5).astype(BF16)
+    for args, kw in [((a, a.T), {"out": np.empty((6, 6), np.float32)}),
+                     ((a, a.T), {"out": np.empty((6, 6), np.float64)})]:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="onepath"):
+            r = onepath.matmul(*args, **kw)
+        assert np.array_equal(r, np.matmul(*args, **kw))
+        assert any(",numpy,numpy.matmul,6x5:5x6," in x.getMessage() for x in caplog.records), \
+            [x.getMessage() for x in caplog.records]
+
 # ---- the dot-product path (gemv_f32.c): thin products with both operands contiguous along K ----
 
 @pytest.mark.parametrize("k", [16, 17, 47, 300])

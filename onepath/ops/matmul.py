@@ -285,7 +285,7 @@ def matmul_bf16(a: np.ndarray, b: np.ndarray, out, dtype):
         if r is not None:
             return r
     if rd is None or a.ndim == 0 or b.ndim == 0 or (out is not None and out.dtype != rd):
-        return np.matmul(a, b, out=out, dtype=dtype)
+        return numpy_matmul(a, b, out, dtype)
     if not (a.dtype == BF16 and b.dtype == BF16):
         # bf16 x f32 -> f32: the bfloat16 operand widened exactly, the float32 GEMM
         a32 = to_float32(a) if a.dtype == BF16 else a
@@ -300,10 +300,10 @@ def matmul_bf16(a: np.ndarray, b: np.ndarray, out, dtype):
         return out
     shapes = core_shapes(a, b)
     if shapes is None:
-        return np.matmul(a, b, out=out, dtype=dtype)  # numpy raises its own error
+        return numpy_matmul(a, b, out, dtype)  # numpy raises its own error
     a2, b2, batch, shape, result = shapes
     if out is not None and out.shape != result:
-        return np.matmul(a, b, out=out, dtype=dtype)
+        return numpy_matmul(a, b, out, dtype)
     res = np.empty(result, rd) if out is None else out
     scalar = out is None and not result  # 0-d: numpy's (ml_dtypes') scalar
     c = core_view(res, a.ndim, b.ndim)
