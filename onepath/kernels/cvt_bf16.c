@@ -37,25 +37,25 @@ OP_INLINE __m512i op_cvt16_int(__m512i u)
 }
 #endif
 
+#if defined(OP_HAS_AVX512) && defined(__AVX512BF16__)
+/* 1 when a lane of x0 or x1 is NaN or subnormal (VFPCLASSPS classes 0x01 QNaN, 0x20 subnormal,
+   0x80 SNaN): those lanes take the integer path (op_cvt16_int, ml_dtypes' results), since
+   VCVTNE2PS2BF16 flushes subnormals; zeros, Inf and the rest round alike by the instruction. */
+OP_INLINE int op_bf16_special32(__m512 x0, __m512 x1)
+{
+    return (_mm512_fpclass_ps_mask(x0, 0xA1) | _mm512_fpclass_ps_mask(x1, 0xA1)) != 0;
+}
+#endif
+
 static void op_cvt_f32_to_bf16_run(int64_t n, const float *src, uint16_t *dst)
 {
     int64_t i = 0;
 #if defined(OP_HAS_AVX512)
 #if defined(__AVX512BF16__)
-    const __m512i expm = _mm512_set1_epi32(0x7F800000);
     for (; i + 32 <= n; i += 32) {
         const __m512i u0 = _mm512_loadu_si512((const void *)(src + i));
         const __m512i u1 = _mm512_loadu_si512((const void *)(src + i + 16));
-        /* lanes needing the integer path: exponent all ones with a mantissa (NaN), or exponent 0
-           with a mantissa (subnormal); zeros and Inf are handled by the instruction */
-        const __m512i e0 = _mm512_and_si512(u0, expm), e1 = _mm512_and_si512(u1, expm);
-        const __m512i m0 = _mm512_and_si512(u0, _mm512_set1_epi32(0x007FFFFF));
-        const __m512i m1 = _mm512_and_si512(u1, _mm512_set1_epi32(0x007FFFFF));
-        const __mmask16 f0 = _mm512_test_epi32_mask(m0, m0) &
-            (_mm512_cmpeq_epi32_mask(e0, expm) | _mm512_cmpeq_epi32_mask(e0, _mm512_setzero_si512()));
-        const __mmask16 f1 = _mm512_test_epi32_mask(m1, m1) &
-            (_mm512_cmpeq_epi32_mask(e1, expm) | _mm512_cmpeq_epi32_mask(e1, _mm512_setzero_si512()));
-        if (OP_LIKELY((f0 | f1) == 0)) {
+        if (OP_LIKELY(!op_bf16_special32(_mm512_castsi512_ps(u0), _mm512_castsi512_ps(u1)))) {
             const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_castsi512_ps(u1), _mm512_castsi512_ps(u0));
             _mm512_storeu_si512((void *)(dst + i), (__m512i)h);
         } else {

@@ -331,8 +331,7 @@ OP_INLINE void op_dp_row16(const op_epi512 *e, uint16_t *cr, int i, __m512 x0, _
         x0 = _mm512_max_ps(_mm512_setzero_ps(), x0);
         x1 = _mm512_max_ps(_mm512_setzero_ps(), x1);
     }
-    /* classes: 0x01 QNaN, 0x20 subnormal, 0x80 SNaN */
-    if (OP_LIKELY((_mm512_fpclass_ps_mask(x0, 0xA1) | _mm512_fpclass_ps_mask(x1, 0xA1)) == 0)) {
+    if (OP_LIKELY(!op_bf16_special32(x0, x1))) {
         const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);
         if (e->full)
             _mm512_storeu_si512((void *)cr, h);
