@@ -52,7 +52,7 @@ def cpus(monkeypatch):
 # at every level (every row a tuning file can choose must compute the right answer).
 _BLOCKING_MODULES = ("test_matmul", "test_linear", "test_bf16", "test_conv", "test_conv_nchw1x1",
                      "test_conv_nchw1x1_joint_bf16", "test_conv_as_nhwc_image_bf16",
-                     "test_conv_brg_nsplit_small_bf16")
+                     "test_conv_as_nhwc_image_f32", "test_conv_brg_nsplit_small_bf16")
 # (MC, KC, NC) as a tuning file could give them: odd, smaller than the tests' shapes (several blocks
 # per dimension with a partial last one) and not multiples of any MR / NR / k_align (the registry
 # rounds MC and NC up as the driver does; float32 KC stays odd).

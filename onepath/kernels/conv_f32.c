@@ -729,6 +729,16 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
 #define OP_CONV_NCHW1X1_A_INPLACE 1024
 #define OP_CONV_NCHW1X1_N49 2048   /* 49 output pixels: own kernel (op_conv2d_nchw1x1_n49_f32, below) */
 #define OP_CONV_NCHW1X1_N49_STRIDED 4096   /* with 2048: strided, planes of 98, 147, 196 pixels too */
+/* OP_CONV_AS_NHWC_IMAGE (bit 16384, "as_nhwc_image"): an NCHW k x k convolution routed through the
+   NHWC formulation (desc.nhwc == 2) with a batch of at least the threads (and 2), whose one-image
+   working set (its NHWC copy, NHWC output and the weight, float32) is at most OP_CONV_IMG_L2 bytes,
+   runs image by image: each thread transposes an image in, runs the NHWC k x k kernel
+   (op_conv2d_nhwc_brg_f32) on it alone and transposes its output back, so the image's NHWC copy
+   and output stay in that core's L2 between the steps instead of two batch-sized tensors passing
+   through memory (the float32 form of conv_bf16.c's OP_CONV_BF16_AS_NHWC_IMAGE). Every output sums
+   all of K in the same order: the same bits as the whole-batch route. */
+#define OP_CONV_AS_NHWC_IMAGE 16384
+#define OP_CONV_IMG_L2 (2048 * 1024)
 #define OP_N49_MAXP 196
 
 int op_conv_f32_options(int flags)
@@ -742,7 +752,7 @@ int op_conv_f32_options(int flags)
         op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_DIRECT_B | OP_CONV_NCHW1X1_JOINT | OP_CONV_NCHW1X1_A_INPLACE);
     if (flags >= 0)
         op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_N49 | OP_CONV_NCHW1X1_N49_STRIDED |
-                                     OP_CONV_A_FAR_PF);
+                                     OP_CONV_A_FAR_PF | OP_CONV_AS_NHWC_IMAGE);
     return old;
 }
 
@@ -1643,6 +1653,79 @@ static void *op_conv_as_nhwc_input(const op_conv_desc *d, const void *x, size_t 
     return xt;
 }
 
+#if defined(OP_HAS_AVX512)
+/* OP_CONV_AS_NHWC_IMAGE: whether the NCHW problem d (nhwc = 2) on nthreads runs image by image. */
+static int op_conv_img_fits(const op_conv_desc *d, int x_bf16, int nthreads)
+{
+    const int64_t T = nthreads < 1 ? 1 : nthreads;
+    if (!(op_conv_f32_opts & OP_CONV_AS_NHWC_IMAGE) || d->nhwc != 2 || x_bf16 || d->groups != 1 ||
+        d->kh * d->kw < 2 || d->n < op_max64(2, T))
+        return 0;
+    const double ws = 4.0 * ((double)d->c * (double)(d->h * d->w) +
+                             (double)d->oc * (double)(d->oh * d->ow) +
+                             (double)d->c * (double)(d->kh * d->kw) * (double)d->oc);
+    return ws <= (double)OP_CONV_IMG_L2;
+}
+
+typedef struct {
+    const op_conv_desc *d;
+    const float *x, *w, *bias;
+    float *y;
+    int act;
+    const op_blocking *blk;
+    float *buf;        /* per thread, bstep floats: an image's NHWC copy, then its NHWC output */
+    int64_t bstep;
+    _Atomic int err;   /* 1: an image did not fit the NHWC kernel, < 0: its error */
+} op_conv_img_ctx;
+
+/* one task = one image, on the calling thread alone: transposed to NHWC, the NHWC k x k kernel into
+   an NHWC scratch, transposed back into y */
+static void op_conv_img_task(void *ctx, int64_t n, int tid)
+{
+    op_conv_img_ctx *c = (op_conv_img_ctx *)ctx;
+    if (atomic_load(&c->err)) return;
+    const op_conv_desc *d = c->d;
+    op_conv_desc d1 = *d;
+    d1.n = 1;
+    d1.nhwc = 1;
+    const int64_t hw = d->h * d->w, ohw = d->oh * d->ow;
+    float *xt = c->buf + (size_t)tid * (size_t)c->bstep, *yt = xt + op_roundup64(hw * d->c, 16);
+    op_conv_transpose(c->x + n * d->c * hw, xt, 1, d->c, hw, sizeof(float), 1);
+    const int r = op_conv2d_nhwc_brg_f32(&d1, xt, 0, c->w, c->bias, yt, c->act, c->blk, 1);
+    if (r > 0) op_conv_transpose(yt, c->y + n * d->oc * ohw, 1, ohw, d->oc, sizeof(float), 1);
+    else atomic_store(&c->err, r == 0 ? 1 : r);
+}
+
+/* OP_CONV_AS_NHWC_IMAGE: the NCHW problem d (op_conv_img_fits) image by image, whole images per
+   thread; the images left after a whole number per thread (fewer than the threads) through the
+   whole-batch route. Returns the threads used, 0 when an image does not fit the NHWC kernel (the
+   caller's whole-batch route rewrites y), or a negative error. */
+static int op_conv2d_f32_images(const op_conv_desc *d, const float *x, const float *w,
+                                const float *bias, float *y, int act, const op_blocking *blk,
+                                int nthreads)
+{
+    const int64_t T = nthreads < 1 ? 1 : nthreads, n0 = d->n / T * T;
+    const int64_t bstep = op_roundup64(d->h * d->w * d->c, 16) +
+                          op_roundup64(d->oh * d->ow * d->oc, 16);
+    float *buf = (float *)op_conv_scratch_alloc(sizeof(float) * (size_t)(T * bstep));
+    if (!buf) return -1;
+    op_conv_img_ctx c = {d, x, w, bias, y, act, blk, buf, bstep, 0};
+    int used = op_parallel_for((int)T, n0, op_conv_img_task, &c);
+    op_conv_scratch_free(buf);
+    const int e = atomic_load(&c.err);
+    if (e) return e > 0 ? 0 : e;
+    if (n0 < d->n) {   /* fewer images than threads left: all threads on them together */
+        op_conv_desc d1 = *d;
+        d1.n = d->n - n0;
+        const int64_t xs = d->c * d->h * d->w, ys = d->oc * d->oh * d->ow;
+        const int r = op_conv2d_f32(&d1, x + n0 * xs, 0, w, bias, y + n0 * ys, act, blk, nthreads);
+        if (r <= 0) return r;
+        if (r > used) used = r;
+    }
+    return used;
+}
+#endif
+
 /* ---------------------------------------------------------------- NCHW 1x1 over all images' pixels
 
    OP_CONV_NCHW1X1_JOINT (above). Column j of the GEMM is pixel j % P of image j / P (P = OH*OW);
@@ -2088,6 +2171,12 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
         op_conv_scratch_free(xs);
         return r;
     }
+#if defined(OP_HAS_AVX512)
+    if (op_conv_img_fits(d, x_bf16, nthreads)) {   /* image by image (OP_CONV_AS_NHWC_IMAGE) */
+        const int ri = op_conv2d_f32_images(d, (const float *)x, w, bias, y, act, blk, nthreads);
+        if (ri != 0) return ri;
+    }
+#endif
     if (d->nhwc == 2) {   /* NCHW through the NHWC formulation (above) */
         op_conv_desc dn;
         void *xt = op_conv_as_nhwc_input(d, x, x_bf16 ? 2 : 4, nthreads, &dn);
