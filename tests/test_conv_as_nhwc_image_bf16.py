@@ -31,8 +31,9 @@ CASES = [
 
 
 @pytest.fixture
-def as_nhwc(monkeypatch):
-    """Every level of this host's uarch takes the NHWC formulation for NCHW k x k convolutions."""
+def as_nhwc(monkeypatch, nan_filled_outputs):
+    """Every level of this host's uarch takes the NHWC formulation for NCHW k x k convolutions (the
+    results allocated NaN-filled: conftest's nan_filled_outputs)."""
     table = {(probe().uarch, lv): {"kxk": 1 << 30} for lv in LEVELS}
     monkeypatch.setattr(registry, "CONV_NCHW_AS_NHWC", table)
     _conv._PLANS.clear()

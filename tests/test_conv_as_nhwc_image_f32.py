@@ -28,20 +28,11 @@ CASES = [
 
 
 @pytest.fixture
-def as_nhwc(monkeypatch):
-    """Every level of this host's uarch takes the NHWC formulation for NCHW k x k convolutions, and
-    the results are allocated filled with NaN (np.empty would often hand back the block of the
-    previous call's equal result, hiding an output the route never wrote)."""
+def as_nhwc(monkeypatch, nan_filled_outputs):
+    """Every level of this host's uarch takes the NHWC formulation for NCHW k x k convolutions (the
+    results allocated NaN-filled: conftest's nan_filled_outputs)."""
     table = {(probe().uarch, lv): {"kxk": 1 << 30} for lv in LEVELS}
     monkeypatch.setattr(registry, "CONV_NCHW_AS_NHWC", table)
-    empty = np.empty
-
-    def poisoned(*args, **kwargs):
-        a = empty(*args, **kwargs)
-        if a.dtype.kind == "f":
-            a.fill(np.nan)
-        return a
-    monkeypatch.setattr(_conv.np, "empty", poisoned)
     _conv._PLANS.clear()
     yield
     _conv._PLANS.clear()
