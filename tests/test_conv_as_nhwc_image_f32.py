@@ -17,13 +17,14 @@ from test_conv import run_case
 
 IMAGE = registry.CONV_F32_FLAGS["as_nhwc_image"]
 
-# (n, c, h, w, oc, kh, kw, stride, padding)
+# (n, c, h, w, oc, kh, kw, stride, padding); the route takes planes of at least 784 output pixels
 CASES = [
-    (3, 32, 14, 14, 16, 3, 3, 1, 1),    # 2 threads: one image each, the third on both (whole-batch route)
-    (4, 16, 9, 14, 40, 3, 3, 2, 1),     # stride 2, an output-channel tail
-    (2, 16, 7, 21, 32, 3, 3, 1, 1),     # OW 21: 7-pixel rows (the kernel's "brg_ow7")
-    (2, 8, 9, 9, 24, 3, 3, 1, 1),       # OW 9: the NHWC kernel does not take it: the whole-batch route
-    (2, 256, 8, 8, 256, 3, 3, 1, 1),    # weight (2.4 MiB) beyond the L2 budget: the whole-batch route
+    (3, 32, 28, 28, 16, 3, 3, 1, 1),    # 2 threads: one image each, the third on both (whole-batch route)
+    (4, 16, 56, 56, 40, 3, 3, 2, 1),    # stride 2, an output-channel tail
+    (2, 16, 42, 21, 32, 3, 3, 1, 1),    # OW 21: 7-pixel rows (the kernel's "brg_ow7")
+    (2, 8, 90, 9, 24, 3, 3, 1, 1),      # OW 9: the NHWC kernel does not take it: the whole-batch route
+    (2, 96, 78, 78, 8, 3, 3, 1, 1),     # one image's working set (2.6 MiB) over the budget: whole batch
+    (2, 32, 14, 14, 48, 3, 3, 1, 1),    # 196 output pixels: under the minimum, whole batch
 ]
 
 
@@ -70,8 +71,8 @@ def test_as_nhwc_image_same_bits(level, as_nhwc, pool_threads, n):
     "as_nhwc_image" (and at 1 and 2 threads: whole images per thread, the leftover on all), NaN and
     Inf inputs included."""
     rng = np.random.default_rng(7)
-    x = rng.standard_normal((n, 32, 14, 14)).astype(np.float32)
-    x[0, 3, 4, 5], x[1, 0, 0, 7], x[n - 1, 31, 13, 13] = np.nan, np.inf, -np.inf
+    x = rng.standard_normal((n, 32, 28, 28)).astype(np.float32)
+    x[0, 3, 4, 5], x[1, 0, 0, 7], x[n - 1, 31, 27, 27] = np.nan, np.inf, -np.inf
     wt = rng.standard_normal((48, 32, 3, 3)).astype(np.float32)
     b = rng.standard_normal(48).astype(np.float32)
 

@@ -616,18 +616,21 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # NCHW batch 8 1x1 layers unchanged (geomean 1.150 -> 1.152x torch). Not measured on Zen 4 (32 KiB
 # L1d, the same 32 KiB B panel): no row there until it is.
 # "as_nhwc_image": an NCHW k x k convolution that CONV_NCHW_AS_NHWC routes through the NHWC
-# formulation, at a batch of at least the threads (and 2), whose one-image working set (its NHWC
-# copy and output and the weight, float32) is at most 2 MiB (kernels/conv_f32.c, OP_CONV_IMG_L2:
-# ResNet-50's res2_branch2b 1.75 MiB, res3_branch2b 1.39 MiB; res3a_branch2b and the 14 x 14 and 7 x
-# 7 layers are larger), runs image by image: each thread transposes an image in, runs the NHWC
-# kernel on it alone and transposes it back, the image's NHWC tensors staying in its L2 (perf
-# before: the two batch-sized transposes through memory were 15% of res2_branch2b at batch 8). The
-# same bits. sapphirerapids (the Intel AMX VM, 2 MiB L2, 2026-12-04, batch 8, paired with torch
-# 2.13, the bit off / on alternated in one process, median of 7, x torch): 2 threads res2_branch2b
-# 0.84 -> 0.97, 0.77 -> 0.92, 0.81 -> 0.91, 0.79 -> 0.91, res3_branch2b 0.98 -> 1.05, 0.94 -> 1.08,
-# 0.99 -> 1.03; 1 thread res2_branch2b 0.75 -> 0.96, 0.81 -> 0.95, 0.80 -> 0.90, res3_branch2b 0.87
-# -> 1.04, 0.98 -> 1.03. The other layers take other routes (unchanged). Not measured on Zen 4 (1
-# MiB L2: res2_branch2b's image does not fit it): no row.
+# formulation, at a batch of at least the threads (and 2), with at least 784 output pixels per image
+# (OP_CONV_IMG_MIN_PIXELS: the NHWC kernel packs the weight once per image here; batch 8 3x3 layers
+# on 7 x 7 outputs with C 96-256 ran 0.77-0.85x the whole-batch route, found by the fresh-user
+# review), whose one-image working set (its NHWC copy and output and the weight, float32) is at most
+# 2 MiB (kernels/conv_f32.c, OP_CONV_IMG_L2: ResNet-50's res2_branch2b 1.75 MiB, res3_branch2b 1.39
+# MiB; res3a_branch2b and the 14 x 14 and 7 x 7 layers are larger), runs image by image: each thread
+# transposes an image in, runs the NHWC kernel on it alone and transposes it back, the image's NHWC
+# tensors staying in its L2 (perf before: the two batch-sized transposes through memory were 15% of
+# res2_branch2b at batch 8). The same bits. sapphirerapids (the Intel AMX VM, 2 MiB L2, 2026-12-04,
+# batch 8, paired with torch 2.13, the bit off / on alternated in one process, median of 7, x
+# torch): 2 threads res2_branch2b 0.84 -> 0.97, 0.77 -> 0.92, 0.81 -> 0.91, 0.79 -> 0.91,
+# res3_branch2b 0.98 -> 1.05, 0.94 -> 1.08, 0.99 -> 1.03; 1 thread res2_branch2b 0.75 -> 0.96, 0.81
+# -> 0.95, 0.80 -> 0.90, res3_branch2b 0.87 -> 1.04, 0.98 -> 1.03. The other layers take other
+# routes (unchanged). Not measured on Zen 4 (1 MiB L2: res2_branch2b's image does not fit it): no
+# row.
 _CONV_F32_SHARED = ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows",
                     "brg_skip_pad", "nchw1x1_direct_b", "nchw1x1_joint", "nchw1x1_a_in_place",
                     "nchw1x1_n49", "nchw1x1_n49_strided")

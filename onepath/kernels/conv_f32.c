@@ -730,15 +730,19 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
 #define OP_CONV_NCHW1X1_N49 2048   /* 49 output pixels: own kernel (op_conv2d_nchw1x1_n49_f32, below) */
 #define OP_CONV_NCHW1X1_N49_STRIDED 4096   /* with 2048: strided, planes of 98, 147, 196 pixels too */
 /* OP_CONV_AS_NHWC_IMAGE (bit 16384, "as_nhwc_image"): an NCHW k x k convolution routed through the
-   NHWC formulation (desc.nhwc == 2) with a batch of at least the threads (and 2), whose one-image
-   working set (its NHWC copy, NHWC output and the weight, float32) is at most OP_CONV_IMG_L2 bytes,
-   runs image by image: each thread transposes an image in, runs the NHWC k x k kernel
+   NHWC formulation (desc.nhwc == 2) with a batch of at least the threads (and 2), at least
+   OP_CONV_IMG_MIN_PIXELS output pixels per image, and a one-image working set (its NHWC copy, NHWC
+   output and the weight, float32) of at most OP_CONV_IMG_L2 bytes, runs image by image: each thread transposes an image in, runs the NHWC k x k kernel
    (op_conv2d_nhwc_brg_f32) on it alone and transposes its output back, so the image's NHWC copy
    and output stay in that core's L2 between the steps instead of two batch-sized tensors passing
    through memory (the float32 form of conv_bf16.c's OP_CONV_BF16_AS_NHWC_IMAGE). Every output sums
    all of K in the same order: the same bits as the whole-batch route. */
 #define OP_CONV_AS_NHWC_IMAGE 16384
 #define OP_CONV_IMG_L2 (2048 * 1024)
+/* Output pixels per image at least: the NHWC kernel packs the weight (and its padding-skip table)
+   once per call, here once per image; on small planes that costs more than the L2 saves (the Intel
+   AMX VM, 2026-12-04, batch 8, 3x3 on 7 x 7 outputs, C 96-256: 0.77-0.85x the whole-batch route). */
+#define OP_CONV_IMG_MIN_PIXELS 784
 #define OP_N49_MAXP 196
 
 int op_conv_f32_options(int flags)
@@ -1659,7 +1663,7 @@ static int op_conv_img_fits(const op_conv_desc *d, int x_bf16, int nthreads)
 {
     const int64_t T = nthreads < 1 ? 1 : nthreads;
     if (!(op_conv_f32_opts & OP_CONV_AS_NHWC_IMAGE) || d->nhwc != 2 || x_bf16 || d->groups != 1 ||
-        d->kh * d->kw < 2 || d->n < op_max64(2, T))
+        d->kh * d->kw < 2 || d->n < op_max64(2, T) || d->oh * d->ow < OP_CONV_IMG_MIN_PIXELS)
         return 0;
     const double ws = 4.0 * ((double)d->c * (double)(d->h * d->w) +
                              (double)d->oc * (double)(d->oh * d->ow) +
