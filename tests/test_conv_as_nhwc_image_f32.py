@@ -19,11 +19,11 @@ IMAGE = registry.CONV_F32_FLAGS["as_nhwc_image"]
 
 # (n, c, h, w, oc, kh, kw, stride, padding); the route takes planes of at least 784 output pixels
 CASES = [
-    (3, 32, 28, 28, 16, 3, 3, 1, 1),    # 2 threads: one image each, the third on both (whole-batch route)
+    (3, 32, 28, 28, 16, 3, 3, 1, 1),    # 2 threads: an image each, the third on both (whole batch)
     (4, 16, 56, 56, 40, 3, 3, 2, 1),    # stride 2, an output-channel tail
     (2, 16, 42, 21, 32, 3, 3, 1, 1),    # OW 21: 7-pixel rows (the kernel's "brg_ow7")
-    (2, 8, 90, 9, 24, 3, 3, 1, 1),      # OW 9: the NHWC kernel does not take it: the whole-batch route
-    (2, 96, 78, 78, 8, 3, 3, 1, 1),     # one image's working set (2.6 MiB) over the budget: whole batch
+    (2, 8, 90, 9, 24, 3, 3, 1, 1),      # OW 9: the NHWC kernel does not take it: whole batch
+    (2, 96, 78, 78, 8, 3, 3, 1, 1),     # an image's working set 2.6 MiB, over budget: whole batch
     (2, 32, 14, 14, 48, 3, 3, 1, 1),    # 196 output pixels: under the minimum, whole batch
 ]
 
@@ -62,7 +62,8 @@ def _with_bit(on: bool, fn):
 @pytest.mark.parametrize("on", [False, True], ids=["whole", "image"])
 def test_as_nhwc_image_every_level(level, as_nhwc, pool_threads, case, on):
     n, c, h, w, oc, kh, kw, s, p = case
-    _with_bit(on, lambda: run_case(n, c, h, w, oc, kh, kw, s, p, 1, 1, bias=True, activation="relu"))
+    _with_bit(on, lambda: run_case(n, c, h, w, oc, kh, kw, s, p, 1, 1, bias=True,
+                                   activation="relu"))
 
 
 @pytest.mark.parametrize("n", [2, 3, 5])
@@ -84,6 +85,7 @@ def test_as_nhwc_image_same_bits(level, as_nhwc, pool_threads, n):
 
 
 def test_as_nhwc_image_rule_is_per_uarch():
-    """The Intel AMX class's float32 level has the option (measured there); zen4 (1 MiB L2) does not."""
+    """The Intel AMX class's float32 level has the option (measured there); zen4 (1 MiB L2) does
+    not."""
     assert registry.conv_f32_flags("avx512_core", uarch="sapphirerapids") & IMAGE
     assert not registry.conv_f32_flags("avx512_core", uarch="zen4") & IMAGE

@@ -732,16 +732,18 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
 /* OP_CONV_AS_NHWC_IMAGE (bit 16384, "as_nhwc_image"): an NCHW k x k convolution routed through the
    NHWC formulation (desc.nhwc == 2) with a batch of at least the threads (and 2), at least
    OP_CONV_IMG_MIN_PIXELS output pixels per image, and a one-image working set (its NHWC copy, NHWC
-   output and the weight, float32) of at most OP_CONV_IMG_L2 bytes, runs image by image: each thread transposes an image in, runs the NHWC k x k kernel
-   (op_conv2d_nhwc_brg_f32) on it alone and transposes its output back, so the image's NHWC copy
-   and output stay in that core's L2 between the steps instead of two batch-sized tensors passing
-   through memory (the float32 form of conv_bf16.c's OP_CONV_BF16_AS_NHWC_IMAGE). Every output sums
-   all of K in the same order: the same bits as the whole-batch route. */
+   output and the weight, float32) of at most OP_CONV_IMG_L2 bytes, runs image by image: each
+   thread transposes an image in, runs the NHWC k x k kernel (op_conv2d_nhwc_brg_f32) on it alone
+   and transposes its output back, so the image's NHWC copy and output stay in that core's L2
+   between the steps instead of two batch-sized tensors passing through memory (the float32 form of
+   conv_bf16.c's OP_CONV_BF16_AS_NHWC_IMAGE). Every output sums all of K in the same order: the
+   same bits as the whole-batch route. */
 #define OP_CONV_AS_NHWC_IMAGE 16384
 #define OP_CONV_IMG_L2 (2048 * 1024)
 /* Output pixels per image at least: the NHWC kernel packs the weight (and its padding-skip table)
-   once per call, here once per image; on small planes that costs more than the L2 saves (the Intel
-   AMX VM, 2026-12-04, batch 8, 3x3 on 7 x 7 outputs, C 96-256: 0.77-0.85x the whole-batch route). */
+   once per call, here once per image; on small planes that costs more than the L2 saves (the
+   Intel AMX VM, 2026-12-04, batch 8, 3x3 on 7 x 7 outputs, C 96-256: 0.77-0.85x the whole-batch
+   route). */
 #define OP_CONV_IMG_MIN_PIXELS 784
 #define OP_N49_MAXP 196
 
