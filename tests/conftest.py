@@ -106,6 +106,20 @@ def nan_filled_outputs(monkeypatch):
     monkeypatch.setattr(np, "empty", filled)
 
 
+@pytest.fixture
+def kxk_as_nhwc(monkeypatch, nan_filled_outputs):
+    """Every level of this host's uarch takes the NHWC formulation for NCHW k x k convolutions
+    (registry.CONV_NCHW_AS_NHWC), the results allocated NaN-filled (nan_filled_outputs)."""
+    from onepath.dispatch import LEVELS, registry
+    from onepath.dispatch.cpu import probe
+    from onepath.ops import conv as _conv
+    table = {(probe().uarch, lv): {"kxk": 1 << 30} for lv in LEVELS}
+    monkeypatch.setattr(registry, "CONV_NCHW_AS_NHWC", table)
+    _conv._PLANS.clear()
+    yield
+    _conv._PLANS.clear()
+
+
 @pytest.fixture(params=[1, 2], ids=["1t", "2t"])
 def pool_threads(request):
     """Each test at 1 and 2 threads (onepath.set_num_threads), the previous count restored after."""

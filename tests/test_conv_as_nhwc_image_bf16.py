@@ -10,8 +10,7 @@ import pytest
 from ml_dtypes import bfloat16
 
 import onepath
-from onepath.dispatch import LEVELS, registry
-from onepath.dispatch.cpu import probe
+from onepath.dispatch import registry
 from onepath.ops import conv as _conv
 
 from bf16_options import assert_same_bits, bf16_options, shipped_bf16_options
@@ -30,20 +29,9 @@ CASES = [
 ]
 
 
-@pytest.fixture
-def as_nhwc(monkeypatch, nan_filled_outputs):
-    """Every level of this host's uarch takes the NHWC formulation for NCHW k x k convolutions (the
-    results allocated NaN-filled: conftest's nan_filled_outputs)."""
-    table = {(probe().uarch, lv): {"kxk": 1 << 30} for lv in LEVELS}
-    monkeypatch.setattr(registry, "CONV_NCHW_AS_NHWC", table)
-    _conv._PLANS.clear()
-    yield
-    _conv._PLANS.clear()
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:8])))
 @pytest.mark.parametrize("route", list(ROUTES))
-def test_as_nhwc_image_every_level(level, as_nhwc, pool_threads, case, route):
+def test_as_nhwc_image_every_level(level, kxk_as_nhwc, pool_threads, case, route):
     n, c, h, w, oc, kh, kw, s, p = case
     base = shipped_bf16_options() & ~(IMAGE | L2)
     with bf16_options(base | ROUTES[route]):
@@ -52,7 +40,7 @@ def test_as_nhwc_image_every_level(level, as_nhwc, pool_threads, case, route):
 
 
 @pytest.mark.parametrize("oc", [16, 64])
-def test_as_nhwc_image_same_bits(as_nhwc, pool_threads, oc):
+def test_as_nhwc_image_same_bits(kxk_as_nhwc, pool_threads, oc):
     """Each output sums all of K in registers in the same order either way: bit for bit equal with
     and without "as_nhwc_image" (and "as_nhwc_image_l2": oc 64 is a weight larger than an image, which
     only it runs image by image), float32 and bfloat16 results, NaN and Inf inputs included."""

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 import onepath
-from onepath.dispatch import LEVELS, registry
-from onepath.dispatch.cpu import probe
+from onepath.dispatch import registry
 from onepath.kernels import load
 from onepath.ops import conv as _conv
 
@@ -26,17 +25,6 @@ CASES = [
     (2, 96, 78, 78, 8, 3, 3, 1, 1),     # an image's working set 2.6 MiB, over budget: whole batch
     (2, 32, 14, 14, 48, 3, 3, 1, 1),    # 196 output pixels: under the minimum, whole batch
 ]
-
-
-@pytest.fixture
-def as_nhwc(monkeypatch, nan_filled_outputs):
-    """Every level of this host's uarch takes the NHWC formulation for NCHW k x k convolutions (the
-    results allocated NaN-filled: conftest's nan_filled_outputs)."""
-    table = {(probe().uarch, lv): {"kxk": 1 << 30} for lv in LEVELS}
-    monkeypatch.setattr(registry, "CONV_NCHW_AS_NHWC", table)
-    _conv._PLANS.clear()
-    yield
-    _conv._PLANS.clear()
 
 
 def _libs():
@@ -60,14 +48,14 @@ def _with_bit(on: bool, fn):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:8])))
 @pytest.mark.parametrize("on", [False, True], ids=["whole", "image"])
-def test_as_nhwc_image_every_level(level, as_nhwc, pool_threads, case, on):
+def test_as_nhwc_image_every_level(level, kxk_as_nhwc, pool_threads, case, on):
     n, c, h, w, oc, kh, kw, s, p = case
     _with_bit(on, lambda: run_case(n, c, h, w, oc, kh, kw, s, p, 1, 1, bias=True,
                                    activation="relu"))
 
 
 @pytest.mark.parametrize("n", [2, 3, 5])
-def test_as_nhwc_image_same_bits(level, as_nhwc, pool_threads, n):
+def test_as_nhwc_image_same_bits(level, kxk_as_nhwc, pool_threads, n):
     """Each output sums all of K in the same order either way: bit for bit equal with and without
     "as_nhwc_image" (and at 1 and 2 threads: whole images per thread, the leftover on all), NaN and
     Inf inputs included."""
