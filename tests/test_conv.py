@@ -485,6 +485,24 @@ def test_depthwise_nhwc_3x3(level, case, dtype):
     run_case(n, c, h, w, c, 3, 3, s, p, dl, c, dtype=dtype, layout="NHWC", activation="gelu", seed=4)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("dtype", [np.float32, bfloat16])
+def test_depthwise_nhwc_row_runs_over_threads(level, threads, dtype, nan_filled_outputs):
+    """NHWC depthwise tasks are runs of consecutive output rows (n * OH rows, 4 runs per thread):
+    every row written once when the rows do not divide into runs, with fewer rows than runs, across
+    images and with stride 2 (outputs start NaN-filled, so a row left unwritten fails)."""
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(threads)
+    try:
+        run_case(3, 40, 7, 60, 40, 3, 3, 1, 1, 1, 40, layout="NHWC", dtype=dtype)  # 21 rows
+        run_case(2, 24, 13, 50, 24, 3, 3, 2, 1, 1, 24, layout="NHWC", dtype=dtype,  # 14 rows
+                 activation="relu", seed=1)
+        run_case(1, 96, 3, 200, 96, 3, 3, 1, 1, 1, 96, layout="NHWC", dtype=dtype)  # 3 rows
+        run_case(2, 20, 9, 70, 20, 5, 5, 1, 2, 1, 20, layout="NHWC", dtype=dtype)  # 5x5 (row path)
+    finally:
+        onepath.set_num_threads(old)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("act", [None, "relu", "gelu"])
 def test_depthwise_small_planes_many_channels(level, threads, act):
