@@ -160,6 +160,14 @@ def test_linear_every_activation(client, level, act, dt):
         assert np.all(np.abs(got - ref).reshape(-1, 33) <= 2 * tol + 2e-6)
 
 
+def test_linear_zero_in_features(client):
+    """in_features 0: the bias broadcast (each block's reshape to 2-D must not use -1)."""
+    x = da.from_array(np.zeros((4, 3, 0), np.float32), chunks=(2, 3, 0))
+    b = np.arange(5, dtype=np.float32)
+    got = client.compute(odask.linear(x, np.zeros((5, 0), np.float32), b)).result()
+    assert got.shape == (4, 3, 5) and np.array_equal(got, np.broadcast_to(b, (4, 3, 5)))
+
+
 @pytest.mark.parametrize("rows", [40, 64])
 def test_linear_bf16_row_blocks_bit_identical(client, level, rows):
     """A raw bfloat16 weight: the whole problem of 40 rows takes the dot-product passes where the
@@ -173,11 +181,24 @@ def test_linear_bf16_row_blocks_bit_identical(client, level, rows):
     _assert_same(got, onepath.linear(x, w, dtype=np.float32))
 
 
-def test_linear_weight_one_key_packed_once_per_worker(client):
-    rng = np.random.default_rng(4)
+def test_linear_small_problem_reads_the_weight_raw(client, level):
+    """A whole problem the small kernel takes (400 x 48 x 64) runs its nt form on the raw weight
+    in memory (a prepacked one runs the nn form): its blocks, padded or not, read it raw and give
+    the same bits."""
+    rng = np.random.default_rng(5)
     x = _rand(rng, (400, 64), F32)
     w = _rand(rng, (48, 64), F32)
-    y = odask.linear(da.from_array(x, chunks=(25, 64)), w)  # 16 blocks on 2 workers
+    b = rng.standard_normal(48).astype(np.float32)
+    for chunks in ((25, 64), ((7, 393), 64)):
+        got = client.compute(odask.linear(da.from_array(x, chunks=chunks), w, b, activation="relu"))
+        _assert_same(got.result(), onepath.linear(x, w, b, activation="relu"))
+
+
+def test_linear_weight_one_key_packed_once_per_worker(client):
+    rng = np.random.default_rng(4)
+    x = _rand(rng, (400, 256), F32)  # (M N K above the small kernel's limits: those read it raw)
+    w = _rand(rng, (200, 256), F32)
+    y = odask.linear(da.from_array(x, chunks=(25, 256)), w)  # 16 blocks on 2 workers
     (opt,) = dask.optimize(y)
     keys = [k for k in dict(opt.__dask_graph__()) if "onepath-weight" in str(k)]
     assert len(keys) == 1, keys  # one key, however many blocks read it: fetched once per worker
@@ -193,9 +214,9 @@ def test_linear_weight_one_key_packed_once_per_worker(client):
     assert sum(after[k] - before[k] for k in after) >= 1
     _assert_same(got, onepath.linear(x, w))
     with pytest.raises(ValueError, match="features"):
-        odask.linear(da.from_array(x, chunks=(25, 64)), w[:, :60])
+        odask.linear(da.from_array(x, chunks=(25, 256)), w[:, :60])
     with pytest.raises(TypeError, match="PackedWeight"):
-        odask.linear(da.from_array(x, chunks=(25, 64)), onepath.prepack(w))
+        odask.linear(da.from_array(x, chunks=(25, 256)), onepath.prepack(w))
     wd = client.persist(da.from_array(w, chunks=(16, 32)))  # a dask weight kept on the cluster
     _assert_same(client.compute(odask.linear(da.from_array(x, chunks=(100, 64)), wd)).result(),
                  onepath.linear(x, w))

@@ -207,6 +207,38 @@ def test_linear_numpy_paths_exact(dt):
                     onepath.linear(x, w, bias, activation=act)
 
 
+@pytest.mark.parametrize("shape", [(1, 5, 3), (3, 17, 9), (8, 64, 40), (11, 40, 70)])
+def test_small_linear_prepacked_transposed_copy(level, shape):
+    """A small float32 linear on a PackedWeight runs the small kernel's nn form on the weight's
+    transposed copy (``small_b``: made on first use, from the snapshot), through the fast entry
+    (2-D C-contiguous x) and the checked one (3-D, strided and Fortran-order x, bias, activation)."""
+    from test_linear import _ref
+    m, k, n = shape
+    x, w, bias = rand(m, k), rand(n, k) / math.sqrt(k), rand(n)
+    p = onepath.prepack(w)
+    assert p._wt is None
+    w0 = w.copy()
+    w[...] = 7.0  # the packed copy is a snapshot: so is its transposed copy
+    for xx in (x, x.reshape(1, m, k), rand(m, 2 * k)[:, ::2], np.asfortranarray(x)):
+        for bb, act in ((None, None), (bias, "gelu")):
+            got = onepath.linear(xx, p, bb, activation=act)
+            ref = _ref(np.asarray(xx).reshape(m, k), w0, bb, act).reshape(xx.shape[:-1] + (n,))
+            np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5 * math.sqrt(k))
+    assert p._wt is not None and np.array_equal(p.small_b(), w0.T) and p.small_b().flags.c_contiguous
+
+
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("lead", [(1, 2), (3,), (0, 2)])
+def test_linear_zero_in_features_any_rank(lead, packed):
+    """in_features 0: bias (or zeros) broadcast, as numpy's ``x @ w.T + b``, for any rank of x
+    (reshape(-1, 0) is ambiguous and raised before)."""
+    x, w, b = np.zeros(lead + (0,), np.float32), np.zeros((3, 0), np.float32), rand(3)
+    wt = onepath.prepack(w) if packed else w
+    got = onepath.linear(x, wt, b)
+    assert got.shape == lead + (3,) and np.array_equal(got, np.broadcast_to(b, lead + (3,)))
+    assert onepath.linear(x, wt).shape == lead + (3,)
+
+
 def test_linear_issue_examples():
     r = onepath.linear(np.array([[0.0]]), np.array([[1.0]]), np.array([0.1]))
     assert r.dtype == np.float64 and r[0, 0] == 0.1

@@ -216,13 +216,14 @@ def _packed_weight(token: str, w: np.ndarray):
 def _linear_block(x, w, b=None, *, wkey, activation, out_dtype, level, full_m, small=False):
     with _capped(level), _gemm_path(small):
         # a whole problem of fewer than _PAD_ROWS rows runs the raw weight's small-M paths in memory
-        # (dot products, whose sums differ from a prepacked weight's): its blocks read it raw too
-        if full_m < _PAD_ROWS:
+        # (dot products, whose sums differ from a prepacked weight's), and one the small kernel
+        # takes its nt form (a prepacked weight: the nn form): its blocks read it raw too
+        if full_m < _PAD_ROWS or small:
             wk = np.ascontiguousarray(w)
         else:
             wk = _packed_weight(wkey, w) if w.dtype in (F32, BF16) and x.dtype in (F32, BF16) else w
         lead = x.shape[:-1]
-        x2 = x.reshape(-1, x.shape[-1])
+        x2 = x.reshape(int(np.prod(lead)), x.shape[-1])  # (-1 is ambiguous when K == 0)
         extra = _pad_rows(x2, 0, full_m)
         y = onepath.linear(_padded(x2, 0, extra), wk, b, activation=activation, dtype=out_dtype)
         return y[: x2.shape[0]].reshape(lead + (y.shape[-1],))
@@ -239,7 +240,8 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
             dask array, e.g. one persisted across computations, is merged into one chunk), fetched
             once by each worker and prepacked there once (``onepath.prepack``, cached per worker
             process under that key) for all its blocks; a whole problem of fewer than 49 rows
-            (``_PAD_ROWS``) reads it raw, as the in-memory call's small-M paths do.
+            (``_PAD_ROWS``) or small enough for the small kernel reads it raw, as the in-memory
+            call's small-M and small paths do.
         bias: None or (out_features,), numpy or dask. activation: None, "relu", "gelu", "gelu_tanh", "silu".
         dtype: as ``onepath.linear`` (None: its promotion rules).
     Returns:

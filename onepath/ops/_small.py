@@ -184,10 +184,11 @@ def _rows_ready(x) -> bool:
     return st[1] == 4 and st[0] % 4 == 0 and x.flags.aligned
 
 
-def linear(x, w, out, bias, code: int, shapes: str) -> bool:
+def linear(x, w, out, bias, code: int, shapes: str, wt=None) -> bool:
     """out (m, n) = x (m, k) @ w (n, k).T (+ bias (n,) float32 contiguous, activation OP_ACT
-    ``code``) with the small kernel's nt form; False (nothing done) when x or w does not have
-    contiguous rows."""
+    ``code``) with the small kernel's nt form, or its nn form on ``wt`` (w transposed, (k, n)
+    C-contiguous: ``PackedWeight.small_b``) when given; False (nothing done) when x or w does not
+    have contiguous rows."""
     if not (_rows_ready(x) and _rows_ready(w)):
         return False
     b = bound("linear")
@@ -204,9 +205,13 @@ def linear(x, w, out, bias, code: int, shapes: str) -> bool:
         epi.act = code
     fb = b.fb
     t0 = time.perf_counter()
-    b.fn(m, n, k, fb(x) if x.flags.c_contiguous else ffi.cast("float *", x.ctypes.data), x.strides[0] >> 2, 1,
-         fb(w) if w.flags.c_contiguous else ffi.cast("float *", w.ctypes.data), 1, w.strides[0] >> 2,
-         fb(out), n, 1, epi)
+    xp = fb(x) if x.flags.c_contiguous else ffi.cast("float *", x.ctypes.data)
+    if wt is not None:
+        b.fn(m, n, k, xp, x.strides[0] >> 2, 1, fb(wt), n, 1, fb(out), n, 1, epi)
+    else:
+        b.fn(m, n, k, xp, x.strides[0] >> 2, 1,
+             fb(w) if w.flags.c_contiguous else ffi.cast("float *", w.ctypes.data), 1, w.strides[0] >> 2,
+             fb(out), n, 1, epi)
     if _verbose.enabled():
         emit("linear", b, shapes, t0)
     return True
@@ -215,7 +220,9 @@ def linear(x, w, out, bias, code: int, shapes: str) -> bool:
 def linear_fast(x, w, bias, code, packed):
     """``linear``'s first try: x (m, k) and w (n, k) float32 C-contiguous ndarrays, bias None or a
     float32 C-contiguous (n,) ndarray, ``code`` an OP_ACT_* (None: an activation name to check),
-    a small problem, verbose off. Returns the (m, n) result, or None for the checked path."""
+    a small problem, verbose off; ``packed``: the PackedWeight ``w`` is the weight of (None for a
+    raw weight), whose transposed copy (``small_b``) then runs the nn form. Returns the (m, n)
+    result, or None for the checked path."""
     if code is None or type(w) is not _ND or w.dtype is not _F32 or _verbose._enabled is not False:
         return None
     try:
@@ -228,6 +235,7 @@ def linear_fast(x, w, bias, code, packed):
         return None
     if packed is not None:
         packed.current()  # the cap rules of a PackedWeight hold on this path too
+        w = packed.small_b()  # (k, n): the nn form
     b = bound("linear")
     ffi, fb = b.ffi, b.fb
     out = _empty((m, n), _F32)
@@ -244,5 +252,8 @@ def linear_fast(x, w, bias, code, packed):
             epi.act = code
     except ValueError:  # not C-contiguous
         return None
-    b.fn(m, n, k, xp, k, 1, wp, 1, k, op, n, 1, epi)
+    if packed is not None:
+        b.fn(m, n, k, xp, k, 1, wp, n, 1, op, n, 1, epi)
+    else:
+        b.fn(m, n, k, xp, k, 1, wp, 1, k, op, n, 1, epi)
     return out

@@ -147,7 +147,7 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     if braw is not None:
         b = braw if braw.shape == (n,) else np.broadcast_to(braw.reshape(-1), (n,))
         b = np.ascontiguousarray(b, F32)
-    x2 = xa.reshape(-1, k) if xa.ndim != 2 else xa
+    x2 = xa.reshape(math.prod(lead), k) if xa.ndim != 2 else xa  # (-1 is ambiguous when k == 0)
     m = x2.shape[0]
     out = np.empty((m, n), rd)
     shapes = f"{m}x{k}:{n}x{k}"
@@ -166,7 +166,8 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
         # so the bits) do not depend on where the data lies
         x2 = x2 if kernel_ready(x2) else np.array(x2, F32)
         wv = wv if kernel_ready(wv) else np.array(wv, F32)
-        if _small.linear(x2, wv, out, b, act_code(activation), shapes):
+        if _small.linear(x2, wv, out, b, act_code(activation), shapes,
+                         None if packed is None else packed.small_b()):
             return out.reshape(lead + (n,))
     if packed is not None and (both_bf16 or (xa.dtype == F32 and wdtype == F32)):
         row = packed.current()
