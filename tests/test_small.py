@@ -207,11 +207,12 @@ def test_linear_numpy_paths_exact(dt):
                     onepath.linear(x, w, bias, activation=act)
 
 
-@pytest.mark.parametrize("shape", [(1, 5, 3), (3, 17, 9), (8, 64, 40), (11, 40, 70)])
+@pytest.mark.parametrize("shape", [(1, 5, 3), (4, 17, 9), (5, 17, 9), (8, 64, 40), (11, 40, 70)])
 def test_small_linear_prepacked_transposed_copy(level, shape):
-    """A small float32 linear on a PackedWeight runs the small kernel's nn form on the weight's
-    transposed copy (``small_b``: made on first use, from the snapshot), through the fast entry
-    (2-D C-contiguous x) and the checked one (3-D, strided and Fortran-order x, bias, activation)."""
+    """A small float32 linear on a PackedWeight of more than NT_MAX_M rows runs the small kernel's
+    nn form on the weight's transposed copy (``small_b``: made on first use, from the snapshot),
+    fewer the nt form on the raw weight; through the fast entry (2-D C-contiguous x) and the
+    checked one (3-D, strided and Fortran-order x, bias, activation)."""
     from test_linear import _ref
     m, k, n = shape
     x, w, bias = rand(m, k), rand(n, k) / math.sqrt(k), rand(n)
@@ -224,7 +225,8 @@ def test_small_linear_prepacked_transposed_copy(level, shape):
             got = onepath.linear(xx, p, bb, activation=act)
             ref = _ref(np.asarray(xx).reshape(m, k), w0, bb, act).reshape(xx.shape[:-1] + (n,))
             np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5 * math.sqrt(k))
-    assert p._wt is not None and np.array_equal(p.small_b(), w0.T) and p.small_b().flags.c_contiguous
+    assert (p._wt is not None) == (m > _small.NT_MAX_M)
+    assert np.array_equal(p.small_b(), w0.T) and p.small_b().flags.c_contiguous
 
 
 @pytest.mark.parametrize("packed", [False, True])

@@ -48,6 +48,11 @@ _F32 = _np.dtype(_np.float32)
 _empty = _np.empty
 
 B_MAX = 1 << 17  # K * N elements (512 KiB of float32): see the module docstring
+# linear on a PackedWeight: up to this many rows the nt form on the raw weight, above it the nn form
+# on its transposed copy (PackedWeight.small_b). sapphirerapids, 2 threads set (the small kernel
+# runs on one), nn / nt speed over K x N 384 x 384, 384 x 1536, 1536 x 384, 128 x 128: M = 1
+# 0.75-0.91, 2-3 0.66-1.23, 4 0.85-1.28, 6 1.07-1.51, 8 1.17-1.75 (best of 7 alternated blocks).
+NT_MAX_M = 4
 LIMITS: dict = {"avx512_core": (128 ** 3, 256 ** 3), "avx2": (112 ** 3, 112 ** 3),
                  "generic": (40 ** 3, 40 ** 3)}
 
@@ -221,7 +226,8 @@ def linear_fast(x, w, bias, code, packed):
     """``linear``'s first try: x (m, k) and w (n, k) float32 C-contiguous ndarrays, bias None or a
     float32 C-contiguous (n,) ndarray, ``code`` an OP_ACT_* (None: an activation name to check),
     a small problem, verbose off; ``packed``: the PackedWeight ``w`` is the weight of (None for a
-    raw weight), whose transposed copy (``small_b``) then runs the nn form. Returns the (m, n)
+    raw weight), whose transposed copy (``small_b``) then runs the nn form above ``NT_MAX_M``
+    rows. Returns the (m, n)
     result, or None for the checked path."""
     if code is None or type(w) is not _ND or w.dtype is not _F32 or _verbose._enabled is not False:
         return None
@@ -235,7 +241,10 @@ def linear_fast(x, w, bias, code, packed):
         return None
     if packed is not None:
         packed.current()  # the cap rules of a PackedWeight hold on this path too
-        w = packed.small_b()  # (k, n): the nn form
+        if m <= NT_MAX_M:
+            packed = None  # the raw weight's nt form
+        else:
+            w = packed.small_b()  # (k, n): the nn form
     b = bound("linear")
     ffi, fb = b.ffi, b.fb
     out = _empty((m, n), _F32)

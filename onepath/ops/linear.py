@@ -166,8 +166,8 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
         # so the bits) do not depend on where the data lies
         x2 = x2 if kernel_ready(x2) else np.array(x2, F32)
         wv = wv if kernel_ready(wv) else np.array(wv, F32)
-        if _small.linear(x2, wv, out, b, act_code(activation), shapes,
-                         None if packed is None else packed.small_b()):
+        wt = packed.small_b() if packed is not None and m > _small.NT_MAX_M else None
+        if _small.linear(x2, wv, out, b, act_code(activation), shapes, wt):
             return out.reshape(lead + (n,))
     if packed is not None and (both_bf16 or (xa.dtype == F32 and wdtype == F32)):
         row = packed.current()

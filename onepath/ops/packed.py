@@ -93,9 +93,11 @@ class PackedWeight:
         """The float32 weight transposed, (in_features, out_features) C-contiguous: B of
         ``x @ weight.T`` for the small kernel's "nn" form (rows of B contiguous: an 8 x 32 register
         tile, one B row and eight broadcasts per k), made on the first small call (one more copy
-        of a weight small enough for that path). The raw (out, in) weight gives the "nt" form
-        (4 x 4 dot products, each reduced across a vector at the end), which ran 1.3-1.6x slower
-        (sapphirerapids, 1 thread, x (8, 384) @ W (384, 384).T: 76 against 123 GFLOP/s)."""
+        of a weight small enough for that path), for calls of more than ``ops._small.NT_MAX_M``
+        rows. The raw (out, in) weight gives the "nt" form (4 x 4 dot products, each reduced
+        across a vector at the end), which ran 1.2-1.7x slower from 6 rows on and up to 1.3x
+        faster at 1-3 (sapphirerapids, 1 thread, x (8, 384) @ W (384, 384).T: 81 against 133
+        GFLOP/s)."""
         t = self._wt
         if t is None:
             t = self._wt = np.ascontiguousarray(self._weight.T)
