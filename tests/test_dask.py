@@ -194,6 +194,25 @@ def test_linear_small_problem_reads_the_weight_raw(client, level):
         _assert_same(got.result(), onepath.linear(x, w, b, activation="relu"))
 
 
+def test_thin_problems_blocks_take_the_small_kernel(client, level):
+    """A thin whole problem (12 x 384 x 1536 linear, 6 x 640 x 512 matmul: above the small kernel's
+    M*N*K limits) takes the threaded small kernel in a process of two threads; the workers have one
+    thread, where such a block would take another path: the graph's decision holds in the blocks
+    (``ops._small.on``) and the bits are the in-memory call's."""
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(2)
+    try:
+        rng = np.random.default_rng(6)
+        x, w = _rand(rng, (12, 384), F32), _rand(rng, (1536, 384), F32)
+        got = client.compute(odask.linear(da.from_array(x, chunks=((5, 7), 384)), w)).result()
+        _assert_same(got, onepath.linear(x, w))
+        a, b = _rand(rng, (6, 640), F32), _rand(rng, (640, 512), F32)
+        got = client.compute(odask.matmul(da.from_array(a, chunks=((2, 4), 640)), b)).result()
+        _assert_same(got, onepath.matmul(a, b))
+    finally:
+        onepath.set_num_threads(old)
+
+
 def test_linear_weight_one_key_packed_once_per_worker(client):
     rng = np.random.default_rng(4)
     x = _rand(rng, (400, 256), F32)  # (M N K above the small kernel's limits: those read it raw)

@@ -68,6 +68,100 @@ def test_small_linear(level, act, shape):
             np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5 * math.sqrt(k))
 
 
+@pytest.mark.parametrize("form", ["nn", "nt", "any"])
+@pytest.mark.parametrize("m,k,n", [(1, 7, 33), (5, 19, 70), (13, 64, 97), (16, 40, 3),
+                                   (9, 33, 200)])
+def test_small_mt_same_bits_as_one_thread(level, form, m, k, n):
+    """op_gemm_f32_small_mt splits C's columns at whole tiles: bit for bit the one-thread call at
+    1-5 threads, with a per-column bias and an activation (each range its part of the bias), the
+    output NaN-filled first so that a column left unwritten fails."""
+    mod = load(_small.row_for("matmul", level).level)
+    ffi, lib = mod.ffi, mod.lib
+    a = rand(m, k)
+    bt = rand(n, k)
+    b = np.ascontiguousarray(bt.T) if form == "nn" else bt.T  # (k, n): rows / columns contiguous
+    if form == "any":  # A column-major, B rows 2 apart: the plain loop
+        a = np.asfortranarray(a)
+        b = np.ascontiguousarray(np.repeat(bt.T, 2, axis=1))[:, ::2]
+    bias = rand(n)
+    epi = ffi.new("op_epilogue *")
+    epi.bias = ffi.cast("const float *", bias.ctypes.data)
+    epi.bias_stride, epi.bias_axis, epi.act = 1, 1, 3  # gelu
+    outs = []
+    for t in (0, 1, 2, 3, 5):
+        c = np.full((m, n), np.nan, np.float32)
+        args = (m, n, k, ffi.cast("float *", a.ctypes.data), a.strides[0] >> 2, a.strides[1] >> 2,
+                ffi.cast("float *", b.ctypes.data), b.strides[0] >> 2, b.strides[1] >> 2,
+                ffi.cast("float *", c.ctypes.data), n, 1, epi)
+        if t == 0:
+            assert lib.op_gemm_f32_small(*args) == 1
+        else:
+            assert 1 <= lib.op_gemm_f32_small_mt(*args, t) <= t
+        outs.append(c)
+    assert not np.isnan(outs[0]).any()
+    for c in outs[1:]:
+        assert np.array_equal(c.view(np.uint32), outs[0].view(np.uint32))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_thin_products_take_the_threaded_small_kernel(level, threads, caplog, verbose_on):
+    """With more than one thread, thin float32 products (up to 16 rows and K N <= 2^20, up to 4 rows
+    and K N <= 2^22) take the small kernel above its M*N*K limits, on the pool from
+    MT_MIN_FLOPS(_NN), at AVX-512 (the small row of avx512_core); results against the float64
+    product. One thread: the paths as before (the packed GEMM or the dot-product path above the
+    limits)."""
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(threads)
+    try:
+        row = _small.row_for("linear", level)
+        cases = [(16, 384, 384, "linear"), (3, 1024, 1536, "linear"), (8, 640, 512, "matmul"),
+                 (1, 2048, 1536, "matmul_t"), (20, 384, 384, "linear")]
+        for m, k, n, op in cases:
+            x, w = rand(m, k), rand(n, k) / math.sqrt(k)
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="onepath"):
+                if op == "linear":
+                    y = onepath.linear(x, w)
+                elif op == "matmul":
+                    y = onepath.matmul(x, np.ascontiguousarray(w.T))
+                else:
+                    y = onepath.matmul(x, w.T)
+            assert_gemm_close(y, x, w.T)
+            thin = row.level == "avx512_core" and threads > 1 and m <= 16
+            assert (row.name in caplog.text) == thin, (m, k, n, op, caplog.text)
+            if thin:
+                line = next(ln for ln in caplog.text.splitlines() if row.name in ln)
+                assert f"{row.name},{m}x{k}" in line and "threads=2" in line, line
+    finally:
+        onepath.set_num_threads(old)
+
+
+def test_small_products_same_bits_at_any_thread_count(level):
+    """A product within the small kernel's limits gives the same bits at 1 and 2 threads (the
+    threaded call splits C's columns at whole tiles), through matmul's fast entry, its ``out=``
+    entry, its strided path (B column-major: the nt form) and linear; a misaligned C-contiguous
+    operand (the fast entry's threaded call does not check) gives the product too."""
+    old = onepath.get_num_threads()
+    a, b, bias = rand(128, 128), rand(128, 96), rand(96)
+    raw = np.zeros(128 * 128 * 4 + 2, np.uint8)
+    mis = np.frombuffer(raw.data, np.float32, 128 * 128, 2).reshape(128, 128)  # 2 bytes off
+    try:
+        res = []
+        for t in (1, 2):
+            onepath.set_num_threads(t)
+            o = np.empty((128, 96), np.float32)
+            res.append([onepath.matmul(a, b), onepath.matmul(a, b, out=o),
+                        onepath.matmul(a, np.asfortranarray(b)),
+                        onepath.linear(a, b.T.copy(), bias, activation="silu")])
+            mis[...] = a
+            assert not mis.flags.aligned and mis.flags.c_contiguous
+            assert_gemm_close(onepath.matmul(mis, a), a, a)
+        for x, y in zip(*res):
+            assert np.array_equal(x.view(np.uint32), y.view(np.uint32))
+    finally:
+        onepath.set_num_threads(old)
+
+
 def test_small_verbose_names_kernel(level, caplog, verbose_on):
     a = rand(4, 4)
     with caplog.at_level(logging.INFO, logger="onepath"):

@@ -85,10 +85,11 @@ def _as_dask(x, name: str):
 
 
 def _gemm_path(small: bool):
-    """The kernel path of the whole problem for one block: as is when the whole problem takes the
-    small kernel (a block of it does too), else the small path off (``ops._small.off``), so that a
-    block the small kernel would take rounds as the packed GEMM of the whole problem does."""
-    return contextlib.nullcontext() if small else _small.off()
+    """The kernel path of the whole problem for one block: the small kernel when the whole problem
+    takes it (``ops._small.on``: a thin problem takes it on the client's threads, and a worker of
+    one thread would not), else the small path off (``ops._small.off``), so that a block the small
+    kernel would take rounds as the packed GEMM of the whole problem does."""
+    return _small.on() if small else _small.off()
 
 
 def _mm_block(a, b, *, level, full_m, small=False):
@@ -166,7 +167,8 @@ def matmul(a, b):
     # the path the in-memory call takes (decided here, where it would run): no batch, both operands
     # of one dtype, and M*N*K within the small kernel's limit
     small = (nd == 2 and a.dtype == b.dtype
-             and _small.use_small(a.shape[0] * b.shape[1] * ka, "matmul", a.dtype.name, b.shape[1] * ka))
+             and _small.use_small(a.shape[0] * b.shape[1] * ka, "matmul", a.dtype.name,
+                                  b.shape[1] * ka, a.shape[0]))
     parts = da.blockwise(_mm_block, out_ind, a, lhs, b, rhs, adjust_chunks={nd - 1: 1},
                          dtype=F32, concatenate=False, level=level, full_m=a.shape[-2], small=small,
                          meta=np.empty((0,) * (nd + 1), F32))
@@ -274,7 +276,8 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
                         adjust_chunks={nd - 1: meta.shape[-1]}, wkey=f"{wd.key}-{w.dtype.str}",
                         activation=activation, out_dtype=dtype, level=_client_cap(), full_m=full_m,
                         small=(x.dtype == w.dtype == F32
-                               and _small.use_small(full_m * w.shape[0] * w.shape[1], "linear", "float32", w.shape[0] * w.shape[1])),
+                               and _small.use_small(full_m * w.shape[0] * w.shape[1], "linear",
+                                                    "float32", w.shape[0] * w.shape[1], full_m)),
                         meta=np.empty((0,) * nd, meta.dtype))
 
 

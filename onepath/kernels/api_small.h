@@ -1,15 +1,23 @@
 /* api_small.h: the small-problem float32 GEMM (gemm_small.c), identical at every ISA level.
    Plain declarations only (read by the C compiler and by cffi as its cdef; uses api_gemm.h's types).
 
-   C[m x n] = A[m x k] B[k x n] (+ epilogue) read in place, on the calling thread: no packing, no
-   threads, no allocation. Strides in elements (any sign). k == 0 writes zeros (then the epilogue).
-   epi: NULL for none. Returns 1 (the threads used).
+   C[m x n] = A[m x k] B[k x n] (+ epilogue) read in place, on the calling thread
+   (op_gemm_f32_small_mt: on the thread pool): no packing, no allocation. Strides in elements (any
+   sign). k == 0 writes zeros (then the epilogue). epi: NULL for none. Returns 1 (the threads used).
    a, b, c point to float32 data; they are declared void * so that Python passes any buffer
    (ffi.from_buffer(array)) without a typed conversion. */
 int op_gemm_f32_small(int64_t m, int64_t n, int64_t k,
                       const void *a, int64_t rsa, int64_t csa,
                       const void *b, int64_t rsb, int64_t csb,
                       void *c, int64_t rsc, int64_t csc, const op_epilogue *epi);
+
+/* The same on up to nthreads threads (the thread pool of threads.c): C's columns in nthreads
+   ranges, each a whole number of the form's column tiles, so the bits are op_gemm_f32_small's.
+   One thread, k <= 0 or one range: op_gemm_f32_small itself. Returns the threads used. */
+int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
+                         const void *a, int64_t rsa, int64_t csa,
+                         const void *b, int64_t rsb, int64_t csb,
+                         void *c, int64_t rsc, int64_t csc, const op_epilogue *epi, int nthreads);
 
 /* The same for C-contiguous A (m x k), B (k x n) and C (m x n), without an epilogue: the call with
    the fewest arguments to convert (the per-call cost of a 4 x 4 product is mostly the call).

@@ -337,6 +337,48 @@ int op_gemm_f32_small(int64_t m, int64_t n, int64_t k,
     return 1;
 }
 
+/* op_gemm_f32_small_mt: column ranges of C, one task each, on the thread pool (threads.c). */
+typedef struct {
+    int64_t m, n, k, rsa, csa, rsb, csb, rsc, csc, chunk;
+    const float *a, *b;
+    float *c;
+    const op_epilogue *epi;
+} op_small_mt_ctx;
+
+static void op_small_mt_task(void *ctx, int64_t task, int tid)
+{
+    const op_small_mt_ctx *x = (const op_small_mt_ctx *)ctx;
+    (void)tid;
+    const int64_t j0 = task * x->chunk, w = op_min64(x->chunk, x->n - j0);
+    op_epilogue e;
+    const op_epilogue *ep = NULL;
+    if (x->epi) {
+        e = *x->epi;
+        if (e.bias && e.bias_axis != 0) e.bias += j0 * e.bias_stride;  /* this range's columns */
+        ep = &e;
+    }
+    op_gemm_f32_small(x->m, w, x->k, x->a, x->rsa, x->csa, x->b + j0 * x->csb, x->rsb, x->csb,
+                      x->c + j0 * x->csc, x->rsc, x->csc, ep);
+}
+
+int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
+                         const void *av, int64_t rsa, int64_t csa,
+                         const void *bv, int64_t rsb, int64_t csb,
+                         void *cv, int64_t rsc, int64_t csc, const op_epilogue *epi, int nthreads)
+{
+    /* ranges start at multiples of 32 columns: of every form's column tile (nn: OP_SMALL_NR, nt and
+       the loop: 4) and of the epilogue's activation vectors (op_act_row: whole vectors from a row's
+       start, the tail on its own), so every tile and every activated element, and so every bit,
+       is the one-thread call's */
+    const int64_t q = 32;
+    const int64_t chunk = op_roundup64(op_cdiv64(n > 0 ? n : 1, nthreads > 1 ? nthreads : 1), q);
+    if (nthreads <= 1 || m <= 0 || k <= 0 || n <= chunk)
+        return op_gemm_f32_small(m, n, k, av, rsa, csa, bv, rsb, csb, cv, rsc, csc, epi);
+    op_small_mt_ctx x = {m, n, k, rsa, csa, rsb, csb, rsc, csc, chunk,
+                         (const float *)av, (const float *)bv, (float *)cv, epi};
+    return op_parallel_for(nthreads, op_cdiv64(n, chunk), op_small_mt_task, &x);
+}
+
 int op_gemm_f32_small_cc(int64_t m, int64_t n, int64_t k, const void *a, const void *b, void *c)
 {
     if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & (sizeof(float) - 1)) return 0;

@@ -53,11 +53,63 @@ B_MAX = 1 << 17  # K * N elements (512 KiB of float32): see the module docstring
 # runs on one), nn / nt speed over K x N 384 x 384, 384 x 1536, 1536 x 384, 128 x 128: M = 1
 # 0.75-0.91, 2-3 0.66-1.23, 4 0.85-1.28, 6 1.07-1.51, 8 1.17-1.75 (best of 7 alternated blocks).
 NT_MAX_M = 4
+# Threads (op_gemm_f32_small_mt: C's columns split, the same bits as one thread). The small kernel
+# runs on the calling thread up to these FLOPs (2 M N K), on every thread allowed above them; the
+# pool's hand-off costs ~2 us. sapphirerapids, 2 threads, one thread / two threads: nt form 32^3
+# 0.86, 1 x 256 x 256 1.37, 48^3 1.31, 64^3 1.50, 128^3 2.06; nn form 8 x 128 x 128 0.81, 64^3 0.55,
+# 80^3 0.93, 96^3 1.02, 128^3 1.43, 16 x 256 x 256 1.58, 1 x 256 x 256 1.43 (best of 7 alternated).
+MT_MIN_FLOPS = 1e5        # nt form, strided operands, and the nn form with fewer than 8 rows
+MT_MIN_FLOPS_NN = 1.5e6   # nn form from 8 rows (an 8 x 32 tile per step: 2-3x the nt form's rate)
+# Thin products on more than one thread also take the small kernel above LIMITS (threaded): up to
+# THIN_M rows with K N <= THIN_KN, up to 4 rows with K N <= THIN4_KN (float32, AVX-512). The paths
+# they took before ran one thread below OP_GEMM_MIN_FLOPS_PER_THREAD (4 MFLOP) or packed B per
+# call: sapphirerapids, 2 threads, GFLOP/s before -> after, x @ W.T: 1 x 1024 x 1024 16 -> 52,
+# 1 x 768 x 3072 13 -> 29, 4 x 768 x 768 51 -> 208, 16 x 384 x 384 71 -> 189, 16 x 768 x 768
+# 148 -> 170; x @ W (row-major W): 1 x 768 x 768 18 -> 48, 8 x 1536 x 384 102 -> 232. From 16 rows
+# with K N above 2^20 the packed GEMM was faster (16 x 768 x 3072: 148 against 115), and at
+# K = N = 4096 (2^24) the dot-product path (gemv_f32.c) ties and keeps its per-uarch options.
+THIN_M, THIN_KN, THIN4_KN = 16, 1 << 20, 1 << 22
+
+
+def mt_threads(m: int, mnk: int, nn: bool) -> int:
+    """Threads for a small-kernel product of M = ``m`` rows and M*N*K = ``mnk`` (``nn``: the nn
+    form, B and C rows contiguous): every thread allowed (``onepath.set_num_threads``) above
+    MT_MIN_FLOPS / MT_MIN_FLOPS_NN, else 1."""
+    t = _threads.get_num_threads()
+    if t <= 1:
+        return 1
+    return t if 2 * mnk >= (MT_MIN_FLOPS_NN if nn and m >= 8 else MT_MIN_FLOPS) else 1
+
+
+def thin(m: int, kn: int, level: str) -> bool:
+    """True when a float32 product of ``m`` rows and B of ``kn`` = K*N elements takes the small
+    kernel on several threads whatever its M*N*K (THIN_M, THIN_KN, THIN4_KN; AVX-512's small row,
+    more than one thread allowed, the small path not off: by ``off()`` or by LIMITS below 0, as
+    the tests' packed-GEMM mode sets them)."""
+    return (level == "avx512_core" and (m <= THIN_M and kn <= THIN_KN or m <= 4 and kn <= THIN4_KN)
+            and _threads.get_num_threads() > 1 and LIMITS.get(level, (-1, -1))[0] >= 0
+            and not _off.get())
 LIMITS: dict = {"avx512_core": (128 ** 3, 256 ** 3), "avx2": (112 ** 3, 112 ** 3),
                  "generic": (40 ** 3, 40 ** 3)}
 
 
 _off: contextvars.ContextVar[bool] = contextvars.ContextVar("onepath_small_off", default=False)
+
+
+_on: contextvars.ContextVar[bool] = contextvars.ContextVar("onepath_small_on", default=False)
+
+
+@contextlib.contextmanager
+def on():
+    """In this block (this thread / asyncio task) every product ``use_small`` is asked about takes
+    the small path: ``onepath.dask`` runs a block of a whole problem that takes the small kernel
+    so, whatever the worker's thread count (the small kernel's bits do not depend on it), and the
+    block rounds bit for bit as the in-memory call."""
+    token = _on.set(True)
+    try:
+        yield
+    finally:
+        _on.reset(token)
 
 
 @contextlib.contextmanager
@@ -80,10 +132,13 @@ def fits(mnk: int, row_level: str, kn: int = 0) -> bool:
             and not _off.get())
 
 
-def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0) -> bool:
+def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
+              m: int | None = None) -> bool:
     """True when a product of M*N*K = ``mnk`` of (op, dtype) takes the small path at the level in
-    force."""
-    return fits(mnk, row_for(op, _cap.isa(), dtype).level, kn)
+    force (given ``m``, its rows, also a thin float32 product: ``thin``)."""
+    level = row_for(op, _cap.isa(), dtype).level
+    return (fits(mnk, level, kn) or (m is not None and dtype == "float32" and thin(m, kn, level))
+            or _on.get())
 
 
 def reset() -> None:
@@ -97,7 +152,7 @@ def reset() -> None:
 class Bound:
     """A small-path registry row with its module's C functions (``fn`` any strides, ``cc`` the
     C-contiguous entry) and its cffi instance."""
-    __slots__ = ("row", "ffi", "fn", "cc", "fb", "null")
+    __slots__ = ("row", "ffi", "fn", "cc", "mt", "fb", "null")
 
     def __init__(self, row):
         mod = load(row.level)
@@ -105,13 +160,15 @@ class Bound:
         self.ffi = mod.ffi
         self.fn = mod.lib.op_gemm_f32_small
         self.cc = mod.lib.op_gemm_f32_small_cc
+        self.mt = mod.lib.op_gemm_f32_small_mt
         self.fb = mod.ffi.from_buffer
         self.null = mod.ffi.NULL
 
 
 _bound: dict = {"matmul": {}, "linear": {}}
 # The scoped cap (``cap._scoped``'s value: None outside ``with max_isa()`` blocks) -> (
-# op_gemm_f32_small_cc, from_buffer, limit, one-thread limit) of matmul's small row at the level in
+# op_gemm_f32_small_cc, from_buffer, op_gemm_f32_small_mt, NULL, limit, one-thread limit) of
+# matmul's small row at the level in
 # force there. Filled by
 # ``bound`` while ONEPATH_VERBOSE is off; emptied when verbose is re-read or the process cap
 # changes. matmul's fast path reads it with one ContextVar read and one dict lookup.
@@ -131,7 +188,8 @@ def bound(op: str) -> Bound:
         _stats.record(op, "float32", b.row.level, "small")  # it runs right after this lookup
         cache[level] = b
     if op == "matmul" and _verbose.enabled() is False and not _repro_mode._ever:
-        fast_matmul[_cap._scoped.get()] = (b.cc, b.fb) + LIMITS.get(b.row.level, (-1, -1))
+        fast_matmul[_cap._scoped.get()] = ((b.cc, b.fb, b.mt, b.null)
+                                           + LIMITS.get(b.row.level, (-1, -1)))
     return b
 
 
@@ -178,9 +236,10 @@ def matmul_bf16(a, b, c_bf16: bool):
     return c
 
 
-def emit(op: str, b: Bound, shapes: str, t0: float) -> None:
+def emit(op: str, b: Bound, shapes: str, t0: float, threads: int = 1) -> None:
     """The verbose line of a small-path call."""
-    _verbose.emit(op, "f32:f32:f32", b.row.level, b.row.name, shapes, 1, time.perf_counter() - t0)
+    _verbose.emit(op, "f32:f32:f32", b.row.level, b.row.name, shapes, threads,
+                  time.perf_counter() - t0)
 
 
 def _rows_ready(x) -> bool:
@@ -211,14 +270,15 @@ def linear(x, w, out, bias, code: int, shapes: str, wt=None) -> bool:
     fb = b.fb
     t0 = time.perf_counter()
     xp = fb(x) if x.flags.c_contiguous else ffi.cast("float *", x.ctypes.data)
+    t = mt_threads(m, m * n * k, wt is not None)
     if wt is not None:
-        b.fn(m, n, k, xp, x.strides[0] >> 2, 1, fb(wt), n, 1, fb(out), n, 1, epi)
+        used = b.mt(m, n, k, xp, x.strides[0] >> 2, 1, fb(wt), n, 1, fb(out), n, 1, epi, t)
     else:
-        b.fn(m, n, k, xp, x.strides[0] >> 2, 1,
-             fb(w) if w.flags.c_contiguous else ffi.cast("float *", w.ctypes.data), 1, w.strides[0] >> 2,
-             fb(out), n, 1, epi)
+        wp = fb(w) if w.flags.c_contiguous else ffi.cast("float *", w.ctypes.data)
+        used = b.mt(m, n, k, xp, x.strides[0] >> 2, 1, wp, 1, w.strides[0] >> 2, fb(out), n, 1,
+                    epi, t)
     if _verbose.enabled():
-        emit("linear", b, shapes, t0)
+        emit("linear", b, shapes, t0, used)
     return True
 
 
@@ -235,7 +295,7 @@ def linear_fast(x, w, bias, code, packed):
         (m, k), (n, k2) = x.shape, w.shape
     except ValueError:
         return None
-    if k2 != k or not k or not use_small(m * n * k, "linear", "float32", n * k):
+    if k2 != k or not k or not use_small(m * n * k, "linear", "float32", n * k, m):
         return None
     if bias is not None and (bias.dtype is not _F32 or bias.shape != (n,)):
         return None
@@ -261,8 +321,9 @@ def linear_fast(x, w, bias, code, packed):
             epi.act = code
     except ValueError:  # not C-contiguous
         return None
+    t = mt_threads(m, m * n * k, packed is not None)
     if packed is not None:
-        b.fn(m, n, k, xp, k, 1, wp, n, 1, op, n, 1, epi)
+        b.mt(m, n, k, xp, k, 1, wp, n, 1, op, n, 1, epi, t)
     else:
-        b.fn(m, n, k, xp, k, 1, wp, 1, k, op, n, 1, epi)
+        b.mt(m, n, k, xp, k, 1, wp, 1, k, op, n, 1, epi, t)
     return out

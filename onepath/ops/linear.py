@@ -158,7 +158,8 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
         y = np.zeros((m, n), F32) + (b if b is not None else 0)
         out[...] = _act_numpy(y, activation).astype(rd)
         return out.reshape(lead + (n,))
-    if rd == F32 and xa.dtype == F32 and wdtype == F32 and _small.use_small(m * n * k, "linear", "float32", n * k):
+    if (rd == F32 and xa.dtype == F32 and wdtype == F32
+            and _small.use_small(m * n * k, "linear", "float32", n * k, m)):
         wv = w if packed is None else packed._weight
         if packed is not None:
             packed.current()  # the cap rules of a PackedWeight hold on this path too

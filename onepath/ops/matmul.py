@@ -26,6 +26,9 @@ _fast = _small.fast_matmul  # ISA level -> the small kernel's C entry (filled on
 _scoped_get = _cap._scoped.get
 _empty = np.empty
 _B_MAX = _small.B_MAX
+# the fast path's one-thread call up to these M*N*K (nn form; above them, with more than one thread
+# allowed, the general path runs the small kernel on the pool: ops._small.mt_threads)
+_MT0, _MT8 = int(_small.MT_MIN_FLOPS // 2), int(_small.MT_MIN_FLOPS_NN // 2)
 _may_share = np.may_share_memory
 
 
@@ -82,12 +85,17 @@ def matmul(a, b, /, out=None, *, dtype=None):
             # the reproducible mode was ever used, so this path needs no test of that mode)
             fast = _fast.get(_scoped_get())
             if fast is not None and k2 == k:
-                cc, fb, lim, lim1t = fast
+                cc, fb, mt, null, lim, lim1t = fast
                 mnk = m * n * k
                 if mnk <= lim or (mnk <= lim1t and k * n <= _B_MAX and _nthreads() == 1):
                     c = _empty((m, n), _F32)
                     try:
-                        if cc(m, n, k, fb(a), fb(b), fb(c)):
+                        if mnk < _MT0 or (m >= 8 and mnk < _MT8) or (t := _nthreads()) == 1:
+                            if cc(m, n, k, fb(a), fb(b), fb(c)):
+                                return c
+                        elif a.flags.aligned and b.flags.aligned:  # (cc checks; mt does not)
+                            # (threads: ops._small.mt_threads)
+                            mt(m, n, k, fb(a), k, 1, fb(b), n, 1, fb(c), n, 1, null, t)
                             return c
                     except ValueError:
                         pass
@@ -101,9 +109,10 @@ def matmul(a, b, /, out=None, *, dtype=None):
         (m, k), (k2, n) = a.shape, b.shape
         if (fast is not None and k2 == k and out.shape == (m, n) and out.flags.writeable
                 and not _may_share(out, a) and not _may_share(out, b)):
-            cc, fb, lim, lim1t = fast
+            cc, fb, mt, null, lim, lim1t = fast
             mnk = m * n * k
-            if mnk <= lim or (mnk <= lim1t and k * n <= _B_MAX and _nthreads() == 1):
+            if ((mnk <= lim or (mnk <= lim1t and k * n <= _B_MAX and _nthreads() == 1))
+                    and (mnk < _MT0 or (m >= 8 and mnk < _MT8) or _nthreads() == 1)):
                 try:
                     if cc(m, n, k, fb(a), fb(b), fb(out)):
                         return out
@@ -202,7 +211,8 @@ def _matmul_f32(a, b, out):
         b2 = np.array(b2, _F32)
     direct = kernel_ready(c) and not np.may_share_memory(c, a2) and not np.may_share_memory(c, b2)
     target = c if direct else np.empty(shape, _F32)
-    if not batch and target is c and _small.use_small(a2.shape[0] * b2.shape[1] * k, kn=b2.shape[1] * k):
+    if not batch and target is c and _small.use_small(a2.shape[0] * b2.shape[1] * k,
+                                                      kn=b2.shape[1] * k, m=a2.shape[0]):
         _small_strided("matmul", a2, b2, c)
     else:
         run_gemm("matmul", a2, b2, target)
@@ -218,19 +228,23 @@ def _small_strided(op, a, b, c, epi=None):
     m, k = a.shape
     n = b.shape[1]
     t0 = time.perf_counter()
-    if epi is None and a.flags.c_contiguous and b.flags.c_contiguous and c.flags.c_contiguous:
+    sa, sb, sc = a.strides, b.strides, c.strides
+    t = _small.mt_threads(m, m * n * k, sb[1] == 4 and sc[1] == 4)
+    fb = bd.fb
+    if (t == 1 and epi is None and a.flags.c_contiguous and b.flags.c_contiguous
+            and c.flags.c_contiguous):
         # the contiguous entry takes untyped buffers: far cheaper than three ctypes.data casts
-        fb = bd.fb
         if bd.cc(m, n, k, fb(a), fb(b), fb(c)):
             if _verbose.enabled():
                 _small.emit(op, bd, _shape_text(a, b), t0)
             return
-    sa, sb, sc = a.strides, b.strides, c.strides
-    bd.fn(m, n, k, ffi.cast("float *", a.ctypes.data), sa[0] >> 2, sa[1] >> 2,
-          ffi.cast("float *", b.ctypes.data), sb[0] >> 2, sb[1] >> 2,
-          ffi.cast("float *", c.ctypes.data), sc[0] >> 2, sc[1] >> 2, ffi.NULL if epi is None else epi)
+
+    def ptr(x):  # (all three are kernel_ready: aligned, whole-element strides)
+        return fb(x) if x.flags.c_contiguous else ffi.cast("float *", x.ctypes.data)
+    used = bd.mt(m, n, k, ptr(a), sa[0] >> 2, sa[1] >> 2, ptr(b), sb[0] >> 2, sb[1] >> 2,
+                 ptr(c), sc[0] >> 2, sc[1] >> 2, ffi.NULL if epi is None else epi, t)
     if _verbose.enabled():
-        _small.emit(op, bd, _shape_text(a, b), t0)
+        _small.emit(op, bd, _shape_text(a, b), t0, used)
 
 
 def _shape_text(a, b) -> str:
