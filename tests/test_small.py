@@ -162,6 +162,27 @@ def test_small_products_same_bits_at_any_thread_count(level):
         onepath.set_num_threads(old)
 
 
+def test_small_threaded_calls_from_several_python_threads(level):
+    """Concurrent calls of the threaded small kernel: one holds the pool, the others run on their
+    calling thread (op_parallel_for_short); every result has the one-call bits."""
+    from concurrent.futures import ThreadPoolExecutor
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(2)
+    try:
+        a, b, x, w = rand(128, 128), rand(128, 160), rand(3, 1024), rand(1536, 1024)
+        want = [onepath.matmul(a, b), onepath.linear(x, w)]
+
+        def work(i):
+            with onepath.max_isa(level):  # (the test's scoped cap does not reach pool threads)
+                return [onepath.matmul(a, b), onepath.linear(x, w)]
+        with ThreadPoolExecutor(4) as ex:
+            for got in ex.map(work, range(40)):
+                for g, r in zip(got, want):
+                    assert np.array_equal(g.view(np.uint32), r.view(np.uint32))
+    finally:
+        onepath.set_num_threads(old)
+
+
 def test_small_verbose_names_kernel(level, caplog, verbose_on):
     a = rand(4, 4)
     with caplog.at_level(logging.INFO, logger="onepath"):

@@ -13,7 +13,8 @@ int op_gemm_f32_small(int64_t m, int64_t n, int64_t k,
 
 /* The same on up to nthreads threads (the thread pool of threads.c): C's columns in nthreads
    ranges, each a whole number of the form's column tiles, so the bits are op_gemm_f32_small's.
-   One thread, k <= 0 or one range: op_gemm_f32_small itself. Returns the threads used. */
+   One thread, k <= 0 or one range: op_gemm_f32_small itself; the pool in use (a concurrent call):
+   the calling thread alone (threads.c's op_parallel_for_short). Returns the threads used. */
 int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
                          const void *a, int64_t rsa, int64_t csa,
                          const void *b, int64_t rsb, int64_t csb,

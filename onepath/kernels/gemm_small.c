@@ -376,7 +376,7 @@ int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
         return op_gemm_f32_small(m, n, k, av, rsa, csa, bv, rsb, csb, cv, rsc, csc, epi);
     op_small_mt_ctx x = {m, n, k, rsa, csa, rsb, csb, rsc, csc, chunk,
                          (const float *)av, (const float *)bv, (float *)cv, epi};
-    return op_parallel_for(nthreads, op_cdiv64(n, chunk), op_small_mt_task, &x);
+    return op_parallel_for_short(nthreads, op_cdiv64(n, chunk), op_small_mt_task, &x);
 }
 
 int op_gemm_f32_small_cc(int64_t m, int64_t n, int64_t k, const void *a, const void *b, void *c)

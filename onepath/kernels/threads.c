@@ -10,7 +10,8 @@
    it sleeps on a condition variable, so back-to-back calls find it awake: creating and joining
    threads per call, or waking a halted vCPU, costs tens of microseconds on a VM, a large share of
    a 512 x 512 product. One call uses the pool at a time; a concurrent call (another Python thread)
-   or a nested one creates and joins its own threads instead, so callers never wait for each other.
+   or a nested one creates and joins its own threads instead, so callers never wait for each other
+   (op_parallel_for_short, for work of a few microseconds: runs it on the calling thread instead).
    After fork() the child starts with an empty pool (pthread_atfork). */
 #include <pthread.h>
 #include <sched.h>
@@ -194,7 +195,9 @@ static void *op_pool_worker(void *arg)
     return NULL;
 }
 
-static int op_parallel_for(int nthreads, int64_t ntasks, op_task_fn fn, void *ctx)
+/* spawn: when the pool is in use (a concurrent or nested call), create threads for this call (1)
+   or run the tasks on the calling thread (0: op_parallel_for_short) */
+static int op_parallel_for_pool(int nthreads, int64_t ntasks, op_task_fn fn, void *ctx, int spawn)
 {
     if (ntasks <= 0) return 1;
     if (nthreads > ntasks) nthreads = (int)ntasks;
@@ -212,8 +215,11 @@ static int op_parallel_for(int nthreads, int64_t ntasks, op_task_fn fn, void *ct
 #else
     s.caller_cpu = -1;
 #endif
-    if (nthreads > OP_POOL_MAX || pthread_mutex_trylock(&op_pool.busy) != 0)
-        return op_parallel_for_spawn(nthreads, &s);  /* pool busy (concurrent or nested call) */
+    if (nthreads > OP_POOL_MAX || pthread_mutex_trylock(&op_pool.busy) != 0) {
+        if (spawn) return op_parallel_for_spawn(nthreads, &s);  /* pool busy (concurrent / nested) */
+        op_pf_run(&s, 0);
+        return 1;
+    }
 
     pthread_once(&op_pool_once, op_pool_register_fork);
     while (op_pool.nworkers < nthreads - 1) {
@@ -254,4 +260,17 @@ static int op_parallel_for(int nthreads, int64_t ntasks, op_task_fn fn, void *ct
     }
     pthread_mutex_unlock(&op_pool.busy);
     return want + 1;
+}
+
+static int op_parallel_for(int nthreads, int64_t ntasks, op_task_fn fn, void *ctx)
+{
+    return op_parallel_for_pool(nthreads, ntasks, fn, ctx, 1);
+}
+
+/* op_parallel_for for work of a few microseconds (the small GEMM): when the pool is in use the
+   tasks run on the calling thread, as creating threads for the call would cost more than the work
+   saves. */
+static int op_parallel_for_short(int nthreads, int64_t ntasks, op_task_fn fn, void *ctx)
+{
+    return op_parallel_for_pool(nthreads, ntasks, fn, ctx, 0);
 }
