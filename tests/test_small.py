@@ -136,6 +136,28 @@ def test_thin_products_take_the_threaded_small_kernel(level, threads, caplog, ve
         onepath.set_num_threads(old)
 
 
+def test_thin_prepacked_weight_keeps_its_panels_above_four_rows(level, caplog, verbose_on):
+    """A PackedWeight: thin calls of up to NT_MAX_M rows take the threaded small kernel (nt form
+    on the raw weight), more rows its packed panels (the packed GEMM measured faster)."""
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(2)
+    try:
+        small = _small.row_for("linear", level)
+        w = rand(1536, 384) / math.sqrt(384)
+        p = onepath.prepack(w)
+        for m in (3, 12):
+            x = rand(m, 384)
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="onepath"):
+                y = onepath.linear(x, p)
+            assert_gemm_close(y, x, w.T)
+            took_small = small.name in caplog.text
+            want = m <= _small.NT_MAX_M and small.level == "avx512_core"
+            assert took_small == want, caplog.text
+    finally:
+        onepath.set_num_threads(old)
+
+
 def test_small_products_same_bits_at_any_thread_count(level):
     """A product within the small kernel's limits gives the same bits at 1 and 2 threads (the
     threaded call splits C's columns at whole tiles), through matmul's fast entry, its ``out=``

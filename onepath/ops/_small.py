@@ -67,7 +67,9 @@ MT_MIN_FLOPS_NN = 1.5e6   # nn form from 8 rows (an 8 x 32 tile per step: 2-3x t
 # 1 x 768 x 3072 13 -> 29, 4 x 768 x 768 51 -> 208, 16 x 384 x 384 71 -> 189, 16 x 768 x 768
 # 148 -> 170; x @ W (row-major W): 1 x 768 x 768 18 -> 48, 8 x 1536 x 384 102 -> 232. From 16 rows
 # with K N above 2^20 the packed GEMM was faster (16 x 768 x 3072: 148 against 115), and at
-# K = N = 4096 (2^24) the dot-product path (gemv_f32.c) ties and keeps its per-uarch options.
+# K = N = 4096 (2^24) the dot-product path (gemv_f32.c) ties and keeps its per-uarch options. A
+# PackedWeight's packed panels beat the small kernel from 5 rows on (8 x 1024 x 1024: 175 against
+# 104 GFLOP/s; MiniLM's 12-row batches): linear passes its rows only up to NT_MAX_M.
 THIN_M, THIN_KN, THIN4_KN = 16, 1 << 20, 1 << 22
 
 
@@ -295,7 +297,9 @@ def linear_fast(x, w, bias, code, packed):
         (m, k), (n, k2) = x.shape, w.shape
     except ValueError:
         return None
-    if k2 != k or not k or not use_small(m * n * k, "linear", "float32", n * k, m):
+    # (a prepacked weight: thin products of more than NT_MAX_M rows run its packed panels)
+    if k2 != k or not k or not use_small(m * n * k, "linear", "float32", n * k,
+                                         m if packed is None or m <= NT_MAX_M else None):
         return None
     if bias is not None and (bias.dtype is not _F32 or bias.shape != (n,)):
         return None
