@@ -1,7 +1,10 @@
 """The small-problem path of ``matmul`` and ``linear`` (kernels/gemm_small.c, api_small.h).
 
-Products too small to pay for packing, the thread pool and scratch buffers run the registry's
-``algorithm="small"`` row of their (op, float32) on the calling thread, reading A and B in place.
+Products too small to pay for packing and scratch buffers run the registry's ``algorithm="small"``
+row of their (op, float32), reading A and B in place: on the calling thread, or, from
+MT_MIN_FLOPS / MT_MIN_FLOPS_NN on, on the thread pool with C's columns split (``mt_threads``; the
+same bits at any thread count). With more than one thread, thin products take it above the
+limits too (``thin``).
 
 Where a call's fixed cost goes (4 x 4 x 4 float32 matmul, Zen 4, 1 thread, perf_counter over
 500 x 200-call blocks, best block; numpy.matmul itself takes 0.95 us): the previous front end took
@@ -81,6 +84,12 @@ def mt_threads(m: int, mnk: int, nn: bool) -> int:
     if t <= 1:
         return 1
     return t if 2 * mnk >= (MT_MIN_FLOPS_NN if nn and m >= 8 else MT_MIN_FLOPS) else 1
+
+
+def thin_rows(m: int, packed) -> int | None:
+    """``use_small``'s ``m`` for a linear of ``m`` rows: None (no thin rule) for a PackedWeight
+    ``packed`` and more than NT_MAX_M rows, whose packed panels beat the small kernel there."""
+    return m if packed is None or m <= NT_MAX_M else None
 
 
 def thin(m: int, kn: int, level: str) -> bool:
@@ -297,9 +306,8 @@ def linear_fast(x, w, bias, code, packed):
         (m, k), (n, k2) = x.shape, w.shape
     except ValueError:
         return None
-    # (a prepacked weight: thin products of more than NT_MAX_M rows run its packed panels)
     if k2 != k or not k or not use_small(m * n * k, "linear", "float32", n * k,
-                                         m if packed is None or m <= NT_MAX_M else None):
+                                         thin_rows(m, packed)):
         return None
     if bias is not None and (bias.dtype is not _F32 or bias.shape != (n,)):
         return None

@@ -70,8 +70,10 @@ def matmul(a, b, /, out=None, *, dtype=None):
             TypeError for a PackedWeight as the left operand.
     Every other dtype combination (and anything the kernels do not accelerate) returns
     ``numpy.matmul(a, b, out=out, dtype=dtype)`` exactly. Threads: ``onepath.set_num_threads``.
-    Small float32 products (M*N*K up to a per-level limit, ``ops._small.LIMITS``; no batch) run the
-    registry's ``small`` kernel on the calling thread, reading A and B in place.
+    Small float32 products (M*N*K up to a per-level limit, ``ops._small.LIMITS``, or thin ones at
+    more than one thread: ``ops._small.thin``; no batch) run the registry's ``small`` kernel,
+    reading A and B in place: on the calling thread, or on the pool from about 0.1 MFLOP (the same
+    bits at any thread count).
     """
     if out is None and dtype is None and type(a) is type(b) is _ND and a.dtype is b.dtype is _F32:
         # the common case first: two float32 ndarrays, no options (each check here costs ~30 ns)
