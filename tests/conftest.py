@@ -129,6 +129,18 @@ def pool_threads(request):
     onepath.set_num_threads(old)
 
 
+@pytest.fixture
+def small_mt_on():
+    """The threaded small kernel and the thin routing on (ops._small.MT_ON, off as shipped) for one
+    test, the matmul fast path's limits re-read."""
+    from onepath.ops import _small, matmul
+    _small.MT_ON = True
+    matmul.set_mt_limits()
+    yield
+    _small.MT_ON = False
+    matmul.set_mt_limits()
+
+
 @pytest.fixture(params=["small", "gemm"])
 def small_path(request):
     """Each test twice: as shipped (small products run the small kernel, ops/_small.py), and with

@@ -194,7 +194,7 @@ def test_linear_small_problem_reads_the_weight_raw(client, level):
         _assert_same(got.result(), onepath.linear(x, w, b, activation="relu"))
 
 
-def test_thin_problems_blocks_take_the_small_kernel(client, level):
+def test_thin_problems_blocks_take_the_small_kernel(client, level, small_mt_on):
     """A thin whole problem (12 x 384 x 1536 linear, 6 x 640 x 512 matmul: above the small kernel's
     M*N*K limits) takes the threaded small kernel in a process of two threads; the workers have one
     thread, where such a block would take another path: the graph's decision holds in the blocks

@@ -104,7 +104,8 @@ def test_small_mt_same_bits_as_one_thread(level, form, m, k, n):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_thin_products_take_the_threaded_small_kernel(level, threads, caplog, verbose_on):
+def test_thin_products_take_the_threaded_small_kernel(level, threads, caplog, verbose_on,
+                                                      small_mt_on):
     """With more than one thread, thin float32 products (up to 16 rows and K N <= 2^20, up to 4 rows
     and K N <= 2^22) take the small kernel above its M*N*K limits, on the pool from
     MT_MIN_FLOPS(_NN), at AVX-512 (the small row of avx512_core); results against the float64
@@ -136,7 +137,8 @@ def test_thin_products_take_the_threaded_small_kernel(level, threads, caplog, ve
         onepath.set_num_threads(old)
 
 
-def test_thin_prepacked_weight_keeps_its_panels_above_four_rows(level, caplog, verbose_on):
+def test_thin_prepacked_weight_keeps_its_panels_above_four_rows(level, caplog, verbose_on,
+                                                                small_mt_on):
     """A PackedWeight: thin calls of up to NT_MAX_M rows take the threaded small kernel (nt form
     on the raw weight), more rows its packed panels (the packed GEMM measured faster)."""
     old = onepath.get_num_threads()
@@ -158,11 +160,14 @@ def test_thin_prepacked_weight_keeps_its_panels_above_four_rows(level, caplog, v
         onepath.set_num_threads(old)
 
 
-def test_small_products_same_bits_at_any_thread_count(level):
+@pytest.mark.parametrize("mt", [False, True])
+def test_small_products_same_bits_at_any_thread_count(level, mt, request):
     """A product within the small kernel's limits gives the same bits at 1 and 2 threads (the
     threaded call splits C's columns at whole tiles), through matmul's fast entry, its ``out=``
     entry, its strided path (B column-major: the nt form) and linear; a misaligned C-contiguous
     operand (the fast entry's threaded call does not check) gives the product too."""
+    if mt:
+        request.getfixturevalue("small_mt_on")
     old = onepath.get_num_threads()
     a, b, bias = rand(128, 128), rand(128, 96), rand(96)
     raw = np.zeros(128 * 128 * 4 + 2, np.uint8)
@@ -184,7 +189,7 @@ def test_small_products_same_bits_at_any_thread_count(level):
         onepath.set_num_threads(old)
 
 
-def test_small_threaded_calls_from_several_python_threads(level):
+def test_small_threaded_calls_from_several_python_threads(level, small_mt_on):
     """Concurrent calls of the threaded small kernel: one holds the pool, the others run on their
     calling thread (op_parallel_for_short); every result has the one-call bits."""
     from concurrent.futures import ThreadPoolExecutor
@@ -201,6 +206,23 @@ def test_small_threaded_calls_from_several_python_threads(level):
             for got in ex.map(work, range(40)):
                 for g, r in zip(got, want):
                     assert np.array_equal(g.view(np.uint32), r.view(np.uint32))
+    finally:
+        onepath.set_num_threads(old)
+
+
+def test_small_kernel_one_thread_as_shipped(caplog, verbose_on):
+    """ops._small.MT_ON is off as shipped: at 2 threads a 128^3 product runs the small kernel on one
+    thread and a thin product above the limits (16 x 384 x 384) its former path."""
+    assert _small.MT_ON is False
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(2)
+    try:
+        with caplog.at_level(logging.INFO, logger="onepath"):
+            onepath.matmul(rand(128, 128), rand(128, 128))
+            onepath.linear(rand(16, 384), rand(384, 384))
+        lines = caplog.text.splitlines()
+        assert "threads=1" in next(ln for ln in lines if "128x128:128x128" in ln)
+        assert "gemm_f32_small" not in next(ln for ln in lines if "16x384" in ln)
     finally:
         onepath.set_num_threads(old)
 

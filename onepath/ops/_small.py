@@ -1,10 +1,10 @@
 """The small-problem path of ``matmul`` and ``linear`` (kernels/gemm_small.c, api_small.h).
 
 Products too small to pay for packing and scratch buffers run the registry's ``algorithm="small"``
-row of their (op, float32), reading A and B in place: on the calling thread, or, from
-MT_MIN_FLOPS / MT_MIN_FLOPS_NN on, on the thread pool with C's columns split (``mt_threads``; the
-same bits at any thread count). With more than one thread, thin products take it above the
-limits too (``thin``).
+row of their (op, float32), reading A and B in place, on the calling thread. With MT_ON (off as
+shipped: see its comment) also, from MT_MIN_FLOPS / MT_MIN_FLOPS_NN on, on the thread pool with
+C's columns split (``mt_threads``; the same bits at any thread count), and thin products above the
+limits (``thin``).
 
 Where a call's fixed cost goes (4 x 4 x 4 float32 matmul, Zen 4, 1 thread, perf_counter over
 500 x 200-call blocks, best block; numpy.matmul itself takes 0.95 us): the previous front end took
@@ -61,6 +61,11 @@ NT_MAX_M = 4
 # pool's hand-off costs ~2 us. sapphirerapids, 2 threads, one thread / two threads: nt form 32^3
 # 0.86, 1 x 256 x 256 1.37, 48^3 1.31, 64^3 1.50, 128^3 2.06; nn form 8 x 128 x 128 0.81, 64^3 0.55,
 # 80^3 0.93, 96^3 1.02, 128^3 1.43, 16 x 256 x 256 1.58, 1 x 256 x 256 1.43 (best of 7 alternated).
+# MT_ON: off by default. Right after numpy's OpenBLAS ran on its threads, their spin-wait (~0.1 s)
+# kept the pool's worker off its core and a threaded small call waited for it: linear 4 x 768 x 384
+# at 2 threads took ~4 ms instead of 25 us (found by the fresh-user review, 2026-12-05); one thread
+# never waits. The crossovers below hold when no other runtime spins; `small_mt_on` in the tests.
+MT_ON = False
 MT_MIN_FLOPS = 1e5        # nt form, strided operands, and the nn form with fewer than 8 rows
 MT_MIN_FLOPS_NN = 1.5e6   # nn form from 8 rows (an 8 x 32 tile per step: 2-3x the nt form's rate)
 # Thin products on more than one thread also take the small kernel above LIMITS (threaded): up to
@@ -81,7 +86,7 @@ def mt_threads(m: int, mnk: int, nn: bool) -> int:
     form, B and C rows contiguous): every thread allowed (``onepath.set_num_threads``) above
     MT_MIN_FLOPS / MT_MIN_FLOPS_NN, else 1."""
     t = _threads.get_num_threads()
-    if t <= 1:
+    if t <= 1 or not MT_ON:
         return 1
     return t if 2 * mnk >= (MT_MIN_FLOPS_NN if nn and m >= 8 else MT_MIN_FLOPS) else 1
 
@@ -97,7 +102,8 @@ def thin(m: int, kn: int, level: str) -> bool:
     kernel on several threads whatever its M*N*K (THIN_M, THIN_KN, THIN4_KN; AVX-512's small row,
     more than one thread allowed, the small path not off: by ``off()`` or by LIMITS below 0, as
     the tests' packed-GEMM mode sets them)."""
-    return (level == "avx512_core" and (m <= THIN_M and kn <= THIN_KN or m <= 4 and kn <= THIN4_KN)
+    return (MT_ON and level == "avx512_core"
+            and (m <= THIN_M and kn <= THIN_KN or m <= 4 and kn <= THIN4_KN)
             and _threads.get_num_threads() > 1 and LIMITS.get(level, (-1, -1))[0] >= 0
             and not _off.get())
 LIMITS: dict = {"avx512_core": (128 ** 3, 256 ** 3), "avx2": (112 ** 3, 112 ** 3),

@@ -28,7 +28,17 @@ _empty = np.empty
 _B_MAX = _small.B_MAX
 # the fast path's one-thread call up to these M*N*K (nn form; above them, with more than one thread
 # allowed, the general path runs the small kernel on the pool: ops._small.mt_threads)
-_MT0, _MT8 = int(_small.MT_MIN_FLOPS // 2), int(_small.MT_MIN_FLOPS_NN // 2)
+# (ops._small.MT_ON off: never; set_mt_limits() after changing it)
+_MT0 = _MT8 = 1 << 62
+
+
+def set_mt_limits() -> None:
+    """Re-read ops._small.MT_ON and its MT_MIN_FLOPS(_NN) into the fast path's M*N*K limits."""
+    global _MT0, _MT8
+    if _small.MT_ON:
+        _MT0, _MT8 = int(_small.MT_MIN_FLOPS // 2), int(_small.MT_MIN_FLOPS_NN // 2)
+    else:
+        _MT0 = _MT8 = 1 << 62
 _may_share = np.may_share_memory
 
 
@@ -70,10 +80,9 @@ def matmul(a, b, /, out=None, *, dtype=None):
             TypeError for a PackedWeight as the left operand.
     Every other dtype combination (and anything the kernels do not accelerate) returns
     ``numpy.matmul(a, b, out=out, dtype=dtype)`` exactly. Threads: ``onepath.set_num_threads``.
-    Small float32 products (M*N*K up to a per-level limit, ``ops._small.LIMITS``, or thin ones at
-    more than one thread: ``ops._small.thin``; no batch) run the registry's ``small`` kernel,
-    reading A and B in place: on the calling thread, or on the pool from about 0.1 MFLOP (the same
-    bits at any thread count).
+    Small float32 products (M*N*K up to a per-level limit, ``ops._small.LIMITS``; no batch) run the
+    registry's ``small`` kernel on the calling thread, reading A and B in place (threaded with
+    ``ops._small.MT_ON``, off as shipped).
     """
     if out is None and dtype is None and type(a) is type(b) is _ND and a.dtype is b.dtype is _F32:
         # the common case first: two float32 ndarrays, no options (each check here costs ~30 ns)
