@@ -163,3 +163,25 @@ def test_prepack_cap_change():
     assert p.level == top and np.allclose(y, ref, rtol=1e-4, atol=1e-4)
     assert np.allclose(onepath.linear(x, strict, bias, activation="gelu", dtype=np.float32), ref,
                        rtol=1e-4, atol=1e-4)
+
+
+def test_packed_state_of_a_call_survives_a_repack_for_another_cap():
+    """``current_packed`` hands a call its row and buffer together: a repack for another thread's
+    cap replaces the weight's state and leaves the call's (row, buffer) as they were, so the call
+    never reads another level's layout with its row (a race found by the fresh-user review)."""
+    from onepath.dispatch.cap import available_isas
+    runnable = [lv for lv in available_isas() if lv in ("generic", "avx2", "avx512_core")]
+    if len(runnable) < 2:
+        pytest.skip("one float32 level on this host: no other cap to repack for")
+    w = np.random.default_rng(7).standard_normal((40, 24)).astype(np.float32)
+    x = np.random.default_rng(8).standard_normal((64, 24)).astype(np.float32)
+    with onepath.max_isa(runnable[0]):
+        p = onepath.prepack(w)
+        row, buf = p.current_packed()
+    with onepath.max_isa(runnable[-1]):
+        row2, buf2 = p.current_packed()  # repacks for this level
+        assert p.repacks == 1 and row2.level != row.level and buf2 is not buf
+        np.testing.assert_allclose(onepath.linear(x, p), x @ w.T, rtol=1e-5, atol=1e-4)
+    assert row.level == runnable[0] and p._state[0] is row2  # the first call's pair is untouched
+    with onepath.max_isa(runnable[0]):
+        np.testing.assert_allclose(onepath.linear(x, p), x @ w.T, rtol=1e-5, atol=1e-4)

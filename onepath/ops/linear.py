@@ -172,8 +172,8 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
         if _small.linear(x2, wv, out, b, act_code(activation), shapes, wt):
             return out.reshape(lead + (n,))
     if packed is not None and (both_bf16 or (xa.dtype == F32 and wdtype == F32)):
-        row = packed.current()
-        run_gemm_packed("linear", packed.level, row, wdtype, _ready(x2, wdtype), packed._buf, n, out,
+        row, buf = packed.current_packed()
+        run_gemm_packed("linear", row.level, row, wdtype, _ready(x2, wdtype), buf, n, out,
                         bias=b, activation=activation, shapes=shapes)
     elif both_bf16:
         run_gemm_bf16("linear", _ready(x2, BF16), _ready(w, BF16).T, out, bias=b, activation=activation,

@@ -72,22 +72,32 @@ class PackedWeight:
         self.level = row.level
         self.blocking = (row.mc, row.kc, row.nc)
         self._row = row
+        self._state = (row, self._buf)  # replaced whole, never mutated: what a call reads together
 
     def current(self):
         """The registry row to run with, repacking (or raising) if the level in force changed."""
+        return self.current_packed()[0]
+
+    def current_packed(self):
+        """(registry row, packed buffer) to run with, read together: another thread whose cap
+        differs may repack this weight for its own level while a call runs, and the call must keep
+        the buffer of its row (reading ``_buf`` after ``current()`` gave one thread another level's
+        layout: found by the fresh-user review, 2026-12-05). Repacks (or raises) if the level in
+        force changed."""
         row = self._select()
-        if row.level == self.level:
-            return self._row
+        state = self._state
+        if row.level == state[0].level:
+            return state
         if self.on_cap_change == "error":
             raise RuntimeError(
                 f"prepacked weight {self.shape} was packed for ISA level {self.level!r} but the level "
                 f"in force is {row.level!r} (onepath.max_isa changed); pack it again with "
                 f"onepath.prepack(weight) or use on_cap_change='repack'")
         with self._lock:
-            if row.level != self.level:
+            if row.level != self._state[0].level:
                 self._pack(row)
                 self.repacks += 1
-        return self._row
+            return self._state
 
     def small_b(self) -> np.ndarray:
         """The float32 weight transposed, (in_features, out_features) C-contiguous: B of
