@@ -68,11 +68,10 @@ class PackedWeight:
 
     def _pack(self, row) -> None:
         row = registry.prepacked_row(row)   # (once per pack, not per call)
-        self._buf, self.nbytes = pack_weight(row.level, self.dtype, self._weight.T)
+        buf, self.nbytes = pack_weight(row.level, self.dtype, self._weight.T)
         self.level = row.level
         self.blocking = (row.mc, row.kc, row.nc)
-        self._row = row
-        self._state = (row, self._buf)  # replaced whole, never mutated: what a call reads together
+        self._state = (row, buf)  # replaced whole, never mutated: what a call reads together
 
     def current(self):
         """The registry row to run with, repacking (or raising) if the level in force changed."""
@@ -81,7 +80,7 @@ class PackedWeight:
     def current_packed(self):
         """(registry row, packed buffer) to run with, read together: another thread whose cap
         differs may repack this weight for its own level while a call runs, and the call must keep
-        the buffer of its row (reading ``_buf`` after ``current()`` gave one thread another level's
+        the buffer of its row (reading the buffer after ``current()`` gave one thread another level's
         layout: found by the fresh-user review, 2026-12-05). Repacks (or raises) if the level in
         force changed."""
         row = self._select()
