@@ -374,6 +374,46 @@ def test_scoped_cap_is_per_thread():
     assert seen == {"mine": "generic", "other": onepath.isa()}
 
 
+def test_with_statement_never_touches_the_process_cap():
+    """`with max_isa(L):` leaves the process cap alone even between the call and __enter__ (it
+    used to add a process-wide entry that __enter__ then removed: another thread could run at L)."""
+    from onepath.dispatch import cap as cap_mod
+    calls = []
+    cap_mod.on_change.append(lambda: calls.append(1))
+    try:
+        with onepath.max_isa("generic"):
+            pass
+        with onepath.max_isa("generic"), onepath.max_isa("generic"):
+            pass
+        assert calls == []
+        outside = onepath.max_isa("generic")  # not a with statement: a process cap until entered
+        assert calls and onepath.isa() == "generic"
+        with outside:
+            pass
+    finally:
+        cap_mod.on_change.pop()
+    assert not any(ref() is outside for ref, _ in cap_mod._pending)
+
+
+def test_with_blocks_in_one_thread_never_lower_another():
+    best, stop, seen = onepath.isa(), threading.Event(), set()
+
+    def capping():
+        while not stop.is_set():
+            with onepath.max_isa("generic"):
+                pass
+
+    t = threading.Thread(target=capping)
+    t.start()
+    try:
+        for _ in range(20000):
+            seen.add(onepath.isa())
+    finally:
+        stop.set()
+        t.join()
+    assert seen == {best}
+
+
 @pytest.mark.parametrize("bad", ["avx1024", "", "AVX3"])
 def test_cap_unknown_name_raises(bad):
     with pytest.raises(ValueError, match="generic"):

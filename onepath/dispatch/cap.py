@@ -8,7 +8,9 @@ probe found. Like oneDNN's ``ONEDNN_MAX_CPU_ISA`` but changeable at run time.
 from __future__ import annotations
 
 import contextvars
+import dis
 import os
+import sys
 import threading
 import weakref
 
@@ -133,15 +135,42 @@ def _prune() -> None:
             break
 
 
+# (code object, offset of the call) -> whether the call's value goes straight into a `with`
+_with_sites: dict = {}
+
+
+def _called_as_with(frame) -> bool:
+    """Whether the call being made at ``frame``'s current instruction is a `with` statement's
+    context expression (``with max_isa(L):``). Read from the caller's bytecode: the instruction after
+    the call opens the block (SETUP_WITH up to 3.10, BEFORE_WITH 3.11-3.13, COPY + LOAD_SPECIAL
+    __exit__ from 3.14). Any other shape (e.g. ``ExitStack.enter_context(max_isa(L))``) is False."""
+    if frame is None:
+        return False
+    key = (frame.f_code, frame.f_lasti)
+    found = _with_sites.get(key)
+    if found is None:
+        found = False
+        ins = [i for i in dis.get_instructions(frame.f_code) if i.offset > frame.f_lasti][:2]
+        if ins and ins[0].opname in ("SETUP_WITH", "BEFORE_WITH"):
+            found = True
+        elif (len(ins) == 2 and ins[0].opname == "COPY" and ins[1].opname == "LOAD_SPECIAL"
+              and "exit" in str(ins[1].argval)):
+            found = True
+        if len(_with_sites) < 4096:
+            _with_sites[key] = found
+    return found
+
+
 class max_isa:
     """Cap the ISA level onepath may use.
 
     ``onepath.max_isa("avx2")`` caps the whole process from now on (replacing ONEPATH_MAX_ISA and
     earlier calls); ``onepath.max_isa(None)`` lifts the process-wide cap. ``with
-    onepath.max_isa("avx2"): ...`` caps only the calling thread (or asyncio task) for the block:
-    entering the block withdraws the object's process-wide effect, so other threads keep their
-    level, and nested blocks take the lowest cap. A scoped cap lowers the process cap, never raises
-    it.
+    onepath.max_isa("avx2"): ...`` caps only the calling thread (or asyncio task) for the block
+    and never touches the process cap, so other threads keep their level throughout; nested blocks
+    take the lowest cap. A scoped cap lowers the process cap, never raises it. (An object made
+    elsewhere, e.g. ``stack.enter_context(max_isa(L))``, caps the process from its creation until
+    it is entered, as a bare call would.)
 
     Args:
         level: one of ``available_isas()`` (case-insensitive), or None.
@@ -156,6 +185,12 @@ class max_isa:
         global _process_isa
         self.level = None if level is None else _check(level)
         self._token = None
+        # `with max_isa(L):` never touches the process cap, so no other thread sees L even for the
+        # few instructions between this call and __enter__ (found by a concurrent test: results of
+        # another thread computed at L). Any other use is a process-wide cap until entered.
+        self._scoped_only = _called_as_with(sys._getframe(1))
+        if self._scoped_only:
+            return
         with _lock:
             _pending.append((weakref.ref(self), self.level))
             _prune()
@@ -164,6 +199,13 @@ class max_isa:
                 hook()
 
     def __enter__(self):
+        if not self._scoped_only:
+            self._withdraw()
+        self._token = _scoped.set(_min_level(self.level, _scoped.get()) or available_isas()[-1])
+        return self
+
+    def _withdraw(self) -> None:
+        """Remove this object's process-wide entry (entering a `with` makes it scoped only)."""
         global _process_isa
         with _lock:
             for i in range(len(_pending) - 1, -1, -1):
@@ -173,8 +215,6 @@ class max_isa:
             _process_isa = None
             for hook in on_change:
                 hook()
-        self._token = _scoped.set(_min_level(self.level, _scoped.get()) or available_isas()[-1])
-        return self
 
     def __exit__(self, *exc):
         _scoped.reset(self._token)
