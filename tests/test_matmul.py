@@ -615,8 +615,13 @@ rng = np.random.default_rng(0)
 a = rng.standard_normal((256, 256), dtype=np.float32); b = rng.standard_normal((256, 512), dtype=np.float32)
 ref = a.astype(np.float64) @ b
 def task(t, what): return open(f"/proc/self/task/{t}/{what}").read()
-onepath.matmul(a, b)
-tids = [int(t) for t in os.listdir("/proc/self/task") if task(t, "comm").strip() == "onepath-pool"]
+import time
+onepath.matmul(a, b)  # creates the worker; the call does not wait for it to start and name itself
+for _ in range(200):
+    tids = [int(t) for t in os.listdir("/proc/self/task") if task(t, "comm").strip() == "onepath-pool"]
+    if tids:
+        break
+    time.sleep(0.01)
 assert tids, "no onepath-pool thread"
 allowed = os.sched_getaffinity(0)
 c = min(allowed)
@@ -635,6 +640,54 @@ print(moved)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert int(r.stdout) >= 10, f"the worker left the caller's CPU in {r.stdout.strip()} of 20 rounds"
+
+
+def test_late_pool_worker_never_corrupts_a_later_call():
+    """The pool's worker pinned to the caller's CPU is late for most jobs: it wakes after the caller
+    ran every task and returned, and must then touch nothing (kernels/threads.c's job word: a
+    task is claimed only under its job's generation). Hundreds of 2-thread calls of alternating
+    kinds (threaded small kernel, packed GEMM, depthwise conv) must each equal its one-thread
+    result bit for bit (subprocess: the pinning stays out of the suite's process)."""
+    import os
+    import subprocess
+    import sys
+    if not hasattr(os, "sched_getaffinity") or not os.path.isdir("/proc/self/task"):
+        pytest.skip("needs Linux (sched_getaffinity, /proc/self/task)")
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs this process may run on")
+    code = """
+import os, time, numpy as np, onepath
+from onepath.ops import _small, matmul as mm
+_small.MT_ON = True
+mm.set_mt_limits()
+rng = np.random.default_rng(1)
+def r(*s): return rng.standard_normal(s, dtype=np.float32)
+cases = [(r(8, 384), r(384, 384)), (r(2, 512), r(512, 96)), (r(96, 200), r(200, 130))]
+x = r(1, 24, 20, 20); w = r(24, 1, 3, 3)
+onepath.set_num_threads(1)
+want = [onepath.matmul(a, b) for a, b in cases] + [onepath.conv2d(x, w, padding=1, groups=24)]
+onepath.set_num_threads(2)
+onepath.matmul(*cases[0])
+for _ in range(200):
+    tids = [t for t in os.listdir("/proc/self/task")
+            if open(f"/proc/self/task/{t}/comm").read().strip() == "onepath-pool"]
+    if tids:
+        break
+    time.sleep(0.01)
+c = min(os.sched_getaffinity(0))
+os.sched_setaffinity(0, {c})
+for t in tids:
+    os.sched_setaffinity(int(t), {c})  # stays pinned: the caller cannot move it off
+bad = 0
+for i in range(300):
+    k = i % 4
+    got = onepath.matmul(*cases[k]) if k < 3 else onepath.conv2d(x, w, padding=1, groups=24)
+    bad += not np.array_equal(got, want[k])
+print(bad)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0", f"{r.stdout.strip()} of 300 calls differed from one thread's"
 
 
 def test_coexists_with_torch_openmp_runtime():

@@ -3,7 +3,8 @@
    op_parallel_for(nthreads, ntasks, fn, ctx) runs fn(ctx, task, tid) for every task in [0, ntasks)
    on at most nthreads threads; the caller is thread tid 0 and tid in [0, nthreads) identifies the
    thread, e.g. to index per-thread scratch buffers allocated by the caller. Tasks are claimed
-   dynamically through an atomic counter. Returns the number of threads that ran (>= 1).
+   dynamically through an atomic counter. Returns the number of threads the tasks were offered to
+   (>= 1); a pool worker that wakes late may run none of them, as the caller claims what is left.
 
    Workers come from a persistent pool (one per level module), created on first use and grown on
    demand. After a job a worker spins (yielding the CPU every 64 pauses) for OP_POOL_SPIN_NS before
@@ -12,6 +13,7 @@
    a 512 x 512 product. One call uses the pool at a time; a concurrent call (another Python thread)
    or a nested one creates and joins its own threads instead, so callers never wait for each other
    (op_parallel_for_short, for work of a few microseconds: runs it on the calling thread instead).
+   A call returns once every task has run; it never waits for a worker that has not claimed one.
    After fork() the child starts with an empty pool (pthread_atfork). */
 #include <pthread.h>
 #include <sched.h>
@@ -34,7 +36,6 @@ typedef struct {
     void *ctx;
     int64_t ntasks;
     _Atomic int64_t next;
-    int caller_cpu;             /* the CPU the caller posted the job from (-1: unknown) */
 } op_pf_shared;
 
 typedef struct {
@@ -100,48 +101,91 @@ static int op_pool_yield_or_stop(int64_t until)
     return 0;
 }
 
+/* The CPU the calling thread runs on, or -1 where that is unknown. */
+static int op_getcpu(void)
+{
+#if defined(__linux__)
+    return sched_getcpu();
+#else
+    return -1;
+#endif
+}
+
 /* A pool worker that finds itself on the caller's CPU moves to another one the thread may run on
    (its affinity narrowed for one call, then restored, so it is never pinned). On a 2-vCPU Zen 4 VM a
    worker woken while the other vCPU was busy (e.g. another library's spinning threads) was placed on
    the caller's vCPU and stayed there, both spinning between calls: a 2-thread call then ran at 1-thread
    speed for as long as the process kept calling (MobileNet-v2 depthwise 112x112 s2, 42 instead of
    70-76 GFLOP/s, 2026-12-01). */
-static void op_pool_leave_cpu(int cpu)
+static void op_pool_push_off(pthread_t thread, int cpu)
 {
 #if defined(__linux__)
-    if (cpu < 0 || sched_getcpu() != cpu) return;
     cpu_set_t all, other;
-    if (pthread_getaffinity_np(pthread_self(), sizeof all, &all) != 0) return;
+    if (cpu < 0 || pthread_getaffinity_np(thread, sizeof all, &all) != 0) return;
     other = all;
     CPU_CLR(cpu, &other);
     if (CPU_COUNT(&other) == 0) return;
-    if (pthread_setaffinity_np(pthread_self(), sizeof other, &other) == 0)
-        pthread_setaffinity_np(pthread_self(), sizeof all, &all);
+    if (pthread_setaffinity_np(thread, sizeof other, &other) == 0)
+        pthread_setaffinity_np(thread, sizeof all, &all);
+#else
+    (void)thread;
+    (void)cpu;
+#endif
+}
+
+static void op_pool_leave_cpu(int cpu)
+{
+#if defined(__linux__)
+    if (cpu >= 0 && sched_getcpu() == cpu) op_pool_push_off(pthread_self(), cpu);
 #else
     (void)cpu;
 #endif
 }
 
-/* One mailbox per worker: the caller posts a job to exactly the workers taking part, so a worker
-   only ever sees jobs it must finish (and the caller waits for all of them). */
+/* The pool's job word: (job generation, task count, next task) in one 64-bit atomic that lives in
+   the pool, not on the caller's stack. A thread claims a task with a compare-and-swap that checks the
+   generation, so a worker that wakes after its job is over finds another generation and touches
+   nothing, and the caller waits only for tasks already claimed, never for a worker that has not
+   started: after numpy's OpenBLAS ran, its threads spin for ~0.1 s and a worker may get no core for
+   that long; waiting for it made a 25 us small product take ~4 ms (2026-12-05, 2 cores). */
+#define OP_JOB_IDX_BITS 22
+#define OP_JOB_MAX_TASKS ((INT64_C(1) << OP_JOB_IDX_BITS) - 1)
+#define OP_JOB_MASK ((UINT64_C(1) << OP_JOB_IDX_BITS) - 1)
+#define OP_JOB_WORD(gen, nt, idx) \
+    (((uint64_t)(gen) << (2 * OP_JOB_IDX_BITS)) | ((uint64_t)(nt) << OP_JOB_IDX_BITS) | (uint64_t)(idx))
+#define OP_JOB_GEN(w) ((w) >> (2 * OP_JOB_IDX_BITS))   /* 20 bits: wraps after ~1M jobs */
+#define OP_JOB_NT(w) (((w) >> OP_JOB_IDX_BITS) & OP_JOB_MASK)
+#define OP_JOB_IDX(w) ((w) & OP_JOB_MASK)
+
+/* One mailbox per worker: the caller posts a job to exactly the workers taking part (so a worker's
+   tid is always below the job's thread count). */
 typedef struct {
     _Atomic uint64_t gen;       /* bumped once per job posted to this worker */
-    op_pf_shared *job;          /* written before gen is bumped */
-    char pad[64 - sizeof(uint64_t) - sizeof(void *)];
+    _Atomic uint64_t jobgen;    /* the posted job's generation (OP_JOB_GEN), written before gen */
+    _Atomic int caller_cpu;     /* the CPU the caller posted the job from (-1: unknown) */
+    _Atomic uint64_t ack;       /* the last job generation the worker picked up */
+    _Atomic int awake;          /* 0 while the worker sleeps on the pool's condition variable */
+    pthread_t thread;
+    char pad[64 - 3 * sizeof(uint64_t) - 2 * sizeof(int) - sizeof(pthread_t)];
 } op_mailbox;
 
 typedef struct {
     pthread_mutex_t busy;       /* held by the one call using the pool */
     pthread_mutex_t mu;         /* guards the sleeping side of wake/done */
     pthread_cond_t wake;        /* workers sleep here between jobs */
-    pthread_cond_t done;        /* the caller sleeps here until the job's workers are finished */
+    pthread_cond_t done;        /* the caller sleeps here until the claimed tasks are finished */
     int nworkers;               /* workers created (tids 1 .. nworkers) */
-    _Atomic int active;         /* workers of the current job that have not finished it */
+    uint64_t gen;               /* the current job's generation (the caller's, under busy) */
+    op_task_fn fn;              /* the current job; read by a worker only after it claimed a */
+    void *ctx;                  /* task of it, so while the job is still running */
+    _Atomic uint64_t word;      /* OP_JOB_WORD of the current job */
+    _Atomic int64_t ndone;      /* tasks of the current job finished */
     op_mailbox box[OP_POOL_MAX + 1];
 } op_pool_t;
 
 static op_pool_t op_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
-                            PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, {{0}}};
+                            PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, NULL, NULL,
+                            0, 0, {{0}}};
 static pthread_once_t op_pool_once = PTHREAD_ONCE_INIT;
 
 static void op_pool_after_fork_child(void)
@@ -152,14 +196,36 @@ static void op_pool_after_fork_child(void)
     pthread_cond_init(&op_pool.wake, NULL);
     pthread_cond_init(&op_pool.done, NULL);
     op_pool.nworkers = 0;
-    atomic_store(&op_pool.active, 0);
+    atomic_store(&op_pool.word, 0);
+    atomic_store(&op_pool.ndone, 0);
     for (int i = 0; i <= OP_POOL_MAX; i++) {
         atomic_store(&op_pool.box[i].gen, 0);
-        op_pool.box[i].job = NULL;
+        atomic_store(&op_pool.box[i].ack, 0);
     }
 }
 
 static void op_pool_register_fork(void) { pthread_atfork(NULL, NULL, op_pool_after_fork_child); }
+
+/* Claim and run tasks of job generation `gen` until none is left (or another job is current). */
+static void op_pool_run(uint64_t gen, int tid)
+{
+    uint64_t w = atomic_load_explicit(&op_pool.word, memory_order_acquire);
+    for (;;) {
+        if (OP_JOB_GEN(w) != gen || OP_JOB_IDX(w) >= OP_JOB_NT(w)) return;
+        if (!atomic_compare_exchange_weak_explicit(&op_pool.word, &w, w + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;  /* w now holds the current word */
+        /* task OP_JOB_IDX(w) of job gen is ours: the job cannot end before we finish it */
+        op_pool.fn(op_pool.ctx, (int64_t)OP_JOB_IDX(w), tid);
+        const int64_t nt = (int64_t)OP_JOB_NT(w);
+        if (atomic_fetch_add_explicit(&op_pool.ndone, 1, memory_order_acq_rel) + 1 == nt && tid) {
+            pthread_mutex_lock(&op_pool.mu);
+            pthread_cond_signal(&op_pool.done);
+            pthread_mutex_unlock(&op_pool.mu);
+        }
+        w = atomic_load_explicit(&op_pool.word, memory_order_acquire);
+    }
+}
 
 static void *op_pool_worker(void *arg)
 {
@@ -176,21 +242,20 @@ static void *op_pool_worker(void *arg)
         while ((g = atomic_load_explicit(&box->gen, memory_order_acquire)) == seen) {
             OP_CPU_RELAX();
             if ((++spins & 63) == 0 && op_pool_yield_or_stop(until)) {
+                atomic_store_explicit(&box->awake, 0, memory_order_relaxed);
                 pthread_mutex_lock(&op_pool.mu);
                 while ((g = atomic_load_explicit(&box->gen, memory_order_acquire)) == seen)
                     pthread_cond_wait(&op_pool.wake, &op_pool.mu);
                 pthread_mutex_unlock(&op_pool.mu);
+                atomic_store_explicit(&box->awake, 1, memory_order_relaxed);
                 break;
             }
         }
         seen = g;
-        op_pool_leave_cpu(box->job->caller_cpu);
-        op_pf_run(box->job, tid);
-        if (atomic_fetch_sub_explicit(&op_pool.active, 1, memory_order_acq_rel) == 1) {
-            pthread_mutex_lock(&op_pool.mu);
-            pthread_cond_signal(&op_pool.done);
-            pthread_mutex_unlock(&op_pool.mu);
-        }
+        const uint64_t job = atomic_load_explicit(&box->jobgen, memory_order_relaxed);
+        op_pool_leave_cpu(atomic_load_explicit(&box->caller_cpu, memory_order_relaxed));
+        atomic_store_explicit(&box->ack, job, memory_order_relaxed);
+        op_pool_run(job, tid);
     }
     return NULL;
 }
@@ -205,21 +270,18 @@ static int op_parallel_for_pool(int nthreads, int64_t ntasks, op_task_fn fn, voi
         for (int64_t t = 0; t < ntasks; t++) fn(ctx, t, 0);
         return 1;
     }
-    op_pf_shared s;
-    s.fn = fn;
-    s.ctx = ctx;
-    s.ntasks = ntasks;
-    atomic_init(&s.next, 0);
-#if defined(__linux__)
-    s.caller_cpu = sched_getcpu();
-#else
-    s.caller_cpu = -1;
-#endif
-    if (nthreads > OP_POOL_MAX || pthread_mutex_trylock(&op_pool.busy) != 0) {
-        if (spawn) return op_parallel_for_spawn(nthreads, &s);  /* pool busy (concurrent / nested) */
+    if (nthreads > OP_POOL_MAX || ntasks > OP_JOB_MAX_TASKS
+        || pthread_mutex_trylock(&op_pool.busy) != 0) {
+        op_pf_shared s;  /* pool busy (concurrent / nested call) or too many tasks for its word */
+        s.fn = fn;
+        s.ctx = ctx;
+        s.ntasks = ntasks;
+        atomic_init(&s.next, 0);
+        if (spawn) return op_parallel_for_spawn(nthreads, &s);
         op_pf_run(&s, 0);
         return 1;
     }
+    const int cpu = op_getcpu();
 
     pthread_once(&op_pool_once, op_pool_register_fork);
     while (op_pool.nworkers < nthreads - 1) {
@@ -227,31 +289,49 @@ static int op_parallel_for_pool(int nthreads, int64_t ntasks, op_task_fn fn, voi
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        op_mailbox *box = &op_pool.box[op_pool.nworkers + 1];
+        atomic_store_explicit(&box->awake, 1, memory_order_relaxed);
         const int rc = pthread_create(&th, &attr, op_pool_worker, (void *)(intptr_t)(op_pool.nworkers + 1));
         pthread_attr_destroy(&attr);
         if (rc != 0) break;
+        box->thread = th;
         op_pool.nworkers++;
     }
     const int want = op_pool.nworkers < nthreads - 1 ? op_pool.nworkers : nthreads - 1;
-    atomic_store_explicit(&op_pool.active, want, memory_order_relaxed);
+    const uint64_t gen = op_pool.gen = (op_pool.gen + 1) & ((UINT64_C(1) << 20) - 1);
+    op_pool.fn = fn;
+    op_pool.ctx = ctx;
+    atomic_store_explicit(&op_pool.ndone, 0, memory_order_relaxed);
+    atomic_store_explicit(&op_pool.word, OP_JOB_WORD(gen, ntasks, 0), memory_order_release);
     for (int i = 1; i <= want; i++) {
-        op_pool.box[i].job = &s;
+        atomic_store_explicit(&op_pool.box[i].jobgen, gen, memory_order_relaxed);
+        atomic_store_explicit(&op_pool.box[i].caller_cpu, cpu, memory_order_relaxed);
         atomic_fetch_add_explicit(&op_pool.box[i].gen, 1, memory_order_release);
     }
     pthread_mutex_lock(&op_pool.mu);
     pthread_cond_broadcast(&op_pool.wake);
     pthread_mutex_unlock(&op_pool.mu);
+    op_pool_run(gen, 0);
 
-    op_pf_run(&s, 0);
-
-    if (atomic_load_explicit(&op_pool.active, memory_order_acquire) > 0) {
+    /* Every task is claimed. A worker that is awake (spinning) but never picked the job up did not
+       get a CPU during the whole call: most likely it waits for this very one (e.g. placed here when
+       woken while the other CPU was busy), and would get it only when the scheduler next preempts
+       the caller, a slice of ~3 ms later. Move it off this CPU now, so it helps from the next call
+       on (its affinity narrowed and at once restored, as in op_pool_leave_cpu). */
+    for (int i = 1; i <= want; i++)
+        if (atomic_load_explicit(&op_pool.box[i].ack, memory_order_relaxed) != gen
+            && atomic_load_explicit(&op_pool.box[i].awake, memory_order_relaxed))
+            op_pool_push_off(op_pool.box[i].thread, cpu);
+    /* wait for the tasks still running on a worker (none, when no worker woke in time: the
+       caller ran them all) */
+    if (atomic_load_explicit(&op_pool.ndone, memory_order_acquire) < ntasks) {
         const int64_t until = op_now_ns() + OP_POOL_SPIN_NS;
         int spins = 0;
-        while (atomic_load_explicit(&op_pool.active, memory_order_acquire) > 0) {
+        while (atomic_load_explicit(&op_pool.ndone, memory_order_acquire) < ntasks) {
             OP_CPU_RELAX();
             if ((++spins & 63) == 0 && op_pool_yield_or_stop(until)) {
                 pthread_mutex_lock(&op_pool.mu);
-                while (atomic_load_explicit(&op_pool.active, memory_order_acquire) > 0)
+                while (atomic_load_explicit(&op_pool.ndone, memory_order_acquire) < ntasks)
                     pthread_cond_wait(&op_pool.done, &op_pool.mu);
                 pthread_mutex_unlock(&op_pool.mu);
                 break;
