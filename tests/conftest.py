@@ -131,13 +131,13 @@ def pool_threads(request):
 
 @pytest.fixture
 def small_mt_on():
-    """The threaded small kernel and the thin routing on (ops._small.MT_ON, off as shipped) for one
+    """The threaded small kernel and the thin routing on (ops._small.MT_ON, on as shipped) for one
     test, the matmul fast path's limits re-read."""
     from onepath.ops import _small, matmul
-    _small.MT_ON = True
+    old, _small.MT_ON = _small.MT_ON, True
     matmul.set_mt_limits()
     yield
-    _small.MT_ON = False
+    _small.MT_ON = old
     matmul.set_mt_limits()
 
 

@@ -210,20 +210,31 @@ def test_small_threaded_calls_from_several_python_threads(level, small_mt_on):
         onepath.set_num_threads(old)
 
 
-def test_small_kernel_one_thread_as_shipped(caplog, verbose_on):
-    """ops._small.MT_ON is off as shipped: at 2 threads a 128^3 product runs the small kernel on one
-    thread and a thin product above the limits (16 x 384 x 384) its former path."""
-    assert _small.MT_ON is False
+@pytest.mark.parametrize("mt_on", [True, False])
+def test_small_kernel_threads_as_shipped_and_switched_off(mt_on, caplog, verbose_on):
+    """ops._small.MT_ON is on as shipped: at 2 threads a 128^3 product runs the small kernel on both
+    threads and a thin product above the limits (16 x 384 x 384) takes it too; off, the one-thread
+    small kernel and the thin product's former path."""
+    from onepath.ops import matmul as mm
+    assert _small.MT_ON is True
     old = onepath.get_num_threads()
     onepath.set_num_threads(2)
+    _small.MT_ON = mt_on
+    mm.set_mt_limits()
     try:
         with caplog.at_level(logging.INFO, logger="onepath"):
             onepath.matmul(rand(128, 128), rand(128, 128))
             onepath.linear(rand(16, 384), rand(384, 384))
         lines = caplog.text.splitlines()
-        assert "threads=1" in next(ln for ln in lines if "128x128:128x128" in ln)
-        assert "gemm_f32_small" not in next(ln for ln in lines if "16x384" in ln)
+        big = next(ln for ln in lines if "128x128:128x128" in ln)
+        thin = next(ln for ln in lines if "16x384" in ln)
+        if mt_on and onepath.isa().startswith("avx512"):
+            assert "threads=2" in big and "gemm_f32_small" in thin
+        elif not mt_on:
+            assert "threads=1" in big and "gemm_f32_small" not in thin
     finally:
+        _small.MT_ON = True
+        mm.set_mt_limits()
         onepath.set_num_threads(old)
 
 

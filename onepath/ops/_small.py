@@ -1,10 +1,10 @@
 """The small-problem path of ``matmul`` and ``linear`` (kernels/gemm_small.c, api_small.h).
 
 Products too small to pay for packing and scratch buffers run the registry's ``algorithm="small"``
-row of their (op, float32), reading A and B in place, on the calling thread. With MT_ON (off as
-shipped: see its comment) also, from MT_MIN_FLOPS / MT_MIN_FLOPS_NN on, on the thread pool with
-C's columns split (``mt_threads``; the same bits at any thread count), and thin products above the
-limits (``thin``).
+row of their (op, float32), reading A and B in place: on the calling thread, or, from
+MT_MIN_FLOPS / MT_MIN_FLOPS_NN on, on the thread pool with C's columns split (``mt_threads``; the
+same bits at any thread count). With more than one thread, thin products take it above the
+limits too (``thin``). ``MT_ON = False`` turns both off (one thread, the former thin paths).
 
 Where a call's fixed cost goes (4 x 4 x 4 float32 matmul, Zen 4, 1 thread, perf_counter over
 500 x 200-call blocks, best block; numpy.matmul itself takes 0.95 us): the previous front end took
@@ -61,11 +61,12 @@ NT_MAX_M = 4
 # pool's hand-off costs ~2 us. sapphirerapids, 2 threads, one thread / two threads: nt form 32^3
 # 0.86, 1 x 256 x 256 1.37, 48^3 1.31, 64^3 1.50, 128^3 2.06; nn form 8 x 128 x 128 0.81, 64^3 0.55,
 # 80^3 0.93, 96^3 1.02, 128^3 1.43, 16 x 256 x 256 1.58, 1 x 256 x 256 1.43 (best of 7 alternated).
-# MT_ON: off by default. Right after numpy's OpenBLAS ran on its threads, their spin-wait (~0.1 s)
-# kept the pool's worker off its core and a threaded small call waited for it: linear 4 x 768 x 384
-# at 2 threads took ~4 ms instead of 25 us (found by the fresh-user review, 2026-12-05); one thread
-# never waits. The crossovers below hold when no other runtime spins; `small_mt_on` in the tests.
-MT_ON = False
+# MT_ON: the threaded small kernel and the thin rule (after changing it: matmul.set_mt_limits()).
+# Off for a day (2026-12-05): right after numpy's OpenBLAS ran, its threads spin ~0.1 s and the
+# pool's worker got no core for a scheduler slice, while the caller waited for it (linear 4 x 768 x
+# 384 at 2 threads ~4 ms instead of 25 us). The pool no longer waits for a worker that has not
+# started (kernels/threads.c): 200 such calls right after numpy 106 ms -> 7.2 ms.
+MT_ON = True
 MT_MIN_FLOPS = 1e5        # nt form, strided operands, and the nn form with fewer than 8 rows
 MT_MIN_FLOPS_NN = 1.5e6   # nn form from 8 rows (an 8 x 32 tile per step: 2-3x the nt form's rate)
 # Thin products on more than one thread also take the small kernel above LIMITS (threaded): up to

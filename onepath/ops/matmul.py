@@ -39,6 +39,9 @@ def set_mt_limits() -> None:
         _MT0, _MT8 = int(_small.MT_MIN_FLOPS // 2), int(_small.MT_MIN_FLOPS_NN // 2)
     else:
         _MT0 = _MT8 = 1 << 62
+
+
+set_mt_limits()
 _may_share = np.may_share_memory
 
 
@@ -81,8 +84,8 @@ def matmul(a, b, /, out=None, *, dtype=None):
     Every other dtype combination (and anything the kernels do not accelerate) returns
     ``numpy.matmul(a, b, out=out, dtype=dtype)`` exactly. Threads: ``onepath.set_num_threads``.
     Small float32 products (M*N*K up to a per-level limit, ``ops._small.LIMITS``; no batch) run the
-    registry's ``small`` kernel on the calling thread, reading A and B in place (threaded with
-    ``ops._small.MT_ON``, off as shipped).
+    registry's ``small`` kernel, reading A and B in place: on the calling thread, or on the pool
+    from about 0.1 MFLOP (the same bits at any thread count; ``ops._small.MT_ON``).
     """
     if out is None and dtype is None and type(a) is type(b) is _ND and a.dtype is b.dtype is _F32:
         # the common case first: two float32 ndarrays, no options (each check here costs ~30 ns)
