@@ -618,7 +618,8 @@ def task(t, what): return open(f"/proc/self/task/{t}/{what}").read()
 import time
 onepath.matmul(a, b)  # creates the worker; the call does not wait for it to start and name itself
 for _ in range(200):
-    tids = [int(t) for t in os.listdir("/proc/self/task") if task(t, "comm").strip() == "onepath-pool"]
+    tids = [int(t) for t in os.listdir("/proc/self/task")
+            if task(t, "comm").strip() == "onepath-pool"]
     if tids:
         break
     time.sleep(0.01)

@@ -141,9 +141,10 @@ _with_sites: dict = {}
 
 def _called_as_with(frame) -> bool:
     """Whether the call being made at ``frame``'s current instruction is a `with` statement's
-    context expression (``with max_isa(L):``). Read from the caller's bytecode: the instruction after
-    the call opens the block (SETUP_WITH up to 3.10, BEFORE_WITH 3.11-3.13, COPY + LOAD_SPECIAL
-    __exit__ from 3.14). Any other shape (e.g. ``ExitStack.enter_context(max_isa(L))``) is False."""
+    context expression (``with max_isa(L):``). Read from the caller's bytecode: the instruction
+    after the call opens the block (SETUP_WITH up to 3.10, BEFORE_WITH 3.11-3.13, COPY +
+    LOAD_SPECIAL __exit__ from 3.14). Any other shape (``ExitStack.enter_context(max_isa(L))``, a
+    conditional expression) is False."""
     if frame is None:
         return False
     key = (frame.f_code, frame.f_lasti)

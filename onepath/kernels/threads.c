@@ -111,12 +111,12 @@ static int op_getcpu(void)
 #endif
 }
 
-/* A pool worker that finds itself on the caller's CPU moves to another one the thread may run on
-   (its affinity narrowed for one call, then restored, so it is never pinned). On a 2-vCPU Zen 4 VM a
-   worker woken while the other vCPU was busy (e.g. another library's spinning threads) was placed on
-   the caller's vCPU and stayed there, both spinning between calls: a 2-thread call then ran at 1-thread
-   speed for as long as the process kept calling (MobileNet-v2 depthwise 112x112 s2, 42 instead of
-   70-76 GFLOP/s, 2026-12-01). */
+/* A pool worker that finds itself on the caller's CPU moves to another one the thread may run
+   on (its affinity narrowed for one call, then restored, so it is never pinned). On a 2-vCPU Zen 4
+   VM a worker woken while the other vCPU was busy (e.g. another library's spinning threads) was
+   placed on the caller's vCPU and stayed there, both spinning between calls: a 2-thread call then
+   ran at 1-thread speed for as long as the process kept calling (MobileNet-v2 depthwise 112x112
+   s2, 42 instead of 70-76 GFLOP/s, 2026-12-01). */
 static void op_pool_push_off(pthread_t thread, int cpu)
 {
 #if defined(__linux__)
@@ -142,17 +142,18 @@ static void op_pool_leave_cpu(int cpu)
 #endif
 }
 
-/* The pool's job word: (job generation, task count, next task) in one 64-bit atomic that lives in
-   the pool, not on the caller's stack. A thread claims a task with a compare-and-swap that checks the
-   generation, so a worker that wakes after its job is over finds another generation and touches
-   nothing, and the caller waits only for tasks already claimed, never for a worker that has not
-   started: after numpy's OpenBLAS ran, its threads spin for ~0.1 s and a worker may get no core for
-   that long; waiting for it made a 25 us small product take ~4 ms (2026-12-05, 2 cores). */
+/* The pool's job word: (job generation, task count, next task) in one 64-bit atomic that lives
+   in the pool, not on the caller's stack. A thread claims a task with a compare-and-swap that
+   checks the generation, so a worker that wakes after its job is over finds another generation and
+   touches nothing, and the caller waits only for tasks already claimed, never for a worker that
+   has not started: after numpy's OpenBLAS ran, its threads spin for ~0.1 s and a worker may get
+   no core for that long; waiting for it made a 25 us small product take ~4 ms (2026-12-05, 2
+   cores). */
 #define OP_JOB_IDX_BITS 22
 #define OP_JOB_MAX_TASKS ((INT64_C(1) << OP_JOB_IDX_BITS) - 1)
 #define OP_JOB_MASK ((UINT64_C(1) << OP_JOB_IDX_BITS) - 1)
-#define OP_JOB_WORD(gen, nt, idx) \
-    (((uint64_t)(gen) << (2 * OP_JOB_IDX_BITS)) | ((uint64_t)(nt) << OP_JOB_IDX_BITS) | (uint64_t)(idx))
+#define OP_JOB_WORD(gen, nt, idx) (((uint64_t)(gen) << (2 * OP_JOB_IDX_BITS)) \
+                                   | ((uint64_t)(nt) << OP_JOB_IDX_BITS) | (uint64_t)(idx))
 #define OP_JOB_GEN(w) ((w) >> (2 * OP_JOB_IDX_BITS))   /* 20 bits: wraps after ~1M jobs */
 #define OP_JOB_NT(w) (((w) >> OP_JOB_IDX_BITS) & OP_JOB_MASK)
 #define OP_JOB_IDX(w) ((w) & OP_JOB_MASK)
@@ -291,7 +292,8 @@ static int op_parallel_for_pool(int nthreads, int64_t ntasks, op_task_fn fn, voi
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         op_mailbox *box = &op_pool.box[op_pool.nworkers + 1];
         atomic_store_explicit(&box->awake, 1, memory_order_relaxed);
-        const int rc = pthread_create(&th, &attr, op_pool_worker, (void *)(intptr_t)(op_pool.nworkers + 1));
+        const int rc = pthread_create(&th, &attr, op_pool_worker,
+                                      (void *)(intptr_t)(op_pool.nworkers + 1));
         pthread_attr_destroy(&attr);
         if (rc != 0) break;
         box->thread = th;
@@ -313,11 +315,11 @@ static int op_parallel_for_pool(int nthreads, int64_t ntasks, op_task_fn fn, voi
     pthread_mutex_unlock(&op_pool.mu);
     op_pool_run(gen, 0);
 
-    /* Every task is claimed. A worker that is awake (spinning) but never picked the job up did not
-       get a CPU during the whole call: most likely it waits for this very one (e.g. placed here when
-       woken while the other CPU was busy), and would get it only when the scheduler next preempts
-       the caller, a slice of ~3 ms later. Move it off this CPU now, so it helps from the next call
-       on (its affinity narrowed and at once restored, as in op_pool_leave_cpu). */
+    /* Every task is claimed. A worker that is awake (spinning) but never picked the job up did
+       not get a CPU during the whole call: most likely it waits for this very one (e.g. placed
+       here when woken while the other CPU was busy), and would get it only when the scheduler
+       next preempts the caller, a slice of ~3 ms later. Move it off this CPU now, so it helps from
+       the next call on (its affinity narrowed and at once restored, as in op_pool_leave_cpu). */
     for (int i = 1; i <= want; i++)
         if (atomic_load_explicit(&op_pool.box[i].ack, memory_order_relaxed) != gen
             && atomic_load_explicit(&op_pool.box[i].awake, memory_order_relaxed))
