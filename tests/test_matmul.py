@@ -395,6 +395,32 @@ def test_with_statement_never_touches_the_process_cap():
     assert not any(ref() is outside for ref, _ in cap_mod._pending)
 
 
+def test_one_max_isa_object_entered_twice_and_by_two_threads():
+    best = onepath.isa()
+    m = onepath.max_isa("generic")  # (a process cap until entered)
+    with m:
+        with m:
+            assert onepath.isa() == "generic"
+        assert onepath.isa() == "generic"
+    assert onepath.isa() == best
+    inside, release, seen = threading.Barrier(2), threading.Event(), []
+
+    def block():
+        with m:
+            inside.wait()
+            release.wait()
+            seen.append(onepath.isa())
+        seen.append(onepath.isa())
+
+    threads = [threading.Thread(target=block) for _ in range(2)]
+    for t in threads:
+        t.start()
+    release.set()
+    for t in threads:
+        t.join()
+    assert sorted(seen) == sorted(["generic", "generic", best, best])
+
+
 def test_with_blocks_in_one_thread_never_lower_another():
     best, stop, seen = onepath.isa(), threading.Event(), set()
 
@@ -677,10 +703,10 @@ for _ in range(200):
     time.sleep(0.01)
 c = min(os.sched_getaffinity(0))
 os.sched_setaffinity(0, {c})
-for t in tids:
-    os.sched_setaffinity(int(t), {c})  # stays pinned: the caller cannot move it off
 bad = 0
 for i in range(300):
+    for t in tids:  # pinned again each time (a call may move a worker it finds without a CPU)
+        os.sched_setaffinity(int(t), {c})
     k = i % 4
     got = onepath.matmul(*cases[k]) if k < 3 else onepath.conv2d(x, w, padding=1, groups=24)
     bad += not np.array_equal(got, want[k])
@@ -689,6 +715,71 @@ print(bad)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "0", f"{r.stdout.strip()} of 300 calls differed from one thread's"
+
+
+def test_short_calls_run_on_one_thread_after_a_crowded_call():
+    """A call that finds a pool worker awake but never given a CPU marks the pool crowded, and small
+    (short) calls then run on the calling thread for a while (kernels/threads.c
+    op_parallel_for_short): a threaded small call would only wait for that worker. The worker is
+    starved on purpose: SCHED_IDLE, on a CPU a busy process holds (subprocess: the pinning and the
+    policy stay out of the suite's process)."""
+    import os
+    import subprocess
+    import sys
+    if not hasattr(os, "sched_setscheduler") or not os.path.isdir("/proc/self/task"):
+        pytest.skip("needs Linux (sched_setscheduler, /proc/self/task)")
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs this process may run on")
+    if not onepath.isa().startswith("avx512"):
+        pytest.skip("the threaded small kernel's limits are AVX-512's")
+    code = """
+import os, sys, time, logging, io, subprocess, numpy as np, onepath
+from onepath import _verbose
+os.environ["ONEPATH_VERBOSE"] = "1"; _verbose.reload()
+log = io.StringIO()
+logging.getLogger("onepath").addHandler(logging.StreamHandler(log))
+logging.getLogger("onepath").setLevel(logging.INFO)
+onepath.set_num_threads(2)
+rng = np.random.default_rng(0)
+a = rng.standard_normal((256, 256), dtype=np.float32); b = rng.standard_normal((256, 512), dtype=np.float32)
+s = rng.standard_normal((128, 128), dtype=np.float32)
+def last():
+    return log.getvalue().splitlines()[-1]
+onepath.matmul(s, s); onepath.matmul(s, s)
+steady = "threads=2" in last()   # not crowded: the small kernel on both threads
+for _ in range(200):
+    tids = [int(t) for t in os.listdir("/proc/self/task")
+            if open(f"/proc/self/task/{t}/comm").read().strip() == "onepath-pool"]
+    if tids:
+        break
+    time.sleep(0.01)
+c, c2 = sorted(os.sched_getaffinity(0))[:2]
+busy = subprocess.Popen([sys.executable, "-c", "import os, itertools; "
+                         f"os.sched_setaffinity(0, {{{c}}}); any(False for _ in itertools.count())"])
+time.sleep(0.3)
+os.sched_setaffinity(0, {c2})
+hits = 0
+try:
+    for _ in range(5):
+        onepath.matmul(a, b)             # the worker picks this up and spins after it ...
+        for t in tids:                   # ... starved from now on
+            os.sched_setaffinity(t, {c})
+            os.sched_setscheduler(t, os.SCHED_IDLE, os.sched_param(0))
+        onepath.matmul(a, b)             # crowded: the worker never picked it up
+        onepath.matmul(s, s)             # short: on the calling thread alone
+        hits += "threads=1" in last()
+        for t in tids:
+            os.sched_setscheduler(t, os.SCHED_OTHER, os.sched_param(0))
+        time.sleep(0.3)                  # no longer crowded
+finally:
+    busy.kill()
+print(hits, steady)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    hits, steady = r.stdout.split()
+    assert steady == "True", "an uncrowded small call no longer runs on two threads"
+    assert int(hits) >= 3, f"a short call after a crowded one ran on one thread {hits} of 5 times"
 
 
 def test_coexists_with_torch_openmp_runtime():

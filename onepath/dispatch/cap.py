@@ -169,9 +169,12 @@ class max_isa:
     earlier calls); ``onepath.max_isa(None)`` lifts the process-wide cap. ``with
     onepath.max_isa("avx2"): ...`` caps only the calling thread (or asyncio task) for the block
     and never touches the process cap, so other threads keep their level throughout; nested blocks
-    take the lowest cap. A scoped cap lowers the process cap, never raises it. (An object made
-    elsewhere, e.g. ``stack.enter_context(max_isa(L))``, caps the process from its creation until
-    it is entered, as a bare call would.)
+    take the lowest cap. A scoped cap lowers the process cap, never raises it. One object may be
+    entered by several threads at once, or again inside its own block. (An object made elsewhere,
+    e.g. ``stack.enter_context(max_isa(L))`` or ``with (max_isa(L) if c else nullcontext()):``,
+    caps the process from its creation until it is entered, as a bare call would. A generator
+    suspended inside a block leaves its cap on the thread that iterates it until the block ends,
+    as any ContextVar set in a generator does.)
 
     Args:
         level: one of ``available_isas()`` (case-insensitive), or None.
@@ -185,7 +188,7 @@ class max_isa:
         _read_env()
         global _process_isa
         self.level = None if level is None else _check(level)
-        self._token = None
+        self._tokens: dict = {}   # thread id -> ContextVar tokens of the blocks it is inside
         # `with max_isa(L):` never touches the process cap, so no other thread sees L even for the
         # few instructions between this call and __enter__ (found by a concurrent test: results of
         # another thread computed at L). Any other use is a process-wide cap until entered.
@@ -202,7 +205,9 @@ class max_isa:
     def __enter__(self):
         if not self._scoped_only:
             self._withdraw()
-        self._token = _scoped.set(_min_level(self.level, _scoped.get()) or available_isas()[-1])
+        token = _scoped.set(_min_level(self.level, _scoped.get()) or available_isas()[-1])
+        # one object may be entered by several threads at once, or again inside its own block
+        self._tokens.setdefault(threading.get_ident(), []).append(token)
         return self
 
     def _withdraw(self) -> None:
@@ -218,7 +223,12 @@ class max_isa:
                 hook()
 
     def __exit__(self, *exc):
-        _scoped.reset(self._token)
+        tid = threading.get_ident()
+        stack = self._tokens[tid]
+        token = stack.pop()
+        if not stack:
+            del self._tokens[tid]
+        _scoped.reset(token)
         return False
 
     def __repr__(self):

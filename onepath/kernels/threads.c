@@ -27,6 +27,7 @@
 #endif
 
 #define OP_POOL_SPIN_NS 200000   /* 0.2 ms: covers the gap between back-to-back calls */
+#define OP_POOL_CROWDED_NS 100000000   /* 0.1 s of one-thread short calls after a crowded call */
 #define OP_POOL_MAX 256
 
 typedef void (*op_task_fn)(void *ctx, int64_t task, int tid);
@@ -111,33 +112,30 @@ static int op_getcpu(void)
 #endif
 }
 
-/* A pool worker that finds itself on the caller's CPU moves to another one the thread may run
-   on (its affinity narrowed for one call, then restored, so it is never pinned). On a 2-vCPU Zen 4
-   VM a worker woken while the other vCPU was busy (e.g. another library's spinning threads) was
-   placed on the caller's vCPU and stayed there, both spinning between calls: a 2-thread call then
-   ran at 1-thread speed for as long as the process kept calling (MobileNet-v2 depthwise 112x112
-   s2, 42 instead of 70-76 GFLOP/s, 2026-12-01). */
-static void op_pool_push_off(pthread_t thread, int cpu)
+#if defined(__linux__)
+typedef cpu_set_t op_cpu_mask;
+#else
+typedef int op_cpu_mask;
+#endif
+
+/* Narrow ``thread``'s affinity to ``mask`` without ``cpu`` (so the scheduler moves it off that CPU
+   at once), then set ``mask`` again. ``mask`` is the worker's affinity saved when it was created,
+   never read back: the caller (op_parallel_for_pool) and the worker itself may both do this at the
+   same time, and whichever sets ``mask`` last leaves it whole. (Reading the live mask to restore it
+   could read the other side's narrowed one and keep it for good: found by the review, a worker
+   left on one CPU.) */
+static void op_pool_push_off(pthread_t thread, const op_cpu_mask *mask, int cpu)
 {
 #if defined(__linux__)
-    cpu_set_t all, other;
-    if (cpu < 0 || pthread_getaffinity_np(thread, sizeof all, &all) != 0) return;
-    other = all;
+    cpu_set_t other = *mask;
+    if (cpu < 0 || !CPU_ISSET(cpu, &other)) return;
     CPU_CLR(cpu, &other);
     if (CPU_COUNT(&other) == 0) return;
     if (pthread_setaffinity_np(thread, sizeof other, &other) == 0)
-        pthread_setaffinity_np(thread, sizeof all, &all);
+        pthread_setaffinity_np(thread, sizeof *mask, mask);
 #else
     (void)thread;
-    (void)cpu;
-#endif
-}
-
-static void op_pool_leave_cpu(int cpu)
-{
-#if defined(__linux__)
-    if (cpu >= 0 && sched_getcpu() == cpu) op_pool_push_off(pthread_self(), cpu);
-#else
+    (void)mask;
     (void)cpu;
 #endif
 }
@@ -161,13 +159,14 @@ static void op_pool_leave_cpu(int cpu)
 /* One mailbox per worker: the caller posts a job to exactly the workers taking part (so a worker's
    tid is always below the job's thread count). */
 typedef struct {
-    _Atomic uint64_t gen;       /* bumped once per job posted to this worker */
+    _Alignas(64) _Atomic uint64_t gen;   /* bumped once per job posted to this worker */
     _Atomic uint64_t jobgen;    /* the posted job's generation (OP_JOB_GEN), written before gen */
     _Atomic int caller_cpu;     /* the CPU the caller posted the job from (-1: unknown) */
     _Atomic uint64_t ack;       /* the last job generation the worker picked up */
-    _Atomic int awake;          /* 0 while the worker sleeps on the pool's condition variable */
+    _Atomic int awake;          /* 1 from a job picked up until the worker sleeps on the pool's
+                                   condition variable (a worker just woken is not awake yet) */
     pthread_t thread;
-    char pad[64 - 3 * sizeof(uint64_t) - 2 * sizeof(int) - sizeof(pthread_t)];
+    op_cpu_mask mask;           /* the worker's affinity when it was created (op_pool_push_off) */
 } op_mailbox;
 
 typedef struct {
@@ -181,12 +180,13 @@ typedef struct {
     void *ctx;                  /* task of it, so while the job is still running */
     _Atomic uint64_t word;      /* OP_JOB_WORD of the current job */
     _Atomic int64_t ndone;      /* tasks of the current job finished */
+    _Atomic int64_t crowded_until;   /* op_now_ns() before which short jobs run on the caller */
     op_mailbox box[OP_POOL_MAX + 1];
 } op_pool_t;
 
 static op_pool_t op_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
                             PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, NULL, NULL,
-                            0, 0, {{0}}};
+                            0, 0, 0, {{0}}};
 static pthread_once_t op_pool_once = PTHREAD_ONCE_INIT;
 
 static void op_pool_after_fork_child(void)
@@ -199,6 +199,7 @@ static void op_pool_after_fork_child(void)
     op_pool.nworkers = 0;
     atomic_store(&op_pool.word, 0);
     atomic_store(&op_pool.ndone, 0);
+    atomic_store(&op_pool.crowded_until, 0);
     for (int i = 0; i <= OP_POOL_MAX; i++) {
         atomic_store(&op_pool.box[i].gen, 0);
         atomic_store(&op_pool.box[i].ack, 0);
@@ -248,14 +249,20 @@ static void *op_pool_worker(void *arg)
                 while ((g = atomic_load_explicit(&box->gen, memory_order_acquire)) == seen)
                     pthread_cond_wait(&op_pool.wake, &op_pool.mu);
                 pthread_mutex_unlock(&op_pool.mu);
-                atomic_store_explicit(&box->awake, 1, memory_order_relaxed);
                 break;
             }
         }
         seen = g;
         const uint64_t job = atomic_load_explicit(&box->jobgen, memory_order_relaxed);
-        op_pool_leave_cpu(atomic_load_explicit(&box->caller_cpu, memory_order_relaxed));
+        /* A worker on the caller's CPU moves to another one it may run on. On a 2-vCPU Zen 4 VM a
+           worker woken while the other vCPU was busy (e.g. another library's spinning threads)
+           was placed on the caller's vCPU and stayed there, both spinning between calls: a
+           2-thread call then ran at 1-thread speed for as long as the process kept calling
+           (MobileNet-v2 depthwise 112x112 s2, 42 instead of 70-76 GFLOP/s, 2026-12-01). */
+        const int ccpu = atomic_load_explicit(&box->caller_cpu, memory_order_relaxed);
+        if (ccpu >= 0 && op_getcpu() == ccpu) op_pool_push_off(pthread_self(), &box->mask, ccpu);
         atomic_store_explicit(&box->ack, job, memory_order_relaxed);
+        atomic_store_explicit(&box->awake, 1, memory_order_relaxed);
         op_pool_run(job, tid);
     }
     return NULL;
@@ -291,12 +298,15 @@ static int op_parallel_for_pool(int nthreads, int64_t ntasks, op_task_fn fn, voi
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         op_mailbox *box = &op_pool.box[op_pool.nworkers + 1];
-        atomic_store_explicit(&box->awake, 1, memory_order_relaxed);
+        atomic_store_explicit(&box->awake, 0, memory_order_relaxed);
         const int rc = pthread_create(&th, &attr, op_pool_worker,
                                       (void *)(intptr_t)(op_pool.nworkers + 1));
         pthread_attr_destroy(&attr);
         if (rc != 0) break;
         box->thread = th;
+#if defined(__linux__)
+        if (pthread_getaffinity_np(th, sizeof box->mask, &box->mask) != 0) CPU_ZERO(&box->mask);
+#endif
         op_pool.nworkers++;
     }
     const int want = op_pool.nworkers < nthreads - 1 ? op_pool.nworkers : nthreads - 1;
@@ -316,22 +326,27 @@ static int op_parallel_for_pool(int nthreads, int64_t ntasks, op_task_fn fn, voi
     op_pool_run(gen, 0);
 
     /* Every task is claimed. A worker that is awake (spinning) but never picked the job up did
-       not get a CPU during the whole call: most likely it waits for this very one (e.g. placed
-       here when woken while the other CPU was busy), and would get it only when the scheduler
-       next preempts the caller, a slice of ~3 ms later. Move it off this CPU now, so it helps from
-       the next call on (its affinity narrowed and at once restored, as in op_pool_leave_cpu). */
+       not get a CPU during the whole call: another thread holds it (e.g. numpy's OpenBLAS or
+       torch's OpenMP threads spinning after their own call), or it waits for this very one (placed
+       here when woken while the other CPU was busy) and would get it only when the scheduler next
+       preempts the caller, a slice of ~3 ms later. Move it off this CPU now, so it helps from the
+       next call on, and mark the pool crowded (op_parallel_for_short). */
+    int crowded = 0;
     for (int i = 1; i <= want; i++)
         if (atomic_load_explicit(&op_pool.box[i].ack, memory_order_relaxed) != gen
-            && atomic_load_explicit(&op_pool.box[i].awake, memory_order_relaxed))
-            op_pool_push_off(op_pool.box[i].thread, cpu);
+            && atomic_load_explicit(&op_pool.box[i].awake, memory_order_relaxed)) {
+            op_pool_push_off(op_pool.box[i].thread, &op_pool.box[i].mask, cpu);
+            crowded = 1;
+        }
     /* wait for the tasks still running on a worker (none, when no worker woke in time: the
-       caller ran them all) */
+       caller ran them all); past the spin, a worker lost its CPU in a task: crowded too */
     if (atomic_load_explicit(&op_pool.ndone, memory_order_acquire) < ntasks) {
         const int64_t until = op_now_ns() + OP_POOL_SPIN_NS;
         int spins = 0;
         while (atomic_load_explicit(&op_pool.ndone, memory_order_acquire) < ntasks) {
             OP_CPU_RELAX();
             if ((++spins & 63) == 0 && op_pool_yield_or_stop(until)) {
+                crowded = 1;
                 pthread_mutex_lock(&op_pool.mu);
                 while (atomic_load_explicit(&op_pool.ndone, memory_order_acquire) < ntasks)
                     pthread_cond_wait(&op_pool.done, &op_pool.mu);
@@ -340,6 +355,9 @@ static int op_parallel_for_pool(int nthreads, int64_t ntasks, op_task_fn fn, voi
             }
         }
     }
+    if (crowded)
+        atomic_store_explicit(&op_pool.crowded_until, op_now_ns() + OP_POOL_CROWDED_NS,
+                              memory_order_relaxed);
     pthread_mutex_unlock(&op_pool.busy);
     return want + 1;
 }
@@ -349,10 +367,18 @@ static int op_parallel_for(int nthreads, int64_t ntasks, op_task_fn fn, void *ct
     return op_parallel_for_pool(nthreads, ntasks, fn, ctx, 1);
 }
 
-/* op_parallel_for for work of a few microseconds (the small GEMM): when the pool is in use the
-   tasks run on the calling thread, as creating threads for the call would cost more than the work
-   saves. */
+/* op_parallel_for for work of a few microseconds (the small GEMM): the tasks run on the calling
+   thread when the pool is in use (creating threads for the call would cost more than the work
+   saves) and for OP_POOL_CROWDED_NS after a call found a worker without a CPU. Calls of ~20 us
+   then lose nothing to a worker that cannot run: linear 4 x 768 x 384 at 2 threads right after
+   numpy (with torch loaded) took 56 us at the median instead of one thread's 32, and up to ms
+   when a worker lost its CPU in a task (the review, 2026-12-05). */
 static int op_parallel_for_short(int nthreads, int64_t ntasks, op_task_fn fn, void *ctx)
 {
+    if (nthreads > 1 && ntasks > 1
+        && op_now_ns() < atomic_load_explicit(&op_pool.crowded_until, memory_order_relaxed)) {
+        for (int64_t t = 0; t < ntasks; t++) fn(ctx, t, 0);
+        return 1;
+    }
     return op_parallel_for_pool(nthreads, ntasks, fn, ctx, 0);
 }

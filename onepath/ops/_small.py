@@ -65,7 +65,10 @@ NT_MAX_M = 4
 # Off for a day (2026-12-05): right after numpy's OpenBLAS ran, its threads spin ~0.1 s and the
 # pool's worker got no core for a scheduler slice, while the caller waited for it (linear 4 x 768 x
 # 384 at 2 threads ~4 ms instead of 25 us). The pool no longer waits for a worker that has not
-# started (kernels/threads.c): 200 such calls right after numpy 106 ms -> 7.2 ms.
+# started (kernels/threads.c): 200 such calls right after numpy 106 ms -> 7.2 ms; and for 0.1 s
+# after a call found a worker without a CPU the small kernel runs on the calling thread (there it
+# measured 56 us at the median against one thread's 32 with torch's threads spinning too).
+# Steady back-to-back calls: 31 -> 21 us.
 MT_ON = True
 MT_MIN_FLOPS = 1e5        # nt form, strided operands, and the nn form with fewer than 8 rows
 MT_MIN_FLOPS_NN = 1.5e6   # nn form from 8 rows (an 8 x 32 tile per step: 2-3x the nt form's rate)
