@@ -420,6 +420,19 @@ def test_one_max_isa_object_entered_twice_and_by_two_threads():
         t.join()
     assert sorted(seen) == sorted(["generic", "generic", best, best])
 
+    async def task(delay):  # two asyncio tasks of one thread in one object's block, overlapping
+        with m:
+            await asyncio.sleep(delay)
+            inner = onepath.isa()
+        return inner, onepath.isa()
+
+    async def both():
+        return await asyncio.gather(task(0.01), task(0.03))
+
+    import asyncio
+    assert asyncio.run(both()) == [("generic", best), ("generic", best)]
+    assert onepath.isa() == best
+
 
 def test_with_blocks_in_one_thread_never_lower_another():
     best, stop, seen = onepath.isa(), threading.Event(), set()
@@ -718,8 +731,8 @@ print(bad)
 
 
 def test_short_calls_run_on_one_thread_after_a_crowded_call():
-    """A call that finds a pool worker awake but never given a CPU marks the pool crowded, and small
-    (short) calls then run on the calling thread for a while (kernels/threads.c
+    """Two calls in a row that find a pool worker awake but never given a CPU mark the pool crowded,
+    and small (short) calls then run on the calling thread for a while (kernels/threads.c
     op_parallel_for_short): a threaded small call would only wait for that worker. The worker is
     starved on purpose: SCHED_IDLE, on a CPU a busy process holds (subprocess: the pinning and the
     policy stay out of the suite's process)."""
@@ -765,7 +778,8 @@ try:
         for t in tids:                   # ... starved from now on
             os.sched_setaffinity(t, {c})
             os.sched_setscheduler(t, os.SCHED_IDLE, os.sched_param(0))
-        onepath.matmul(a, b)             # crowded: the worker never picked it up
+        onepath.matmul(a, b)             # crowded: the worker never picked it up,
+        onepath.matmul(a, b)             # twice in a row (once alone does not count)
         onepath.matmul(s, s)             # short: on the calling thread alone
         hits += "threads=1" in last()
         for t in tids:

@@ -24,6 +24,10 @@ _env_read = False
 # block removes its own entry, so a `with max_isa(...)` never leaves a process-wide trace.
 _pending: list[tuple[weakref.ref, str | None]] = []
 _scoped: contextvars.ContextVar[str | None] = contextvars.ContextVar("onepath_max_isa", default=None)
+# the (max_isa object, token of _scoped) of every block the context is inside, innermost last: one
+# object may be entered by several threads or asyncio tasks at once, or again inside its own block
+_blocks: contextvars.ContextVar[tuple] = contextvars.ContextVar("onepath_max_isa_blocks",
+                                                                default=())
 
 
 def _host():
@@ -188,7 +192,6 @@ class max_isa:
         _read_env()
         global _process_isa
         self.level = None if level is None else _check(level)
-        self._tokens: dict = {}   # thread id -> ContextVar tokens of the blocks it is inside
         # `with max_isa(L):` never touches the process cap, so no other thread sees L even for the
         # few instructions between this call and __enter__ (found by a concurrent test: results of
         # another thread computed at L). Any other use is a process-wide cap until entered.
@@ -206,8 +209,7 @@ class max_isa:
         if not self._scoped_only:
             self._withdraw()
         token = _scoped.set(_min_level(self.level, _scoped.get()) or available_isas()[-1])
-        # one object may be entered by several threads at once, or again inside its own block
-        self._tokens.setdefault(threading.get_ident(), []).append(token)
+        _blocks.set(_blocks.get() + ((self, token),))
         return self
 
     def _withdraw(self) -> None:
@@ -223,12 +225,13 @@ class max_isa:
                 hook()
 
     def __exit__(self, *exc):
-        tid = threading.get_ident()
-        stack = self._tokens[tid]
-        token = stack.pop()
-        if not stack:
-            del self._tokens[tid]
-        _scoped.reset(token)
+        blocks = _blocks.get()
+        i = max((j for j, (obj, _) in enumerate(blocks) if obj is self), default=-1)
+        if i < 0:
+            raise RuntimeError(f"{self!r}: the block ends in another context (thread or asyncio "
+                               "task) than it began in")
+        _blocks.set(blocks[:i] + blocks[i + 1:])
+        _scoped.reset(blocks[i][1])
         return False
 
     def __repr__(self):

@@ -27,7 +27,7 @@
 #endif
 
 #define OP_POOL_SPIN_NS 200000   /* 0.2 ms: covers the gap between back-to-back calls */
-#define OP_POOL_CROWDED_NS 100000000   /* 0.1 s of one-thread short calls after a crowded call */
+#define OP_POOL_CROWDED_NS 100000000   /* 0.1 s of one-thread short calls when crowded */
 #define OP_POOL_MAX 256
 
 typedef void (*op_task_fn)(void *ctx, int64_t task, int tid);
@@ -181,12 +181,13 @@ typedef struct {
     _Atomic uint64_t word;      /* OP_JOB_WORD of the current job */
     _Atomic int64_t ndone;      /* tasks of the current job finished */
     _Atomic int64_t crowded_until;   /* op_now_ns() before which short jobs run on the caller */
+    int crowded_run;            /* pool calls in a row that found a worker without a CPU (busy) */
     op_mailbox box[OP_POOL_MAX + 1];
 } op_pool_t;
 
 static op_pool_t op_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
                             PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, NULL, NULL,
-                            0, 0, 0, {{0}}};
+                            0, 0, 0, 0, {{0}}};
 static pthread_once_t op_pool_once = PTHREAD_ONCE_INIT;
 
 static void op_pool_after_fork_child(void)
@@ -200,6 +201,7 @@ static void op_pool_after_fork_child(void)
     atomic_store(&op_pool.word, 0);
     atomic_store(&op_pool.ndone, 0);
     atomic_store(&op_pool.crowded_until, 0);
+    op_pool.crowded_run = 0;
     for (int i = 0; i <= OP_POOL_MAX; i++) {
         atomic_store(&op_pool.box[i].gen, 0);
         atomic_store(&op_pool.box[i].ack, 0);
@@ -355,7 +357,10 @@ static int op_parallel_for_pool(int nthreads, int64_t ntasks, op_task_fn fn, voi
             }
         }
     }
-    if (crowded)
+    /* two such calls in a row: one alone happens on an idle machine too (~0.3% of back-to-back
+       2-thread calls of 10 us, the review) and would cost 0.1 s of one-thread short calls */
+    op_pool.crowded_run = crowded ? op_pool.crowded_run + 1 : 0;
+    if (op_pool.crowded_run >= 2)
         atomic_store_explicit(&op_pool.crowded_until, op_now_ns() + OP_POOL_CROWDED_NS,
                               memory_order_relaxed);
     pthread_mutex_unlock(&op_pool.busy);
@@ -369,10 +374,10 @@ static int op_parallel_for(int nthreads, int64_t ntasks, op_task_fn fn, void *ct
 
 /* op_parallel_for for work of a few microseconds (the small GEMM): the tasks run on the calling
    thread when the pool is in use (creating threads for the call would cost more than the work
-   saves) and for OP_POOL_CROWDED_NS after a call found a worker without a CPU. Calls of ~20 us
-   then lose nothing to a worker that cannot run: linear 4 x 768 x 384 at 2 threads right after
-   numpy (with torch loaded) took 56 us at the median instead of one thread's 32, and up to ms
-   when a worker lost its CPU in a task (the review, 2026-12-05). */
+   saves) and for OP_POOL_CROWDED_NS after two calls in a row found a worker without a CPU. Calls
+   of ~20 us then lose nothing to a worker that cannot run: linear 4 x 768 x 384 at 2 threads right
+   after numpy (with torch loaded) took 56 us at the median instead of one thread's 32, and up to
+   ms when a worker lost its CPU in a task (the review, 2026-12-05). */
 static int op_parallel_for_short(int nthreads, int64_t ntasks, op_task_fn fn, void *ctx)
 {
     if (nthreads > 1 && ntasks > 1
