@@ -66,8 +66,8 @@ NT_MAX_M = 4
 # pool's worker got no core for a scheduler slice, while the caller waited for it (linear 4 x 768 x
 # 384 at 2 threads ~4 ms instead of 25 us). The pool no longer waits for a worker that has not
 # started (kernels/threads.c): 200 such calls right after numpy 106 ms -> 7.2 ms; and for 0.1 s
-# after a call found a worker without a CPU the small kernel runs on the calling thread (there it
-# measured 56 us at the median against one thread's 32 with torch's threads spinning too).
+# after two calls in a row found a worker without a CPU the small kernel runs on the calling thread
+# (there it measured 56 us at the median against one thread's 32 with torch's threads spinning).
 # Steady back-to-back calls: 31 -> 21 us.
 MT_ON = True
 MT_MIN_FLOPS = 1e5        # nt form, strided operands, and the nn form with fewer than 8 rows
