@@ -26,14 +26,13 @@ _fast = _small.fast_matmul  # ISA level -> the small kernel's C entry (filled on
 _scoped_get = _cap._scoped.get
 _empty = np.empty
 _B_MAX = _small.B_MAX
-# the fast path's one-thread call up to these M*N*K (nn form; above them, with more than one thread
-# allowed, the general path runs the small kernel on the pool: ops._small.mt_threads)
-# (ops._small.MT_ON off: never; set_mt_limits() after changing it)
-_MT0 = _MT8 = 1 << 62
 
 
 def set_mt_limits() -> None:
-    """Re-read ops._small.MT_ON and its MT_MIN_FLOPS(_NN) into the fast path's M*N*K limits."""
+    """Re-read ops._small.MT_ON and its MT_MIN_FLOPS(_NN) into _MT0 / _MT8: the fast path's
+    one-thread call up to these M*N*K (nn form; above them, with more than one thread allowed, the
+    general path runs the small kernel on the pool: ops._small.mt_threads; MT_ON off: never). Call
+    it after changing MT_ON."""
     global _MT0, _MT8
     if _small.MT_ON:
         _MT0, _MT8 = int(_small.MT_MIN_FLOPS // 2), int(_small.MT_MIN_FLOPS_NN // 2)
