@@ -673,6 +673,10 @@ for _ in range(20):
         os.sched_setaffinity(t, {c})
         os.sched_setaffinity(t, allowed)
     assert np.allclose(onepath.matmul(a, b), ref, rtol=1e-4, atol=1e-3)
+    for _ in range(100):  # (a worker moving itself may be mid-move as the call returns)
+        if all(os.sched_getaffinity(t) == allowed for t in tids):
+            break
+        time.sleep(0.01)
     assert all(os.sched_getaffinity(t) == allowed for t in tids), "a worker was left pinned"
     moved += all(int(task(t, "stat").rsplit(")", 1)[1].split()[36]) != c for t in tids)
 print(moved)
