@@ -801,6 +801,10 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # pass, epilogue and rounding) overlaps the next block's tile products: same VM, NHWC batch 8
 # res2_branch2b 2 threads 1752 -> 2713 GFLOP/s (0.64 -> 0.96x torch), 1 thread 1177 -> 1466 (0.82 ->
 # 1.00x); res3_branch2b 2160 -> 2747 (0.58 -> 0.73x) and 1224 -> 1465 (0.60 -> 0.71x). The same bits.
+# Since 2026-12-05 the weight panel's depth runs in chunks (36 KiB of it at stride 1, 18 KiB at
+# stride 2: OP_AMXC_KCHUNK_S1 / _S2 in kernels/conv_bf16.c) that stay in L1 while every pixel block
+# of the task passes, partial sums kept in float32 between chunks: same VM, NHWC batch 8 2 threads
+# res3_branch2b 0.73 -> 0.81-0.86x torch, res3a_branch2b 0.94-0.95 -> 1.00-1.03x. The same bits.
 # "amx_stem" (AMX builds): an NHWC convolution with few input channels (groups 1, dilation 1, KH, KW
 # >= 3, C < 32, 8 <= C KW <= 32: ResNet-50's 7x7 stride-2 stem) runs op_conv2d_nhwc_amx_stem: per
 # kernel row, one A tile of 16 output pixels x 32 depths read in place from a padded copy of the

@@ -1672,6 +1672,7 @@ typedef struct {
     int64_t rrow, rcol;   /* the kernel's reach in rows / pixels of the (phase) grid */
     int64_t plsz;         /* elements per phase plane of a thread's copy (stride 2) */
     int64_t xstep;   /* elements of a thread's copy of the padded rows its task reads */
+    float *part;     /* per thread: the float32 partial sums of OP_AMXC_MGROUP 32 x 32 blocks */
 } op_amxc_ctx;
 
 /* The kernel's reach in rows (*rrow) and pixels (*rcol) of the copy's grid: stride 1 the padded
@@ -1689,6 +1690,19 @@ static int64_t op_amxc_reach(const op_amxc_ctx *c)
 }
 
 #define OP_AMXC_MGROUP 8   /* 32-pixel blocks per task */
+/* A weight panel's depth runs in chunks of at most this many bytes of it (a whole channel block at
+   least): every pixel block of the task passes over one chunk, its partial sums kept in float32
+   (op_amxc_panel), before the next chunk. A 3 x 3 panel over 128 channels is 72 KiB, more than L1
+   (48 KiB on Sapphire Rapids): read whole per 32-pixel block, it came from L2 each time together
+   with the block's A rows. The Intel AMX VM, 2026-12-05, ResNet-50 NHWC bfloat16, 2 threads, A/B
+   builds alternated in one process with torch 2.13 (x torch, 9-11 rounds): batch 8 res3_branch2b
+   (28 x 28, C 128) 0.73-0.75 -> 0.83-0.86 with 36 KiB chunks (two channel blocks; one: 0.83-0.84),
+   res4_branch2b 1.06 -> 1.08, batch 1 res3_branch2b 1.05 -> 1.10; stride 2 res3a_branch2b 0.95 ->
+   1.03 with 18 KiB chunks (36 KiB: 0.95, no gain). Other layers within the noise. The partial sums
+   are the tiles' float32 values, stored and reloaded exactly: the same sums in the same order, the
+   same bits. */
+#define OP_AMXC_KCHUNK_S1 (36 * 1024)
+#define OP_AMXC_KCHUNK_S2 (18 * 1024)
 #define OP_AMXC_TASKS 2    /* tasks per thread at least (else the weight panels split) */
 
 /* Padded row r (input row r - pt) of image n of the NHWC bfloat16 input x to o: wq pixels, zeros
@@ -1738,7 +1752,7 @@ static void op_amxc_pack_task(void *ctx, int64_t jp, int tid)
 }
 
 static void op_amxc_panel(const op_amxc_ctx *c, int64_t grp, int64_t n, int64_t jp, const uint16_t *buf,
-                          int64_t r0);
+                          int64_t r0, float *part);
 
 /* one task = (image, group of OP_AMXC_MGROUP 32-pixel blocks, range of weight panels): the padded
    rows its blocks read (from padded row r0) copied into its thread's own buffer first, then every
@@ -1772,7 +1786,7 @@ static void op_amxc_task(void *ctx, int64_t task, int tid)
         }
     }
     for (int64_t jp = ps * npt; jp < op_min64(c->npn, (ps + 1) * npt); jp++)
-        op_amxc_panel(c, grp, n, jp, buf, r0);
+        op_amxc_panel(c, grp, n, jp, buf, r0, c->part + (size_t)tid * OP_AMXC_MGROUP * 32 * 32);
 }
 
 /* The write-out of 32-pixel block mb of image n, panel jp, from its float tile t (rows 32 apart):
@@ -1810,7 +1824,7 @@ static void op_amxc_out(const op_amxc_ctx *c, const float *t, int64_t mb, int64_
 /* A block's write-out runs after the next block's tile products are issued (two float tiles), so
    the vector work overlaps the tiles' (as op_amxs_row's). */
 static void op_amxc_panel(const op_amxc_ctx *c, int64_t grp, int64_t n, int64_t jp, const uint16_t *buf,
-                          int64_t r0)
+                          int64_t r0, float *part)
 {
     const op_conv_desc *d = c->d;
     const int64_t C = d->c, wq = c->wq;
@@ -1820,38 +1834,60 @@ static void op_amxc_panel(const op_amxc_ctx *c, int64_t grp, int64_t n, int64_t 
     int cur = 0;
     int64_t pend = -1;   /* the block waiting for its write-out, in t[cur ^ 1] */
     op_amx_ensure_cfg();
+    /* channel blocks per depth chunk (OP_AMXC_KCHUNK_S1): 2 KiB of weights per block and tap; the
+       blocks' partial sums wait in part (OP_AMXC_MGROUP tiles of 32 x 32 floats) between chunks */
+    const int64_t chunk = c->S == 1 ? OP_AMXC_KCHUNK_S1 : OP_AMXC_KCHUNK_S2;
+    const int64_t cbs = op_max64(1, chunk / (c->ntap * 2048));
+    const int64_t mb0 = grp * OP_AMXC_MGROUP;
     const int64_t mb1 = op_min64(c->nmb, (grp + 1) * OP_AMXC_MGROUP);
-    for (int64_t mb = grp * OP_AMXC_MGROUP; mb < mb1; mb++) {
-        const int64_t v0 = mb * 32;
-        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-        for (int64_t cb = 0; cb < c->ncb; cb++)
-            for (int64_t r = 0; r < d->kh; r++) {
-                /* tap row r: stride 1 the padded row r DH further; stride 2 r / 2 rows further in
-                   the planes of row phase r % 2 */
-                const uint16_t *A = c->S == 1 ? buf + (v0 - r0 * wq + r * d->dh * wq) * C + cb * 32
-                                              : buf + (r & 1) * 2 * c->plsz + (v0 - r0 * wq + (r >> 1) * wq) * C + cb * 32;
-                const uint16_t *Bt = B + (cb * c->ntap + r * d->kw) * 1024;
-                for (int64_t s = 0; s < d->kw; s++) {
-                    const uint16_t *ab = c->S == 1 ? A + s * d->dw * C : A + (s & 1) * c->plsz + (s >> 1) * C;
-                    const uint16_t *bb = Bt + s * 1024;
-                    _tile_loadd(4, ab, ld);
-                    _tile_loadd(6, bb, 64);
-                    _tile_loadd(7, bb + 512, 64);
-                    _tile_dpbf16ps(0, 4, 6);
-                    _tile_loadd(5, ab + 16 * C, ld);
-                    _tile_dpbf16ps(1, 4, 7);
-                    _tile_dpbf16ps(2, 5, 6);
-                    _tile_dpbf16ps(3, 5, 7);
-                }
+    for (int64_t q0 = 0; q0 < c->ncb; q0 += cbs) {
+        const int64_t q1 = op_min64(c->ncb, q0 + cbs);
+        for (int64_t mb = mb0; mb < mb1; mb++) {
+            const int64_t v0 = mb * 32;
+            float *pp = part + (mb - mb0) * 32 * 32;
+            if (q0 == 0) {
+                _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+            } else {
+                _tile_loadd(0, pp, 128); _tile_loadd(1, pp + 16, 128);
+                _tile_loadd(2, pp + 16 * 32, 128); _tile_loadd(3, pp + 16 * 32 + 16, 128);
             }
-        if (pend >= 0) op_amxc_out(c, t[cur ^ 1], pend, n, jp);
-        float *tc = t[cur];
-        _tile_stored(0, tc, 128);
-        _tile_stored(1, tc + 16, 128);
-        _tile_stored(2, tc + 16 * 32, 128);
-        _tile_stored(3, tc + 16 * 32 + 16, 128);
-        pend = mb;
-        cur ^= 1;
+            for (int64_t cb = q0; cb < q1; cb++)
+                for (int64_t r = 0; r < d->kh; r++) {
+                    /* tap row r: stride 1 the padded row r DH further; stride 2 r / 2 rows further
+                       in the planes of row phase r % 2 */
+                    const int64_t px = c->S == 1 ? v0 - r0 * wq + r * d->dh * wq
+                                                 : v0 - r0 * wq + (r >> 1) * wq;
+                    const int64_t plane = c->S == 1 ? 0 : (r & 1) * 2 * c->plsz;
+                    const uint16_t *A = buf + plane + px * C + cb * 32;
+                    const uint16_t *Bt = B + (cb * c->ntap + r * d->kw) * 1024;
+                    for (int64_t s = 0; s < d->kw; s++) {
+                        const uint16_t *ab = c->S == 1 ? A + s * d->dw * C
+                                                       : A + (s & 1) * c->plsz + (s >> 1) * C;
+                        const uint16_t *bb = Bt + s * 1024;
+                        _tile_loadd(4, ab, ld);
+                        _tile_loadd(6, bb, 64);
+                        _tile_loadd(7, bb + 512, 64);
+                        _tile_dpbf16ps(0, 4, 6);
+                        _tile_loadd(5, ab + 16 * C, ld);
+                        _tile_dpbf16ps(1, 4, 7);
+                        _tile_dpbf16ps(2, 5, 6);
+                        _tile_dpbf16ps(3, 5, 7);
+                    }
+                }
+            if (q1 < c->ncb) {
+                _tile_stored(0, pp, 128); _tile_stored(1, pp + 16, 128);
+                _tile_stored(2, pp + 16 * 32, 128); _tile_stored(3, pp + 16 * 32 + 16, 128);
+                continue;
+            }
+            if (pend >= 0) op_amxc_out(c, t[cur ^ 1], pend, n, jp);
+            float *tc = t[cur];
+            _tile_stored(0, tc, 128);
+            _tile_stored(1, tc + 16, 128);
+            _tile_stored(2, tc + 16 * 32, 128);
+            _tile_stored(3, tc + 16 * 32 + 16, 128);
+            pend = mb;
+            cur ^= 1;
+        }
     }
     if (pend >= 0) op_amxc_out(c, t[cur ^ 1], pend, n, jp);
 }
@@ -1908,14 +1944,16 @@ static int op_conv2d_nhwc_amx_s1(const op_conv_desc *d, const uint16_t *x, const
     c.xp = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(T * c.xstep));
     c.pstride = 32 * d->c * c.ntap + 32 * (32 * c.ntap + 1);   /* a panel and its pack's row scratch */
     c.wp = (uint16_t *)op_conv_scratch_alloc(sizeof(uint16_t) * (size_t)(c.npn * c.pstride));
+    c.part = (float *)op_conv_scratch_alloc(sizeof(float) * (size_t)(T * OP_AMXC_MGROUP * 32 * 32));
     int used = -1;
-    if (c.xp && c.wp) {
+    if (c.xp && c.wp && c.part) {
         op_parallel_for(nthreads, c.npn, op_amxc_pack_task, &c);
         op_amx_begin();
         used = op_parallel_for((int)T, d->n * c.ngroups * c.ppsplit, op_amxc_task, &c);
         op_amx_end();
         if (op_amx_fault()) used = -2;
     }
+    op_conv_scratch_free(c.part);
     op_conv_scratch_free(c.wp);
     op_conv_scratch_free(c.xp);
     return used;
