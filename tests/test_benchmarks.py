@@ -33,3 +33,20 @@ def test_matmul_f32_square(benchmark, operands, impl):
                                 threads=onepath.get_num_threads())
     got = benchmark(fn, a, b, out=out)
     np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3 * np.sqrt(n))
+
+
+def test_bench_inputs_are_cache_line_aligned():
+    """bench.core.aligned: a C-contiguous, equal copy on a 64-byte boundary (every side of a paired
+    case reads operands aligned as torch's own tensors are), from any layout and dtype."""
+    from ml_dtypes import bfloat16
+
+    from onepath.bench.core import aligned
+
+    rng = np.random.default_rng(0)
+    for x in (rng.standard_normal((37, 5), dtype=np.float32),
+              rng.standard_normal((6, 7), dtype=np.float32).astype(bfloat16).T,
+              np.arange(3, dtype=np.int64)[1:]):
+        y = aligned(x)
+        assert y.ctypes.data % 64 == 0 and y.flags.c_contiguous
+        assert y.shape == x.shape and y.dtype == x.dtype
+        np.testing.assert_array_equal(y, x)

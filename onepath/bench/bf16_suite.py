@@ -9,7 +9,7 @@ import onepath
 from onepath.dtypes import BF16
 
 from .baselines import torch_or_none
-from .core import BenchConfig, Case, register_suite
+from .core import BenchConfig, Case, aligned, register_suite
 
 SQUARES = (512, 1024, 2048)
 QUICK_SQUARES = (512,)
@@ -30,16 +30,16 @@ def _to_torch(torch, x):
 
 
 def _square(s: int, cfg: BenchConfig, rng, torch) -> Case:
-    a = rng.standard_normal((s, s), dtype=np.float32).astype(BF16)
-    b = rng.standard_normal((s, s), dtype=np.float32).astype(BF16)
-    c = np.empty((s, s), BF16)
+    a = aligned(rng.standard_normal((s, s), dtype=np.float32).astype(BF16))
+    b = aligned(rng.standard_normal((s, s), dtype=np.float32).astype(BF16))
+    c = aligned(np.empty((s, s), BF16))
     base = {}
     if torch is not None:
         ta, tb = _to_torch(torch, a), _to_torch(torch, b)
         tc = torch.empty((s, s), dtype=torch.bfloat16)
         base["torch"] = lambda: torch.matmul(ta, tb, out=tc).view(torch.int16).numpy().view(BF16)
-    a32, b32 = a.astype(np.float32), b.astype(np.float32)
-    c32 = np.empty((s, s), np.float32)
+    a32, b32 = aligned(a.astype(np.float32)), aligned(b.astype(np.float32))
+    c32 = aligned(np.empty((s, s), np.float32))
     base["numpy_f32"] = lambda: np.matmul(a32, b32, out=c32)
     return Case(name=f"bf16 {s}x{s}x{s}", group="bf16 square", op="matmul", dtype="bfloat16",
                 flops=2.0 * s ** 3, bytes=2.0 * 3 * s * s, run=lambda: onepath.matmul(a, b, out=c),
@@ -50,14 +50,14 @@ def _decode(m: int, cfg: BenchConfig, rng, torch, prepacked: bool = True) -> Cas
     """Decode x[m, k] @ W[n, k].T: with a prepacked weight, or with the raw (out, in) weight as
     torch.nn.Linear holds it (read in place, no repacking per call)."""
     k = n = DECODE_KN
-    x = rng.standard_normal((m, k), dtype=np.float32).astype(BF16)
-    w = (rng.standard_normal((n, k), dtype=np.float32) / 64).astype(BF16)
+    x = aligned(rng.standard_normal((m, k), dtype=np.float32).astype(BF16))
+    w = aligned((rng.standard_normal((n, k), dtype=np.float32) / 64).astype(BF16))
     p = onepath.prepack(w) if prepacked else w
     base = {}
     if torch is not None:
         tx, tw = _to_torch(torch, x), _to_torch(torch, w)
         base["torch"] = lambda: torch.nn.functional.linear(tx, tw).view(torch.int16).numpy().view(BF16)
-    x32, wt32 = x.astype(np.float32), np.ascontiguousarray(w.astype(np.float32).T)
+    x32, wt32 = aligned(x.astype(np.float32)), aligned(w.astype(np.float32).T)
     base["numpy_f32"] = lambda: x32 @ wt32
     group = "bf16 LLM decode (prepacked weight)" if prepacked else "bf16 LLM decode (raw weight)"
     return Case(name=f"bf16 decode {m}x{k}x{n}", group=group,

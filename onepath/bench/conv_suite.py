@@ -15,7 +15,7 @@ from onepath.ops import conv as _conv
 
 from . import benchdnn
 from .baselines import torch_or_none
-from .core import BenchConfig, Case, register_suite
+from .core import BenchConfig, Case, aligned, register_suite
 
 # Set by ``python -m onepath bench conv --desc ...`` (a list of descriptor strings / files).
 DESCRIPTORS: list[str] | None = None
@@ -32,12 +32,12 @@ def conv_case(d: benchdnn.ConvDesc, dtype: str, layout: str, cfg: BenchConfig, g
               rng: np.random.Generator) -> Case:
     """One conv problem: onepath.conv2d vs torch's conv2d (same dtype and memory layout)."""
     from ml_dtypes import bfloat16
-    x = rng.standard_normal((d.mb, d.ic, d.ih, d.iw), dtype=np.float32)
-    w = (rng.standard_normal((d.oc, d.ic // d.g, d.kh, d.kw), dtype=np.float32)
-         / np.sqrt(d.ic // d.g * d.kh * d.kw)).astype(np.float32)
+    x = aligned(rng.standard_normal((d.mb, d.ic, d.ih, d.iw), dtype=np.float32))
+    w = aligned((rng.standard_normal((d.oc, d.ic // d.g, d.kh, d.kw), dtype=np.float32)
+                 / np.sqrt(d.ic // d.g * d.kh * d.kw)).astype(np.float32))
     np_dt = bfloat16 if dtype == "bfloat16" else np.float32
-    xo = np.ascontiguousarray(x.transpose(0, 2, 3, 1) if layout == "NHWC" else x).astype(np_dt)
-    wo = w.astype(np_dt)
+    xo = aligned((x.transpose(0, 2, 3, 1) if layout == "NHWC" else x).astype(np_dt))
+    wo = aligned(w.astype(np_dt))
     kw = dict(stride=(d.sh, d.sw), padding=d.padding, dilation=d.dilation, groups=d.g, layout=layout)
 
     def run():

@@ -138,6 +138,22 @@ def discover() -> dict[str, Suite]:
 # Timing
 
 
+def aligned(x: np.ndarray, align: int = 64) -> np.ndarray:
+    """A C-contiguous copy of ``x`` (same shape and dtype) whose data starts on an ``align``-byte
+    boundary. Bench inputs go through it so that every side reads the same, cache-line aligned
+    operands: torch allocates its own tensors 64-byte aligned, numpy only 16, and a tensor made
+    with ``torch.from_numpy`` keeps numpy's address. oneDNN's AMX matmul ran 1.6-1.8x slower on
+    rows 16 bytes off a line (the Intel AMX VM, 2026-12-05, bfloat16 512^3 / 2048^3 at 1 thread,
+    torch 2.13: 1095 / 913 GFLOP/s aligned, 639 / 569 16 bytes off), so the bench's torch
+    figures went up or down by that much with where numpy's allocator happened to put the arrays."""
+    x = np.asarray(x)
+    raw = np.empty(x.nbytes + align, np.uint8)
+    off = (-raw.ctypes.data) % align
+    out = raw[off:off + x.nbytes].view(x.dtype).reshape(x.shape)
+    out[...] = x
+    return out
+
+
 def _loop(fn: Callable[[], object], n: int) -> float:
     t0 = time.perf_counter()
     for _ in range(n):

@@ -7,7 +7,7 @@ import numpy as np
 
 import onepath
 
-from .core import BenchConfig, Case, register_suite
+from .core import BenchConfig, Case, aligned, register_suite
 
 SQUARES = (64, 128, 256, 512, 1024, 2048)
 QUICK_SQUARES = (64, 256, 1024)
@@ -23,11 +23,11 @@ def matmul_case(name: str, m: int, k: int, n: int, cfg: BenchConfig, group: str 
     b_transposed: B is the transposed view ``W.T`` of a row-major W (N, K) instead of a row-major
     (K, N) array."""
     rng = rng or cfg.rng()
-    a = rng.standard_normal((m, k), dtype=np.float32)
-    b = (rng.standard_normal((n, k), dtype=np.float32).T if b_transposed
-         else rng.standard_normal((k, n), dtype=np.float32))
-    c1 = np.empty((m, n), np.float32)
-    c2 = np.empty((m, n), np.float32)
+    a = aligned(rng.standard_normal((m, k), dtype=np.float32))
+    b = (aligned(rng.standard_normal((n, k), dtype=np.float32)).T if b_transposed
+         else aligned(rng.standard_normal((k, n), dtype=np.float32)))
+    c1 = aligned(np.empty((m, n), np.float32))
+    c2 = aligned(np.empty((m, n), np.float32))
     return Case(
         name=name, group=group, op="matmul", dtype="float32",
         flops=2.0 * m * n * k, bytes=4.0 * (m * k + k * n + m * n),
