@@ -38,6 +38,8 @@ CASES = [
     # the depth in chunks of OP_AMXC_KCHUNK_S1 (3 x 3: two channel blocks), partial sums between them
     (2, 128, 14, 14, 48, 3, 3, (1, 1), (1, 1), 1),    # C 128: two chunks of two blocks
     (1, 160, 18, 18, 32, 3, 3, (1, 1), (1, 1), 1),    # C 160: chunks 2, 2, 1; 12 blocks in 2 groups
+    (1, 224, 9, 20, 32, 1, 3, (0, 0), (1, 1), 1),     # 1 x 3, C 224: chunks of 6 blocks, then 1
+    (2, 160, 8, 12, 40, 2, 2, (0, 1), (1, 0), 1),     # 2 x 2, C 160: chunks of 4 blocks, then 1
 ]
 
 
@@ -148,6 +150,10 @@ def test_amx_s1_same_bits_as_gemm(build, sc, y_bf16):
     on = _conv(build, x, wt, b, pads, dil, y_bf16, AMX_S1 if stride == 1 else AMX_S2, 2, stride=stride)
     off = _conv(build, x, wt, b, pads, dil, y_bf16, 0, 2, stride=stride)
     np.testing.assert_array_equal(on, off)
+    if case[1] > 128:   # several depth chunks: three threads (a task group per thread) alike
+        flags = AMX_S1 if stride == 1 else AMX_S2
+        on3 = _conv(build, x, wt, b, pads, dil, y_bf16, flags, 3, stride=stride)
+        np.testing.assert_array_equal(on3, off)
     assert np.isnan(on).any()
 
 

@@ -1694,7 +1694,8 @@ static int64_t op_amxc_reach(const op_amxc_ctx *c)
    least): every pixel block of the task passes over one chunk, its partial sums kept in float32
    (op_amxc_panel), before the next chunk. A 3 x 3 panel over 128 channels is 72 KiB, more than L1
    (48 KiB on Sapphire Rapids): read whole per 32-pixel block, it came from L2 each time together
-   with the block's A rows. The Intel AMX VM, 2026-12-05, ResNet-50 NHWC bfloat16, 2 threads, A/B
+   with the block's A rows; a chunk fits L1 (not together with the partial sums and the A rows, which
+   come from L2 as before). The Intel AMX VM, 2026-12-05, ResNet-50 NHWC bfloat16, 2 threads, A/B
    builds alternated in one process with torch 2.13 (x torch, 9-11 rounds): batch 8 res3_branch2b
    (28 x 28, C 128) 0.73-0.75 -> 0.83-0.86 with 36 KiB chunks (two channel blocks; one: 0.83-0.84),
    res4_branch2b 1.06 -> 1.08, batch 1 res3_branch2b 1.05 -> 1.10; stride 2 res3a_branch2b 0.95 ->
