@@ -1694,14 +1694,14 @@ static int64_t op_amxc_reach(const op_amxc_ctx *c)
    least): every pixel block of the task passes over one chunk, its partial sums kept in float32
    (op_amxc_panel), before the next chunk. A 3 x 3 panel over 128 channels is 72 KiB, more than L1
    (48 KiB on Sapphire Rapids): read whole per 32-pixel block, it came from L2 each time together
-   with the block's A rows; a chunk fits L1 (not together with the partial sums and the A rows, which
-   come from L2 as before). The Intel AMX VM, 2026-12-05, ResNet-50 NHWC bfloat16, 2 threads, A/B
-   builds alternated in one process with torch 2.13 (x torch, 9-11 rounds): batch 8 res3_branch2b
-   (28 x 28, C 128) 0.73-0.75 -> 0.83-0.86 with 36 KiB chunks (two channel blocks; one: 0.83-0.84),
-   res4_branch2b 1.06 -> 1.08, batch 1 res3_branch2b 1.05 -> 1.10; stride 2 res3a_branch2b 0.95 ->
-   1.03 with 18 KiB chunks (36 KiB: 0.95, no gain). Other layers within the noise. The partial sums
-   are the tiles' float32 values, stored and reloaded exactly: the same sums in the same order, the
-   same bits. */
+   with the block's A rows; a chunk fits L1 (not together with the partial sums and the A rows,
+   which come from L2 as before). The Intel AMX VM, 2026-12-05, ResNet-50 NHWC bfloat16, 2 threads,
+   A/B builds alternated in one process with torch 2.13 (x torch, 9-11 rounds): batch 8
+   res3_branch2b (28 x 28, C 128) 0.73-0.75 -> 0.83-0.86 with 36 KiB chunks (two channel blocks;
+   one: 0.83-0.84), res4_branch2b 1.06 -> 1.08, batch 1 res3_branch2b 1.05 -> 1.10; stride 2
+   res3a_branch2b 0.95 -> 1.03 with 18 KiB chunks (36 KiB: 0.95, no gain). Other layers within the
+   noise. The partial sums are the tiles' float32 values, stored and reloaded exactly: the same
+   sums in the same order, the same bits. */
 #define OP_AMXC_KCHUNK_S1 (36 * 1024)
 #define OP_AMXC_KCHUNK_S2 (18 * 1024)
 #define OP_AMXC_TASKS 2    /* tasks per thread at least (else the weight panels split) */
