@@ -585,6 +585,61 @@ def test_amx_bf16_c_from_tiles_same_bits():
         assert x.dtype == y.dtype == BF16 and np.array_equal(x.view(np.uint16), y.view(np.uint16))
 
 
+@pytest.mark.parametrize("build", _amx_builds())
+def test_amx_depth_chunks_same_bits(build):
+    """The "depth_chunks" variant (shipped for sapphirerapids' AMX level) passes each B micro-panel
+    in chunks of 256 depths, every row panel per chunk, the float partial sums stored between
+    chunks and reloaded into the tiles: the same sums in the same order, so the same bits as one
+    pass. Checked off against on for a depth of one chunk and a bit (288), several with a padded
+    tail (1000, 1090 under KC 2048), A aligned (read in place, or in place and packed as read) and
+    16 bytes off (packed), a tail row panel and column panel, float32 and bfloat16 C, the epilogues
+    (bias, activations) on a raw and a prepacked weight, NaN / Inf inputs; on the real tiles also
+    under a blocking of two row blocks (MC 64, several column blocks) and one whose KC splits K
+    (chunks then off: the partial sums go through C as before)."""
+    from onepath.dispatch import REGISTRY, tuning
+    from onepath.ops import _bf16, _small
+    shapes = [(70, 90, 288), (33, 200, 1000), (130, 47, 544)]
+    blockings = [None]
+    if build == "avx512_core_amx":
+        shapes.append((100, 300, 1090))
+        blockings += [(64, 2048, 96), (64, 512, 128)]
+    out = {}
+    try:
+        for on in (False, True):
+            _bf16.set_variants(build, {"depth_chunks"} if on else set())
+            res = []
+            for blk in blockings:
+                for m, n, k in shapes:
+                    r2 = np.random.default_rng(m * n * k)   # the same inputs in both runs
+                    a, w = _rand_bf16(r2, (m, k)), _rand_bf16(r2, (n, k))
+                    a[min(3, m - 1), 1], w[min(5, n - 1), 2] = np.nan, np.inf
+                    bias = r2.standard_normal(n).astype(np.float32)
+                    b = np.ascontiguousarray(w.T)
+                    for x in (_placed(a, 0), _placed(a, 16)):
+                        if build == "amx_emu":
+                            for dt in (F32, BF16):
+                                res.append(_emu(x, b, dt))
+                                res.append(_emu(x, b, dt, bias=bias, activation="relu"))
+                            continue
+                        over = (tuning.override({(r.level, r.op, r.dtype): blk for r in REGISTRY})
+                                if blk else contextlib.nullcontext())
+                        with over, onepath.max_isa(build), _small.off():
+                            for dt in (np.float32, BF16):
+                                res.append(onepath.matmul(x, b, dtype=dt))
+                                for act in (None, "gelu"):
+                                    for wt in (w, onepath.prepack(w)):
+                                        res.append(onepath.linear(x, wt, bias, activation=act,
+                                                                  dtype=dt))
+            out[on] = res
+    finally:
+        _bf16.set_variants(build)
+    assert len(out[False]) == len(out[True])
+    for i, (x, y) in enumerate(zip(out[False], out[True])):
+        assert x.dtype == y.dtype and np.array_equal(x.view(np.uint16), y.view(np.uint16)), \
+            f"{build}: result {i} differs with the depth chunks"
+    assert sum(np.isfinite(x.astype(np.float32)).sum() for x in out[True]) > 0
+
+
 def test_widen_f32_variant_runs_the_float32_kernel():
     """"widen_f32" at avx512_core_bf16 (shipped for sapphirerapids): a product of at least 49 rows
     runs avx512_core's float32 kernels on widened operands with avx512_core's blocking, so its bits

@@ -56,7 +56,12 @@ const char *op_gemm_bf16_kernel_for(int64_t m, int64_t k, int b_form);
         NC it is given); the same sums.
     16  the driver fetches the next B micro-panel of the VDPBF16PS GEMM into L2 while the micro-kernel
         passes over the current one (else: the micro-kernel's own prefetch only); the same sums.
+    32  below the AMX level, a product of at least 49 rows runs avx512_core's float32 kernels on
+        widened operands (else: the VDPBF16PS kernel).
+    64  the AMX GEMM (real or emulated tiles) passes each B micro-panel in depth chunks of 256,
+        every row panel per chunk, the float partial sums kept between chunks (else: each row
+        panel over the whole KC block at once); the same sums.
    Default 0. Process-wide for this level's module; dispatch sets them from the registry's
    BF16_VARIANTS rule for the host's microarchitecture. Returns the flags now in force (only those
-   this level has: 0 at a level without VDPBF16PS, whatever was asked). */
+   this level has: 0 at a level without VDPBF16PS or AMX tiles, whatever was asked). */
 int op_gemm_bf16_set_variants(int flags);

@@ -1560,6 +1560,12 @@ static int op_sm_run(int form, const op_gemm_args *g, void *c, const int64_t *c_
 
 int op_gemm_bf16_set_variants(int flags)
 {
+#if defined(OP_BF16_HAS_AMX)
+    op_amx_chunks = (flags & 64) != 0;
+    const int amx_flags = op_amx_chunks << 6;
+#else
+    const int amx_flags = 0;
+#endif
 #if defined(OP_BF16_HAS_DP)
     op_sm_dp = (flags & 1) != 0;
     op_dp_a_inplace = (flags & 2) != 0;
@@ -1570,10 +1576,10 @@ int op_gemm_bf16_set_variants(int flags)
     op_dp_widen = (flags & 32) != 0;
 #endif
     return op_sm_dp | op_dp_a_inplace << 1 | op_dp_out16 << 2 | op_dp_thin_nc << 3 | op_dp_next_l2 << 4 |
-           op_dp_widen << 5;
+           op_dp_widen << 5 | amx_flags;
 #else
     (void)flags;
-    return 0;
+    return amx_flags;
 #endif
 }
 
@@ -1635,6 +1641,9 @@ int op_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k,
     op_dp_variant_ops(&ops);
     op_blocking thin;
     blk = op_dp_blocking(&ops, &g, blk, &thin);
+#endif
+#if defined(OP_BF16_HAS_AMX)
+    op_amx_variant_ops(&ops);
 #endif
     return op_bf16_run(&ops, &g, amx, c, c_off, rsc, csc, c_dtype, blk, nthreads);
 }
@@ -1751,6 +1760,9 @@ int op_gemm_packed(int b_dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
     op_dp_variant_ops(&ops);
     op_blocking thin;
     blk = op_dp_blocking(&ops, &g, blk, &thin);
+#endif
+#if defined(OP_BF16_HAS_AMX)
+    op_amx_variant_ops(&ops);
 #endif
     return op_bf16_run(&ops, &g, amx, c, c_off, rsc, csc, c_dtype, blk, nthreads);
 }

@@ -242,3 +242,27 @@ static const op_gemm_ops op_bf16_amx_ops = {
     1,   /* split_at_mr: a tile of fewer rows costs a full one */
     0, op_ukr_amx_a_pack,   /* b_next_l2, ukr_a_pack */
 };
+
+/* op_gemm_bf16_set_variants flag 64 ("depth_chunks"): the GEMM passes each B micro-panel in depth
+   chunks of OP_AMX_KCHUNK, every row panel of the row block per chunk (op_gemm_ops.kchunk,
+   op_gemm_panel_chunked). At the shipped KC of 2048 a 32-column panel is up to 128 KiB of L2 and
+   each 32-row panel of A as much: every tile step loaded its 4 KiB from L2. A 256-deep chunk of
+   the B panel (16 KiB) stays in L1 across the row panels, which then read only A from L2, and
+   their float partial sums (MC x 32 floats, 32 KiB at MC 256) are stored and reloaded at every
+   chunk: the same sums in the same order, the same bits. The Intel AMX VM, 2026-12-05, 1 thread,
+   chunks off / on alternated in one process (GFLOP/s, median of 7; torch 2.13 beside them):
+   512^3 922 -> 960 (1018), 1024^3 961 -> 1042 (1289), 2048^3 966 -> 973 (1042); chunks of 128 and
+   384 were slower. A standalone loop over packed panels, no packing or write-out, ran 1024^3 at
+   1271 one panel deep against 1408-1562 with chunks of 256 (MC 256 / 512). */
+#define OP_AMX_KCHUNK 256
+static int op_amx_chunks = 0;
+
+/* ops (a copy of op_bf16_amx_ops) with the depth chunks where flag 64 is on */
+static void op_amx_variant_ops(op_gemm_ops *ops)
+{
+    if (!op_amx_chunks || ops->ukr != op_ukr_amx) return;
+    ops->kchunk = OP_AMX_KCHUNK;
+#if defined(OP_LEVEL_AVX512_CORE_AMX)
+    ops->out16 = op_dp_tile16_out;   /* the bfloat16 C as op_ukr16_amx writes it */
+#endif
+}

@@ -174,6 +174,11 @@ typedef void (*op_ukr_ap_fn)(int64_t kcp, const void *a, int64_t lda, void *dst,
 typedef void (*op_ukr16_fn)(int64_t kcp, const void *a, const void *b, int64_t ldb, uint16_t *c16,
                             int64_t rsc16, int mr, int nr, const op_epilogue *epi);
 
+/* Rounds a finished float tile t (rows ldt = nr apart) into a bfloat16 C after the epilogue, as the
+   ops' ukr16 does after its depth loop (op_gemm_ops.out16). */
+typedef void (*op_out16_fn)(const float *t, int mr, int nr, const op_epilogue *epi, uint16_t *c16,
+                            int64_t rsc16);
+
 /* A tile of C with images side by side (op_gemm_args.c_cols): t[i * ldt + j] to (out = 1) or from
    (out = 0) C rows i0 .., columns j0 .., piece by piece per image. */
 static void op_tile_cols_io(float *t, int64_t ldt, float *C, const op_gemm_args *g, int64_t i0,
@@ -216,6 +221,13 @@ typedef struct op_gemm_ops {
                           the next one into L2, a slice per call (see op_gemm_block) */
     op_ukr_ap_fn ukr_a_pack;   /* optional, with ukr_a: reads A in place on a block's first pass
                                   over its B panels and leaves it packed for the others */
+    int64_t kchunk;    /* > 0: a KC block deeper than this passes each B micro-panel in depth
+                          chunks of kchunk (a multiple of k_align), every row panel of the block
+                          per chunk, the float partial sums in a per-thread scratch (see
+                          op_gemm_panel_chunked); the packed panels' depth p then starts at element
+                          p * mr (A) and p * nr (B) */
+    op_out16_fn out16; /* with kchunk and ukr16: what ukr16 does after its depth loop, for a float
+                          tile (rows nr apart): the epilogue and the rounding into a bfloat16 C */
 } op_gemm_ops;
 
 /* ---------------------------------------------------------------- f32 micro-kernels */
@@ -816,6 +828,8 @@ typedef struct {
     int direct;               /* B read in place by the micro-kernel (csb == 1, small m) */
     char *buf;                /* per-thread A and B packing buffers */
     size_t a_bytes, thr_bytes;
+    size_t part_bytes;        /* the per-thread partial sums of op_gemm_panel_chunked (at the end of
+                                 the thread's buffers), 0 without op_gemm_ops.kchunk */
     /* images side by side (g->c_cols) with K over several KC blocks, batch 1: the tiles spanning two
        images accumulate in edge (panel s: edge_slot[s] >= 0, mblk * mr rows of nr floats) and are
        copied out once, after the last block; NULL: through the tile buffer per KC block */
@@ -849,9 +863,81 @@ OP_INLINE const char *op_b_panel(const op_drive_ctx *x, const char *Bd, const ch
     return bbuf + (size_t)((x->direct ? 0 : jr) * kcp) * o->b_elem;
 }
 
+/* One B micro-panel (columns j .. j + nr - 1, depth pc .. pc + kcp - 1 of the KC block at bp)
+   against the block's row panels (rows ic .. ic + mc - 1) in depth chunks (op_gemm_ops.kchunk):
+   every row panel passes over one chunk of the B panel before the next chunk, so that the chunk
+   stays in L1 across the row panels, where a whole panel (128 KiB at KC 2048 for the AMX kernel)
+   was read from L2 by each of them together with its A panel. The float sums of row panel r are
+   kept between chunks in part (rows r * mr .. r * mr + mr - 1, nr floats each) and reloaded into
+   the accumulators exactly: the same sums in the same order as one pass over the depth, the same bits.
+   The first chunk starts from C's float value when this is not the first KC block (copied into
+   part), the last one leaves the finished tile in part, from where it goes to C: rounded into the
+   bfloat16 C (out16 after the epilogue, or op_tile_to_bf16 after the ukr's), or copied to the float
+   C. A: as op_gemm_block's loop (fresh: read in place and packed as read; in place; packed). */
+static void op_gemm_panel_chunked(const op_drive_ctx *x, int64_t ic, int64_t mc, int64_t j, int nr,
+                                  int64_t pc, int64_t kcp, int first, int last, int a_fused,
+                                  int64_t afull, int fresh_pass, const char *Ad, char *abuf,
+                                  const char *bp, int64_t ldb, float *C, uint16_t *C16,
+                                  const op_epilogue *epi, float *part)
+{
+    const op_gemm_ops *o = x->ops;
+    const op_gemm_args *g = x->g;
+    const int MR = o->mr, NR = o->nr;
+    const int64_t rsc = g->rsc, csc = g->csc, qk = o->kchunk;
+    for (int64_t q0 = 0; q0 < kcp; q0 += qk) {
+        const int64_t ql = op_min64(qk, kcp - q0);
+        const int lastq = q0 + ql >= kcp;
+        const char *bq = bp + (size_t)(q0 * NR) * o->b_elem;
+        for (int64_t ir = 0; ir < mc; ir += MR) {
+            const int mr = (int)op_min64(MR, mc - ir);
+            const int64_t i = ic + ir;
+            float *pt = part + ir * NR;
+            float *ct = C ? C + i * rsc + j * csc : NULL;
+            if (q0 == 0 && !first) {   /* the float C so far */
+                for (int r = 0; r < mr; r++)
+                    for (int c = 0; c < nr; c++) pt[r * NR + c] = ct[r * rsc + c * csc];
+            }
+            op_epilogue te;
+            const op_epilogue *tep = NULL;
+            if (lastq && last && epi) {
+                te = *epi;
+                if (te.bias) te.bias += (te.bias_axis == 0 ? i : j) * te.bias_stride;
+                tep = &te;
+            }
+            const int acc = q0 > 0 || !first;
+            const int to16 = C16 && last && lastq && o->out16 && g->csc16 == 1;
+            const int fresh = fresh_pass && ir < afull;
+            const int packed = a_fused ? !fresh : ir >= afull;
+            char *ap = abuf + (size_t)((a_fused ? ir : ir - afull) * kcp + q0 * MR) * o->a_elem;
+            const char *ain = Ad + (i * g->rsa + pc + q0) * (int64_t)o->a_elem;
+            const op_epilogue *uep = to16 ? NULL : tep;
+            if (fresh) {
+                o->ukr_a_pack(ql, ain, g->rsa, ap, bq, pt, NR, 1, mr, nr, acc, uep);
+            } else if (!packed) {
+                o->ukr_a(ql, ain, g->rsa, bq, pt, NR, 1, mr, nr, acc, uep);
+            } else {
+                o->ukr(ql, ap, bq, ldb, pt, NR, 1, mr, nr, acc, uep);
+            }
+            if (!lastq) continue;
+            if (to16) {
+                o->out16(pt, mr, nr, tep, C16 + i * g->rsc16 + j, g->rsc16);
+            } else if (C16 && last) {
+                op_tile_to_bf16(pt, NR, 1, mr, nr, C16 + i * g->rsc16 + j * g->csc16, g->rsc16,
+                                g->csc16);
+            } else if (csc == 1) {
+                for (int r = 0; r < mr; r++)
+                    memcpy(ct + r * rsc, pt + r * NR, sizeof(float) * (size_t)nr);
+            } else {
+                for (int r = 0; r < mr; r++)
+                    for (int c = 0; c < nr; c++) ct[r * rsc + c * csc] = pt[r * NR + c];
+            }
+        }
+    }
+}
+
 /* Computes C[m0:m1, n0:n1] of batch entry bi with the thread's buffers. */
 static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t m1, int64_t n0,
-                          int64_t n1, char *abuf, char *bbuf)
+                          int64_t n1, char *abuf, char *bbuf, float *part)
 {
     const op_gemm_ops *o = x->ops;
     const op_gemm_args *g = x->g;
@@ -896,6 +982,11 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
        one process with torch 2.13 (scripts/place_sweep.py): 142 -> 146 and 141 -> 159 GFLOP/s in
        that state, 192-194 -> 193-196 otherwise. Prefetches only: same results. */
     const int cpf = x->direct && g->b_direct && !g->c_cols && !via_tile && csc == 1;
+    /* depth chunks (op_gemm_ops.kchunk, op_gemm_panel_chunked): packed or prepacked B panels, C
+       in one piece, and (below) one KC block holding all of K: with several, C carries the sums
+       from block to block and the chunks only added copies (the AMX VM, 2026-12-05, a linear
+       1344 x 1536 x 384 at KC 1024, 2 threads: 0.69x torch with them against 0.91-0.99 without) */
+    const int chunked = part && o->kchunk > 0 && !x->direct && g->c_cols == 0;
 
     for (int64_t jc = n0; jc < n1; jc += x->nc) {
         const int64_t nc = op_min64(x->nc, n1 - jc);
@@ -944,6 +1035,12 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                             pnext = op_b_panel(x, Bd, bbuf, jc, pc, kcp, nfull, jn, &ldn);
                             nlines = op_cdiv64(op_cdiv64(kcp * NR * (int64_t)o->b_elem, 64), calls);
                         }
+                    }
+                    if (chunked && kcp > o->kchunk && first && last) {
+                        op_gemm_panel_chunked(x, ic, mc, jc + jr, nr, pc, kcp, first, last, a_fused,
+                                              afull, a_fused && jr == 0, Ad, abuf, bp, ldb, C, C16,
+                                              epi, part);
+                        continue;
                     }
                     for (int64_t ir = 0; ir < mc; ir += MR) {
                         const int mr = (int)op_min64(MR, mc - ir);
@@ -1029,7 +1126,8 @@ static void op_drive_task(void *ctx, int64_t task, int tid)
     const int64_t n0 = x->nblk * in / x->pn * NR, n1 = op_min64(n, x->nblk * (in + 1) / x->pn * NR);
     if (m0 >= m1 || n0 >= n1) return;
     char *abuf = x->buf + (size_t)tid * x->thr_bytes;
-    op_gemm_block(x, bi, m0, m1, n0, n1, abuf, abuf + x->a_bytes);
+    op_gemm_block(x, bi, m0, m1, n0, n1, abuf, abuf + x->a_bytes,
+                  x->part_bytes ? (float *)(abuf + x->thr_bytes - x->part_bytes) : NULL);
 }
 
 /* Splits P parts of one entry into pm x pn (pm <= mblk, pn <= nblk) minimising the per-thread
@@ -1117,7 +1215,11 @@ static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op
     const size_t b_bytes = (size_t)op_roundup64(bcols * kcp * (int64_t)ops->b_elem, OP_ALIGN) +
                            (size_t)op_roundup64((int64_t)ops->b_scratch, OP_ALIGN);
     x.a_bytes = a_bytes;
-    x.thr_bytes = a_bytes + b_bytes;
+    x.part_bytes = ops->kchunk > 0 && kcp > ops->kchunk
+        ? (size_t)op_roundup64(op_roundup64(op_min64(x.mc, mpart), MR) * NR *
+                               (int64_t)sizeof(float), OP_ALIGN)
+        : 0;
+    x.thr_bytes = a_bytes + b_bytes + x.part_bytes;
     /* bfloat16 C with K over several KC blocks and no float C given: the partial sums need one */
     op_gemm_args gs;
     float *scratch = NULL;
