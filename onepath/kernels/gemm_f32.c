@@ -33,6 +33,10 @@
                                 change)
          op_ukr_ap_fn ukr_a_pack; optional ukr_a that also stores the panel it reads, packed: a
                                 block's first pass over B reads A in place, the others the copy
+         int64_t kchunk;        > 0: each B micro-panel passed in depth chunks of kchunk, every row
+                                panel per chunk, partial sums in a per-thread scratch (the AMX
+                                "depth_chunks" variant; op_gemm_panel_chunked)
+         op_out16_fn out16;     with kchunk: ukr16's write-out of a finished float tile
      } op_gemm_ops;
 
    Packed layouts the driver assumes (it only does pointer arithmetic with them):
