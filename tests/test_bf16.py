@@ -640,6 +640,34 @@ def test_amx_depth_chunks_same_bits(build):
     assert sum(np.isfinite(x.astype(np.float32)).sum() for x in out[True]) > 0
 
 
+def test_amx_thread_splits_same_bits():
+    """The AMX GEMM at 1 and 2 threads: the same bits. Two threads split a square's C along N
+    (op_split_parts: of equal costs, the split along N for a kernel that packs A as it reads it),
+    other shapes along M or N as the costs say; every element is the same sum in the same order
+    either way (the same KC, chunks and tiles). The small path is off (it would take some
+    shapes)."""
+    from onepath.ops import _small
+    level = "avx512_core_amx"
+    if level not in onepath.available_isas():
+        pytest.skip(f"{level} cannot run on this host")
+    rng = np.random.default_rng(5)
+    prev = onepath.get_num_threads()
+    try:
+        with onepath.max_isa(level), _small.off():
+            for m, n, k in [(256, 256, 256), (320, 320, 600), (96, 640, 288)]:
+                a, b = _rand_bf16(rng, (m, k)), _rand_bf16(rng, (k, n))
+                got = []
+                for t in (1, 2):
+                    onepath.set_num_threads(t)
+                    got.append(onepath.matmul(a, b, dtype=np.float32))
+                _assert_f32(got[0], a, b)
+                for t, y in zip((2,), got[1:]):
+                    assert np.array_equal(y.view(np.uint32), got[0].view(np.uint32)), \
+                        f"({m}, {k}) @ ({k}, {n}) at {t} threads differs from 1 thread"
+    finally:
+        onepath.set_num_threads(prev)
+
+
 def test_widen_f32_variant_runs_the_float32_kernel():
     """"widen_f32" at avx512_core_bf16 (shipped for sapphirerapids): a product of at least 49 rows
     runs avx512_core's float32 kernels on widened operands with avx512_core's blocking, so its bits

@@ -867,73 +867,73 @@ OP_INLINE const char *op_b_panel(const op_drive_ctx *x, const char *Bd, const ch
     return bbuf + (size_t)((x->direct ? 0 : jr) * kcp) * o->b_elem;
 }
 
-/* One B micro-panel (columns j .. j + nr - 1, depth pc .. pc + kcp - 1 of the KC block at bp)
-   against the block's row panels (rows ic .. ic + mc - 1) in depth chunks (op_gemm_ops.kchunk):
-   every row panel passes over one chunk of the B panel before the next chunk, so that the chunk
-   stays in L1 across the row panels, where a whole panel (128 KiB at KC 2048 for the AMX kernel)
-   was read from L2 by each of them together with its A panel. The float sums of row panel r are
-   kept between chunks in part (rows r * mr .. r * mr + mr - 1, nr floats each) and reloaded into
-   the accumulators exactly: the same sums in the same order as one pass over the depth, the same bits.
-   The first chunk starts from C's float value when this is not the first KC block (copied into
-   part), the last one leaves the finished tile in part, from where it goes to C: rounded into the
-   bfloat16 C (out16 after the epilogue, or op_tile_to_bf16 after the ukr's), or copied to the float
-   C. A: as op_gemm_block's loop (fresh: read in place and packed as read; in place; packed). */
+/* epi for the tile at row i, column j (its bias offset to them) in te, or NULL without epi */
+OP_INLINE const op_epilogue *op_tile_epi(const op_epilogue *epi, int64_t i, int64_t j,
+                                         op_epilogue *te)
+{
+    if (!epi) return NULL;
+    *te = *epi;
+    if (te->bias) te->bias += (te->bias_axis == 0 ? i : j) * te->bias_stride;
+    return te;
+}
+
+/* One B micro-panel (columns j .. j + nr - 1, depth pc .. pc + kcp - 1 of the KC block at bp, which
+   holds all of K) against the block's row panels (rows ic .. ic + mc - 1) in depth chunks
+   (op_gemm_ops.kchunk): every row panel passes over one chunk of the B panel before the next
+   chunk, so that the chunk stays in L1 across the row panels, where a whole panel (128 KiB at KC
+   2048 for the AMX kernel) was read from L2 by each of them together with its A panel. The float
+   sums of row panel r are kept between chunks in part (rows r * mr .. r * mr + mr - 1, nr floats
+   each) and reloaded into the accumulators exactly: the same sums in the same order as one pass
+   over the depth, the same bits. The last chunk leaves the finished tile in part, from where it
+   goes to C: rounded into the bfloat16 C (out16 after the epilogue, or op_tile_to_bf16 after the
+   ukr's), or copied to the float C. A: as op_gemm_block's loop (fresh: read in place and packed as
+   read; in place; packed). */
 static void op_gemm_panel_chunked(const op_drive_ctx *x, int64_t ic, int64_t mc, int64_t j, int nr,
-                                  int64_t pc, int64_t kcp, int first, int last, int a_fused,
-                                  int64_t afull, int fresh_pass, const char *Ad, char *abuf,
-                                  const char *bp, int64_t ldb, float *C, uint16_t *C16,
-                                  const op_epilogue *epi, float *part)
+                                  int64_t pc, int64_t kcp, int a_fused, int64_t afull,
+                                  int fresh_pass, const char *Ad, char *abuf, const char *bp,
+                                  int64_t ldb, float *C, uint16_t *C16, const op_epilogue *epi,
+                                  float *part)
 {
     const op_gemm_ops *o = x->ops;
     const op_gemm_args *g = x->g;
     const int MR = o->mr, NR = o->nr;
-    const int64_t rsc = g->rsc, csc = g->csc, qk = o->kchunk;
-    for (int64_t q0 = 0; q0 < kcp; q0 += qk) {
-        const int64_t ql = op_min64(qk, kcp - q0);
+    const int64_t rsc = g->rsc, csc = g->csc;
+    const int to16 = C16 && o->out16 && g->csc16 == 1;
+    for (int64_t q0 = 0; q0 < kcp; q0 += o->kchunk) {
+        const int64_t ql = op_min64(o->kchunk, kcp - q0);
         const int lastq = q0 + ql >= kcp;
         const char *bq = bp + (size_t)(q0 * NR) * o->b_elem;
         for (int64_t ir = 0; ir < mc; ir += MR) {
             const int mr = (int)op_min64(MR, mc - ir);
             const int64_t i = ic + ir;
             float *pt = part + ir * NR;
-            float *ct = C ? C + i * rsc + j * csc : NULL;
-            if (q0 == 0 && !first) {   /* the float C so far */
-                for (int r = 0; r < mr; r++)
-                    for (int c = 0; c < nr; c++) pt[r * NR + c] = ct[r * rsc + c * csc];
-            }
             op_epilogue te;
-            const op_epilogue *tep = NULL;
-            if (lastq && last && epi) {
-                te = *epi;
-                if (te.bias) te.bias += (te.bias_axis == 0 ? i : j) * te.bias_stride;
-                tep = &te;
-            }
-            const int acc = q0 > 0 || !first;
-            const int to16 = C16 && last && lastq && o->out16 && g->csc16 == 1;
+            const op_epilogue *tep = lastq ? op_tile_epi(epi, i, j, &te) : NULL;
+            const op_epilogue *uep = to16 ? NULL : tep;   /* (out16 applies it) */
             const int fresh = fresh_pass && ir < afull;
             const int packed = a_fused ? !fresh : ir >= afull;
             char *ap = abuf + (size_t)((a_fused ? ir : ir - afull) * kcp + q0 * MR) * o->a_elem;
             const char *ain = Ad + (i * g->rsa + pc + q0) * (int64_t)o->a_elem;
-            const op_epilogue *uep = to16 ? NULL : tep;
-            if (fresh) {
-                o->ukr_a_pack(ql, ain, g->rsa, ap, bq, pt, NR, 1, mr, nr, acc, uep);
-            } else if (!packed) {
-                o->ukr_a(ql, ain, g->rsa, bq, pt, NR, 1, mr, nr, acc, uep);
-            } else {
-                o->ukr(ql, ap, bq, ldb, pt, NR, 1, mr, nr, acc, uep);
-            }
+            if (fresh)
+                o->ukr_a_pack(ql, ain, g->rsa, ap, bq, pt, NR, 1, mr, nr, q0 > 0, uep);
+            else if (!packed)
+                o->ukr_a(ql, ain, g->rsa, bq, pt, NR, 1, mr, nr, q0 > 0, uep);
+            else
+                o->ukr(ql, ap, bq, ldb, pt, NR, 1, mr, nr, q0 > 0, uep);
             if (!lastq) continue;
             if (to16) {
                 o->out16(pt, mr, nr, tep, C16 + i * g->rsc16 + j, g->rsc16);
-            } else if (C16 && last) {
+            } else if (C16) {
                 op_tile_to_bf16(pt, NR, 1, mr, nr, C16 + i * g->rsc16 + j * g->csc16, g->rsc16,
                                 g->csc16);
-            } else if (csc == 1) {
-                for (int r = 0; r < mr; r++)
-                    memcpy(ct + r * rsc, pt + r * NR, sizeof(float) * (size_t)nr);
             } else {
-                for (int r = 0; r < mr; r++)
-                    for (int c = 0; c < nr; c++) ct[r * rsc + c * csc] = pt[r * NR + c];
+                float *ct = C + i * rsc + j * csc;
+                for (int r = 0; r < mr; r++) {
+                    if (csc == 1)
+                        memcpy(ct + r * rsc, pt + r * NR, sizeof(float) * (size_t)nr);
+                    else
+                        for (int c = 0; c < nr; c++) ct[r * rsc + c * csc] = pt[r * NR + c];
+                }
             }
         }
     }
@@ -1041,9 +1041,9 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                         }
                     }
                     if (chunked && kcp > o->kchunk && first && last) {
-                        op_gemm_panel_chunked(x, ic, mc, jc + jr, nr, pc, kcp, first, last, a_fused,
-                                              afull, a_fused && jr == 0, Ad, abuf, bp, ldb, C, C16,
-                                              epi, part);
+                        op_gemm_panel_chunked(x, ic, mc, jc + jr, nr, pc, kcp, a_fused, afull,
+                                              a_fused && jr == 0, Ad, abuf, bp, ldb, C, C16, epi,
+                                              part);
                         continue;
                     }
                     for (int64_t ir = 0; ir < mc; ir += MR) {
@@ -1052,12 +1052,7 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                             __builtin_prefetch(pnext + (ir / MR * nlines + l) * 64, 0, 2);
                         const int64_t i = ic + ir, j = jc + jr;
                         op_epilogue te;
-                        const op_epilogue *tep = NULL;
-                        if (last && epi) {
-                            te = *epi;
-                            if (te.bias) te.bias += (te.bias_axis == 0 ? i : j) * te.bias_stride;
-                            tep = &te;
-                        }
+                        const op_epilogue *tep = last ? op_tile_epi(epi, i, j, &te) : NULL;
                         /* fresh: A in place, packed as read; packed: A from abuf (ap) */
                         const int fresh = a_fused && jr == 0 && ir < afull;
                         const int packed = a_fused ? !fresh : ir >= afull;
