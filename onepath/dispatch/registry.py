@@ -272,11 +272,6 @@ def prepacked_row(row: Kernel) -> Kernel:
 # At small planes the NCHW GEMM's N = OH*OW leaves a ragged last micro-panel (196 pixels fill 6.1
 # panels of 32, 49 fill 1.5) and a batch repacks the weight per image; the NHWC GEMM is full and
 # packs the weight once.
-#   "depth_chunks"      the AMX GEMM passes each B micro-panel in depth chunks of 256, every row
-#                       panel of the row block per chunk, the float partial sums stored between
-#                       chunks and reloaded into the tiles (kernels/gemm_bf16_amx.c, OP_AMX_KCHUNK):
-#                       the chunk of B stays in L1 across the row panels, where a 2048-deep panel
-#                       was read from L2 by each. Same sums. Only where one KC block holds all of K.
 # zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), ResNet-50 layers paired in one
 # process at 1 thread (CPU time): 3x3 with 14x14 and 7x7 outputs gain 1.05-1.11x (float32) and
 # 1.20-1.33x (bfloat16, VDPBF16PS) at batch 1, more at batch 8; 28x28 and larger and the 7x7/s2
@@ -396,6 +391,9 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
 #                       chunks and reloaded into the tiles (kernels/gemm_bf16_amx.c, OP_AMX_KCHUNK):
 #                       the chunk of B stays in L1 across the row panels, where a 2048-deep panel
 #                       was read from L2 by each. Same sums. Only where one KC block holds all of K.
+#                       A bfloat16 C is then written as "c_bf16_in_register" writes it at this level
+#                       (op_dp_tile16_out: epilogue, then rounded once; the same bits), with or
+#                       without that variant.
 # zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), paired against torch 2.13 in one
 # process: decode K = N = 4096 at 1 thread, raw weight m = 1 / 4 from 26 / 67 to 45 / 100 GFLOP/s,
 # prepacked m = 1 / 4 from 36 / 97 to 43-50 / 165-185 (m = 1: the prefetch distance); A in place
@@ -486,11 +484,6 @@ def conv_nchw_as_nhwc(row: Kernel, n: int, pixels: int, strided: bool = False,
 # into L2 while the current block is in use (x @ W row stream with M <= 8, and x @ W.T dot path);
 # "ksplit" gives each thread of the x @ W row stream a contiguous range of whole W rows (K), the
 # partial sums added at the end, instead of a column range (N). A host without a row runs neither.
-#   "depth_chunks"      the AMX GEMM passes each B micro-panel in depth chunks of 256, every row
-#                       panel of the row block per chunk, the float partial sums stored between
-#                       chunks and reloaded into the tiles (kernels/gemm_bf16_amx.c, OP_AMX_KCHUNK):
-#                       the chunk of B stays in L1 across the row panels, where a 2048-deep panel
-#                       was read from L2 by each. Same sums. Only where one KC block holds all of K.
 # zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), K = N = 4096, paired in one process
 # against numpy (OpenBLAS 0.3.31), x numpy before -> after: 1 thread, prefetch_next: M = 1 x @ W
 # 0.99 -> 1.14-1.17, x @ W.T 1.11 -> 1.38-1.42, M = 4 x @ W 3.2 -> 4.3, x @ W.T 3.9 -> 4.8; 2 threads,
@@ -538,11 +531,6 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 # kernel's threads split the output channels (each task one 32-column panel over all pixels: the
 # weight read once) instead of the pixels (the weight read once per pixel block). A host without a
 # row runs neither.
-#   "depth_chunks"      the AMX GEMM passes each B micro-panel in depth chunks of 256, every row
-#                       panel of the row block per chunk, the float partial sums stored between
-#                       chunks and reloaded into the tiles (kernels/gemm_bf16_amx.c, OP_AMX_KCHUNK):
-#                       the chunk of B stays in L1 across the row panels, where a 2048-deep panel
-#                       was read from L2 by each. Same sums. Only where one KC block holds all of K.
 # zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), ResNet-50 3x3 layers, paired in one
 # process with torch (2 threads, median of 5, the option off/on alternated): brg_full_k (K 576 to
 # 2304 in one block instead of KC 256) at batch 8 NHWC res2_branch2b 199 -> 213 GFLOP/s,
@@ -678,11 +666,6 @@ CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pa
 # "stem_f32": op_conv2d_f32 (FMA; also bfloat16 input widened at levels without BF16 instructions);
 # "stem_bf16": op_conv2d_bf16 (VDPBF16PS on kx-paired taps). Per (uarch, level of the module); a host
 # without a row keeps the implicit GEMM.
-#   "depth_chunks"      the AMX GEMM passes each B micro-panel in depth chunks of 256, every row
-#                       panel of the row block per chunk, the float partial sums stored between
-#                       chunks and reloaded into the tiles (kernels/gemm_bf16_amx.c, OP_AMX_KCHUNK):
-#                       the chunk of B stays in L1 across the row panels, where a 2048-deep panel
-#                       was read from L2 by each. Same sums. Only where one KC block holds all of K.
 # zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores, shared: 2-thread timings bimodal),
 # ResNet-50 conv1 (mb1/mb8 ic3ih224oc64oh112kh7sh2ph3), the route off/on alternated in one process
 # with torch 2.13 (onepath.bench.core.alternate, median of 5), onepath GFLOP/s before -> after:
@@ -728,11 +711,6 @@ def conv_f32_flags(level: str, uarch: str | None = None) -> int:
 # VDPBF16PS kernel (op_conv2d_nhwc_brg_bf16): its padded input read in place (no packed copy of A),
 # all of K summed in registers. A host without a row runs
 # the NHWC GEMM over the packed gather.
-#   "depth_chunks"      the AMX GEMM passes each B micro-panel in depth chunks of 256, every row
-#                       panel of the row block per chunk, the float partial sums stored between
-#                       chunks and reloaded into the tiles (kernels/gemm_bf16_amx.c, OP_AMX_KCHUNK):
-#                       the chunk of B stays in L1 across the row panels, where a 2048-deep panel
-#                       was read from L2 by each. Same sums. Only where one KC block holds all of K.
 # zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores, shared: +-10% noise), ResNet-50 batch 8,
 # paired in one process with torch 2.13 (2 threads): NHWC res2_branch2b 0.87 -> 0.92x torch,
 # res3_branch2b 0.89 -> 0.96, res4_branch2b 0.92 -> 0.95, res5_branch2b 0.89 -> 0.94; NCHW through

@@ -1221,7 +1221,7 @@ static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op
     const size_t b_bytes = (size_t)op_roundup64(bcols * kcp * (int64_t)ops->b_elem, OP_ALIGN) +
                            (size_t)op_roundup64((int64_t)ops->b_scratch, OP_ALIGN);
     x.a_bytes = a_bytes;
-    x.part_bytes = ops->kchunk > 0 && kcp > ops->kchunk
+    x.part_bytes = ops->kchunk > 0 && kcp > ops->kchunk && g->k <= x.kc   /* (op_gemm_block) */
         ? (size_t)op_roundup64(op_roundup64(op_min64(x.mc, mpart), MR) * NR *
                                (int64_t)sizeof(float), OP_ALIGN)
         : 0;

@@ -48,7 +48,7 @@ def set_variants(level: str, names=None) -> frozenset:
     packing it), ``"c_bf16_in_register"`` (it writes a bfloat16 C from its registers, or at the
     AMX level from the tiles' scratch, rounded once, when one KC block holds all of K),
     ``"thin_nc"`` (with at most 256 rows it sweeps B in blocks of at most 256 columns),
-    ``"next_panel_l2"`` (the driver fetches the next B micro-panel into L2 during the current one)
+    ``"next_panel_l2"`` (the driver fetches the next B micro-panel into L2 during the current one),
     ``"widen_f32"`` (from 49 rows, at a VDPBF16PS level, a product runs avx512_core's float32
     kernels on widened operands, with avx512_core's blocking) and ``"depth_chunks"`` (the AMX GEMM
     passes each B micro-panel in depth chunks of 256, every row panel per chunk; the same sums);
