@@ -225,13 +225,14 @@ typedef struct op_gemm_ops {
                           the next one into L2, a slice per call (see op_gemm_block) */
     op_ukr_ap_fn ukr_a_pack;   /* optional, with ukr_a: reads A in place on a block's first pass
                                   over its B panels and leaves it packed for the others */
-    int64_t kchunk;    /* > 0: a KC block deeper than this passes each B micro-panel in depth
-                          chunks of kchunk (a multiple of k_align), every row panel of the block
-                          per chunk, the float partial sums in a per-thread scratch (see
-                          op_gemm_panel_chunked); the packed panels' depth p then starts at element
-                          p * mr (A) and p * nr (B) */
-    op_out16_fn out16; /* with kchunk and ukr16: what ukr16 does after its depth loop, for a float
-                          tile (rows nr apart): the epilogue and the rounding into a bfloat16 C */
+    int64_t kchunk;    /* > 0: a KC block deeper than this that holds all of K passes each B
+                          micro-panel in depth chunks of kchunk (a multiple of k_align), every row
+                          panel of the block per chunk, the float partial sums in a per-thread
+                          scratch (see op_gemm_panel_chunked); the packed panels' depth p then
+                          starts at element p * mr (A) and p * nr (B) */
+    op_out16_fn out16; /* optional, with kchunk: writes a chunked pass's finished float tile (rows nr
+                          apart) into a bfloat16 C, epilogue then rounding, as ukr16 would (else
+                          the ukr's epilogue and op_tile_to_bf16) */
 } op_gemm_ops;
 
 /* ---------------------------------------------------------------- f32 micro-kernels */
