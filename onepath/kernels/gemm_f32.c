@@ -230,9 +230,9 @@ typedef struct op_gemm_ops {
                           panel of the block per chunk, the float partial sums in a per-thread
                           scratch (see op_gemm_panel_chunked); the packed panels' depth p then
                           starts at element p * mr (A) and p * nr (B) */
-    op_out16_fn out16; /* optional, with kchunk: writes a chunked pass's finished float tile (rows nr
-                          apart) into a bfloat16 C, epilogue then rounding, as ukr16 would (else
-                          the ukr's epilogue and op_tile_to_bf16) */
+    op_out16_fn out16; /* optional, with kchunk: writes a chunked pass's finished float tile (rows
+                          nr apart) into a bfloat16 C, epilogue then rounding, as ukr16 would
+                          (else: the ukr's epilogue and op_tile_to_bf16) */
 } op_gemm_ops;
 
 /* ---------------------------------------------------------------- f32 micro-kernels */
