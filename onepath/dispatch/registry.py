@@ -228,7 +228,11 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
     # per block, and a bfloat16 C written from the tile buffer (BF16_VARIANTS); MC 256: each B
     # micro-panel, read from L3, serves 8 tile rows. tune's (160, 512) was chosen on other shapes.
     ("sapphirerapids", "avx512_core_amx", "matmul", "bfloat16"): (256, 2048, 3072),
-    ("sapphirerapids", "avx512_core_amx", "linear", "bfloat16"): (96, 1024, 384),
+    # bfloat16 AMX linear KC 1024 -> 2048 (2026-12-05, same VM, the two rows alternated in one
+    # process beside torch 2.13's F.linear, x torch median of 5, 1 / 2 threads): 2048^3 0.82 / 0.85
+    # -> 0.94 / 0.95, MiniLM's 1344x1536x384 0.90 / 0.93 -> 0.96 / 1.01, the other shapes alike.
+    # A depth up to 2048 in one KC block is what lets the depth chunks (BF16_VARIANTS) run.
+    ("sapphirerapids", "avx512_core_amx", "linear", "bfloat16"): (96, 2048, 384),
     # bfloat16 AMX conv2d KC 512 -> 2048 (2026-12-03, same VM, 2 threads, ResNet-50's 23 layers NHWC
     # paired with torch 2.13 per row, x torch geomean): batch 1 1.41 -> 1.45, batch 8 0.87 -> 0.93
     # (res4/res5 +5..30%: a depth of 576-4608 in one to three KC blocks, fewer float partial sums).

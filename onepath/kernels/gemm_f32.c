@@ -973,7 +973,12 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
        0.66 -> 0.76, res4a_branch2a 0.84 -> 0.89, res2_branch2a (N 64, in place before) 0.64 ->
        0.74; 1 thread, 2048 x 256 x 2048 with a 64-byte aligned A (in place before) 500 -> 894
        GFLOP/s. Aligned rows stay in place up to OP_GEMM_A_DIRECT_PANELS B panels (res3a_branch2a,
-       N 128: 1590 in place against 1480 packed as read). */
+       N 128: 1590 in place against 1480 packed as read), and for every B panel where the depth
+       chunks run (chunks_run below): each chunk's row panels then come from L2 whether packed or
+       not, and the copy was only extra stores (sapphirerapids, 2026-12-05, 1 thread, median of 7
+       alternated in one process: 512^3 1042 -> 1144, 1024^3 1161 -> 1219, 2048^3 1128 -> 1163,
+       MiniLM's 1344 x 1536 x 384 1129 -> 1187 GFLOP/s; with K over two KC blocks, 1024 x 4096 x
+       1024, no chunks, in place was 14% slower and stays packed). */
     const int a_aligned = ((uintptr_t)Ad % 64 == 0) && ((g->rsa * (int64_t)o->a_elem) % 64 == 0);
     const int a_anyalign = o->ukr_a_bcast;
     const int a_inplace = o->ukr_a && g->csa == 1;
@@ -1000,6 +1005,7 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
             const int64_t kc = op_min64(x->kc, k - pc);
             const int64_t kcp = op_roundup64(kc, o->k_align);
             const int first = pc == 0, last = pc + kc >= k;
+            const int chunks_run = chunked && kcp > o->kchunk && first && last;
             if (o->b_prepacked)
                 ;  /* B micro-panels read in place below */
             else if (!x->direct)
@@ -1009,7 +1015,8 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
             for (int64_t ic = m0; ic < m1; ic += x->mc) {
                 const int64_t mc = op_min64(x->mc, m1 - ic);
                 const int a_direct = a_inplace && kcp == kc &&
-                    (a_anyalign || (o->ukr_a_pack ? a_aligned && nc <= OP_GEMM_A_DIRECT_PANELS * NR
+                    (a_anyalign || (o->ukr_a_pack ? a_aligned && (nc <= OP_GEMM_A_DIRECT_PANELS * NR
+                                                                  || chunks_run)
                                                   : a_aligned || nc <= 2 * NR));
                 const int a_fused = !a_direct && a_inplace && o->ukr_a_pack && kcp == kc && nc > NR;
                 const int64_t afull = (a_direct || a_fused) ? mc / MR * MR : 0;
@@ -1041,7 +1048,7 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
                             nlines = op_cdiv64(op_cdiv64(kcp * NR * (int64_t)o->b_elem, 64), calls);
                         }
                     }
-                    if (chunked && kcp > o->kchunk && first && last) {
+                    if (chunks_run) {
                         op_gemm_panel_chunked(x, ic, mc, jc + jr, nr, pc, kcp, a_fused, afull,
                                               a_fused && jr == 0, Ad, abuf, bp, ldb, C, C16, epi,
                                               part);
