@@ -591,17 +591,18 @@ def test_amx_depth_chunks_same_bits(build):
     in chunks of 256 depths, every row panel per chunk, the float partial sums stored between
     chunks and reloaded into the tiles: the same sums in the same order, so the same bits as one
     pass. Checked off against on for a depth of one chunk and a bit (288), several with a padded
-    tail (1000, 1090 under KC 2048), A aligned (read in place, or in place and packed as read) and
-    16 bytes off (packed), a tail row panel and column panel, float32 and bfloat16 C, the epilogues
+    tail (1000, 1090 under KC 2048), A aligned (read in place; with chunks also past 8 B panels, N
+    300) and 16 bytes off (in place and packed as read, or packed where the depth is padded), a
+    tail row panel and column panel, float32 and bfloat16 C, the epilogues
     (bias, activations) on a raw and a prepacked weight, NaN / Inf inputs; on the real tiles also
     under a blocking of two row blocks (MC 64, several column blocks) and one whose KC splits K
     (chunks then off: the partial sums go through C as before)."""
     from onepath.dispatch import REGISTRY, tuning
     from onepath.ops import _bf16, _small
-    shapes = [(70, 90, 288), (33, 200, 1000), (130, 47, 544)]
+    shapes = [(70, 90, 288), (33, 200, 1000), (130, 47, 544), (70, 300, 288)]
     blockings = [None]
     if build == "avx512_core_amx":
-        shapes.append((100, 300, 1090))
+        shapes += [(100, 300, 1090), (64, 290, 544)]
         blockings += [(64, 2048, 96), (64, 512, 128)]
     out = {}
     try:

@@ -33,6 +33,7 @@
                                 change)
          op_ukr_ap_fn ukr_a_pack; optional ukr_a that also stores the panel it reads, packed: a
                                 block's first pass over B reads A in place, the others the copy
+                                (aligned A rows stay in place instead: see op_gemm_block)
          int64_t kchunk;        > 0: each B micro-panel passed in depth chunks of kchunk, every row
                                 panel per chunk, partial sums in a per-thread scratch (the AMX
                                 "depth_chunks" variant; op_gemm_panel_chunked)
@@ -224,7 +225,8 @@ typedef struct op_gemm_ops {
     int b_next_l2;     /* 1: while the micro-kernel passes over one B micro-panel, the driver fetches
                           the next one into L2, a slice per call (see op_gemm_block) */
     op_ukr_ap_fn ukr_a_pack;   /* optional, with ukr_a: reads A in place on a block's first pass
-                                  over its B panels and leaves it packed for the others */
+                                  over its B panels and leaves it packed for the others (unless
+                                  A's rows are aligned and stay in place: see op_gemm_block) */
     int64_t kchunk;    /* > 0: a KC block deeper than this that holds all of K passes each B
                           micro-panel in depth chunks of kchunk (a multiple of k_align), every row
                           panel of the block per chunk, the float partial sums in a per-thread
@@ -847,7 +849,7 @@ typedef struct {
    major B, K = N = 4096, alternated in one process): m = 28 (2 calls) 0.96-1.0x without it. */
 #define OP_GEMM_NEXT_PANEL_MIN_CALLS 4
 /* Aligned A rows read in place by a kernel with ukr_a_pack while a block passes at most this many
-   B panels (see op_gemm_block) */
+   B panels, or wherever the depth chunks run (see op_gemm_block) */
 #define OP_GEMM_A_DIRECT_PANELS 8
 
 /* Micro-panel jr (columns jc + jr .. jc + jr + nr - 1, depth from pc) of the B block the driver is
@@ -977,8 +979,10 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
        chunks run (chunks_run below): each chunk's row panels then come from L2 whether packed or
        not, and the copy was only extra stores (sapphirerapids, 2026-12-05, 1 thread, median of 7
        alternated in one process: 512^3 1042 -> 1144, 1024^3 1161 -> 1219, 2048^3 1128 -> 1163,
-       MiniLM's 1344 x 1536 x 384 1129 -> 1187 GFLOP/s; with K over two KC blocks, 1024 x 4096 x
-       1024, no chunks, in place was 14% slower and stays packed). */
+       MiniLM's 1344 x 1536 x 384 1129 -> 1187 GFLOP/s, inputs 64-byte aligned as the bench makes
+       them; numpy places arrays at any 16-byte step, so about three in four keep the packing; with
+       K over two KC blocks, 1024 x 4096 x 1024, no chunks, in place was 14% slower and stays
+       packed). */
     const int a_aligned = ((uintptr_t)Ad % 64 == 0) && ((g->rsa * (int64_t)o->a_elem) % 64 == 0);
     const int a_anyalign = o->ukr_a_bcast;
     const int a_inplace = o->ukr_a && g->csa == 1;
