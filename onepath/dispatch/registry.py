@@ -232,9 +232,9 @@ TUNING: dict[tuple[str, str, str, str], tuple[int, int, int]] = {
     # process beside torch 2.13's F.linear, x torch median of 5, 1 / 2 threads): 2048^3 0.82 / 0.85
     # -> 0.94 / 0.95, MiniLM's 1344x1536x384 0.90 / 0.93 -> 0.96 / 1.01, the other shapes alike.
     # A depth up to 2048 in one KC block is what lets the depth chunks (BF16_VARIANTS) run. The
-    # loss: a K just over 2048 in two uneven blocks, 128x3072x768 at 2 threads 0.97 -> 0.89 (K 4096
-    # shapes above within +-3%). The KC x NC block of the weight packed per call is now 1.5 MiB,
-    # still inside the 2 MiB L2.
+    # loss: 128x3072x768 at 2 threads 0.97 -> 0.89 in blocks of 2048 + 1024, 0.93 since the driver
+    # cuts such a K into equal blocks (op_gemm_drive; K 4096 shapes above within +-3%). The KC x NC
+    # block of the weight packed per call is now 1.5 MiB, still inside the 2 MiB L2.
     ("sapphirerapids", "avx512_core_amx", "linear", "bfloat16"): (96, 2048, 384),
     # bfloat16 AMX conv2d KC 512 -> 2048 (2026-12-03, same VM, 2 threads, ResNet-50's 23 layers NHWC
     # paired with torch 2.13 per row, x torch geomean): batch 1 1.41 -> 1.45, batch 8 0.87 -> 0.93
