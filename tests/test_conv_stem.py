@@ -122,12 +122,63 @@ def test_stem_nonfinite(stem, geo, layout, dtype):
     np.testing.assert_allclose(got[fin], ref[fin], rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("oc, act, xdt",
+                         [(64, None, np.float32), (40, "relu", np.float32), (64, "gelu", bfloat16)],
+                         ids=["oc64", "oc40-relu", "xbf16-gelu"])
+def test_stem_streamed_stores_same_bits(stem, oc, act, xdt):
+    """An NHWC float32 output over 2 MiB (OP_STEM_NT_MIN) takes the non-temporal stores of whole
+    64-byte lines (the output allocated on a line; OC 40: pixels 160 bytes apart, so lines and
+    partial vectors alternate, the partial ones stored as before): the same bits as the cached
+    stores, at 1 and 2 threads, and the reference's values."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((2, 40, 330, 3)).astype(xdt)
+    wt = rng.standard_normal((oc, 3, 7, 7)).astype(np.float32)
+    b = rng.standard_normal(oc).astype(np.float32)
+    libs = {load(select_conv("implicit_gemm", dt).level).lib for dt in ("float32", "bfloat16")}
+    nt = registry.CONV_STEM_FLAGS["stem_nt"]
+    old = onepath.get_num_threads()
+    try:
+        for threads in (1, 2):
+            onepath.set_num_threads(threads)
+            got = {}
+            for flags in (_ALL, _ALL & ~nt):
+                for lib in libs:
+                    lib.op_conv_stem_options(flags)
+                y = onepath.conv2d(x, wt, b, 1, 3, layout="NHWC", activation=act)
+                assert y.dtype == np.float32 and y.nbytes > 2 << 20
+                assert y.ctypes.data % 64 == 0
+                got[flags] = y
+            np.testing.assert_array_equal(got[_ALL], got[_ALL & ~nt])
+    finally:
+        onepath.set_num_threads(old)
+        for lib in libs:
+            lib.op_conv_stem_options(_ALL)
+    ref = reference_conv2d(x[:, :12].transpose(0, 3, 1, 2), wt, b, (1, 1), ((3, 0), (3, 3)))
+    ref = {None: ref, "relu": np.maximum(ref, 0)}.get(act)
+    if ref is not None:
+        got9 = got[_ALL][:, :9].transpose(0, 3, 1, 2)
+        np.testing.assert_allclose(got9, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_empty_out_alignment():
+    """_empty_out: numpy's array below 1 MiB; from there a view starting on 64 bytes."""
+    small = _conv._empty_out((10, 10), np.float32)
+    assert small.shape == (10, 10) and small.dtype == np.float32 and small.base is None
+    for shape, dt in (((1 << 18) + 3,), np.float32), (((3, 700, 257), np.uint16)):
+        a = _conv._empty_out(shape, dt)
+        assert a.shape == shape and a.dtype == dt and a.ctypes.data % 64 == 0
+        assert a.flags.c_contiguous and a.flags.writeable
+
+
 def test_stem_options_rows():
-    """Zen 4 ships the route, the Intel AMX class its float32 half (its AMX level keeps the tiles);
-    elsewhere the implicit GEMM as before; the flags the loader sets are the row's."""
-    assert registry.conv_stem_flags("avx512_core_bf16", uarch="zen4") == _ALL
+    """Zen 4 ships the route, the Intel AMX class its float32 half (its AMX level keeps the tiles)
+    with streamed stores (not measured on Zen 4); elsewhere the implicit GEMM as before; the flags
+    the loader sets are the row's."""
+    assert registry.conv_stem_flags("avx512_core_bf16", uarch="zen4") == (
+        registry.CONV_STEM_FLAGS["stem_f32"] | registry.CONV_STEM_FLAGS["stem_bf16"])
     assert registry.conv_stem_flags("avx512_core", uarch="zen4") == registry.CONV_STEM_FLAGS["stem_f32"]
-    assert registry.conv_stem_flags("avx512_core", uarch="sapphirerapids") == registry.CONV_STEM_FLAGS["stem_f32"]
+    assert registry.conv_stem_flags("avx512_core", uarch="sapphirerapids") == (
+        registry.CONV_STEM_FLAGS["stem_f32"] | registry.CONV_STEM_FLAGS["stem_nt"])
     for lv in ("avx512_core_bf16", "avx512_core_amx"):
         assert registry.conv_stem_flags(lv, uarch="sapphirerapids") == 0
     assert registry.conv_stem_flags("avx512_core", uarch="icelake_server") == 0

@@ -27,12 +27,17 @@
    KH - sh padded rows it shares with the previous band (7x7 stride 2, 16 rows: 37 copied rows
    for 32), the price of a copy that one core writes and reads in its own L2 (a whole-batch copy
    filled by both threads and then read by both made the 2-thread runs 20% slower on Zen 4). The
-   output lines are prefetched a tile before their stores.
+   output lines are prefetched a tile before their stores; or, where the option OP_STEM_NT is set
+   and an NHWC float32 output exceeds 2 MiB (past a core's L2 on both host kinds: the lines go to
+   memory anyway), every whole 64-byte line of it is stored with MOVNTPS, without reading the line
+   in first or prefetching it (the caller allocates a large output on a line boundary).
    Where it runs is a per-microarchitecture choice (op_conv_stem_options, api_stem.h; the registry's
    CONV_STEM_OPTIONS): off by default, so hosts without a row keep the implicit GEMM. */
 
 #define OP_STEM_F32 1
 #define OP_STEM_BF16 2
+#define OP_STEM_NT 4         /* NHWC float32 output past OP_STEM_NT_MIN: non-temporal stores */
+#define OP_STEM_NT_MIN (2 << 20)
 #define OP_STEM_MAXC 4       /* input channels the direct kernel takes */
 #define OP_STEM_MAXTAPS 512  /* C * KH * KW */
 #define OP_STEM_MAXS 8       /* stride */
@@ -42,7 +47,7 @@ static int op_conv_stem_opts = 0;
 int op_conv_stem_options(int flags)
 {
     const int old = op_conv_stem_opts;
-    if (flags >= 0) op_conv_stem_opts = flags & (OP_STEM_F32 | OP_STEM_BF16);
+    if (flags >= 0) op_conv_stem_opts = flags & (OP_STEM_F32 | OP_STEM_BF16 | OP_STEM_NT);
     return old;
 }
 
@@ -130,7 +135,7 @@ typedef struct {
     const void *x;
     int x_bf16;     /* float32 copy: the input is bfloat16 bits (widened) */
     int bf16;       /* the copy holds bfloat16 pairs */
-    const void *w;  /* the weight (OC, C, KH, KW) -> wq (taps, OCP): float32, or bfloat16 pairs */
+    const void *w;  /* the weight (OC, C, KH, KW) -> wq (OCP / 32, taps, 32) */
     uint32_t *wq;
     int64_t ntap, OCP;
     const int *wj0, *wj1;
@@ -209,22 +214,28 @@ OP_INLINE void op_stem_fill_row(const op_stem_fill_ctx *f, int64_t n, int64_t c,
     }
 }
 
-/* the weight as (taps, OCP), the channels past OC zero */
+/* the weight as OCP / 32 panels (taps, 32), the channels past OC zero: a tile reads its panel as
+   one contiguous run (as (taps, OCP) with OC 64 it read 128 of every 256 bytes, on half the L1
+   sets; panels measured 1-3% faster on the Intel AMX VM, within that host's noise) */
 static void op_stem_pack_w(const op_stem_fill_ctx *f)
 {
     const op_conv_desc *d = f->g->d;
     const int64_t K = d->c * d->kh * d->kw, OCP = f->OCP;
     for (int64_t k = 0; k < f->ntap; k++) {
-        uint32_t *o = f->wq + k * OCP;
-        for (int64_t oc = 0; oc < d->oc; oc++) {
+        for (int64_t oc = 0; oc < OCP; oc++) {
+            uint32_t *o = f->wq + (oc / 32 * f->ntap + k) * 32 + oc % 32;
+            if (oc >= d->oc) {
+                *o = 0;
+                continue;
+            }
             if (f->bf16) {
                 const uint16_t *wr = (const uint16_t *)f->w + oc * K;
-                o[oc] = (uint32_t)wr[f->wj0[k]] | (f->wj1[k] >= 0 ? (uint32_t)wr[f->wj1[k]] << 16 : 0u);
+                const uint32_t hi = f->wj1[k] >= 0 ? (uint32_t)wr[f->wj1[k]] << 16 : 0u;
+                *o = (uint32_t)wr[f->wj0[k]] | hi;
             } else {
-                memcpy(o + oc, (const float *)f->w + oc * K + k, 4);
+                memcpy(o, (const float *)f->w + oc * K + k, 4);
             }
         }
-        for (int64_t oc = d->oc; oc < OCP; oc++) o[oc] = 0;
     }
 }
 
@@ -256,14 +267,27 @@ typedef struct {
     const op_stem_fill_ctx *f;
     char *xq;                 /* per thread, the copy of a band (float32 or uint32 pairs), xqstep bytes apart */
     size_t xqstep;
-    const void *w;            /* (taps, OCP): float32 or uint32 pairs */
+    const void *w;            /* (OCP / 32, taps, 32): float32 or uint32 pairs */
     int64_t ntap, OCP;
     const int64_t *tapoff;
     const float *bias;
     void *y;
     int y_bf16, act, bf16;
     float *rowbuf;            /* NCHW: per thread, one output row as (OW, OCP) float32 */
+    int nt;                   /* NHWC float32: stream the whole 64-byte lines (OP_STEM_NT) */
 } op_stem_run_ctx;
+
+/* An NHWC store of 16 channels at yb + idx: streamed (MOVNTPS) where t->nt and the vector is a
+   whole line, else op_stem_store. */
+OP_INLINE void op_stem_store_nhwc(const op_stem_run_ctx *t, __m512 v, char *yb, int64_t idx,
+                                  __mmask16 m)
+{
+    float *p = (float *)(void *)yb + idx;
+    if (t->nt && m == 0xFFFF && ((uintptr_t)p & 63) == 0)
+        _mm512_stream_ps(p, op_v16_act_if(v, t->act));
+    else
+        op_stem_store(v, t->act, yb, idx, t->y_bf16, m);
+}
 
 /* The write-out of a tile tb[p][32] (np pixels; channel masks m0 / m1 of its two 16-channel halves):
    bias, activation, store. NHWC: np rows of channels; NCHW: each half transposed in registers to 16
@@ -276,10 +300,11 @@ static OP_NOINLINE void op_stem_store_tile(const op_stem_run_ctx *t, const float
     const __m512 b1 = t->bias ? _mm512_maskz_loadu_ps(m1, t->bias + oc + 16) : _mm512_setzero_ps();
     if (t->g->nhwc) {
         for (int p = 0; p < np; p++) {
-            op_stem_store(_mm512_add_ps(_mm512_load_ps(tb + 32 * p), b0), t->act, yb, p * d->oc, t->y_bf16, m0);
+            const __m512 v0 = _mm512_add_ps(_mm512_load_ps(tb + 32 * p), b0);
+            op_stem_store_nhwc(t, v0, yb, p * d->oc, m0);
             if (m1)
-                op_stem_store(_mm512_add_ps(_mm512_load_ps(tb + 32 * p + 16), b1), t->act, yb, p * d->oc + 16,
-                              t->y_bf16, m1);
+                op_stem_store_nhwc(t, _mm512_add_ps(_mm512_load_ps(tb + 32 * p + 16), b1), yb,
+                                   p * d->oc + 16, m1);
         }
         return;
     }
@@ -324,7 +349,7 @@ OP_INLINE void op_stem_nhwc_tile(const int NP, const int BF, const op_stem_run_c
 #pragma GCC unroll 14
     for (int p = 0; p < NP; p++) acc[p][0] = acc[p][1] = _mm512_setzero_ps();
     const int64_t *tapoff = t->tapoff;
-    const int64_t wstep = t->OCP * 4;
+    const int64_t wstep = 32 * 4;
     for (int64_t k = 0; k < t->ntap; k++) {
         const char *xp = xb + tapoff[k] * 4;
         const char *wk = wp + k * wstep;
@@ -379,7 +404,8 @@ static void op_stem_row(const op_stem_run_ctx *t, const char *xrow, int64_t n, i
     const size_t ysz = t->y_bf16 ? 2 : 4;
     /* The output lines are prefetched a tile ahead of their stores: the NCHW row's channel rows
        spread over the row's tiles, NHWC each tile's own pixels (output rows past the caches made
-       the stores wait for the lines: at batch 8 the NCHW write-out was a sixth of the time). */
+       the stores wait for the lines: at batch 8 the NCHW write-out was a sixth of the time);
+       streamed NHWC stores need none. */
     const int64_t ntile = op_cdiv64(OC, 32) * op_cdiv64(OW, OP_STEM_NHWC_NP), rowbytes = OW * (int64_t)ysz;
     const char *ynchw = (const char *)t->y + (size_t)((n * OC * d->oh + oy) * OW) * ysz;
     int64_t tile = 0;
@@ -387,7 +413,7 @@ static void op_stem_row(const op_stem_run_ctx *t, const char *xrow, int64_t n, i
         const int64_t rem = OC - oc;
         const __mmask16 m0 = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1u);
         const __mmask16 m1 = rem >= 32 ? (__mmask16)0xFFFF : rem > 16 ? (__mmask16)((1u << (rem - 16)) - 1u) : 0;
-        const char *wp = (const char *)t->w + oc * 4;
+        const char *wp = (const char *)t->w + oc * t->ntap * 4;
         for (int64_t ox = 0; ox < OW; ox += OP_STEM_NHWC_NP) {
             /* a last partial tile moves back to end at OW (its first pixels computed twice, the
                same values stored again) */
@@ -400,7 +426,7 @@ static void op_stem_row(const op_stem_run_ctx *t, const char *xrow, int64_t n, i
             char *yb = g->nhwc ? (char *)t->y + (size_t)(((n * d->oh + oy) * OW + ox0) * OC + oc) * ysz
                                : (char *)(void *)(t->rowbuf + (tid * OW + ox0) * t->OCP + oc);
             if (g->nhwc) {
-                for (int64_t p = 0; p < np; p++) {
+                for (int64_t p = 0; p < np && !t->nt; p++) {
                     _mm_prefetch(yb + p * OC * (int64_t)ysz, _MM_HINT_T0);
                     _mm_prefetch(yb + p * OC * (int64_t)ysz + op_min64(rem, 32) * (int64_t)ysz - 1, _MM_HINT_T0);
                 }
@@ -440,6 +466,7 @@ static void op_stem_task(void *ctx, int64_t task, int tid)
             op_stem_fill_row(t->f, n, c, oy0 * d->sh + r, xq + (size_t)((c * g->PH + r) * g->rowstep) * 4);
     for (int64_t oy = oy0; oy < oy1; oy++)
         op_stem_row(t, xq + (size_t)((oy - oy0) * d->sh * g->rowstep) * 4, n, oy, tid);
+    if (t->nt) _mm_sfence();   /* the streamed stores visible before the task counts as done */
 }
 
 /* ---------------------------------------------------------------- driver
@@ -469,7 +496,10 @@ static int op_conv_stem_run(const op_conv_desc *d, const void *x, int x_bf16, co
     if (xq && wq && (g.nhwc || rowbuf)) {
         op_stem_fill_ctx fc = {&g, x, x_bf16, bf16, w, (uint32_t *)wq, ntap, OCP, wj0, wj1};
         op_stem_pack_w(&fc);
-        op_stem_run_ctx t = {&g, &fc, xq, xqstep, wq, ntap, OCP, tapoff, bias, y, y_bf16, act, bf16, rowbuf};
+        const int nt = (op_conv_stem_opts & OP_STEM_NT) && g.nhwc && !y_bf16 &&
+                       (double)d->n * d->oh * d->ow * d->oc * 4 >= OP_STEM_NT_MIN;
+        op_stem_run_ctx t = {&g, &fc, xq, xqstep, wq, ntap, OCP, tapoff, bias, y, y_bf16, act, bf16,
+                             rowbuf, nt};
         used = op_parallel_for(nthreads, d->n * op_cdiv64(d->oh, band), op_stem_task, &t);
     }
     op_conv_scratch_free(rowbuf);

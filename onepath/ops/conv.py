@@ -93,6 +93,22 @@ def _padding(padding, nd, k, dil, stride):
     return out
 
 
+_ALIGNED_MIN = 1 << 20
+
+
+def _empty_out(shape, dtype) -> np.ndarray:
+    """``np.empty(shape, dtype)``; from 1 MiB on, starting on a 64-byte boundary (a view into a
+    slightly larger buffer): numpy's large blocks start 16 bytes into a page, and a kernel that
+    streams whole cache lines (conv_stem.c's non-temporal stores) needs them to start on a line."""
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes < _ALIGNED_MIN:
+        return np.empty(shape, dtype)
+    raw = np.empty(nbytes + 64, np.uint8)
+    off = -raw.ctypes.data % 64
+    return raw[off:off + nbytes].view(dtype).reshape(shape)
+
+
 def _shape(a) -> str:
     return "[" + ", ".join(map(str, a)) + "]"
 
@@ -609,7 +625,7 @@ def _run_plan(pl, x, w, b):
     ffi = pl.ffi
     # the native bfloat16 kernel rounds its float32 result to a bfloat16 output itself
     y_bf16 = pl.native and pl.out_dt == _BF16
-    y = np.empty(pl.yshape, np.uint16 if y_bf16 else _F32)
+    y = _empty_out(pl.yshape, np.uint16 if y_bf16 else _F32)
     nthreads = _threads.get_num_threads()
     verbose = _verbose.enabled()
     t0 = time.perf_counter() if verbose else 0.0
