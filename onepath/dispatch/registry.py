@@ -689,13 +689,13 @@ CONV_STEM_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     # sapphirerapids float32: measured with CONV_F32_OPTIONS (there): conv1 batch 1 NCHW 0.86 -> 1.02x
     # torch, NHWC 0.75 -> 0.91x, batch 8 NHWC 0.65 -> 0.80x. Not at its AMX level: "stem_bf16" (a
     # VDPBF16PS kernel) ran conv1 at 135-180 GFLOP/s there against 545-710 on the AMX tiles.
-    # "stem_nt": an NHWC float32 output over 2 MiB written with non-temporal stores, whole lines
-    # (the output is past a core's L2 either way; read-for-ownership and line prefetches were a
-    # tenth of the time). sapphirerapids (the Intel AMX VM, 2026-12-05, conv1 NHWC float32, the
-    # bit off / on alternated in one process beside torch 2.13, median of 7, GFLOP/s, x torch):
-    # batch 8 1 thread 141 -> 156 (0.95 -> 1.05), 2 threads 311 -> 329 (0.88 -> 0.94); batch 1
-    # 153 -> 163 (0.89 -> 0.95), 295 -> 311 (0.88 -> 0.93); `bench conv --desc`, 2 threads: batch 8
-    # 0.81-0.84 -> 0.90-0.91, batch 1 0.90. Not measured on Zen 4: no row there until it is.
+    # "stem_nt": an NHWC float32 output over 2 MiB written with non-temporal stores, whole lines (an
+    # output that size leaves the writing cores' L2 soon anyway; read-for-ownership and line
+    # prefetches were a tenth of the time). sapphirerapids (the Intel AMX VM, 2026-12-05, conv1 NHWC
+    # float32, the bit off / on alternated in one process beside torch 2.13, median of 7, GFLOP/s, x
+    # torch): batch 8 1 thread 141 -> 156 (0.95 -> 1.05), 2 threads 311 -> 329 (0.88 -> 0.94); batch
+    # 1 153 -> 163 (0.89 -> 0.95), 295 -> 311 (0.88 -> 0.93); `bench conv --desc`, 2 threads: batch
+    # 8 0.81-0.84 -> 0.90-0.91, batch 1 0.90. Not measured on Zen 4: no row there until it is.
     ("sapphirerapids", "avx512_core"): ("stem_f32", "stem_nt"),
     ("zen4", "avx512_core_bf16"): ("stem_f32", "stem_bf16"),
 }

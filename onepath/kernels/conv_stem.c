@@ -28,9 +28,10 @@
    for 32), the price of a copy that one core writes and reads in its own L2 (a whole-batch copy
    filled by both threads and then read by both made the 2-thread runs 20% slower on Zen 4). The
    output lines are prefetched a tile before their stores; or, where the option OP_STEM_NT is set
-   and an NHWC float32 output exceeds 2 MiB (past a core's L2 on both host kinds: the lines go to
-   memory anyway), every whole 64-byte line of it is stored with MOVNTPS, without reading the line
-   in first or prefetching it (the caller allocates a large output on a line boundary).
+   and an NHWC float32 output is over 2 MiB (an L2 of the Intel AMX VM, two of Zen 4; ResNet-50's
+   conv1 writes 3.2 MB per image), every whole 64-byte line of it is stored with MOVNTPS, without
+   reading the line in first or prefetching it (the caller allocates a large output on a line
+   boundary).
    Where it runs is a per-microarchitecture choice (op_conv_stem_options, api_stem.h; the registry's
    CONV_STEM_OPTIONS): off by default, so hosts without a row keep the implicit GEMM. */
 
@@ -497,7 +498,7 @@ static int op_conv_stem_run(const op_conv_desc *d, const void *x, int x_bf16, co
         op_stem_fill_ctx fc = {&g, x, x_bf16, bf16, w, (uint32_t *)wq, ntap, OCP, wj0, wj1};
         op_stem_pack_w(&fc);
         const int nt = (op_conv_stem_opts & OP_STEM_NT) && g.nhwc && !y_bf16 &&
-                       (double)d->n * d->oh * d->ow * d->oc * 4 >= OP_STEM_NT_MIN;
+                       (double)d->n * d->oh * d->ow * d->oc * 4 > OP_STEM_NT_MIN;
         op_stem_run_ctx t = {&g, &fc, xq, xqstep, wq, ntap, OCP, tapoff, bias, y, y_bf16, act, bf16,
                              rowbuf, nt};
         used = op_parallel_for(nthreads, d->n * op_cdiv64(d->oh, band), op_stem_task, &t);

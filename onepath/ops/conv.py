@@ -97,8 +97,9 @@ _ALIGNED_MIN = 1 << 20
 
 
 def _empty_out(shape, dtype) -> np.ndarray:
-    """``np.empty(shape, dtype)``; from 1 MiB on, starting on a 64-byte boundary (a view into a
-    slightly larger buffer): numpy's large blocks start 16 bytes into a page, and a kernel that
+    """``np.empty(shape, dtype)``; from 1 MiB on, starting on a 64-byte boundary: a view into a
+    uint8 buffer 64 bytes longer (it does not own its data, so ``ndarray.resize`` raises). numpy's
+    blocks that glibc maps with mmap (large ones) start 16 bytes into a page, and a kernel that
     streams whole cache lines (conv_stem.c's non-temporal stores) needs them to start on a line."""
     dtype = np.dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
@@ -243,7 +244,8 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
         over the zero-padded input's windows, ``+ bias.reshape(1, -1, 1, 1)``, then relu as
         ``np.where(y < 0, 0.0, y)``, silu ``y / (1 + np.exp(-y))``, gelu with ``math.erf``,
         gelu_tanh with ``np.tanh``. Other dtypes (float16, complex, integers, bool, object) raise
-        TypeError.
+        TypeError. An accelerated result of 1 MiB or more starts on a 64-byte boundary, a view
+        into a buffer 64 bytes longer (``y.base``; ``y.resize`` raises as for any view).
     Raises:
         ValueError: wrong ranks, channel/group mismatches, kernel larger than the padded input,
             stride/dilation < 1, negative padding, "same" with stride > 1 (shapes in the message).
