@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 from ml_dtypes import bfloat16
 
+import onepath
 from onepath.dispatch import registry
 from onepath.dispatch.cpu import probe
 from onepath.kernels import load
-from onepath.ops.conv import reference_conv2d
+from onepath.ops import conv as _convmod
+from onepath.ops.conv import reference_conv2d, select_conv
 
 from test_conv import _bound
 
@@ -175,6 +177,18 @@ def test_amx_stem_fits():
     assert takes(c=5) == 0 and takes(c=1, kw=7, ow=14) == 0   # C KW 35, 7
     assert takes(c=1, kw=8, ow=13) == 1
     assert takes(c=8, kw=1, ow=20) == 0 and takes(kh=1, oh=20) == 0   # k x k only (KH, KW >= 3)
+
+
+def test_amx_stem_route_in_plan_text():
+    """Where this host's AMX level runs the kernel (its row), the plan's descriptor text (the
+    ONEPATH_VERBOSE line) ends with ",amx_stem"."""
+    level = select_conv("implicit_gemm", "bfloat16").level
+    if level != "avx512_core_amx" or not registry.conv_bf16_flags(level) & AMX_STEM:
+        pytest.skip(f"the bfloat16 convolutions run at {level} without the amx_stem option here")
+    _convmod._PLANS.clear()
+    x = np.ones((1, 20, 20, 3), bfloat16)
+    onepath.conv2d(x, np.ones((16, 3, 7, 7), bfloat16), None, 2, 3, layout="NHWC")
+    assert [pl.text.endswith(",amx_stem") for pl in _convmod._PLANS.values()] == [True]
 
 
 def test_amx_stem_rule_is_per_uarch():

@@ -161,6 +161,26 @@ def test_stem_streamed_stores_same_bits(stem, oc, act, xdt):
         np.testing.assert_allclose(got9, ref, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, bfloat16], ids=["f32", "bf16"])
+def test_stem_route_in_plan_text(stem, dtype):
+    """The plan's descriptor text (ONEPATH_VERBOSE's line) ends with ",stem" where the direct kernel
+    takes the problem, in both layouts; not for C 5 (outside its reach) nor with the option off."""
+    def texts():
+        _conv._PLANS.clear()
+        for layout in ("NCHW", "NHWC"):
+            for c in (3, 5):
+                x = np.ones((1, c, 20, 20) if layout == "NCHW" else (1, 20, 20, c), dtype)
+                onepath.conv2d(x, np.ones((8, c, 7, 7), dtype), None, 2, 3, layout=layout)
+        return [pl.text for pl in _conv._PLANS.values()]
+    got = texts()
+    assert len(got) == 4
+    assert all(t.endswith(",stem") == ("ic3" in t) for t in got), got
+    libs = {load(select_conv("implicit_gemm", dt).level).lib for dt in ("float32", "bfloat16")}
+    for lib in libs:
+        lib.op_conv_stem_options(0)
+    assert not any(t.endswith(",stem") for t in texts())
+
+
 def test_empty_out_alignment():
     """_empty_out: numpy's array below 1 MiB; from there a view starting on 64 bytes."""
     small = _conv._empty_out((10, 10), np.float32)

@@ -9,3 +9,8 @@
    registry's CONV_STEM_OPTIONS for the host; default 0 (off). flags < 0 only reads. Returns the
    flags in force before. */
 int op_conv_stem_options(int flags);
+
+/* 1 where this module's op_conv2d_f32 (bf16 0) or op_conv2d_bf16 (bf16 1) hands d to the direct
+   kernel (its option bit set and the geometry fits; a band copy over 256 MiB in all still falls
+   back), else 0: what the plan's descriptor text reports as ",stem". */
+int op_conv2d_stem(const op_conv_desc *d, int bf16);

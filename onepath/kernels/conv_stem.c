@@ -510,6 +510,19 @@ static int op_conv_stem_run(const op_conv_desc *d, const void *x, int x_bf16, co
 }
 #endif
 
+int op_conv2d_stem(const op_conv_desc *d, int bf16)
+{
+#if defined(OP_HAS_AVX512)
+    if (!bf16) return (op_conv_stem_opts & OP_STEM_F32) && op_stem_fits(d);
+#endif
+#if defined(OP_BF16_HAS_DP)
+    if (bf16) return (op_conv_stem_opts & OP_STEM_BF16) && op_stem_fits(d);
+#endif
+    (void)d;
+    (void)bf16;
+    return 0;
+}
+
 /* The float32 route of op_conv2d_f32 (0: not taken). */
 static int op_conv_stem_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
                             const float *bias, float *y, int act, int nthreads)
