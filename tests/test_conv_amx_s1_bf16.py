@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 from ml_dtypes import bfloat16
 
+import onepath
 from onepath.dispatch import registry
 from onepath.dispatch.cpu import probe
 from onepath.kernels import load
-from onepath.ops.conv import reference_conv2d
+from onepath.ops import conv as _convmod
+from onepath.ops.conv import reference_conv2d, select_conv
 
 from test_conv import _bound
 
@@ -174,6 +176,22 @@ def test_amx_s2_declines_small_outputs():
     got = _conv("amx_emu", x, wt, b, ((1, 1), (1, 1)), 1, False, AMX_S2, 1, stride=2, takes=False)
     ref = np.maximum(reference_conv2d(x.transpose(0, 3, 1, 2), wt, b, (2, 2), ((1, 1), (1, 1)), (1, 1), 1), 0)
     np.testing.assert_allclose(got, ref.transpose(0, 2, 3, 1), rtol=2e-2, atol=2e-2)
+
+
+def test_amx_s1_route_in_plan_text():
+    """Where this host's AMX level runs the kernel (its row), the plan's descriptor text (the
+    ONEPATH_VERBOSE line) of an NHWC 3x3 convolution ends with ",amx_s1"; its NCHW twin does not
+    (that route decides inside the kernel)."""
+    level = select_conv("implicit_gemm", "bfloat16").level
+    if level != "avx512_core_amx" or not registry.conv_bf16_flags(level) & AMX_S1:
+        pytest.skip(f"the bfloat16 convolutions run at {level} without the amx_s1 option here")
+    _convmod._PLANS.clear()
+    w = np.ones((32, 32, 3, 3), bfloat16)
+    onepath.conv2d(np.ones((1, 9, 9, 32), bfloat16), w, None, 1, 1, layout="NHWC")
+    onepath.conv2d(np.ones((1, 32, 9, 9), bfloat16), w, None, 1, 1)
+    texts = sorted(pl.text for pl in _convmod._PLANS.values())
+    assert [t.endswith(",amx_s1") for t in texts] == [t.endswith(",nhwc,amx_s1") for t in texts]
+    assert sum(t.endswith(",amx_s1") for t in texts) == 1, texts
 
 
 def test_amx_s1_rule_is_per_uarch():

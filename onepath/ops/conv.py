@@ -552,9 +552,12 @@ def _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc
     pl.dw_ybf16 = algo == "depthwise" and out_dt == _BF16
     pl.dts = ("bf16" if x_bf16 else "f32") + ":f32:" + ("bf16" if out_dt == _BF16 else "f32")
     pl.text = describe(d) + (",nhwc" if nhwc else ",as_nhwc" if d.nhwc == 2 else route)
-    # few input channels: the direct kernel (kernels/conv_stem.c) or the AMX one takes it first
+    # routes the kernel takes first: few input channels on the direct kernel (kernels/conv_stem.c)
+    # or on AMX tiles; an NHWC k x k one on AMX tiles reading the input per tap
     if algo != "depthwise" and lib.op_conv2d_stem(d, int(native)):
         pl.text += ",stem"
+    elif native and lib.op_conv2d_bf16_amx_s1(d):
+        pl.text += ",amx_s1"
     elif native and lib.op_conv2d_bf16_amx_stem(d):
         pl.text += ",amx_stem"
     return pl
