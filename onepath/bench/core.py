@@ -22,6 +22,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from .._aligned import empty_aligned
+
 # ------------------------------------------------------------------------------------------------
 # Configuration and cases
 
@@ -147,9 +149,7 @@ def aligned(x: np.ndarray, align: int = 64) -> np.ndarray:
     torch 2.13: 1095 / 913 GFLOP/s aligned, 639 / 569 16 bytes off), so the bench's torch
     figures went up or down by that much with where numpy's allocator happened to put the arrays."""
     x = np.asarray(x)
-    raw = np.empty(x.nbytes + align, np.uint8)
-    off = (-raw.ctypes.data) % align
-    out = raw[off:off + x.nbytes].view(x.dtype).reshape(x.shape)
+    out = empty_aligned(x.shape, x.dtype, align)
     out[...] = x
     return out
 

@@ -2313,9 +2313,7 @@ int op_conv2d_bf16_amx_s1(const op_conv_desc *d)
 int op_conv2d_bf16_amx_stem(const op_conv_desc *d)
 {
 #if defined(OP_BF16_HAS_AMX)
-#if defined(OP_BF16_HAS_DP)
-    if ((op_conv_stem_opts & OP_STEM_BF16) && op_stem_fits(d)) return 0;   /* conv_stem.c runs first */
-#endif
+    if (op_conv2d_stem(d, 1)) return 0;   /* conv_stem.c runs first */
     return (op_conv_bf16_opts & OP_CONV_BF16_AMX_STEM) && !op_conv2d_bf16_amx_s1(d) && op_amxs_fits(d);
 #else
     (void)d;

@@ -528,7 +528,7 @@ static int op_conv_stem_f32(const op_conv_desc *d, const void *x, int x_bf16, co
                             const float *bias, float *y, int act, int nthreads)
 {
 #if defined(OP_HAS_AVX512)
-    if ((op_conv_stem_opts & OP_STEM_F32) && op_stem_fits(d))
+    if (op_conv2d_stem(d, 0))
         return op_conv_stem_run(d, x, x_bf16, w, 0, bias, y, 0, act, nthreads);
 #else
     (void)d; (void)x; (void)x_bf16; (void)w; (void)bias; (void)y; (void)act; (void)nthreads;
@@ -541,7 +541,7 @@ static int op_conv_stem_bf16(const op_conv_desc *d, const uint16_t *x, const uin
                              void *y, int y_bf16, int act, int nthreads)
 {
 #if defined(OP_BF16_HAS_DP)
-    if ((op_conv_stem_opts & OP_STEM_BF16) && op_stem_fits(d))
+    if (op_conv2d_stem(d, 1))
         return op_conv_stem_run(d, x, 1, w, 1, bias, y, y_bf16, act, nthreads);
 #else
     (void)d; (void)x; (void)w; (void)bias; (void)y; (void)y_bf16; (void)act; (void)nthreads;

@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from .. import _stats, _threads, _verbose
+from .._aligned import empty_aligned
 from ..dispatch import registry
 from ..dtypes import BF16, F32
 from ..kernels import load
@@ -188,9 +189,7 @@ def pack_weight(level: str, b_dtype: np.dtype, wt: np.ndarray) -> tuple[np.ndarr
     code = 1 if b_dtype == BF16 else 0
     k, n = wt.shape
     size = int(lib.op_pack_b_bytes(code, k, n))
-    raw = np.empty(size + 64, np.uint8)
-    off = (-raw.ctypes.data) % 64
-    buf = raw[off:off + size]
+    buf = empty_aligned(size, np.uint8)
     item = wt.itemsize
     lib.op_pack_b(code, k, n, ffi.cast("const void *", wt.ctypes.data), wt.strides[0] // item,
                   wt.strides[1] // item, ffi.cast("void *", buf.ctypes.data), _threads.get_num_threads())

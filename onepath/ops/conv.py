@@ -21,6 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from .. import _stats, _threads, _verbose
+from .._aligned import empty_aligned
 from ..dispatch import cap as _cap
 from ..dispatch import registry
 from ..dispatch.levels import level_index
@@ -97,17 +98,12 @@ _ALIGNED_MIN = 1 << 20
 
 
 def _empty_out(shape, dtype) -> np.ndarray:
-    """``np.empty(shape, dtype)``; from 1 MiB on, starting on a 64-byte boundary: a view into a
-    uint8 buffer 64 bytes longer (it does not own its data, so ``ndarray.resize`` raises). numpy's
-    blocks that glibc maps with mmap (large ones) start 16 bytes into a page, and a kernel that
-    streams whole cache lines (conv_stem.c's non-temporal stores) needs them to start on a line."""
-    dtype = np.dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes < _ALIGNED_MIN:
+    """``np.empty(shape, dtype)``; from 1 MiB on ``empty_aligned`` (64-byte boundary, a view):
+    numpy's blocks that glibc maps with mmap (large ones) start 16 bytes into a page, and a kernel
+    that streams whole cache lines (conv_stem.c's non-temporal stores) needs them on a line."""
+    if math.prod(shape) * np.dtype(dtype).itemsize < _ALIGNED_MIN:
         return np.empty(shape, dtype)
-    raw = np.empty(nbytes + 64, np.uint8)
-    off = -raw.ctypes.data % 64
-    return raw[off:off + nbytes].view(dtype).reshape(shape)
+    return empty_aligned(shape, dtype)
 
 
 def _shape(a) -> str:
