@@ -535,6 +535,30 @@ def test_small_bfloat16_matmul(level, m, k, n, caplog, verbose_on):
     assert lib.ffi.string(lib.lib.op_gemm_bf16_small_name()).decode() == row.name
 
 
+def test_bfloat16_small_limits_per_level(level, caplog, verbose_on):
+    """Past its level's BF16_LIMITS (M*N*K, from that many rows on) a bfloat16 matmul runs the level's
+    bfloat16 GEMM instead of the small kernel; within them, and with fewer rows up to LIMITS, the
+    small kernel. Both answers close to the float64 product."""
+    lim = _small.BF16_LIMITS.get(level)
+    if lim is None:
+        pytest.skip(f"no BF16_LIMITS row at {level}: LIMITS alone decide there")
+    mnk, rows = lim
+    side = round(mnk ** (1 / 3))
+    small_row = _small.row_for("matmul", level, "bfloat16")
+    cases = [((side, side, side), True), ((side + 16,) * 3, False), ((rows, 256, 256), False),
+             ((rows - 1, 256, 256), True)]
+    for (m, k, n), small in cases:
+        assert _small.use_small(m * n * k, "matmul", "bfloat16", k * n, m) is small, (m, k, n)
+        a, b = rand(m, k).astype(BF16), rand(k, n).astype(BF16)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="onepath"):
+            r32 = onepath.matmul(a, b, dtype=np.float32)
+        assert (small_row.name in caplog.text) is small, (m, k, n, caplog.text)
+        assert_gemm_close(r32, a.astype(np.float32), b.astype(np.float32))
+    with _small.on():  # onepath.dask's blocks of a small problem: the small kernel whatever the size
+        assert _small.use_small((side + 16) ** 3, "matmul", "bfloat16", (side + 16) ** 2, side + 16)
+
+
 @pytest.mark.parametrize("bdt", [np.float64, np.complex64, np.int64])
 def test_linear_bias_of_another_dtype_promotes_as_numpy(bdt):
     """float32 x and weight with a float64 / complex / integer bias: numpy's expression, exactly."""

@@ -112,6 +112,20 @@ def thin(m: int, kn: int, level: str) -> bool:
             and not _off.get())
 LIMITS: dict = {"avx512_core": (128 ** 3, 256 ** 3), "avx2": (112 ** 3, 112 ** 3),
                  "generic": (40 ** 3, 40 ** 3)}
+# bfloat16 matmul (``matmul_bf16``): the small kernel (the avx512_core row, bfloat16 widened into
+# float32 FMAs, ~90 GFLOP/s at 256^3 on one core) against the bfloat16 GEMM of the level in force
+# (AMX tiles, VDPBF16PS, or the widening packed GEMM), which LIMITS, measured for float32, did not
+# weigh. Per level in force: (largest M*N*K, rows from which that limit applies); fewer rows keep
+# LIMITS (the GEMM's 32-row tiles then run mostly empty). sapphirerapids (the Intel AMX VM,
+# 2026-12-05, small kernel / GEMM time, best of 3 x 5 blocks alternated in one process, 1 thread):
+# at avx512_core_amx 64^3 0.93, 80^3 0.94, 88^3 1.17, 96^3 2.0, 128^3 3.8 (2 threads alike),
+# 256^3 9.6; 8 x 256 x 256 0.68, 12 x 256 x 256 0.84, 16 x 256 x 256 1.65, 16 x 128 x 128 0.85,
+# 32 x 128 x 128 1.46, 128 x 64 x 64 1.54; capped at avx512_core_bf16 88^3 0.90, 96^3 0.98, 128^3
+# 1.30, 256^3 1.79, 24 x 256 x 256 0.95, 32 x 256 x 256 1.01, 64 x 64 x 256 1.18; capped at
+# avx512_core 96^3 1.01, 128^3 1.26, 32 x 256 x 256 1.22, 8 x 256 x 256 0.71. Zen 4 (no AMX):
+# unmeasured; its VDPBF16PS GEMM ran 2x this kernel's rate at 512^3 and above.
+BF16_LIMITS: dict = {"avx512_core_amx": (80 ** 3, 16), "avx512_core_bf16": (96 ** 3, 32),
+                     "avx512_core": (96 ** 3, 32)}
 
 
 _off: contextvars.ContextVar[bool] = contextvars.ContextVar("onepath_small_off", default=False)
@@ -156,10 +170,17 @@ def fits(mnk: int, row_level: str, kn: int = 0) -> bool:
 def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
               m: int | None = None) -> bool:
     """True when a product of M*N*K = ``mnk`` of (op, dtype) takes the small path at the level in
-    force (given ``m``, its rows, also a thin float32 product: ``thin``)."""
-    level = row_for(op, _cap.isa(), dtype).level
-    return (fits(mnk, level, kn) or (m is not None and dtype == "float32" and thin(m, kn, level))
-            or _on.get())
+    force (given ``m``, its rows, also a thin float32 product: ``thin``; a bfloat16 one within
+    ``BF16_LIMITS`` of that level: ``m`` None counts as many rows)."""
+    isa = _cap.isa()
+    level = row_for(op, isa, dtype).level
+    if _on.get():
+        return True
+    if dtype == "bfloat16":
+        lim = BF16_LIMITS.get(isa)
+        if lim is not None and mnk > lim[0] and (m is None or m >= lim[1]):
+            return False
+    return fits(mnk, level, kn) or (m is not None and dtype == "float32" and thin(m, kn, level))
 
 
 def reset() -> None:
@@ -232,7 +253,7 @@ def matmul_bf16(a, b, c_bf16: bool):
     bfloat16 (rounded once) or float32; None when the problem is not small or an operand is not
     C-contiguous and aligned (the caller takes the bfloat16 GEMM)."""
     (m, k), (k2, n) = a.shape, b.shape
-    if k2 != k or not use_small(m * n * k, "matmul", "bfloat16", n * k):
+    if k2 != k or not use_small(m * n * k, "matmul", "bfloat16", n * k, m):
         return None
     level = _cap.isa()
     bd = _bound_bf16.get(level)

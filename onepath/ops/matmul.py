@@ -84,7 +84,9 @@ def matmul(a, b, /, out=None, *, dtype=None):
     ``numpy.matmul(a, b, out=out, dtype=dtype)`` exactly. Threads: ``onepath.set_num_threads``.
     Small float32 products (M*N*K up to a per-level limit, ``ops._small.LIMITS``; no batch) run the
     registry's ``small`` kernel, reading A and B in place: on the calling thread, or on the pool
-    from about 0.1 MFLOP (the same bits at any thread count; ``ops._small.MT_ON``).
+    from about 0.1 MFLOP (the same bits at any thread count; ``ops._small.MT_ON``). Small 2-D
+    bfloat16 products run the bfloat16 small kernel within both LIMITS and the level's
+    ``ops._small.BF16_LIMITS`` (past those the bfloat16 GEMM of the level in force is faster).
     """
     if out is None and dtype is None and type(a) is type(b) is _ND and a.dtype is b.dtype is _F32:
         # the common case first: two float32 ndarrays, no options (each check here costs ~30 ns)
