@@ -172,20 +172,23 @@ def test_small_products_same_bits_at_any_thread_count(level, mt, request):
     if mt:
         request.getfixturevalue("small_mt_on")
     old = onepath.get_num_threads()
-    a, b, bias = rand(128, 128), rand(128, 96), rand(96)
+    # 48 rows: within NT_LIMITS at any thread count too (its nt-form entries: past them the GEMM
+    # at 1 thread, the threaded small kernel at 2)
+    a, b, bias = rand(48, 128), rand(128, 96), rand(96)
     raw = np.zeros(128 * 128 * 4 + 2, np.uint8)
     mis = np.frombuffer(raw.data, np.float32, 128 * 128, 2).reshape(128, 128)  # 2 bytes off
     try:
         res = []
         for t in (1, 2):
             onepath.set_num_threads(t)
-            o = np.empty((128, 96), np.float32)
+            o = np.empty((48, 96), np.float32)
             res.append([onepath.matmul(a, b), onepath.matmul(a, b, out=o),
                         onepath.matmul(a, np.asfortranarray(b)),
                         onepath.linear(a, b.T.copy(), bias, activation="silu")])
-            mis[...] = a
+            sq = rand(128, 128)
+            mis[...] = sq
             assert not mis.flags.aligned and mis.flags.c_contiguous
-            assert_gemm_close(onepath.matmul(mis, a), a, a)
+            assert_gemm_close(onepath.matmul(mis, sq), sq, sq)
         for x, y in zip(*res):
             assert np.array_equal(x.view(np.uint32), y.view(np.uint32))
     finally:
@@ -533,6 +536,38 @@ def test_small_bfloat16_matmul(level, m, k, n, caplog, verbose_on):
     assert f"matmul,bf16:bf16:bf16,{row.level},{row.name}" in caplog.text
     lib = load(row.level)
     assert lib.ffi.string(lib.lib.op_gemm_bf16_small_name()).decode() == row.name
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_nt_form_limits(level, threads, caplog, verbose_on, monkeypatch):
+    """Past this host's NT_LIMITS pair (here a made-up one, M*N*K 1000 and 2 rows) a float32 nt-form
+    product (linear; matmul with B = W.T) runs the packed GEMM, within either the small kernel;
+    the nn form (matmul of C-contiguous operands) keeps LIMITS alone, and thin products on more
+    than one thread the thin rule. Every answer close."""
+    from onepath.dispatch.cpu import probe
+    row = _small.row_for("matmul", level)
+    monkeypatch.setitem(_small.NT_LIMITS, (probe().uarch, row.level), ((1000, 2), (1000, 2)))
+    _small.reset()
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(threads)
+    try:
+        for m, small in ((3, False), (2, True), (1, True)):
+            x, w = rand(m, 20), rand(20, 20)
+            for name, got, want in (("linear", lambda: onepath.linear(x, w), x @ w.T),
+                                    ("matmul", lambda: onepath.matmul(x, w.T), x @ w.T),
+                                    ("nn", lambda: onepath.matmul(x, w), x @ w)):
+                caplog.clear()
+                with caplog.at_level(logging.INFO, logger="onepath"):
+                    y = got()
+                took_small = row.name in caplog.text
+                # (the thin rule, more than one thread, keeps thin products on the small kernel)
+                want_small = small or name == "nn" or _small.thin(m, 20 * 20, row.level)
+                assert took_small is want_small, (m, name, caplog.text)
+                np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    finally:
+        onepath.set_num_threads(old)
+        monkeypatch.undo()
+        _small.reset()
 
 
 def test_bfloat16_small_limits_per_level(level, caplog, verbose_on):

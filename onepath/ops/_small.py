@@ -126,6 +126,16 @@ LIMITS: dict = {"avx512_core": (128 ** 3, 256 ** 3), "avx2": (112 ** 3, 112 ** 3
 # unmeasured; its VDPBF16PS GEMM ran 2x this kernel's rate at 512^3 and above.
 BF16_LIMITS: dict = {"avx512_core_amx": (80 ** 3, 16), "avx512_core_bf16": (96 ** 3, 32),
                      "avx512_core": (96 ** 3, 32)}
+# float32's nt form (linear's x @ W.T, matmul's B = W.T: dot products along K, the small kernel's
+# weaker form) against the packed GEMM, per (uarch, level of the small row): ((largest M*N*K, most
+# rows) at one thread, (the same) at more); a product past both of its pair runs the GEMM, one
+# within either keeps LIMITS. sapphirerapids (the Intel AMX VM, 2026-12-05, linear, small kernel /
+# GEMM time, best of 3 x 5 blocks alternated in one process): 1 thread 80^3 0.77, 96^3 1.08,
+# 128^3 1.49, 256^3 1.67, 16 x 256 x 256 0.71, 32 x 256 x 256 1.08, 64 x 64 x 256 1.26,
+# 256 x 64 x 64 1.18, 12 x 384 x 384 0.80, 33 x 333 x 77 0.88; 2 threads (the small kernel
+# threaded) 96^3 0.80, 128^3 1.35, 32 x 256 x 256 0.72, 64 x 64 x 256 0.73. zen4: unmeasured (no row).
+NT_LIMITS: dict = {("sapphirerapids", "avx512_core"): ((88 ** 3, 16), (127 ** 3, 32))}
+_nt_limits: dict = {}  # level of the small row -> NT_LIMITS' pair on this host, or None
 
 
 _off: contextvars.ContextVar[bool] = contextvars.ContextVar("onepath_small_off", default=False)
@@ -167,11 +177,26 @@ def fits(mnk: int, row_level: str, kn: int = 0) -> bool:
             and not _off.get())
 
 
+def _nt_fits(mnk: int, m: int | None, level: str) -> bool:
+    """False when a float32 nt-form product (M*N*K = ``mnk``, ``m`` rows, None: many) is past this
+    host's NT_LIMITS pair for ``level`` at the thread count in force."""
+    try:
+        lims = _nt_limits[level]
+    except KeyError:
+        from ..dispatch.cpu import probe
+        lims = _nt_limits[level] = NT_LIMITS.get((probe().uarch, level))
+    if lims is None:
+        return True
+    lim, rows = lims[0] if _threads.get_num_threads() == 1 else lims[1]
+    return mnk <= lim or (m is not None and m <= rows)
+
+
 def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
-              m: int | None = None) -> bool:
+              m: int | None = None, nt: bool = False) -> bool:
     """True when a product of M*N*K = ``mnk`` of (op, dtype) takes the small path at the level in
     force (given ``m``, its rows, also a thin float32 product: ``thin``; a bfloat16 one within
-    ``BF16_LIMITS`` of that level: ``m`` None counts as many rows)."""
+    ``BF16_LIMITS`` of that level: ``m`` None counts as many rows; ``nt``, the float32 nt form
+    (B = W.T), within ``NT_LIMITS``)."""
     isa = _cap.isa()
     level = row_for(op, isa, dtype).level
     if _on.get():
@@ -180,7 +205,8 @@ def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
         lim = BF16_LIMITS.get(isa)
         if lim is not None and mnk > lim[0] and (m is None or m >= lim[1]):
             return False
-    return fits(mnk, level, kn) or (m is not None and dtype == "float32" and thin(m, kn, level))
+    return ((fits(mnk, level, kn) and (not nt or _nt_fits(mnk, m, level)))
+            or (m is not None and dtype == "float32" and thin(m, kn, level)))
 
 
 def reset() -> None:
@@ -189,6 +215,7 @@ def reset() -> None:
     for cache in _bound.values():
         cache.clear()
     _bound_bf16.clear()
+    _nt_limits.clear()
 
 
 class Bound:
@@ -338,7 +365,7 @@ def linear_fast(x, w, bias, code, packed):
     except ValueError:
         return None
     if k2 != k or not k or not use_small(m * n * k, "linear", "float32", n * k,
-                                         thin_rows(m, packed)):
+                                         thin_rows(m, packed), packed is None or m <= NT_MAX_M):
         return None
     if bias is not None and (bias.dtype is not _F32 or bias.shape != (n,)):
         return None

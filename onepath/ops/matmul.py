@@ -226,8 +226,11 @@ def _matmul_f32(a, b, out):
         b2 = np.array(b2, _F32)
     direct = kernel_ready(c) and not np.may_share_memory(c, a2) and not np.may_share_memory(c, b2)
     target = c if direct else np.empty(shape, _F32)
+    # the small kernel's nt form where it runs the dot products (op_gemm_f32_small: B's rows
+    # strided, its columns contiguous, A's rows contiguous)
+    nt = not (b2.strides[1] == 4 and c.strides[-1] == 4) and a2.strides[1] == 4 and b2.strides[0] == 4
     if not batch and target is c and _small.use_small(a2.shape[0] * b2.shape[1] * k,
-                                                      kn=b2.shape[1] * k, m=a2.shape[0]):
+                                                      kn=b2.shape[1] * k, m=a2.shape[0], nt=nt):
         _small_strided("matmul", a2, b2, c)
     else:
         run_gemm("matmul", a2, b2, target)
