@@ -172,23 +172,20 @@ def test_small_products_same_bits_at_any_thread_count(level, mt, request):
     if mt:
         request.getfixturevalue("small_mt_on")
     old = onepath.get_num_threads()
-    # 48 rows: within NT_LIMITS at any thread count too (its nt-form entries: past them the GEMM
-    # at 1 thread, the threaded small kernel at 2)
-    a, b, bias = rand(48, 128), rand(128, 96), rand(96)
+    a, b, bias = rand(128, 128), rand(128, 96), rand(96)
     raw = np.zeros(128 * 128 * 4 + 2, np.uint8)
     mis = np.frombuffer(raw.data, np.float32, 128 * 128, 2).reshape(128, 128)  # 2 bytes off
     try:
         res = []
         for t in (1, 2):
             onepath.set_num_threads(t)
-            o = np.empty((48, 96), np.float32)
+            o = np.empty((128, 96), np.float32)
             res.append([onepath.matmul(a, b), onepath.matmul(a, b, out=o),
                         onepath.matmul(a, np.asfortranarray(b)),
                         onepath.linear(a, b.T.copy(), bias, activation="silu")])
-            sq = rand(128, 128)
-            mis[...] = sq
+            mis[...] = a
             assert not mis.flags.aligned and mis.flags.c_contiguous
-            assert_gemm_close(onepath.matmul(mis, sq), sq, sq)
+            assert_gemm_close(onepath.matmul(mis, a), a, a)
         for x, y in zip(*res):
             assert np.array_equal(x.view(np.uint32), y.view(np.uint32))
     finally:
@@ -540,34 +537,68 @@ def test_small_bfloat16_matmul(level, m, k, n, caplog, verbose_on):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_nt_form_limits(level, threads, caplog, verbose_on, monkeypatch):
-    """Past this host's NT_LIMITS pair (here a made-up one, M*N*K 1000 and 2 rows) a float32 nt-form
-    product (linear; matmul with B = W.T) runs the packed GEMM, within either the small kernel;
-    the nn form (matmul of C-contiguous operands) keeps LIMITS alone, and thin products on more
-    than one thread the thin rule. Every answer close."""
+    """Past this host's NT_DOTS_LIMITS (here a made-up 1000) at one thread, a float32 nt-form product
+    the small kernel would take as dot products (linear; matmul with B = W.T; fewer than NT_NN[0]
+    rows) runs the packed GEMM; its transposed nn form (from NT_NN[0] rows), the nn form itself,
+    and every product at two threads keep LIMITS (and the thin rule). Every answer close."""
     from onepath.dispatch.cpu import probe
     row = _small.row_for("matmul", level)
-    monkeypatch.setitem(_small.NT_LIMITS, (probe().uarch, row.level), ((1000, 2), (1000, 2)))
+    monkeypatch.setitem(_small.NT_DOTS_LIMITS, (probe().uarch, row.level), 1000)
     _small.reset()
     old = onepath.get_num_threads()
     onepath.set_num_threads(threads)
     try:
-        for m, small in ((3, False), (2, True), (1, True)):
-            x, w = rand(m, 20), rand(20, 20)
+        for m, k in ((3, 20), (2, 20), (1, 20), (_small.NT_NN[0], 20), (_small.NT_NN[0], 4)):
+            x, w = rand(m, k), rand(20, k)
+            dots = _small.nt_dots(m, k, row.level)
+            small = threads > 1 or m * 20 * k <= 1000 or not dots
             for name, got, want in (("linear", lambda: onepath.linear(x, w), x @ w.T),
                                     ("matmul", lambda: onepath.matmul(x, w.T), x @ w.T),
-                                    ("nn", lambda: onepath.matmul(x, w), x @ w)):
+                                    ("nn", lambda: onepath.matmul(x, w.T.copy()), x @ w.T)):
                 caplog.clear()
                 with caplog.at_level(logging.INFO, logger="onepath"):
                     y = got()
-                took_small = row.name in caplog.text
-                # (the thin rule, more than one thread, keeps thin products on the small kernel)
-                want_small = small or name == "nn" or _small.thin(m, 20 * 20, row.level)
-                assert took_small is want_small, (m, name, caplog.text)
+                assert (row.name in caplog.text) is (small or name == "nn"), (m, k, name, caplog.text)
                 np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
     finally:
         onepath.set_num_threads(old)
         monkeypatch.undo()
         _small.reset()
+
+
+def test_nt_nn_constants_match_the_kernel(level):
+    """ops/_small.py's NT_NN mirrors gemm_small.c's rule (op_gemm_f32_small_nt_nn) at every level."""
+    row = _small.row_for("matmul", level)
+    lib = load(row.level).lib
+    mn, kx = _small.NT_NN
+    for m, k in ((mn - 1, 8), (mn, 8), (mn, kx), (mn, kx + 1), (1, 1), (200, 512), (200, 600)):
+        assert bool(lib.op_gemm_f32_small_nt_nn(m, k)) is not _small.nt_dots(m, k, row.level), (m, k)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_nt_form_transposed_strips(level, threads, small_mt_on):
+    """The nt form's transposed-strip route (16+ rows, K <= 512) against float64 at every strip and
+    K edge (N 1..70, K 1..512 and one past it), with bias and activation, through linear and matmul
+    with B = W.T; the same bits at 1 and 2 threads."""
+    old = onepath.get_num_threads()
+    try:
+        for m, k, n in ((16, 1, 1), (16, 15, 17), (17, 16, 31), (24, 17, 32), (33, 100, 33),
+                        (40, 512, 70), (16, 513, 20), (64, 64, 64)):
+            x, w, bias = rand(m, k), rand(n, k), rand(n)
+            res = []
+            for t in (1, threads):
+                onepath.set_num_threads(t)
+                y = onepath.linear(x, w, bias, activation="relu")
+                z = onepath.matmul(x, w.T)
+                ref = x.astype(np.float64) @ w.T.astype(np.float64)
+                np.testing.assert_allclose(z, ref, rtol=2e-5, atol=2e-5 * np.sqrt(k))
+                np.testing.assert_allclose(y, np.maximum(ref + bias, 0), rtol=2e-5,
+                                           atol=2e-5 * np.sqrt(k))
+                res.append((y, z))
+            for a_, b_ in zip(*res):
+                assert np.array_equal(a_.view(np.uint32), b_.view(np.uint32))
+    finally:
+        onepath.set_num_threads(old)
 
 
 def test_bfloat16_small_limits_per_level(level, caplog, verbose_on):

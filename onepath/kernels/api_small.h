@@ -25,6 +25,11 @@ int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
    Returns 0 (nothing written) when a pointer is not float-aligned: the caller copies. */
 int op_gemm_f32_small_cc(int64_t m, int64_t n, int64_t k, const void *a, const void *b, void *c);
 
+/* 1 when the nt form (A's and C's rows contiguous, B's columns contiguous: x @ W.T) of m rows and
+   depth k runs as the nn form on B transposed strip by strip (gemm_small.c's op_small_nt_nn), 0
+   when it runs the dot-product tiles. */
+int op_gemm_f32_small_nt_nn(int64_t m, int64_t k);
+
 /* Register tile of the nn form (rows x columns of C) and the kernel's name. */
 int op_gemm_f32_small_mr(void);
 int op_gemm_f32_small_nr(void);

@@ -126,16 +126,28 @@ LIMITS: dict = {"avx512_core": (128 ** 3, 256 ** 3), "avx2": (112 ** 3, 112 ** 3
 # unmeasured; its VDPBF16PS GEMM ran 2x this kernel's rate at 512^3 and above.
 BF16_LIMITS: dict = {"avx512_core_amx": (80 ** 3, 16), "avx512_core_bf16": (96 ** 3, 32),
                      "avx512_core": (96 ** 3, 32)}
-# float32's nt form (linear's x @ W.T, matmul's B = W.T: dot products along K, the small kernel's
-# weaker form) against the packed GEMM, per (uarch, level of the small row): ((largest M*N*K, most
-# rows) at one thread, (the same) at more); a product past both of its pair runs the GEMM, one
-# within either keeps LIMITS. sapphirerapids (the Intel AMX VM, 2026-12-05, linear, small kernel /
-# GEMM time, best of 3 x 5 blocks alternated in one process): 1 thread 80^3 0.77, 96^3 1.08,
-# 128^3 1.49, 256^3 1.67, 16 x 256 x 256 0.71, 32 x 256 x 256 1.08, 64 x 64 x 256 1.26,
-# 256 x 64 x 64 1.18, 12 x 384 x 384 0.80, 33 x 333 x 77 0.88; 2 threads (the small kernel
-# threaded) 96^3 0.80, 128^3 1.35, 32 x 256 x 256 0.72, 64 x 64 x 256 0.73. zen4: unmeasured (no row).
-NT_LIMITS: dict = {("sapphirerapids", "avx512_core"): ((88 ** 3, 16), (127 ** 3, 32))}
-_nt_limits: dict = {}  # level of the small row -> NT_LIMITS' pair on this host, or None
+# float32's nt form (linear's x @ W.T, matmul's B = W.T). From NT_NN[0] rows with K up to NT_NN[1]
+# the AVX-512 small kernel runs it as the nn form on B transposed in strips (gemm_small.c's
+# op_small_nt_nn, whose constants these mirror; op_gemm_f32_small_nt_nn answers the same); with
+# fewer rows or a deeper K it takes dot products, which trail the packed GEMM on larger products:
+# NT_DOTS_LIMITS, per (uarch, level of the small row), holds the largest M*N*K of that form at one
+# thread (more threads: LIMITS and the thin rule alone). sapphirerapids (the Intel AMX VM,
+# 2026-12-05, linear, 1 thread, small kernel / GEMM time, best of 3 x 5 blocks alternated in one
+# process): dot products 1 x 768 x 768 0.80, 8 x 512 x 512 0.79, 12 x 384 x 384 0.80, 4 x 768 x 768
+# 1.01, 12 x 384 x 1536 1.00, 32 x 768 x 256 1.12, 64 x 1024 x 128 1.07, 16 x 1024 x 1024 1.39;
+# the transposed nn form 128^3 0.73, 256^3 0.97, 16 x 256 x 256 0.61, 64 x 64 x 256 0.66 (2 threads
+# 0.37-0.92). zen4: unmeasured (no row: LIMITS alone, as before).
+NT_NN = (16, 512)
+NT_DOTS_LIMITS: dict = {("sapphirerapids", "avx512_core"): 160 ** 3}
+_nt_limits: dict = {}  # level of the small row -> NT_DOTS_LIMITS' value on this host, or None
+
+
+def nt_dots(m: int, k: int, level: str | None = None) -> bool:
+    """True when the small kernel takes dot products for an nt-form product of ``m`` rows and depth
+    ``k`` (NT_NN; at AVX-512, the only level with the transposed form: ``level`` None means it)."""
+    if level is not None and level != "avx512_core":
+        return True
+    return m < NT_NN[0] or k > NT_NN[1]
 
 
 _off: contextvars.ContextVar[bool] = contextvars.ContextVar("onepath_small_off", default=False)
@@ -177,26 +189,24 @@ def fits(mnk: int, row_level: str, kn: int = 0) -> bool:
             and not _off.get())
 
 
-def _nt_fits(mnk: int, m: int | None, level: str) -> bool:
-    """False when a float32 nt-form product (M*N*K = ``mnk``, ``m`` rows, None: many) is past this
-    host's NT_LIMITS pair for ``level`` at the thread count in force."""
+def _nt_fits(mnk: int, level: str) -> bool:
+    """False when an nt-form product taking dot products (M*N*K = ``mnk``) is past this host's
+    NT_DOTS_LIMITS for ``level`` at one thread."""
     try:
-        lims = _nt_limits[level]
+        lim = _nt_limits[level]
     except KeyError:
         from ..dispatch.cpu import probe
-        lims = _nt_limits[level] = NT_LIMITS.get((probe().uarch, level))
-    if lims is None:
-        return True
-    lim, rows = lims[0] if _threads.get_num_threads() == 1 else lims[1]
-    return mnk <= lim or (m is not None and m <= rows)
+        lim = _nt_limits[level] = NT_DOTS_LIMITS.get((probe().uarch, level))
+    return lim is None or mnk <= lim or _threads.get_num_threads() != 1
 
 
 def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
-              m: int | None = None, nt: bool = False) -> bool:
+              m: int | None = None, nt_k: int | None = None) -> bool:
     """True when a product of M*N*K = ``mnk`` of (op, dtype) takes the small path at the level in
     force (given ``m``, its rows, also a thin float32 product: ``thin``; a bfloat16 one within
-    ``BF16_LIMITS`` of that level: ``m`` None counts as many rows; ``nt``, the float32 nt form
-    (B = W.T), within ``NT_LIMITS``)."""
+    ``BF16_LIMITS`` of that level: ``m`` None counts as many rows; ``nt_k``, the depth K of a
+    float32 nt-form product (B = W.T), within ``NT_DOTS_LIMITS`` where the small kernel would take
+    it as dot products: ``nt_dots``)."""
     isa = _cap.isa()
     level = row_for(op, isa, dtype).level
     if _on.get():
@@ -205,7 +215,8 @@ def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
         lim = BF16_LIMITS.get(isa)
         if lim is not None and mnk > lim[0] and (m is None or m >= lim[1]):
             return False
-    return ((fits(mnk, level, kn) and (not nt or _nt_fits(mnk, m, level)))
+    nt_ok = nt_k is None or not nt_dots(m or NT_NN[0], nt_k, level) or _nt_fits(mnk, level)
+    return ((fits(mnk, level, kn) and nt_ok)
             or (m is not None and dtype == "float32" and thin(m, kn, level)))
 
 
@@ -365,7 +376,8 @@ def linear_fast(x, w, bias, code, packed):
     except ValueError:
         return None
     if k2 != k or not k or not use_small(m * n * k, "linear", "float32", n * k,
-                                         thin_rows(m, packed), packed is None or m <= NT_MAX_M):
+                                         thin_rows(m, packed),
+                                         k if packed is None or m <= NT_MAX_M else None):
         return None
     if bias is not None and (bias.dtype is not _F32 or bias.shape != (n,)):
         return None

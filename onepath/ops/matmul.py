@@ -115,6 +115,12 @@ def matmul(a, b, /, out=None, *, dtype=None):
                     except ValueError:
                         pass
         if a.ndim and b.ndim and not _repro_on():
+            if a.ndim == 2 and b.ndim == 2 and b.flags.f_contiguous:
+                # B = W.T: linear's small entry on W (the same kernel call as _small_strided's, so
+                # the same bits; None when the product is not small, verbose is on, ...)
+                r = _small.linear_fast(a, b.T, None, 0, None)
+                if r is not None:
+                    return r
             return _matmul_f32(a, b, None)
     elif (dtype is None and type(out) is type(a) is type(b) is _ND and out.dtype is a.dtype is b.dtype is _F32
             and out.ndim == a.ndim == b.ndim == 2):
@@ -224,13 +230,17 @@ def _matmul_f32(a, b, out):
         a2 = np.array(a2, _F32)  # unaligned or odd strides: numpy's own BLAS path copies too
     if not kernel_ready(b2):
         b2 = np.array(b2, _F32)
-    direct = kernel_ready(c) and not np.may_share_memory(c, a2) and not np.may_share_memory(c, b2)
+    # (a result allocated here shares memory with nothing)
+    direct = out is None or (kernel_ready(c) and not np.may_share_memory(c, a2)
+                             and not np.may_share_memory(c, b2))
     target = c if direct else np.empty(shape, _F32)
-    # the small kernel's nt form where it runs the dot products (op_gemm_f32_small: B's rows
-    # strided, its columns contiguous, A's rows contiguous)
-    nt = not (b2.strides[1] == 4 and c.strides[-1] == 4) and a2.strides[1] == 4 and b2.strides[0] == 4
+    # the small kernel's nt form (op_gemm_f32_small: B's rows strided, its columns contiguous, A's
+    # rows contiguous): its depth for use_small
+    nt = (not (b2.strides[1] == 4 and c.strides[-1] == 4) and a2.strides[1] == 4
+          and b2.strides[0] == 4)
     if not batch and target is c and _small.use_small(a2.shape[0] * b2.shape[1] * k,
-                                                      kn=b2.shape[1] * k, m=a2.shape[0], nt=nt):
+                                                      kn=b2.shape[1] * k, m=a2.shape[0],
+                                                      nt_k=k if nt else None):
         _small_strided("matmul", a2, b2, c)
     else:
         run_gemm("matmul", a2, b2, target)
@@ -258,7 +268,11 @@ def _small_strided(op, a, b, c, epi=None):
             return
 
     def ptr(x):  # (all three are kernel_ready: aligned, whole-element strides)
-        return fb(x) if x.flags.c_contiguous else ffi.cast("float *", x.ctypes.data)
+        fl = x.flags
+        if fl.c_contiguous:
+            return fb(x)
+        # an F-contiguous x (B = W.T): its transpose is C-contiguous and starts at the same byte
+        return fb(x.T) if fl.f_contiguous else ffi.cast("float *", x.ctypes.data)
     used = bd.mt(m, n, k, ptr(a), sa[0] >> 2, sa[1] >> 2, ptr(b), sb[0] >> 2, sb[1] >> 2,
                  ptr(c), sc[0] >> 2, sc[1] >> 2, ffi.NULL if epi is None else epi, t)
     if _verbose.enabled():
@@ -346,7 +360,9 @@ def matmul_bf16(a: np.ndarray, b: np.ndarray, out, dtype):
         return res[()] if scalar else res
     a2 = a2 if kernel_ready(a2) else np.array(a2, BF16)
     b2 = b2 if kernel_ready(b2) else np.array(b2, BF16)
-    direct = kernel_ready(c) and not np.may_share_memory(c, a2) and not np.may_share_memory(c, b2)
+    # (a result allocated here shares memory with nothing)
+    direct = out is None or (kernel_ready(c) and not np.may_share_memory(c, a2)
+                             and not np.may_share_memory(c, b2))
     target = c if direct else np.empty(shape, rd)
     run_gemm_bf16("matmul", a2, b2, target,
                   shapes="x".join(map(str, a2.shape)) + ":" + "x".join(map(str, b2.shape)))
