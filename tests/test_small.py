@@ -566,6 +566,43 @@ def test_nt_form_limits(level, threads, caplog, verbose_on, monkeypatch):
         _small.reset()
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_batched_small_products(level, threads, caplog, verbose_on):
+    """Batched float32 products whose core product is small run the small kernel on every entry
+    (op_gemm_f32_small_batch): broadcast batch axes (a 2-D operand, stride-0 and size-1 axes),
+    several batch axes, B = W.T entries, and batch axes no single stride walks (then the GEMM).
+    Each entry has its 2-D call's bits (B = W.T entries: the nt form's), at 1 and 2 threads alike."""
+    row = _small.row_for("matmul", level)
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(threads)
+    rng = np.random.default_rng(7)
+    r = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    wt = r(5, 17, 30).transpose(0, 2, 1)                      # entries B = W.T
+    cases = [(r(8, 20, 30), r(8, 30, 17), True), (r(6, 20, 30), r(30, 17), True),
+             (r(20, 30), r(4, 30, 17), True), (r(2, 3, 9, 30), r(2, 3, 30, 5), True),
+             (np.broadcast_to(r(1, 20, 30), (5, 20, 30)), r(5, 30, 17), True),
+             (r(5, 20, 30), wt, True), (r(2, 3, 9, 30), r(3, 30, 5), False),
+             (r(5, 1, 20, 30), r(1, 4, 30, 17), False),
+             (r(3, 4, 20, 30).transpose(1, 0, 2, 3), r(4, 3, 30, 17), False)]
+    try:
+        for a, b, batched_small in cases:
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="onepath"):
+                y = onepath.matmul(a, b)
+            assert (row.name in caplog.text) is batched_small, (a.shape, b.shape, caplog.text)
+            want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+            assert y.shape == want.shape and y.dtype == np.float32
+            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+            if batched_small:  # every entry: its own 2-D call's bits
+                ba = np.broadcast_to(a, y.shape[:-2] + a.shape[-2:])
+                bb = np.broadcast_to(b, y.shape[:-2] + b.shape[-2:])
+                for idx in np.ndindex(y.shape[:-2]):
+                    one = onepath.matmul(np.ascontiguousarray(ba[idx]), bb[idx])
+                    assert np.array_equal(y[idx].view(np.uint32), one.view(np.uint32)), idx
+    finally:
+        onepath.set_num_threads(old)
+
+
 def test_nt_nn_constants_match_the_kernel(level):
     """ops/_small.py's NT_NN mirrors gemm_small.c's rule (op_gemm_f32_small_nt_nn) at every level."""
     row = _small.row_for("matmul", level)

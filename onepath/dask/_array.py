@@ -164,11 +164,12 @@ def matmul(a, b):
     rhs = tuple(range(nd - 2)) + (nd - 1, nd)             # (..., k, n)
     out_ind = tuple(range(nd + 1))                        # (..., m, k, n): no contraction here
     level = _client_cap()
-    # the path the in-memory call takes (decided here, where it would run): no batch, both operands
-    # of one dtype, and M*N*K within the small kernel's limit
-    small = (nd == 2 and a.dtype == b.dtype
-             and _small.use_small(a.shape[0] * b.shape[1] * ka, "matmul", a.dtype.name,
-                                  b.shape[1] * ka, a.shape[0]))
+    # the path the in-memory call takes (decided here, where it would run): both operands of one
+    # dtype (bfloat16 only without batch axes), and each core product's M*N*K within the small
+    # kernel's limit
+    small = (a.dtype == b.dtype and (nd == 2 or a.dtype == F32)
+             and _small.use_small(a.shape[-2] * b.shape[-1] * ka, "matmul", a.dtype.name,
+                                  b.shape[-1] * ka, a.shape[-2]))
     parts = da.blockwise(_mm_block, out_ind, a, lhs, b, rhs, adjust_chunks={nd - 1: 1},
                          dtype=F32, concatenate=False, level=level, full_m=a.shape[-2], small=small,
                          meta=np.empty((0,) * (nd + 1), F32))

@@ -25,6 +25,15 @@ int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
    Returns 0 (nothing written) when a pointer is not float-aligned: the caller copies. */
 int op_gemm_f32_small_cc(int64_t m, int64_t n, int64_t k, const void *a, const void *b, void *c);
 
+/* nbatch products C_e = A_e B_e (e < nbatch; A_e at a + e * bsa elements, likewise B_e and C_e;
+   a batch stride of 0 broadcasts), each as op_gemm_f32_small computes it (no epilogue), whole
+   entries split over up to nthreads threads of the pool: the same bits at any thread count.
+   Returns the threads used. */
+int op_gemm_f32_small_batch(int64_t nbatch, int64_t m, int64_t n, int64_t k,
+                            const void *a, int64_t bsa, int64_t rsa, int64_t csa,
+                            const void *b, int64_t bsb, int64_t rsb, int64_t csb,
+                            void *c, int64_t bsc, int64_t rsc, int64_t csc, int nthreads);
+
 /* 1 when the nt form (A's and C's rows contiguous, B's columns contiguous: x @ W.T) of m rows and
    depth k runs as the nn form on B transposed strip by strip (gemm_small.c's op_small_nt_nn), 0
    when it runs the dot-product tiles. */

@@ -446,6 +446,40 @@ int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
     return op_parallel_for_short(nthreads, op_cdiv64(n, chunk), op_small_mt_task, &x);
 }
 
+/* op_gemm_f32_small_batch: ranges of batch entries, one task each, on the thread pool. */
+typedef struct {
+    int64_t nbatch, m, n, k, bsa, rsa, csa, bsb, rsb, csb, bsc, rsc, csc, chunk;
+    const float *a, *b;
+    float *c;
+} op_small_batch_ctx;
+
+static void op_small_batch_task(void *ctx, int64_t task, int tid)
+{
+    const op_small_batch_ctx *x = (const op_small_batch_ctx *)ctx;
+    (void)tid;
+    const int64_t e1 = op_min64((task + 1) * x->chunk, x->nbatch);
+    for (int64_t e = task * x->chunk; e < e1; e++)
+        op_gemm_f32_small(x->m, x->n, x->k, x->a + e * x->bsa, x->rsa, x->csa,
+                          x->b + e * x->bsb, x->rsb, x->csb, x->c + e * x->bsc, x->rsc, x->csc, NULL);
+}
+
+int op_gemm_f32_small_batch(int64_t nbatch, int64_t m, int64_t n, int64_t k,
+                            const void *a, int64_t bsa, int64_t rsa, int64_t csa,
+                            const void *b, int64_t bsb, int64_t rsb, int64_t csb,
+                            void *c, int64_t bsc, int64_t rsc, int64_t csc, int nthreads)
+{
+    const int t = nthreads < 1 ? 1 : (int64_t)nthreads > nbatch ? (int)op_max64(nbatch, 1) : nthreads;
+    op_small_batch_ctx x = {nbatch, m, n, k, bsa, rsa, csa, bsb, rsb, csb, bsc, rsc, csc,
+                            op_cdiv64(nbatch > 0 ? nbatch : 1, t), (const float *)a, (const float *)b,
+                            (float *)c};
+    if (nbatch <= 0) return 1;
+    if (t <= 1) {
+        op_small_batch_task(&x, 0, 0);
+        return 1;
+    }
+    return op_parallel_for_short(t, op_cdiv64(nbatch, x.chunk), op_small_batch_task, &x);
+}
+
 int op_gemm_f32_small_nt_nn(int64_t m, int64_t k)
 {
 #if defined(OP_HAS_AVX512)

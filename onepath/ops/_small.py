@@ -231,8 +231,8 @@ def reset() -> None:
 
 class Bound:
     """A small-path registry row with its module's C functions (``fn`` any strides, ``cc`` the
-    C-contiguous entry) and its cffi instance."""
-    __slots__ = ("row", "ffi", "fn", "cc", "mt", "fb", "null")
+    C-contiguous entry, ``mt`` threaded, ``batch`` a batch of products) and its cffi instance."""
+    __slots__ = ("row", "ffi", "fn", "cc", "mt", "batch", "fb", "null")
 
     def __init__(self, row):
         mod = load(row.level)
@@ -241,6 +241,7 @@ class Bound:
         self.fn = mod.lib.op_gemm_f32_small
         self.cc = mod.lib.op_gemm_f32_small_cc
         self.mt = mod.lib.op_gemm_f32_small_mt
+        self.batch = mod.lib.op_gemm_f32_small_batch
         self.fb = mod.ffi.from_buffer
         self.null = mod.ffi.NULL
 

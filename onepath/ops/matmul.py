@@ -3,6 +3,7 @@ the bfloat16 / mixed route (``matmul_bf16``) and a ``PackedWeight`` right operan
 through ``linear``) are at the end of this file."""
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -12,7 +13,7 @@ from .. import _threads, _verbose
 from .._repro_mode import on as _repro_on
 from ..dispatch import cap as _cap
 from . import _small
-from ._gemm import kernel_ready, run_gemm
+from ._gemm import data_ptr, kernel_ready, run_gemm
 from ..dtypes import BF16, F32, result_dtype, to_bfloat16, to_float32
 from ._bf16 import run_gemm_bf16
 from .linear import linear
@@ -82,9 +83,10 @@ def matmul(a, b, /, out=None, *, dtype=None):
             TypeError for a PackedWeight as the left operand.
     Every other dtype combination (and anything the kernels do not accelerate) returns
     ``numpy.matmul(a, b, out=out, dtype=dtype)`` exactly. Threads: ``onepath.set_num_threads``.
-    Small float32 products (M*N*K up to a per-level limit, ``ops._small.LIMITS``; no batch) run the
+    Small float32 products (M*N*K up to a per-level limit, ``ops._small.LIMITS``) run the
     registry's ``small`` kernel, reading A and B in place: on the calling thread, or on the pool
-    from about 0.1 MFLOP (the same bits at any thread count; ``ops._small.MT_ON``). Small 2-D
+    from about 0.1 MFLOP (the same bits at any thread count; ``ops._small.MT_ON``); batched ones
+    whose core product is that small run it on every entry (entries over the threads). Small 2-D
     bfloat16 products run the bfloat16 small kernel within both LIMITS and the level's
     ``ops._small.BF16_LIMITS`` (past those the bfloat16 GEMM of the level in force is faster).
     """
@@ -236,17 +238,60 @@ def _matmul_f32(a, b, out):
     target = c if direct else np.empty(shape, _F32)
     # the small kernel's nt form (op_gemm_f32_small: B's rows strided, its columns contiguous, A's
     # rows contiguous): its depth for use_small
-    nt = (not (b2.strides[1] == 4 and c.strides[-1] == 4) and a2.strides[1] == 4
-          and b2.strides[0] == 4)
-    if not batch and target is c and _small.use_small(a2.shape[0] * b2.shape[1] * k,
-                                                      kn=b2.shape[1] * k, m=a2.shape[0],
-                                                      nt_k=k if nt else None):
-        _small_strided("matmul", a2, b2, c)
+    nt = (not (b2.strides[-1] == 4 and c.strides[-1] == 4) and a2.strides[-1] == 4
+          and b2.strides[-2] == 4)
+    m, n = a2.shape[-2], b2.shape[-1]
+    if target is c and _small.use_small(m * n * k, kn=n * k, m=m, nt_k=k if nt else None):
+        if not batch:
+            _small_strided("matmul", a2, b2, c)
+        elif not _small_batch(a2, b2, c):  # each core product small: the small kernel on each
+            run_gemm("matmul", a2, b2, target)
     else:
         run_gemm("matmul", a2, b2, target)
     if target is not c:
         c[...] = target
     return res[()] if out is None and not result else res  # 0-d: numpy's scalar
+
+
+def _batch_stride(x, bshape):
+    """Elements from one core matrix of ``x`` (..., R, C) to the next when its batch axes,
+    broadcast to ``bshape``, are walked in C order, or None when no one stride does that."""
+    nb, xb = len(bshape), x.ndim - 2
+    st = [0] * (nb - xb) + [x.strides[i] // x.itemsize if x.shape[i] > 1 else 0 for i in range(xb)]
+    s, span = None, 1
+    for d in range(nb - 1, -1, -1):
+        if bshape[d] > 1:
+            if s is None:
+                s = st[d]
+            elif st[d] != s * span:
+                return None
+        span *= bshape[d]
+    return 0 if s is None else s
+
+
+def _small_batch(a, b, c) -> bool:
+    """The small kernel on every core product of batched float32 views a (..., M, K), b (..., K,
+    N) (batch axes broadcast, whole-element strides) into c (..., M, N): whole entries over the
+    threads (op_gemm_f32_small_batch; each entry's bits are its 2-D call's). False (nothing done)
+    when an operand's batch axes take more than one stride."""
+    bshape = c.shape[:-2]
+    strides = [_batch_stride(x, bshape) for x in (a, b, c)]
+    if None in strides:
+        return False
+    bd = _small.bound("matmul")
+    ffi = bd.ffi
+    nb = math.prod(bshape)
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    t0 = time.perf_counter()
+    sa, sb, sc = a.strides, b.strides, c.strides
+    t = _small.mt_threads(m, nb * m * n * k, False)
+    used = bd.batch(nb, m, n, k, data_ptr(ffi, a), strides[0], sa[-2] >> 2, sa[-1] >> 2,
+                    data_ptr(ffi, b), strides[1], sb[-2] >> 2, sb[-1] >> 2,
+                    data_ptr(ffi, c), strides[2], sc[-2] >> 2, sc[-1] >> 2, t)
+    if _verbose.enabled():
+        _small.emit("matmul", bd, _shape_text(a, b), t0, used)
+    return True
 
 
 def _small_strided(op, a, b, c, epi=None):
