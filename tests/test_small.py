@@ -537,10 +537,10 @@ def test_small_bfloat16_matmul(level, m, k, n, caplog, verbose_on):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_nt_form_limits(level, threads, caplog, verbose_on, monkeypatch):
-    """Past this host's NT_DOTS_LIMITS (here a made-up 1000) at one thread, a float32 nt-form product
-    the small kernel would take as dot products (linear; matmul with B = W.T; fewer than NT_NN[0]
-    rows) runs the packed GEMM; its transposed nn form (from NT_NN[0] rows), the nn form itself,
-    and every product at two threads keep LIMITS (and the thin rule). Every answer close."""
+    """Past this host's NT_DOTS_LIMITS (here a made-up 1000) at one thread, a float32 nt-form
+    product the small kernel would take as dot products (linear; matmul with B = W.T; fewer than
+    NT_NN[0] rows) runs the packed GEMM; its transposed nn form (from NT_NN[0] rows), the nn form
+    itself, and every product at two threads keep LIMITS (and the thin rule). Every answer close."""
     from onepath.dispatch.cpu import probe
     row = _small.row_for("matmul", level)
     monkeypatch.setitem(_small.NT_DOTS_LIMITS, (probe().uarch, row.level), 1000)
@@ -558,7 +558,8 @@ def test_nt_form_limits(level, threads, caplog, verbose_on, monkeypatch):
                 caplog.clear()
                 with caplog.at_level(logging.INFO, logger="onepath"):
                     y = got()
-                assert (row.name in caplog.text) is (small or name == "nn"), (m, k, name, caplog.text)
+                took_small = row.name in caplog.text
+                assert took_small is (small or name == "nn"), (m, k, name, caplog.text)
                 np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
     finally:
         onepath.set_num_threads(old)
@@ -571,7 +572,8 @@ def test_batched_small_products(level, threads, caplog, verbose_on):
     """Batched float32 products whose core product is small run the small kernel on every entry
     (op_gemm_f32_small_batch): broadcast batch axes (a 2-D operand, stride-0 and size-1 axes),
     several batch axes, B = W.T entries, and batch axes no single stride walks (then the GEMM).
-    Each entry has its 2-D call's bits (B = W.T entries: the nt form's), at 1 and 2 threads alike."""
+    Each entry has its 2-D call's bits (B = W.T entries: the nt form's), at 1 and 2 threads
+    alike."""
     row = _small.row_for("matmul", level)
     old = onepath.get_num_threads()
     onepath.set_num_threads(threads)
@@ -604,12 +606,14 @@ def test_batched_small_products(level, threads, caplog, verbose_on):
 
 
 def test_nt_nn_constants_match_the_kernel(level):
-    """ops/_small.py's NT_NN mirrors gemm_small.c's rule (op_gemm_f32_small_nt_nn) at every level."""
+    """ops/_small.py's NT_NN mirrors gemm_small.c's rule (op_gemm_f32_small_nt_nn) at every
+    level."""
     row = _small.row_for("matmul", level)
     lib = load(row.level).lib
     mn, kx = _small.NT_NN
     for m, k in ((mn - 1, 8), (mn, 8), (mn, kx), (mn, kx + 1), (1, 1), (200, 512), (200, 600)):
-        assert bool(lib.op_gemm_f32_small_nt_nn(m, k)) is not _small.nt_dots(m, k, row.level), (m, k)
+        nn = bool(lib.op_gemm_f32_small_nt_nn(m, k))
+        assert nn is not _small.nt_dots(m, k, row.level), (m, k)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -639,9 +643,9 @@ def test_nt_form_transposed_strips(level, threads, small_mt_on):
 
 
 def test_bfloat16_small_limits_per_level(level, caplog, verbose_on):
-    """Past its level's BF16_LIMITS (M*N*K, from that many rows on) a bfloat16 matmul runs the level's
-    bfloat16 GEMM instead of the small kernel; within them, and with fewer rows up to LIMITS, the
-    small kernel. Both answers close to the float64 product."""
+    """Past its level's BF16_LIMITS (M*N*K, from that many rows on) a bfloat16 matmul runs the
+    level's bfloat16 GEMM instead of the small kernel; within them, and with fewer rows up to
+    LIMITS, the small kernel. Both answers close to the float64 product."""
     lim = _small.BF16_LIMITS.get(level)
     if lim is None:
         pytest.skip(f"no BF16_LIMITS row at {level}: LIMITS alone decide there")
@@ -658,7 +662,7 @@ def test_bfloat16_small_limits_per_level(level, caplog, verbose_on):
             r32 = onepath.matmul(a, b, dtype=np.float32)
         assert (small_row.name in caplog.text) is small, (m, k, n, caplog.text)
         assert_gemm_close(r32, a.astype(np.float32), b.astype(np.float32))
-    with _small.on():  # onepath.dask's blocks of a small problem: the small kernel whatever the size
+    with _small.on():  # onepath.dask's blocks of a small problem: the small kernel at any size
         assert _small.use_small((side + 16) ** 3, "matmul", "bfloat16", (side + 16) ** 2, side + 16)
 
 

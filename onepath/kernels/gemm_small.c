@@ -124,14 +124,18 @@ OP_INLINE void op_small_tr16(__m512 r[16])
         t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
     }
     for (int i = 0; i < 4; i++) {  /* r[4i + e], lane L: rows 4i..4i+3 of column 4L + e */
-        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[4 * i]), _mm512_castps_pd(t[4 * i + 2])));
-        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[4 * i]), _mm512_castps_pd(t[4 * i + 2])));
-        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[4 * i + 1]), _mm512_castps_pd(t[4 * i + 3])));
-        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[4 * i + 1]), _mm512_castps_pd(t[4 * i + 3])));
+        const __m512d p0 = _mm512_castps_pd(t[4 * i]), p1 = _mm512_castps_pd(t[4 * i + 1]);
+        const __m512d p2 = _mm512_castps_pd(t[4 * i + 2]), p3 = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(p0, p2));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(p0, p2));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(p1, p3));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(p1, p3));
     }
     for (int e = 0; e < 4; e++) {
-        const __m512 a0 = _mm512_shuffle_f32x4(r[e], r[4 + e], 0x88), a1 = _mm512_shuffle_f32x4(r[e], r[4 + e], 0xDD);
-        const __m512 b0 = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0x88), b1 = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0xDD);
+        const __m512 a0 = _mm512_shuffle_f32x4(r[e], r[4 + e], 0x88);
+        const __m512 a1 = _mm512_shuffle_f32x4(r[e], r[4 + e], 0xDD);
+        const __m512 b0 = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0x88);
+        const __m512 b1 = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0xDD);
         t[e] = _mm512_shuffle_f32x4(a0, b0, 0x88);
         t[8 + e] = _mm512_shuffle_f32x4(a0, b0, 0xDD);
         t[4 + e] = _mm512_shuffle_f32x4(a1, b1, 0x88);
@@ -163,13 +167,15 @@ static void op_small_nt_nn(int64_t m, int64_t n, int64_t k, const float *a, int6
             const int rows = nb - 16 * h < 16 ? nb - 16 * h : 16;
             const float *bh = b + (j0 + 16 * h) * csb;
             for (int64_t p0 = 0; p0 < k; p0 += 16) {
-                const __mmask16 mk = k - p0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - p0)) - 1);
+                const int pn = k - p0 < 16 ? (int)(k - p0) : 16;
+                const __mmask16 mk = (__mmask16)(pn == 16 ? 0xffffu : (1u << pn) - 1u);
                 __m512 r[16];
                 for (int i = 0; i < 16; i++)
-                    r[i] = i < rows ? _mm512_maskz_loadu_ps(mk, bh + i * csb + p0) : _mm512_setzero_ps();
+                    r[i] = i < rows ? _mm512_maskz_loadu_ps(mk, bh + i * csb + p0)
+                                    : _mm512_setzero_ps();
                 op_small_tr16(r);
-                const int pn = k - p0 < 16 ? (int)(k - p0) : 16;
-                for (int q = 0; q < pn; q++) _mm512_store_ps(bt + (p0 + q) * OP_SMALL_NT_STRIP + 16 * h, r[q]);
+                for (int q = 0; q < pn; q++)
+                    _mm512_store_ps(bt + (p0 + q) * OP_SMALL_NT_STRIP + 16 * h, r[q]);
             }
         }
         op_small_nn(m, nb, k, a, rsa, 1, bt, OP_SMALL_NT_STRIP, c + j0, rsc);
@@ -460,7 +466,8 @@ static void op_small_batch_task(void *ctx, int64_t task, int tid)
     const int64_t e1 = op_min64((task + 1) * x->chunk, x->nbatch);
     for (int64_t e = task * x->chunk; e < e1; e++)
         op_gemm_f32_small(x->m, x->n, x->k, x->a + e * x->bsa, x->rsa, x->csa,
-                          x->b + e * x->bsb, x->rsb, x->csb, x->c + e * x->bsc, x->rsc, x->csc, NULL);
+                          x->b + e * x->bsb, x->rsb, x->csb,
+                          x->c + e * x->bsc, x->rsc, x->csc, NULL);
 }
 
 int op_gemm_f32_small_batch(int64_t nbatch, int64_t m, int64_t n, int64_t k,
@@ -468,10 +475,11 @@ int op_gemm_f32_small_batch(int64_t nbatch, int64_t m, int64_t n, int64_t k,
                             const void *b, int64_t bsb, int64_t rsb, int64_t csb,
                             void *c, int64_t bsc, int64_t rsc, int64_t csc, int nthreads)
 {
-    const int t = nthreads < 1 ? 1 : (int64_t)nthreads > nbatch ? (int)op_max64(nbatch, 1) : nthreads;
+    const int t = nthreads < 1 ? 1
+                  : (int64_t)nthreads > nbatch ? (int)op_max64(nbatch, 1) : nthreads;
     op_small_batch_ctx x = {nbatch, m, n, k, bsa, rsa, csa, bsb, rsb, csb, bsc, rsc, csc,
-                            op_cdiv64(nbatch > 0 ? nbatch : 1, t), (const float *)a, (const float *)b,
-                            (float *)c};
+                            op_cdiv64(nbatch > 0 ? nbatch : 1, t),
+                            (const float *)a, (const float *)b, (float *)c};
     if (nbatch <= 0) return 1;
     if (t <= 1) {
         op_small_batch_task(&x, 0, 0);
