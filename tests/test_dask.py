@@ -84,6 +84,35 @@ def test_matmul_rows_bit_identical(client, level, dt):
     _assert_same(got, onepath.matmul(a3, b))
 
 
+def test_matmul_batched_small_bit_identical(client, level):
+    """Batched float32 products whose core product is small: the blocks (split along the batch
+    axes) and the in-memory call both run the small kernel, also where the whole operand's batch
+    axes take no single stride (a broadcast axis beside a split one, transposed batch axes)."""
+    rng = np.random.default_rng(5)
+    a, b = _rand(rng, (2, 1, 16, 513), F32), _rand(rng, (1, 3, 513, 33), F32)
+    got = client.compute(odask.matmul(da.from_array(a, chunks=(1, 1, 16, 513)),
+                                      da.from_array(b, chunks=(1, 3, 513, 33)))).result()
+    _assert_same(got, onepath.matmul(a, b))
+    t = _rand(rng, (3, 2, 16, 40), F32).transpose(1, 0, 2, 3)
+    b2 = _rand(rng, (2, 3, 40, 24), F32)
+    got = client.compute(odask.matmul(da.from_array(t, chunks=(1, 1, 16, 40)), b2)).result()
+    _assert_same(got, onepath.matmul(t, b2))
+
+
+def test_linear_dot_product_limit_bit_identical(client):
+    """At one thread a linear past this host's NT_DOTS_LIMITS (K > 512: the small kernel's dot
+    products) runs the GEMM in memory; the blocks follow the same decision."""
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(1)
+    try:
+        rng = np.random.default_rng(6)
+        x, w = _rand(rng, (32, 1024), F32), _rand(rng, (128, 1024), F32)
+        got = client.compute(odask.linear(da.from_array(x, chunks=(16, 1024)), w)).result()
+        _assert_same(got, onepath.linear(x, w))
+    finally:
+        onepath.set_num_threads(old)
+
+
 @pytest.mark.parametrize("dt", ["float32", "bfloat16"])
 def test_matmul_mnk_ragged(client, level, dt):
     dt = F32 if dt == "float32" else BF16

@@ -571,9 +571,9 @@ def test_nt_form_limits(level, threads, caplog, verbose_on, monkeypatch):
 def test_batched_small_products(level, threads, caplog, verbose_on):
     """Batched float32 products whose core product is small run the small kernel on every entry
     (op_gemm_f32_small_batch): broadcast batch axes (a 2-D operand, stride-0 and size-1 axes),
-    several batch axes, B = W.T entries, and batch axes no single stride walks (then the GEMM).
-    Each entry has its 2-D call's bits (B = W.T entries: the nt form's), at 1 and 2 threads
-    alike."""
+    several batch axes, B = W.T entries, a size-1 core axis of any stride, and batch axes no single
+    stride walks (copied first, each core keeping its order). Each entry has its 2-D call's bits
+    (B = W.T entries: the nt form's), at 1 and 2 threads alike."""
     row = _small.row_for("matmul", level)
     old = onepath.get_num_threads()
     onepath.set_num_threads(threads)
@@ -583,9 +583,11 @@ def test_batched_small_products(level, threads, caplog, verbose_on):
     cases = [(r(8, 20, 30), r(8, 30, 17), True), (r(6, 20, 30), r(30, 17), True),
              (r(20, 30), r(4, 30, 17), True), (r(2, 3, 9, 30), r(2, 3, 30, 5), True),
              (np.broadcast_to(r(1, 20, 30), (5, 20, 30)), r(5, 30, 17), True),
-             (r(5, 20, 30), wt, True), (r(2, 3, 9, 30), r(3, 30, 5), False),
-             (r(5, 1, 20, 30), r(1, 4, 30, 17), False),
-             (r(3, 4, 20, 30).transpose(1, 0, 2, 3), r(4, 3, 30, 17), False)]
+             (r(5, 20, 30), wt, True), (r(2, 3, 9, 30), r(3, 30, 5), True),
+             (r(5, 1, 20, 30), r(1, 4, 30, 17), True),
+             (r(3, 4, 20, 30).transpose(1, 0, 2, 3), r(4, 3, 30, 17), True),
+             (r(3, 5, 30), r(3, 1, 30).transpose(0, 2, 1), True),   # N 1, its stride 30
+             (r(2, 3, 9, 30).transpose(1, 0, 2, 3), r(3, 2, 17, 30).transpose(0, 1, 3, 2), True)]
     try:
         for a, b, batched_small in cases:
             caplog.clear()
@@ -603,6 +605,69 @@ def test_batched_small_products(level, threads, caplog, verbose_on):
                     assert np.array_equal(y[idx].view(np.uint32), one.view(np.uint32)), idx
     finally:
         onepath.set_num_threads(old)
+
+
+def test_batched_small_with_few_entries(small_mt_on, caplog, verbose_on):
+    """Fewer entries than threads: each entry's columns over the threads (op_gemm_f32_small_mt),
+    the same bits as one thread; a batch of thin products larger than LIMITS keeps the GEMM (the
+    thin rule is for 2-D calls)."""
+    old = onepath.get_num_threads()
+    a, b = rand(1, 64, 128), rand(1, 128, 256)
+    try:
+        onepath.set_num_threads(1)
+        one = onepath.matmul(a, b)
+        onepath.set_num_threads(2)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="onepath"):
+            two = onepath.matmul(a, b)
+            thin = onepath.matmul(rand(2, 16, 1024), rand(2, 1024, 1024))
+        assert np.array_equal(one.view(np.uint32), two.view(np.uint32))
+        lines = caplog.text.splitlines()
+        assert "gemm_f32_small" in lines[0] and "gemm_f32_small" not in lines[1], lines
+        assert thin.shape == (2, 16, 1024)
+    finally:
+        onepath.set_num_threads(old)
+
+
+def test_nt_transposed_form_on_a_small_thread_stack(level):
+    """The transposed nt form's strip lives on the heap: a 16-row linear runs in a thread with a
+    64 KiB stack (it overflowed one with the strip on the stack)."""
+    import threading
+    x, w = rand(16, 512), rand(64, 512)
+    out = {}
+
+    def run():
+        out["y"] = onepath.linear(x, w)
+    old = threading.stack_size(65536)
+    try:
+        t = threading.Thread(target=run)
+        t.start()
+        t.join()
+    finally:
+        threading.stack_size(old)
+    np.testing.assert_allclose(out["y"], x @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_nt_form_with_strided_output_rows_counts_as_dot_products(monkeypatch, caplog, verbose_on):
+    """matmul(x, W.T, out=) whose out rows are strided runs the dot products at any depth, so
+    NT_DOTS_LIMITS (here a made-up 1000) sends it to the GEMM at one thread."""
+    from onepath.dispatch.cpu import probe
+    row = _small.row_for("matmul", onepath.isa())
+    monkeypatch.setitem(_small.NT_DOTS_LIMITS, (probe().uarch, row.level), 1000)
+    _small.reset()
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(1)
+    try:
+        x, w = rand(32, 20), rand(20, 20)
+        out = np.zeros((32, 40), np.float32)[:, ::2]
+        with caplog.at_level(logging.INFO, logger="onepath"):
+            onepath.matmul(x, w.T, out=out)
+        assert row.name not in caplog.text, caplog.text
+        np.testing.assert_allclose(out, x @ w.T, rtol=1e-5, atol=1e-5)
+    finally:
+        onepath.set_num_threads(old)
+        monkeypatch.undo()
+        _small.reset()
 
 
 def test_nt_nn_constants_match_the_kernel(level):

@@ -167,9 +167,10 @@ def matmul(a, b):
     # the path the in-memory call takes (decided here, where it would run): both operands of one
     # dtype (bfloat16 only without batch axes), and each core product's M*N*K within the small
     # kernel's limit
-    small = (a.dtype == b.dtype and (nd == 2 or a.dtype == F32)
-             and _small.use_small(a.shape[-2] * b.shape[-1] * ka, "matmul", a.dtype.name,
-                                  b.shape[-1] * ka, a.shape[-2]))
+    mnk, kn = a.shape[-2] * b.shape[-1] * ka, b.shape[-1] * ka
+    small = (a.dtype == b.dtype
+             and (_small.use_small(mnk, "matmul", a.dtype.name, kn, a.shape[-2]) if nd == 2
+                  else a.dtype == F32 and _small.use_small_batched(mnk, kn, a.shape[-2])))
     parts = da.blockwise(_mm_block, out_ind, a, lhs, b, rhs, adjust_chunks={nd - 1: 1},
                          dtype=F32, concatenate=False, level=level, full_m=a.shape[-2], small=small,
                          meta=np.empty((0,) * (nd + 1), F32))
@@ -278,7 +279,8 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
                         activation=activation, out_dtype=dtype, level=_client_cap(), full_m=full_m,
                         small=(x.dtype == w.dtype == F32
                                and _small.use_small(full_m * w.shape[0] * w.shape[1], "linear",
-                                                    "float32", w.shape[0] * w.shape[1], full_m)),
+                                                    "float32", w.shape[0] * w.shape[1], full_m,
+                                                    w.shape[1])),  # (the raw weight: nt form)
                         meta=np.empty((0,) * nd, meta.dtype))
 
 

@@ -27,8 +27,9 @@ int op_gemm_f32_small_cc(int64_t m, int64_t n, int64_t k, const void *a, const v
 
 /* nbatch products C_e = A_e B_e (e < nbatch; A_e at a + e * bsa elements, likewise B_e and C_e;
    a batch stride of 0 broadcasts), each as op_gemm_f32_small computes it (no epilogue), whole
-   entries split over up to nthreads threads of the pool: the same bits at any thread count.
-   Returns the threads used. */
+   entries split over up to nthreads threads of the pool (fewer entries than threads: each
+   entry's columns, as op_gemm_f32_small_mt): the same bits at any thread count. Returns the
+   threads used. */
 int op_gemm_f32_small_batch(int64_t nbatch, int64_t m, int64_t n, int64_t k,
                             const void *a, int64_t bsa, int64_t rsa, int64_t csa,
                             const void *b, int64_t bsb, int64_t rsb, int64_t csb,

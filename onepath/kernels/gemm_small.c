@@ -149,18 +149,21 @@ OP_INLINE void op_small_tr16(__m512 r[16])
    blocks in registers), then op_small_nn over the strip. The nt tile reads every A row and B
    column once per 4 x 4 outputs and reduces each dot product across lanes at the end; the nn
    tile reads B once per 8 rows and keeps its sums in lanes. C rows contiguous (rsc, csc 1);
-   from OP_SMALL_NT_NN_MIN_M rows, k <= OP_SMALL_NT_MAX_K (the strip's 64 KiB on the stack; ops/
-   _small.py's NT_NN mirrors both). sapphirerapids (the Intel AMX VM, 2026-12-05, linear, 1
-   thread, nt / this, best of 3 x 5 alternated blocks): 64^3 1.58, 128^3 1.99, 256 x 64 x 64 2.04,
-   33 x 333 x 77 1.38, 16 x 256 x 256 1.26, 8 x 256 x 256 1.00, 12 x 384 x 384 0.94, 8 x 512 x 512
-   0.85, 4 x 256 x 256 0.76. */
+   from OP_SMALL_NT_NN_MIN_M rows, k <= OP_SMALL_NT_MAX_K (ops/_small.py's NT_NN mirrors both).
+   The strip (up to 64 KiB) comes from malloc, not the stack (a Python thread's stack may be
+   32 KiB); returns 0 when that fails (the caller then takes the dot products). sapphirerapids
+   (the Intel AMX VM, 2026-12-05, linear, 1 thread, nt / this, best of 3 x 5 alternated blocks):
+   64^3 1.58, 128^3 1.99, 256 x 64 x 64 2.04, 33 x 333 x 77 1.38, 16 x 256 x 256 1.26, 8 x 256 x
+   256 1.00, 12 x 384 x 384 0.94, 8 x 512 x 512 0.85, 4 x 256 x 256 0.76. */
 #define OP_SMALL_NT_STRIP 32
 #define OP_SMALL_NT_MAX_K 512
 #define OP_SMALL_NT_NN_MIN_M 16
-static void op_small_nt_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa,
-                           const float *b, int64_t csb, float *c, int64_t rsc)
+static int op_small_nt_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa,
+                          const float *b, int64_t csb, float *c, int64_t rsc)
 {
-    float bt[OP_SMALL_NT_MAX_K * OP_SMALL_NT_STRIP] OP_ALIGNED(64);
+    float *bt = (float *)aligned_alloc(64, sizeof(float) * OP_SMALL_NT_STRIP
+                                               * (size_t)op_roundup64(k, 16));
+    if (!bt) return 0;
     for (int64_t j0 = 0; j0 < n; j0 += OP_SMALL_NT_STRIP) {
         const int nb = (int)op_min64(OP_SMALL_NT_STRIP, n - j0);
         for (int h = 0; h * 16 < nb; h++) {
@@ -180,6 +183,8 @@ static void op_small_nt_nn(int64_t m, int64_t n, int64_t k, const float *a, int6
         }
         op_small_nn(m, nb, k, a, rsa, 1, bt, OP_SMALL_NT_STRIP, c + j0, rsc);
     }
+    free(bt);
+    return 1;
 }
 
 /* The 16 horizontal sums of v[0..15] in one vector, in three shuffle-and-add rounds (45 operations
@@ -397,11 +402,10 @@ int op_gemm_f32_small(int64_t m, int64_t n, int64_t k,
         op_small_nn(m, n, k, a, rsa, csa, b, rsb, c, rsc);
     } else if (csa == 1 && rsb == 1) {
 #if defined(OP_HAS_AVX512)
-        if (csc == 1 && m >= OP_SMALL_NT_NN_MIN_M && k <= OP_SMALL_NT_MAX_K)
-            op_small_nt_nn(m, n, k, a, rsa, b, csb, c, rsc);
-        else
+        if (!(csc == 1 && m >= OP_SMALL_NT_NN_MIN_M && k <= OP_SMALL_NT_MAX_K
+              && op_small_nt_nn(m, n, k, a, rsa, b, csb, c, rsc)))
 #endif
-        op_small_nt(m, n, k, a, rsa, b, csb, c, rsc, csc);
+            op_small_nt(m, n, k, a, rsa, b, csb, c, rsc, csc);
     } else {
         op_small_any(m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, csc);
     }
@@ -481,6 +485,16 @@ int op_gemm_f32_small_batch(int64_t nbatch, int64_t m, int64_t n, int64_t k,
                             op_cdiv64(nbatch > 0 ? nbatch : 1, t),
                             (const float *)a, (const float *)b, (float *)c};
     if (nbatch <= 0) return 1;
+    if (nbatch < nthreads) {  /* fewer entries than threads: each entry's columns over them */
+        int used = 1;
+        for (int64_t e = 0; e < nbatch; e++) {
+            const int u = op_gemm_f32_small_mt(m, n, k, (const float *)a + e * bsa, rsa, csa,
+                                               (const float *)b + e * bsb, rsb, csb,
+                                               (float *)c + e * bsc, rsc, csc, NULL, nthreads);
+            used = u > used ? u : used;
+        }
+        return used;
+    }
     if (t <= 1) {
         op_small_batch_task(&x, 0, 0);
         return 1;

@@ -220,6 +220,16 @@ def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
             or (m is not None and dtype == "float32" and thin(m, kn, level)))
 
 
+def use_small_batched(mnk: int, kn: int, m: int, nt_k: int | None = None) -> bool:
+    """``use_small`` for a batched float32 matmul whose core products are M*N*K = ``mnk`` (``m``
+    rows, K*N = ``kn``, ``nt_k`` as there): within LIMITS (or ``on()``), never by the thin rule
+    alone (the batched entry splits whole entries over the threads, not a thin product's
+    columns: measured 1.1-1.5x slower than the GEMM for 2-4 thin entries at 2 threads)."""
+    if not use_small(mnk, "matmul", "float32", kn, m, nt_k):
+        return False
+    return _on.get() or fits(mnk, row_for("matmul", _cap.isa()).level, kn)
+
+
 def reset() -> None:
     """Forget the bound rows and fast entries (after a change of ``LIMITS``; tests)."""
     fast_matmul.clear()

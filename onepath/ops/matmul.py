@@ -234,23 +234,34 @@ def _matmul_f32(a, b, out):
         b2 = np.array(b2, _F32)
     # (a result allocated here shares memory with nothing)
     direct = out is None or (kernel_ready(c) and not np.may_share_memory(c, a2)
-                             and not np.may_share_memory(c, b2))
+                             and not np.may_share_memory(c, b2)
+                             and (not batch or _batch_stride(c, batch) is not None))
     target = c if direct else np.empty(shape, _F32)
     # the small kernel's nt form (op_gemm_f32_small: B's rows strided, its columns contiguous, A's
-    # rows contiguous): its depth for use_small
-    nt = (not (b2.strides[-1] == 4 and c.strides[-1] == 4) and a2.strides[-1] == 4
-          and b2.strides[-2] == 4)
+    # rows contiguous): its depth for use_small; C's rows strided: the dot products at any depth
+    (rsa, csa), (rsb, csb), (rsc, csc) = (_core_strides(x) for x in (a2, b2, c))
+    nt = not (csb == 1 and csc == 1) and csa == 1 and rsb == 1
     m, n = a2.shape[-2], b2.shape[-1]
-    if target is c and _small.use_small(m * n * k, kn=n * k, m=m, nt_k=k if nt else None):
-        if not batch:
+    nt_k = None if not nt else k if csc == 1 else _small.NT_NN[1] + 1
+    if target is c and (_small.use_small_batched(m * n * k, n * k, m, nt_k) if batch
+                        else _small.use_small(m * n * k, kn=n * k, m=m, nt_k=nt_k)):
+        if batch:
+            _small_batch(a2, b2, c)  # each core product small: the small kernel on each
+        else:
             _small_strided("matmul", a2, b2, c)
-        elif not _small_batch(a2, b2, c):  # each core product small: the small kernel on each
-            run_gemm("matmul", a2, b2, target)
     else:
         run_gemm("matmul", a2, b2, target)
     if target is not c:
         c[...] = target
     return res[()] if out is None and not result else res  # 0-d: numpy's scalar
+
+
+def _core_strides(x):
+    """(row, column) strides of x's core matrix in elements, a size-1 axis's taken as a C-contiguous
+    matrix's (numpy's contiguity flags ignore it too): every route then picks the same form."""
+    r, c = x.shape[-2:]
+    cs = x.strides[-1] // x.itemsize if c > 1 else 1
+    return (x.strides[-2] // x.itemsize if r > 1 else c * cs), cs
 
 
 def _batch_stride(x, bshape):
@@ -269,29 +280,39 @@ def _batch_stride(x, bshape):
     return 0 if s is None else s
 
 
-def _small_batch(a, b, c) -> bool:
+def _walkable(x, bshape):
+    """``x`` broadcast to ``bshape`` and copied so that one stride walks its entries, each core
+    matrix keeping its order (rows or columns contiguous), so that the small kernel takes the form
+    it takes on x's own entries (as onepath.dask's blocks of x do)."""
+    full = np.broadcast_to(x, tuple(bshape) + x.shape[-2:])
+    if _core_strides(x)[1] != 1 and _core_strides(x)[0] == 1:  # columns contiguous (B = W.T)
+        return np.ascontiguousarray(np.swapaxes(full, -1, -2)).swapaxes(-1, -2)
+    return np.ascontiguousarray(full)
+
+
+def _small_batch(a, b, c):
     """The small kernel on every core product of batched float32 views a (..., M, K), b (..., K,
-    N) (batch axes broadcast, whole-element strides) into c (..., M, N): whole entries over the
-    threads (op_gemm_f32_small_batch; each entry's bits are its 2-D call's). False (nothing done)
-    when an operand's batch axes take more than one stride."""
+    N) (batch axes broadcast, whole-element strides) into c (..., M, N) (its batch axes walked by
+    one stride: a result matmul allocated, or an ``out`` written through such a copy): whole
+    entries over the threads (op_gemm_f32_small_batch). Each entry's bits are its 2-D call's; an
+    operand whose batch axes no single stride walks is copied first (_walkable)."""
     bshape = c.shape[:-2]
+    a = a if _batch_stride(a, bshape) is not None else _walkable(a, bshape)
+    b = b if _batch_stride(b, bshape) is not None else _walkable(b, bshape)
     strides = [_batch_stride(x, bshape) for x in (a, b, c)]
-    if None in strides:
-        return False
     bd = _small.bound("matmul")
     ffi = bd.ffi
     nb = math.prod(bshape)
     m, k = a.shape[-2:]
     n = b.shape[-1]
     t0 = time.perf_counter()
-    sa, sb, sc = a.strides, b.strides, c.strides
+    (rsa, csa), (rsb, csb), (rsc, csc) = (_core_strides(x) for x in (a, b, c))
     t = _small.mt_threads(m, nb * m * n * k, False)
-    used = bd.batch(nb, m, n, k, data_ptr(ffi, a), strides[0], sa[-2] >> 2, sa[-1] >> 2,
-                    data_ptr(ffi, b), strides[1], sb[-2] >> 2, sb[-1] >> 2,
-                    data_ptr(ffi, c), strides[2], sc[-2] >> 2, sc[-1] >> 2, t)
+    used = bd.batch(nb, m, n, k, data_ptr(ffi, a), strides[0], rsa, csa,
+                    data_ptr(ffi, b), strides[1], rsb, csb,
+                    data_ptr(ffi, c), strides[2], rsc, csc, t)
     if _verbose.enabled():
         _small.emit("matmul", bd, _shape_text(a, b), t0, used)
-    return True
 
 
 def _small_strided(op, a, b, c, epi=None):
@@ -301,8 +322,8 @@ def _small_strided(op, a, b, c, epi=None):
     m, k = a.shape
     n = b.shape[1]
     t0 = time.perf_counter()
-    sa, sb, sc = a.strides, b.strides, c.strides
-    t = _small.mt_threads(m, m * n * k, sb[1] == 4 and sc[1] == 4)
+    (rsa, csa), (rsb, csb), (rsc, csc) = (_core_strides(x) for x in (a, b, c))
+    t = _small.mt_threads(m, m * n * k, csb == 1 and csc == 1)
     fb = bd.fb
     if (t == 1 and epi is None and a.flags.c_contiguous and b.flags.c_contiguous
             and c.flags.c_contiguous):
@@ -318,8 +339,8 @@ def _small_strided(op, a, b, c, epi=None):
             return fb(x)
         # an F-contiguous x (B = W.T): its transpose is C-contiguous and starts at the same byte
         return fb(x.T) if fl.f_contiguous else ffi.cast("float *", x.ctypes.data)
-    used = bd.mt(m, n, k, ptr(a), sa[0] >> 2, sa[1] >> 2, ptr(b), sb[0] >> 2, sb[1] >> 2,
-                 ptr(c), sc[0] >> 2, sc[1] >> 2, ffi.NULL if epi is None else epi, t)
+    used = bd.mt(m, n, k, ptr(a), rsa, csa, ptr(b), rsb, csb, ptr(c), rsc, csc,
+                 ffi.NULL if epi is None else epi, t)
     if _verbose.enabled():
         _small.emit(op, bd, _shape_text(a, b), t0, used)
 
