@@ -670,6 +670,22 @@ def test_nt_form_with_strided_output_rows_counts_as_dot_products(monkeypatch, ca
         _small.reset()
 
 
+def test_neither_form_takes_the_small_kernel_only_when_tiny(level, caplog, verbose_on):
+    """Products in neither the nn nor the nt form (A and B column-major; C's rows strided) run the
+    small kernel's reference loop only up to ANY_MAX, the packed GEMM above; answers close."""
+    row = _small.row_for("matmul", level)
+    for s in (8, 64):
+        x, b = rand(s, s), rand(s, s)
+        xt, bt = np.asfortranarray(x), np.asfortranarray(b)
+        out = np.zeros((s, 2 * s), np.float32)[:, ::2]
+        for got in (lambda: onepath.matmul(xt, bt), lambda: onepath.matmul(x, b, out=out)):
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="onepath"):
+                y = got()
+            assert (row.name in caplog.text) is (s ** 3 <= _small.ANY_MAX), (s, caplog.text)
+            np.testing.assert_allclose(y, x @ b, rtol=1e-5, atol=1e-5)
+
+
 def test_nt_nn_constants_match_the_kernel(level):
     """ops/_small.py's NT_NN mirrors gemm_small.c's rule (op_gemm_f32_small_nt_nn) at every
     level."""

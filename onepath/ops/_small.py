@@ -138,6 +138,11 @@ BF16_LIMITS: dict = {"avx512_core_amx": (80 ** 3, 16), "avx512_core_bf16": (96 *
 # the transposed nn form 128^3 0.73, 256^3 0.97, 16 x 256 x 256 0.61, 64 x 64 x 256 0.66 (2 threads
 # 0.37-0.92). zen4: unmeasured (no row: LIMITS alone, as before).
 NT_NN = (16, 512)
+# Neither the nn nor the nt form (A and B both column-major, C's rows strided, ...): the small
+# kernel's scalar reference loop (op_small_any), which the packed GEMM beats from about 16^3
+# (sapphirerapids, 2026-12-05, 1 thread, under load: 8^3 12 against 28 us, 16^3 27 against 16,
+# 128^3 1312 against 53, 256^3 15.5 ms against 0.4): matmul takes it only up to this M*N*K.
+ANY_MAX = 12 ** 3
 NT_DOTS_LIMITS: dict = {("sapphirerapids", "avx512_core"): 160 ** 3}
 _nt_limits: dict = {}  # level of the small row -> NT_DOTS_LIMITS' value on this host, or None
 

@@ -240,11 +240,15 @@ def _matmul_f32(a, b, out):
     # the small kernel's nt form (op_gemm_f32_small: B's rows strided, its columns contiguous, A's
     # rows contiguous): its depth for use_small; C's rows strided: the dot products at any depth
     (rsa, csa), (rsb, csb), (rsc, csc) = (_core_strides(x) for x in (a2, b2, c))
-    nt = not (csb == 1 and csc == 1) and csa == 1 and rsb == 1
+    nn = csb == 1 and csc == 1
+    nt = not nn and csa == 1 and rsb == 1
     m, n = a2.shape[-2], b2.shape[-1]
     nt_k = None if not nt else k if csc == 1 else _small.NT_NN[1] + 1
-    if target is c and (_small.use_small_batched(m * n * k, n * k, m, nt_k) if batch
-                        else _small.use_small(m * n * k, kn=n * k, m=m, nt_k=nt_k)):
+    # neither form (e.g. A and B both column-major, or C's rows strided): the small kernel's
+    # reference loop, only for the tiniest products (_small.ANY_MAX)
+    if target is c and (nn or nt or m * n * k <= _small.ANY_MAX) and (
+            _small.use_small_batched(m * n * k, n * k, m, nt_k) if batch
+            else _small.use_small(m * n * k, kn=n * k, m=m, nt_k=nt_k)):
         if batch:
             _small_batch(a2, b2, c)  # each core product small: the small kernel on each
         else:
