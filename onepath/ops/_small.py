@@ -83,6 +83,12 @@ MT_MIN_FLOPS_NN = 1.5e6   # nn form from 8 rows (an 8 x 32 tile per step: 2-3x t
 # PackedWeight's packed panels beat the small kernel from 5 rows on (8 x 1024 x 1024: 175 against
 # 104 GFLOP/s; MiniLM's 12-row batches): linear passes its rows only up to NT_MAX_M.
 THIN_M, THIN_KN, THIN4_KN = 16, 1 << 20, 1 << 22
+# The nn form (x @ W with a row-major W; a transposed W is the nt form above) only up to
+# THIN_NN_KN: sapphirerapids, 2026-12-05, 2 threads, small kernel / GEMM time (best of 2 x 5
+# alternated blocks): 8 x 1536 x 384 0.61, 12 x 768 x 768 0.83, 16 x 768 x 768 0.69, 16 x 512 x
+# 1536 1.10, 1 x 1024 x 1024 1.07, 4 x 1024 x 1024 1.20, 16 x 1024 x 1024 1.65, 2 x 1536 x 1536
+# 1.16, 4 x 2048 x 2048 1.63.
+THIN_NN_KN = 5 << 17
 
 
 def mt_threads(m: int, mnk: int, nn: bool) -> int:
@@ -101,13 +107,14 @@ def thin_rows(m: int, packed) -> int | None:
     return m if packed is None or m <= NT_MAX_M else None
 
 
-def thin(m: int, kn: int, level: str) -> bool:
+def thin(m: int, kn: int, level: str, nn: bool = False) -> bool:
     """True when a float32 product of ``m`` rows and B of ``kn`` = K*N elements takes the small
-    kernel on several threads whatever its M*N*K (THIN_M, THIN_KN, THIN4_KN; AVX-512's small row,
-    more than one thread allowed, the small path not off: by ``off()`` or by LIMITS below 0, as
-    the tests' packed-GEMM mode sets them)."""
+    kernel on several threads whatever its M*N*K (THIN_M, THIN_KN, THIN4_KN; ``nn``, B row-major:
+    THIN_NN_KN too; AVX-512's small row, more than one thread allowed, the small path not off: by
+    ``off()`` or by LIMITS below 0, as the tests' packed-GEMM mode sets them)."""
     return (MT_ON and level == "avx512_core"
             and (m <= THIN_M and kn <= THIN_KN or m <= 4 and kn <= THIN4_KN)
+            and (not nn or kn <= THIN_NN_KN)
             and _threads.get_num_threads() > 1 and LIMITS.get(level, (-1, -1))[0] >= 0
             and not _off.get())
 LIMITS: dict = {"avx512_core": (128 ** 3, 256 ** 3), "avx2": (112 ** 3, 112 ** 3),
@@ -222,7 +229,7 @@ def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
             return False
     nt_ok = nt_k is None or not nt_dots(m or NT_NN[0], nt_k, level) or _nt_fits(mnk, level)
     return ((fits(mnk, level, kn) and nt_ok)
-            or (m is not None and dtype == "float32" and thin(m, kn, level)))
+            or (m is not None and dtype == "float32" and thin(m, kn, level, nt_k is None)))
 
 
 def use_small_batched(mnk: int, kn: int, m: int, nt_k: int | None = None) -> bool:
