@@ -154,12 +154,11 @@ NT_DOTS_LIMITS: dict = {("sapphirerapids", "avx512_core"): 160 ** 3}
 _nt_limits: dict = {}  # level of the small row -> NT_DOTS_LIMITS' value on this host, or None
 
 
-def nt_dots(m: int, k: int, level: str | None = None) -> bool:
-    """True when the small kernel takes dot products for an nt-form product of ``m`` rows and depth
-    ``k`` (NT_NN; at AVX-512, the only level with the transposed form: ``level`` None means it)."""
-    if level is not None and level != "avx512_core":
-        return True
-    return m < NT_NN[0] or k > NT_NN[1]
+def nt_dots(m: int, k: int, level: str) -> bool:
+    """True when the small kernel of ``level`` (its small row's) takes dot products for an nt-form
+    product of ``m`` rows and depth ``k`` (NT_NN; avx512_core is the only level with the
+    transposed form)."""
+    return level != "avx512_core" or m < NT_NN[0] or k > NT_NN[1]
 
 
 _off: contextvars.ContextVar[bool] = contextvars.ContextVar("onepath_small_off", default=False)

@@ -284,14 +284,21 @@ def _batch_stride(x, bshape):
     return 0 if s is None else s
 
 
-def _walkable(x, bshape):
-    """``x`` broadcast to ``bshape`` and copied so that one stride walks its entries, each core
-    matrix keeping its order (rows or columns contiguous), so that the small kernel takes the form
-    it takes on x's own entries (as onepath.dask's blocks of x do)."""
+def _walked(x, bshape):
+    """(x, its batch stride): x itself when one stride walks its entries (``_batch_stride``), else x
+    broadcast to ``bshape`` and copied, each core matrix keeping its order (rows or columns
+    contiguous), so that the small kernel takes the form it takes on x's own entries (as
+    onepath.dask's blocks of x do)."""
+    s = _batch_stride(x, bshape)
+    if s is not None:
+        return x, s
     full = np.broadcast_to(x, tuple(bshape) + x.shape[-2:])
-    if _core_strides(x)[1] != 1 and _core_strides(x)[0] == 1:  # columns contiguous (B = W.T)
-        return np.ascontiguousarray(np.swapaxes(full, -1, -2)).swapaxes(-1, -2)
-    return np.ascontiguousarray(full)
+    rs, cs = _core_strides(x)
+    if cs != 1 and rs == 1:  # columns contiguous (B = W.T)
+        y = np.ascontiguousarray(np.swapaxes(full, -1, -2)).swapaxes(-1, -2)
+    else:
+        y = np.ascontiguousarray(full)
+    return y, _batch_stride(y, bshape)
 
 
 def _small_batch(a, b, c):
@@ -299,11 +306,10 @@ def _small_batch(a, b, c):
     N) (batch axes broadcast, whole-element strides) into c (..., M, N) (its batch axes walked by
     one stride: a result matmul allocated, or an ``out`` written through such a copy): whole
     entries over the threads (op_gemm_f32_small_batch). Each entry's bits are its 2-D call's; an
-    operand whose batch axes no single stride walks is copied first (_walkable)."""
+    operand whose batch axes no single stride walks is copied first (_walked)."""
     bshape = c.shape[:-2]
-    a = a if _batch_stride(a, bshape) is not None else _walkable(a, bshape)
-    b = b if _batch_stride(b, bshape) is not None else _walkable(b, bshape)
-    strides = [_batch_stride(x, bshape) for x in (a, b, c)]
+    (a, bsa), (b, bsb) = _walked(a, bshape), _walked(b, bshape)
+    bsc = _batch_stride(c, bshape)
     bd = _small.bound("matmul")
     ffi = bd.ffi
     nb = math.prod(bshape)
@@ -312,9 +318,8 @@ def _small_batch(a, b, c):
     t0 = time.perf_counter()
     (rsa, csa), (rsb, csb), (rsc, csc) = (_core_strides(x) for x in (a, b, c))
     t = _small.mt_threads(m, nb * m * n * k, False)
-    used = bd.batch(nb, m, n, k, data_ptr(ffi, a), strides[0], rsa, csa,
-                    data_ptr(ffi, b), strides[1], rsb, csb,
-                    data_ptr(ffi, c), strides[2], rsc, csc, t)
+    used = bd.batch(nb, m, n, k, data_ptr(ffi, a), bsa, rsa, csa, data_ptr(ffi, b), bsb, rsb, csb,
+                    data_ptr(ffi, c), bsc, rsc, csc, t)
     if _verbose.enabled():
         _small.emit("matmul", bd, _shape_text(a, b), t0, used)
 
