@@ -70,16 +70,19 @@ def test_matches_torch():
                                o.transpose(1, 2).reshape(b, s, w // 3).numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_same_bits_every_level_and_thread_count():
-    qkv, mask = _data(4, 29, 12, 32, seed=5)
+@pytest.mark.parametrize("batch, seq, heads, hd", [(4, 29, 12, 32), (2, 40, 7, 32)])
+def test_same_bits_every_level_and_thread_count(batch, seq, heads, hd):
+    # tasks are whole sequences or groups of their heads, as many as the thread count asks
+    # (kernels/attn.c): 2 x 7 heads at 2 or 3 threads run in groups of 2, 2, 2 and 1
+    qkv, mask = _data(batch, seq, heads, hd, seed=5)
     outs = []
     for lv in onepath.available_isas():
         with onepath.max_isa(lv):
-            for th in (1, 2):
+            for th in (1, 2, 3):
                 saved = onepath.get_num_threads()
                 onepath.set_num_threads(th)
                 try:
-                    outs.append(onepath.attention(qkv, 12, mask).view(np.uint32))
+                    outs.append(onepath.attention(qkv, heads, mask).view(np.uint32))
                 finally:
                     onepath.set_num_threads(saved)
     for o in outs[1:]:
