@@ -266,18 +266,25 @@ static void op_pack_b_k32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t
             uint16_t *blk = d + kb * 1024;
             const int64_t kk0 = kb * 32;
             const int klen = (int)op_max64(0, op_min64(32, kc - kk0));
-            if (klen == 32 && csb == 1 && nr == OP_K32_NR) {
 #if defined(OP_HAS_AVX512)
+            if (csb == 1) {
+                /* row-major B, any depth and width: the column tail (nr < 32) and the rows past
+                   the depth (kk >= klen) as zeros, by masked loads, where the element loop below
+                   cost half of a batch of 21 x 32 x 21 products (768 of them: 1.17 ms) */
+                const __mmask32 cm = nr >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << nr) - 1u);
                 for (int pr = 0; pr < 16; pr++) {
                     const uint16_t *r0 = src + (kk0 + 2 * pr) * rsb;
-                    const __m512i x0 = _mm512_loadu_si512((const void *)r0);
-                    const __m512i x1 = _mm512_loadu_si512((const void *)(r0 + rsb));
+                    const __m512i x0 = 2 * pr < klen ? _mm512_maskz_loadu_epi16(cm, (const void *)r0)
+                                                     : _mm512_setzero_si512();
+                    const __m512i x1 = 2 * pr + 1 < klen
+                                           ? _mm512_maskz_loadu_epi16(cm, (const void *)(r0 + rsb))
+                                           : _mm512_setzero_si512();
                     _mm512_storeu_si512((void *)(blk + pr * 32), _mm512_permutex2var_epi16(x0, lo_idx, x1));
                     _mm512_storeu_si512((void *)(blk + 512 + pr * 32), _mm512_permutex2var_epi16(x0, hi_idx, x1));
                 }
                 continue;
-#endif
             }
+#endif
             if (klen == 32 && rsb == 1 && nr == OP_K32_NR) {
                 /* B = W^T (a Linear weight W[n][k]): each column is contiguous in k */
                 for (int j = 0; j < OP_K32_NR; j++) {
