@@ -136,7 +136,7 @@ def _offsets(ffi, x: np.ndarray, batch_shape: tuple, keep: list):
     if off is None:
         return ffi.NULL
     keep.append(off)
-    return ffi.cast("const int64_t *", off.ctypes.data)
+    return ffi.from_buffer("int64_t[]", off, require_writable=False)
 
 
 def run_gemm_bf16(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, *, bias=None, bias_axis=1,

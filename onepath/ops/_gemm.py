@@ -6,6 +6,7 @@ the C API wants (see kernels/api_gemm.h), and calls the selected kernel with the
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -44,19 +45,29 @@ def act_code(activation) -> int:
 
 def batch_offsets(x: np.ndarray, batch_shape: tuple) -> np.ndarray | None:
     """Element offsets (int64, one per entry of ``batch_shape``, C order) of each core matrix of
-    ``x`` (shape batch + 2 core dims, batch broadcastable to ``batch_shape``); None if one entry."""
+    ``x`` (shape batch + 2 core dims, batch broadcastable to ``batch_shape``); None if one entry.
+    The array is shared between calls with the same batch shapes and strides (read-only)."""
     nb = x.ndim - 2
     if math.prod(batch_shape) <= 1:
         return None
-    off = np.zeros(x.shape[:nb], np.int64)
     item = x.itemsize
+    return _offsets(x.shape[:nb], tuple(s // item for s in x.strides[:nb]), tuple(batch_shape))
+
+
+@functools.lru_cache(maxsize=256)
+def _offsets(shape: tuple, strides: tuple, batch_shape: tuple) -> np.ndarray:
+    # (building them cost ~14 us per operand: 40 of the 50 us of a batched 8 x 64^3 bfloat16 call)
+    nb = len(shape)
+    off = np.zeros(shape, np.int64)
     for d in range(nb):
-        if x.shape[d] > 1:
-            shape = [1] * nb
-            shape[d] = -1
-            off = off + (np.arange(x.shape[d], dtype=np.int64) * (x.strides[d] // item)).reshape(shape)
-    full = (1,) * (len(batch_shape) - nb) + x.shape[:nb]
-    return np.ascontiguousarray(np.broadcast_to(off.reshape(full), batch_shape), np.int64).ravel()
+        if shape[d] > 1:
+            sh = [1] * nb
+            sh[d] = -1
+            off = off + (np.arange(shape[d], dtype=np.int64) * strides[d]).reshape(sh)
+    full = (1,) * (len(batch_shape) - nb) + shape
+    out = np.ascontiguousarray(np.broadcast_to(off.reshape(full), batch_shape), np.int64).ravel()
+    out.flags.writeable = False
+    return out
 
 
 def kernel_ready(x: np.ndarray) -> bool:
