@@ -103,6 +103,30 @@ def test_many_small_batches(level):
     assert_gemm_close(onepath.matmul(a, b), a, b)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_batch_of_small_entries_in_task_groups(level, dtype):
+    # the GEMM driver gives each thread groups of whole entries when they are small (gemm_f32.c,
+    # OP_GEMM_BATCH_TASKS): 301 entries (8.5 MFLOP: 2 threads) run in groups of 18 and a last of
+    # 13. The float32 small kernel is switched off so that the GEMM driver takes them.
+    from onepath.ops import _small
+    dt = np.float32 if dtype == "float32" else onepath.bfloat16
+    a, b = rand(301, 21, 32).astype(dt), rand(301, 32, 21).astype(dt)
+    outs = []
+    with _small.off():
+        for th in (1, 2):
+            saved = onepath.get_num_threads()
+            onepath.set_num_threads(th)
+            try:
+                outs.append(onepath.matmul(a, b))
+            finally:
+                onepath.set_num_threads(saved)
+    assert outs[0].dtype == dt
+    assert np.array_equal(outs[0].view(np.uint8), outs[1].view(np.uint8))
+    ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(outs[0].astype(np.float64), ref, rtol=2e-2 if dtype == "bfloat16" else 1e-5,
+                               atol=2e-2 if dtype == "bfloat16" else 1e-4)
+
+
 @pytest.mark.parametrize("view", ["T", "fortran", "strided", "negative", "both_negative", "unaligned", "odd_bytes"])
 def test_views(level, view):
     base_a, base_b = rand(80, 90), rand(90, 70)
