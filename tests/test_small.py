@@ -777,3 +777,29 @@ def test_reproducible_vector_product_is_numpys_scalar():
     with onepath.reproducible():
         r = onepath.matmul(np.ones(3, np.float32), np.ones(3, np.float32))
     assert type(r) is np.float32 and r == 3
+
+
+@pytest.mark.parametrize("nb, m, k, n", [(3, 5, 7, 9), (8, 64, 64, 64), (2, 1, 1, 1), (4, 33, 17, 1)])
+def test_batched_3d_fast_path_same_bits(level, monkeypatch, nb, m, k, n):
+    # matmul's fast path for C-contiguous 3-D float32 operands (ops/matmul.py, _batch3_fast) makes
+    # the call the general path makes (out= takes the general path): the same bits
+    from onepath import _repro_mode
+    from onepath.ops import matmul as mm
+    monkeypatch.setattr(_repro_mode, "_ever", False)  # (an earlier test's mode empties the entry)
+    _small.fast_matmul.clear()
+    _small.bound("matmul")   # fills the fast entry of the level in force
+    rng = np.random.default_rng(nb * m + k * n)
+    a = rng.standard_normal((nb, m, k)).astype(np.float32)
+    b = rng.standard_normal((nb, k, n)).astype(np.float32)
+    general = onepath.matmul(a, b, out=np.empty((nb, m, n), np.float32))
+    fast = mm._batch3_fast(a, b)
+    if _small.use_small_batched(m * n * k, n * k, m):
+        assert fast is not None
+        assert np.array_equal(fast.view(np.uint32), general.view(np.uint32))
+    else:
+        assert fast is None
+    assert np.array_equal(onepath.matmul(a, b).view(np.uint32), general.view(np.uint32))
+    np.testing.assert_allclose(general, np.matmul(a.astype(np.float64), b), rtol=1e-4, atol=1e-4)
+    assert mm._batch3_fast(a, b[:1]) is None                   # batch broadcast: general path
+    if k > 1 and n > 1:   # B's columns contiguous (not C order): general path
+        assert mm._batch3_fast(a, b.transpose(0, 2, 1).copy().transpose(0, 2, 1)) is None

@@ -95,7 +95,10 @@ def matmul(a, b, /, out=None, *, dtype=None):
         try:
             (m, k), (k2, n) = a.shape, b.shape  # 2-D by 2-D (raises for other ranks)
         except ValueError:
-            pass
+            if a.ndim == 3 == b.ndim:
+                r = _batch3_fast(a, b)
+                if r is not None:
+                    return r
         else:
             # small and C-contiguous (from_buffer refuses anything else): the small kernel,
             # found by the scoped cap in force (ops/_small.py; empty while verbose is on and once
@@ -299,6 +302,28 @@ def _walked(x, bshape):
     else:
         y = np.ascontiguousarray(full)
     return y, _batch_stride(y, bshape)
+
+
+def _batch3_fast(a, b):
+    """matmul of C-contiguous, aligned 3-D float32 a (B, M, K) and b (B, K, N), B >= 2, whose
+    core products take the small kernel (``_small.use_small_batched``): the kernel call
+    ``_small_batch`` makes for them (the same arguments, the same bits) without the general path's
+    checks (~9 of the 46 us of 8 x 64^3 at 1 thread); None for anything else. Like the 2-D fast
+    path, only while ``_small.fast_matmul`` holds the level's entry (verbose off, no reproducible
+    mode ever)."""
+    if _fast.get(_scoped_get()) is None:
+        return None
+    (nb, m, k), (nb2, k2, n) = a.shape, b.shape
+    if (nb2 != nb or k2 != k or nb < 2 or not (m and n and k)
+            or not (a.flags.c_contiguous and b.flags.c_contiguous and a.flags.aligned and b.flags.aligned)
+            or not _small.use_small_batched(m * n * k, n * k, m)):
+        return None
+    bd = _small.bound("matmul")
+    fb = bd.fb
+    c = _empty((nb, m, n), _F32)
+    bd.batch(nb, m, n, k, fb(a), m * k, k, 1, fb(b), k * n, n, 1, fb(c), m * n, n, 1,
+             _small.mt_threads(m, nb * m * n * k, False))
+    return c
 
 
 def _small_batch(a, b, c):
