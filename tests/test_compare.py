@@ -94,8 +94,8 @@ def test_real_bench_json_has_samples(tmp_path):
     from onepath.bench import cli
     out = tmp_path / "run.json"
     with open(tmp_path / "log.txt", "w") as log:
-        doc = cli.run(threads=1, quick=True, suites=["matmul"], shapes=[32], repeat=3, min_time=0.001,
-                      json_path=str(out), peak=False, progress=False, out=log)
+        doc = cli.run(threads=1, quick=True, suites=["matmul"], shapes=[32], repeat=3,
+                      min_time=0.001, json_path=str(out), peak=False, progress=False, out=log)
     samples = doc["results"][0]["impls"]["onepath"]["samples"]
     assert len(samples) == 3 and all(s > 0 for s in samples)
     res = compare.compare([compare.load(str(out)), copy.deepcopy(compare.load(str(out)))])

@@ -123,8 +123,8 @@ def test_batch_of_small_entries_in_task_groups(level, dtype):
     assert outs[0].dtype == dt
     assert np.array_equal(outs[0].view(np.uint8), outs[1].view(np.uint8))
     ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
-    np.testing.assert_allclose(outs[0].astype(np.float64), ref, rtol=2e-2 if dtype == "bfloat16" else 1e-5,
-                               atol=2e-2 if dtype == "bfloat16" else 1e-4)
+    rtol, atol = (2e-2, 2e-2) if dtype == "bfloat16" else (1e-5, 1e-4)
+    np.testing.assert_allclose(outs[0].astype(np.float64), ref, rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("view", ["T", "fortran", "strided", "negative", "both_negative", "unaligned", "odd_bytes"])

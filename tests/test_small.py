@@ -779,7 +779,8 @@ def test_reproducible_vector_product_is_numpys_scalar():
     assert type(r) is np.float32 and r == 3
 
 
-@pytest.mark.parametrize("nb, m, k, n", [(3, 5, 7, 9), (8, 64, 64, 64), (2, 1, 1, 1), (4, 33, 17, 1)])
+@pytest.mark.parametrize("nb, m, k, n",
+                         [(3, 5, 7, 9), (8, 64, 64, 64), (2, 1, 1, 1), (4, 33, 17, 1)])
 def test_batched_3d_fast_path_same_bits(level, monkeypatch, nb, m, k, n):
     # matmul's fast path for C-contiguous 3-D float32 operands (ops/matmul.py, _batch3_fast) makes
     # the call the general path makes (out= takes the general path): the same bits

@@ -1,11 +1,12 @@
 /* attn.c: multi-head self-attention of packed [q | k | v] token rows (api_attn.h), float32 or
    bfloat16 in and out, float32 inside. Tasks of whole sequences (or groups of their heads, see
    op_attention) on the pool; per (sequence, head) K is copied transposed (hd x keys, the keys
-   padded to a multiple of 16) and V widened to float32 in the thread's scratch, then for each block of up to OP_ATTN_QB queries: the scores over 16 keys per
-   vector (one chain over hd per score), the mask added, the softmax over the keys (the maximum, exp
-   of the difference with act_f32.c's op_v16_exp, zero below -87 and on the padding lanes, the sum
-   as op_ln_hsum's tree, one reciprocal; every key at -Inf: a zero row), then ctx = p V (one chain
-   over the keys per element).
+   padded to a multiple of 16) and V widened to float32 in the thread's scratch, then for each
+   block of up to OP_ATTN_QB queries: the scores over 16 keys per vector (one chain over hd per
+   score), the mask added, the softmax over the keys (the maximum, exp of the difference with
+   act_f32.c's op_v16_exp, zero below -87 and on the padding lanes, the sum as op_ln_hsum's tree,
+   one reciprocal; every key at -Inf: a zero row), then ctx = p V (one chain over the keys per
+   element).
    Written with GCC vector extensions (as norm.c): the build is ISO C (no FMA contraction), so every
    level computes the same bits. Products of this size (a sequence of ~20 tokens, hd 32) lose most
    of their time to packing and per-call set-up in the GEMM driver; here nothing is packed but
@@ -82,7 +83,8 @@ static void op_attn_head(const op_attn_ctx *c, int64_t b, int64_t h, int tid)
             if (!qdt)
                 memcpy(qb + qi * hd, (const float *)row + h * hd, sizeof(float) * (size_t)hd);
             else
-                for (int64_t e = 0; e < hd; e++) qb[qi * hd + e] = op_ln_load1(row, qdt, h * hd + e);
+                for (int64_t e = 0; e < hd; e++)
+                    qb[qi * hd + e] = op_ln_load1(row, qdt, h * hd + e);
         }
         /* scores: 16 keys per vector, OP_ATTN_QB queries side by side */
         for (int64_t jb = 0; jb < s16; jb += 16) {
@@ -198,7 +200,8 @@ int op_attention(int64_t batch, int64_t seq, int64_t heads, int64_t hd,
        threads, 64 sequences x 21 tokens x 12 heads of 32 (MiniLM's), alternated with torch 2.13's
        scaled_dot_product_attention in one process: 1118-1185 -> 1004-1026 us (torch 1016-1056). */
     int64_t groups = 1;
-    while (groups < heads && batch * groups < OP_ATTN_TASKS_PER_THREAD * (int64_t)nthreads) groups++;
+    while (groups < heads && batch * groups < OP_ATTN_TASKS_PER_THREAD * (int64_t)nthreads)
+        groups++;
     const int64_t hg = op_cdiv64(heads, groups);
     groups = op_cdiv64(heads, hg);
     op_attn_ctx c = {seq, heads, hd, s16, qkv, qkv_rs, mask, mask_rs, ctx, ctx_rs, scratch, per, scale,

@@ -274,8 +274,9 @@ static void op_pack_b_k32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t
                 const __mmask32 cm = nr >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << nr) - 1u);
                 for (int pr = 0; pr < 16; pr++) {
                     const uint16_t *r0 = src + (kk0 + 2 * pr) * rsb;
-                    const __m512i x0 = 2 * pr < klen ? _mm512_maskz_loadu_epi16(cm, (const void *)r0)
-                                                     : _mm512_setzero_si512();
+                    const __m512i x0 = 2 * pr < klen
+                                           ? _mm512_maskz_loadu_epi16(cm, (const void *)r0)
+                                           : _mm512_setzero_si512();
                     const __m512i x1 = 2 * pr + 1 < klen
                                            ? _mm512_maskz_loadu_epi16(cm, (const void *)(r0 + rsb))
                                            : _mm512_setzero_si512();

@@ -315,7 +315,8 @@ def _batch3_fast(a, b):
         return None
     (nb, m, k), (nb2, k2, n) = a.shape, b.shape
     if (nb2 != nb or k2 != k or nb < 2 or not (m and n and k)
-            or not (a.flags.c_contiguous and b.flags.c_contiguous and a.flags.aligned and b.flags.aligned)
+            or not (a.flags.c_contiguous and b.flags.c_contiguous
+                    and a.flags.aligned and b.flags.aligned)
             or not _small.use_small_batched(m * n * k, n * k, m)):
         return None
     bd = _small.bound("matmul")
