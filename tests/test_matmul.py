@@ -851,3 +851,16 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=PKG_ROOT)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_batch_offsets_cache_keeps_small_batches_only():
+    # the per-entry offsets of batched calls are cached (ops/_gemm.py) only up to OFFSETS_CACHED
+    # entries: a cache of 256 arrays of a million entries each would hold 2 GB
+    from onepath.ops import _gemm
+    small, big = rand(3, 2, 2), np.zeros((_gemm.OFFSETS_CACHED + 1, 2, 2), np.float32)
+    _gemm._offsets.cache_clear()
+    off = _gemm.batch_offsets(small, (3,))
+    assert list(off) == [0, 4, 8] and not off.flags.writeable
+    assert _gemm.batch_offsets(small, (3,)) is off and _gemm._offsets.cache_info().currsize == 1
+    assert len(_gemm.batch_offsets(big, big.shape[:1])) == big.shape[0]
+    assert _gemm._offsets.cache_info().currsize == 1

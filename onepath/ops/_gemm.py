@@ -46,12 +46,19 @@ def act_code(activation) -> int:
 def batch_offsets(x: np.ndarray, batch_shape: tuple) -> np.ndarray | None:
     """Element offsets (int64, one per entry of ``batch_shape``, C order) of each core matrix of
     ``x`` (shape batch + 2 core dims, batch broadcastable to ``batch_shape``); None if one entry.
-    The array is shared between calls with the same batch shapes and strides (read-only)."""
+    The array is shared between calls with the same batch shapes and strides (read-only) up to
+    OFFSETS_CACHED entries (at most 256 such arrays of 32 KiB are kept; larger ones are built per
+    call, where building them is small beside the products)."""
     nb = x.ndim - 2
-    if math.prod(batch_shape) <= 1:
+    entries = math.prod(batch_shape)
+    if entries <= 1:
         return None
     item = x.itemsize
-    return _offsets(x.shape[:nb], tuple(s // item for s in x.strides[:nb]), tuple(batch_shape))
+    key = (x.shape[:nb], tuple(s // item for s in x.strides[:nb]), tuple(batch_shape))
+    return _offsets(*key) if entries <= OFFSETS_CACHED else _offsets.__wrapped__(*key)
+
+
+OFFSETS_CACHED = 4096
 
 
 @functools.lru_cache(maxsize=256)
