@@ -1157,12 +1157,12 @@ static void op_gemm_block(const op_drive_ctx *x, int64_t bi, int64_t m0, int64_t
 static void op_drive_task(void *ctx, int64_t task, int tid)
 {
     const op_drive_ctx *x = (const op_drive_ctx *)ctx;
+    char *abuf = x->buf + (size_t)tid * x->thr_bytes, *bbuf = abuf + x->a_bytes;
+    float *part = x->part_bytes ? (float *)(abuf + x->thr_bytes - x->part_bytes) : NULL;
     if (x->bgroup > 1) {   /* entries task * bgroup .. in turn, each whole */
-        char *buf = x->buf + (size_t)tid * x->thr_bytes;
         const int64_t b1 = op_min64(x->g->batch, (task + 1) * x->bgroup);
         for (int64_t bi = task * x->bgroup; bi < b1; bi++)
-            op_gemm_block(x, bi, 0, x->g->m, 0, x->g->n, buf, buf + x->a_bytes,
-                          x->part_bytes ? (float *)(buf + x->thr_bytes - x->part_bytes) : NULL);
+            op_gemm_block(x, bi, 0, x->g->m, 0, x->g->n, abuf, bbuf, part);
         return;
     }
     const int64_t parts = x->pm * x->pn;
@@ -1175,9 +1175,7 @@ static void op_drive_task(void *ctx, int64_t task, int tid)
     }
     const int64_t n0 = x->nblk * in / x->pn * NR, n1 = op_min64(n, x->nblk * (in + 1) / x->pn * NR);
     if (m0 >= m1 || n0 >= n1) return;
-    char *abuf = x->buf + (size_t)tid * x->thr_bytes;
-    op_gemm_block(x, bi, m0, m1, n0, n1, abuf, abuf + x->a_bytes,
-                  x->part_bytes ? (float *)(abuf + x->thr_bytes - x->part_bytes) : NULL);
+    op_gemm_block(x, bi, m0, m1, n0, n1, abuf, bbuf, part);
 }
 
 /* Splits P parts of one entry into pm x pn (pm <= mblk, pn <= nblk) minimising the per-thread

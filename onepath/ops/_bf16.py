@@ -16,7 +16,7 @@ from .._aligned import empty_aligned
 from ..dispatch import registry
 from ..dtypes import BF16, F32
 from ..kernels import load
-from ._gemm import act_code, batch_offsets
+from ._gemm import act_code, batch_offsets, offsets_ptr
 
 _TAG = {F32: "f32", BF16: "bf16"}
 
@@ -133,10 +133,8 @@ def _data(ffi, x: np.ndarray, elem: str = "uint16_t"):
 
 def _offsets(ffi, x: np.ndarray, batch_shape: tuple, keep: list):
     off = batch_offsets(x, batch_shape)
-    if off is None:
-        return ffi.NULL
     keep.append(off)
-    return ffi.from_buffer("int64_t[]", off, require_writable=False)
+    return offsets_ptr(ffi, off)
 
 
 def run_gemm_bf16(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, *, bias=None, bias_axis=1,

@@ -88,8 +88,10 @@ def kernel_ready(x: np.ndarray) -> bool:
     return True
 
 
-def _ptr(ffi, ctype, arr):
-    return ffi.NULL if arr is None else ffi.cast(ctype, arr.ctypes.data)
+def offsets_ptr(ffi, off: np.ndarray | None):
+    """``const int64_t *`` to a ``batch_offsets`` array (NULL for None), by ``from_buffer``
+    (~0.3 us against ~1.2 for ``ctypes.data``)."""
+    return ffi.NULL if off is None else ffi.from_buffer("int64_t[]", off, require_writable=False)
 
 
 def data_ptr(ffi, x: np.ndarray):
@@ -133,7 +135,7 @@ def run_gemm(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, *, bias=None,
     if batch_shape:
         nbatch = math.prod(batch_shape)
         offsets = [batch_offsets(x, batch_shape) for x in (a, b, c)]  # alive until the call returns
-        a_off, b_off, c_off = (_ptr(ffi, "const int64_t *", o) for o in offsets)
+        a_off, b_off, c_off = (offsets_ptr(ffi, o) for o in offsets)
     else:
         nbatch, a_off, b_off, c_off = 1, ffi.NULL, ffi.NULL, ffi.NULL
     epi = ffi.NULL
