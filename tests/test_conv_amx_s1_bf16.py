@@ -36,10 +36,10 @@ CASES = [
     (1, 64, 10, 12, 32, 3, 1, (1, 1), (0, 0), 1),     # KW 1: no dropped columns
     (1, 32, 9, 18, 16, 3, 3, (2, 2), (1, 1), (2, 1)), # DH 2, DW 1
     (1, 32, 6, 9, 16, 3, 3, (3, 0), (4, 2), 1),       # padding wider than the kernel's halo
-    (1, 32, 30, 30, 16, 3, 3, (1, 1), (1, 1), 1),     # 30 x 32 / 32 = 30 blocks: 4 task groups of 8
+    (1, 32, 30, 30, 16, 3, 3, (1, 1), (1, 1), 1),     # 30 x 32 / 32 = 30 blocks: task groups of 16, 14
     # the depth in chunks of OP_AMXC_KCHUNK_S1 (3 x 3: two channel blocks), partial sums between them
     (2, 128, 14, 14, 48, 3, 3, (1, 1), (1, 1), 1),    # C 128: two chunks of two blocks
-    (1, 160, 18, 18, 32, 3, 3, (1, 1), (1, 1), 1),    # C 160: chunks 2, 2, 1; 12 blocks in 2 groups
+    (1, 160, 24, 24, 32, 3, 3, (1, 1), (1, 1), 1),    # C 160: chunks 2, 2, 1; 20 blocks in 2 groups
     (1, 224, 9, 20, 32, 1, 3, (0, 0), (1, 1), 1),     # 1 x 3, C 224: chunks of 6 blocks, then 1
     (2, 160, 8, 12, 40, 2, 2, (0, 1), (1, 0), 1),     # 2 x 2, C 160: chunks of 4 blocks, then 1
 ]
