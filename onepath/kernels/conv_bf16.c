@@ -1641,14 +1641,14 @@ static int op_conv2d_bf16_nchw1x1_joint(const op_conv_desc *d, const uint16_t *x
 /* ---------------------------------------------------------------- NHWC stride-1 k x k on AMX tiles
 
    An NHWC stride-1 k x k convolution (groups 1, C a multiple of 32) on the AMX tiles without an
-   im2col gather: the input is seen zero-padded, (OH + (KH-1)DH) x wq pixels per image
-   (wq = OW + (KW-1)DW; each task copies the padded rows its pixel blocks read into its thread's own
-   buffer), and the output is computed on the padded grid's width, "virtual" pixel
-   v = oy * wq + ox for ox < wq. For a kernel tap (r, s) the A rows of 32 consecutive virtual pixels
-   are then 32 consecutive padded pixels starting (r DH wq + s DW) pixels further on, C elements
-   apart: a 16 x 32 A tile (16 pixels, 32 channels) is one TILELOADD with a row stride of 2C bytes
-   straight from the padded copy. The (KW - 1) DW columns of each virtual row past OW are computed and
-   dropped (2 of 30 at 28 x 28). The weight is packed once per call into the AMX B layout (32-column
+   im2col gather: the input is seen zero-padded, (OH + (KH-1)DH) rows of wq pixels per image
+   (op_amxc_geom: a zero gap and the input row; each task copies the padded rows its pixel blocks
+   read into its thread's own buffer), and the output is computed on the padded grid's width,
+   "virtual" pixel v = oy * wq + ox for ox < wq. For a kernel tap (r, s) the A rows of 32
+   consecutive virtual pixels are then 32 consecutive padded pixels starting a fixed offset
+   (r DH wq + s DW + gap - pl) further on, C elements apart: a 16 x 32 A tile (16 pixels, 32
+   channels) is one TILELOADD with a row stride of 2C bytes straight from the padded copy. The
+   wq - OW columns of each virtual row past OW are computed and dropped (1 of 29 at 28 x 28). The weight is packed once per call into the AMX B layout (32-column
    panels, per tap and 32-channel block 16 K-pairs x 16 columns per tile). The sums run over taps and
    channel blocks in the same order for every pixel; the float results go through the epilogue and
    the level's bfloat16 rounding as the GEMM's tiles do. (oneDNN's brgemm convolutions read the input
@@ -1670,17 +1670,40 @@ typedef struct {
     int64_t wq, ncb, ntap, npn, nmb, ngroups, pstride, ppsplit;
     int64_t S;            /* stride (1, or 2 along H and W: phase planes) */
     int64_t rrow, rcol;   /* the kernel's reach in rows / pixels of the (phase) grid */
+    int64_t gap;          /* stride 1: zero pixels before each row's input pixels in the copy */
     int64_t plsz;         /* elements per phase plane of a thread's copy (stride 2) */
     int64_t xstep;   /* elements of a thread's copy of the padded rows its task reads */
     float *part;     /* per thread: the float32 partial sums of OP_AMXC_MGROUP 32 x 32 blocks */
 } op_amxc_ctx;
 
-/* The kernel's reach in rows (*rrow) and pixels (*rcol) of the copy's grid: stride 1 the padded
-   image, stride 2 its phase planes. *rcol is also the number of dropped columns per virtual row. */
-static void op_amxc_reach_rc(const op_conv_desc *d, int64_t *rrow, int64_t *rcol)
+/* The copy's grid and the kernel's reach in it: *wq pixels per row, *rrow rows and *rcol pixels
+   past a virtual pixel's first read (from its own position plus the tap offset of tap (0, 0)),
+   *gap (stride 1) zero pixels before each row's W input pixels. Stride 1: a row of the copy is
+   the gap, then the input row, and the next row's gap follows at once, so that a tap reading
+   left of column 0 reads its own row's gap and one reading right of column W - 1 the next row's:
+   one gap of max(left, right) padding serves both sides, where a gap on each side (wq = OW +
+   (KW - 1) DW) computed and dropped both (a 3 x 3 over 28 x 28: 29 pixels a row instead of 30,
+   26 blocks of 32 per image instead of 27). Stride 2: the phase planes, wq = OW + (KW - 1) / 2. */
+static void op_amxc_geom(const op_conv_desc *d, int64_t *rrow, int64_t *rcol, int64_t *wq,
+                         int64_t *gap)
 {
     *rrow = d->sh == 1 ? (d->kh - 1) * d->dh : (d->kh - 1) / 2;
-    *rcol = d->sw == 1 ? (d->kw - 1) * d->dw : (d->kw - 1) / 2;
+    if (d->sw == 1) {
+        const int64_t span = (d->kw - 1) * d->dw;
+        const int64_t right = d->ow - d->w - d->pl + span;   /* columns read past column W - 1 */
+        /* (and at least OW - W: a row of the grid holds a whole output row) */
+        const int64_t one = op_max64(op_max64(0, d->ow - d->w), op_max64(d->pl, right));
+        const int64_t two = op_max64(one, d->pl + right);   /* a gap on each side */
+        /* the one gap only where it saves a 32-pixel block per image: with as many blocks, the
+           narrower rows were slower (7 x 7, C 512, batch 8: 1.35 -> 1.08x torch) */
+        *gap = op_cdiv64(d->oh * (d->w + one), 32) < op_cdiv64(d->oh * (d->w + two), 32) ? one : two;
+        *wq = d->w + *gap;
+        *rcol = *gap - d->pl + span;
+    } else {
+        *gap = 0;
+        *rcol = (d->kw - 1) / 2;
+        *wq = d->ow + *rcol;
+    }
 }
 
 /* pixels (on the padded width) past a block's first that its A tiles read: 31 + the kernel's reach */
@@ -1713,23 +1736,23 @@ static int64_t op_amxc_reach(const op_amxc_ctx *c)
 #define OP_AMXC_KCHUNK_S2 (18 * 1024)
 #define OP_AMXC_TASKS 2    /* tasks per thread at least (else the weight panels split) */
 
-/* Padded row r (input row r - pt) of image n of the NHWC bfloat16 input x to o: wq pixels, zeros
-   outside the input. check: returns 1 when the copied values hold an Inf or NaN (else 0). Shared by
-   the AMX convolutions' per-task row copies (amx_s1, amx_stem). */
-static int op_amx_pad_row(const op_conv_desc *d, const uint16_t *x, int64_t wq, int64_t n, int64_t r,
-                          uint16_t *o, int check)
+/* Padded row r (input row r - pt) of image n of the NHWC bfloat16 input x to o: wq pixels, input
+   column 0 at pixel lpad, zeros outside the input. check: returns 1 when the copied values hold an
+   Inf or NaN (else 0). Shared by the AMX convolutions' per-task row copies (amx_s1, amx_stem). */
+static int op_amx_pad_row(const op_conv_desc *d, const uint16_t *x, int64_t wq, int64_t lpad,
+                          int64_t n, int64_t r, uint16_t *o, int check)
 {
     const int64_t C = d->c, ih = r - d->pt;
     if (ih < 0 || ih >= d->h) {
         memset(o, 0, sizeof(uint16_t) * (size_t)(wq * C));
         return 0;
     }
-    const int64_t q0 = op_min64(d->pl, wq), q1 = op_max64(q0, op_min64(d->pl + d->w, wq));
+    const int64_t q0 = op_min64(lpad, wq), q1 = op_max64(q0, op_min64(lpad + d->w, wq));
     const int64_t len = (q1 - q0) * C;
     unsigned bad = 0;
     memset(o, 0, sizeof(uint16_t) * (size_t)(q0 * C));
     if (len > 0) {
-        const uint16_t *src = x + ((n * d->h + ih) * d->w + (q0 - d->pl)) * C;
+        const uint16_t *src = x + ((n * d->h + ih) * d->w + (q0 - lpad)) * C;
         memcpy(o + q0 * C, src, sizeof(uint16_t) * (size_t)len);
         if (check)
             for (int64_t i = 0; i < len; i++) bad |= (src[i] & 0x7F80u) == 0x7F80u;
@@ -1776,7 +1799,7 @@ static void op_amxc_task(void *ctx, int64_t task, int tid)
     uint16_t *buf = c->xp + (size_t)tid * (size_t)c->xstep;
     for (int64_t r = r0; r < r1; r++) {   /* (rows past the padded image: past the input too, zeros) */
         if (c->S == 1) {
-            op_amx_pad_row(d, c->x, c->wq, n, r, buf + (r - r0) * rs, 0);
+            op_amx_pad_row(d, c->x, c->wq, c->gap, n, r, buf + (r - r0) * rs, 0);
             continue;
         }
         for (int a = 0; a < 2; a++) {   /* stride 2: padded row 2r + a into planes (a, 0) and (a, 1) */
@@ -1861,9 +1884,10 @@ static void op_amxc_panel(const op_amxc_ctx *c, int64_t grp, int64_t n, int64_t 
             }
             for (int64_t cb = q0; cb < q1; cb++)
                 for (int64_t r = 0; r < d->kh; r++) {
-                    /* tap row r: stride 1 the padded row r DH further; stride 2 r / 2 rows further
-                       in the planes of row phase r % 2 */
-                    const int64_t px = c->S == 1 ? v0 - r0 * wq + r * d->dh * wq
+                    /* tap row r: stride 1 the padded row r DH further (tap (r, 0) at column
+                       -pl: gap - pl pixels on); stride 2 r / 2 rows further in the planes of row
+                       phase r % 2 */
+                    const int64_t px = c->S == 1 ? v0 - r0 * wq + r * d->dh * wq + c->gap - d->pl
                                                  : v0 - r0 * wq + (r >> 1) * wq;
                     const int64_t plane = c->S == 1 ? 0 : (r & 1) * 2 * c->plsz;
                     const uint16_t *A = buf + plane + px * C + cb * 32;
@@ -1914,8 +1938,9 @@ static int op_amxc_fits(const op_conv_desc *d)
 {
     const int s1 = d->sh == 1 && d->sw == 1 && (op_conv_bf16_opts & OP_CONV_BF16_AMX_S1);
     const int s2 = d->sh == 2 && d->sw == 2 && d->dh == 1 && d->dw == 1 && (op_conv_bf16_opts & OP_CONV_BF16_AMX_S2);
-    int64_t rrow, dropped;   /* (dropped: columns per virtual row) */
-    op_amxc_reach_rc(d, &rrow, &dropped);
+    int64_t rrow, rcol, wq, gap;
+    op_amxc_geom(d, &rrow, &rcol, &wq, &gap);
+    const int64_t dropped = wq - d->ow;   /* columns per virtual row */
     return d->nhwc == 1 && d->groups == 1 && (s1 || s2) && d->kh * d->kw >= 2 &&
            d->c % 32 == 0 && d->kh <= 16 && d->kw <= 16 &&
            4 * dropped <= d->ow &&   /* at most 1 dropped column in 5 */
@@ -1932,8 +1957,7 @@ static int op_conv2d_nhwc_amx_s1(const op_conv_desc *d, const uint16_t *x, const
     memset(&c, 0, sizeof c);
     c.d = d; c.x = x; c.w = w; c.bias = bias; c.y = y; c.y_bf16 = y_bf16; c.act = act;
     c.S = d->sh;
-    op_amxc_reach_rc(d, &c.rrow, &c.rcol);
-    c.wq = d->ow + c.rcol;
+    op_amxc_geom(d, &c.rrow, &c.rcol, &c.wq, &c.gap);
     c.ncb = d->c / 32;
     c.ntap = d->kh * d->kw;
     c.npn = op_cdiv64(d->oc, 32);
@@ -2072,7 +2096,7 @@ static void op_amxs_task(void *ctx, int64_t task, int tid)
     uint16_t *xb = c->xp + (size_t)tid * (size_t)c->xstep;
     int bad = 0;
     for (int64_t r = 0; r < nrow; r++)
-        bad |= op_amx_pad_row(d, c->x, c->wq, n, oy0 * d->sh + r, xb + r * rs, 1);
+        bad |= op_amx_pad_row(d, c->x, c->wq, d->pl, n, oy0 * d->sh + r, xb + r * rs, 1);
     uint16_t *safe = bad ? c->sw + (size_t)tid * (size_t)c->sstep : NULL;
     for (int64_t oy = oy0; oy < oy1; oy++) op_amxs_row(c, n, oy, xb + (oy - oy0) * d->sh * rs, safe);
 }
