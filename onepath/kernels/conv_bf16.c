@@ -1648,8 +1648,9 @@ static int op_conv2d_bf16_nchw1x1_joint(const op_conv_desc *d, const uint16_t *x
    consecutive virtual pixels are then 32 consecutive padded pixels starting a fixed offset
    (r DH wq + s DW + gap - pl) further on, C elements apart: a 16 x 32 A tile (16 pixels, 32
    channels) is one TILELOADD with a row stride of 2C bytes straight from the padded copy. The
-   wq - OW columns of each virtual row past OW are computed and dropped (1 of 29 at 28 x 28). The weight is packed once per call into the AMX B layout (32-column
-   panels, per tap and 32-channel block 16 K-pairs x 16 columns per tile). The sums run over taps and
+   wq - OW columns of each virtual row past OW are computed and dropped (1 of 29 at 28 x 28). The
+   weight is packed once per call into the AMX B layout (32-column panels, per tap and 32-channel
+   block 16 K-pairs x 16 columns per tile). The sums run over taps and
    channel blocks in the same order for every pixel; the float results go through the epilogue and
    the level's bfloat16 rounding as the GEMM's tiles do. (oneDNN's brgemm convolutions read the input
    in place per tap the same way.)
@@ -1696,7 +1697,8 @@ static void op_amxc_geom(const op_conv_desc *d, int64_t *rrow, int64_t *rcol, in
         const int64_t two = op_max64(one, d->pl + right);   /* a gap on each side */
         /* the one gap only where it saves a 32-pixel block per image: with as many blocks, the
            narrower rows were slower (7 x 7, C 512, batch 8: 1.35 -> 1.08x torch) */
-        *gap = op_cdiv64(d->oh * (d->w + one), 32) < op_cdiv64(d->oh * (d->w + two), 32) ? one : two;
+        const int64_t blocks_one = op_cdiv64(d->oh * (d->w + one), 32);
+        *gap = blocks_one < op_cdiv64(d->oh * (d->w + two), 32) ? one : two;
         *wq = d->w + *gap;
         *rcol = *gap - d->pl + span;
     } else {
