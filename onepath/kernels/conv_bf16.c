@@ -1695,8 +1695,10 @@ static void op_amxc_geom(const op_conv_desc *d, int64_t *rrow, int64_t *rcol, in
         /* (and at least OW - W: a row of the grid holds a whole output row) */
         const int64_t one = op_max64(op_max64(0, d->ow - d->w), op_max64(d->pl, right));
         const int64_t two = op_max64(one, d->pl + right);   /* a gap on each side */
-        /* the one gap only where it saves a 32-pixel block per image: with as many blocks, the
-           narrower rows were slower (7 x 7, C 512, batch 8: 1.35 -> 1.08x torch) */
+        /* the one gap only where it saves a 32-pixel block per image: with as many blocks it
+           saves no work, and its fewer dropped columns would move shapes onto this kernel that
+           the GEMM route runs faster (7 x 7, C 512, batch 8: 1 dropped column of 8 instead of
+           2 of 9 passes op_amxc_fits; 1.35 -> 1.08x torch) */
         const int64_t blocks_one = op_cdiv64(d->oh * (d->w + one), 32);
         *gap = blocks_one < op_cdiv64(d->oh * (d->w + two), 32) ? one : two;
         *wq = d->w + *gap;
