@@ -37,7 +37,7 @@ CASES = [
     (1, 32, 9, 18, 16, 3, 3, (2, 2), (1, 1), (2, 1)), # DH 2, DW 1
     (1, 32, 6, 9, 16, 3, 3, (3, 0), (4, 2), 1),       # padding wider than the kernel's halo
     (1, 32, 6, 9, 16, 3, 3, (1, 1), (4, 4), 1),       # wider on both sides: rows of OW = W + 6
-    (1, 32, 30, 30, 16, 3, 3, (1, 1), (1, 1), 1),     # 30 x 32 / 32 = 30 blocks: task groups of 16, 14
+    (1, 32, 30, 30, 16, 3, 3, (1, 1), (1, 1), 1),     # 30 x 32 / 32 = 30 blocks: groups of 16, 14
     # the depth in chunks of OP_AMXC_KCHUNK_S1 (3 x 3: two channel blocks), partial sums between them
     (2, 128, 14, 14, 48, 3, 3, (1, 1), (1, 1), 1),    # C 128: two chunks of two blocks
     (1, 160, 24, 24, 32, 3, 3, (1, 1), (1, 1), 1),    # C 160: chunks 2, 2, 1; 20 blocks in 2 groups
