@@ -1718,11 +1718,12 @@ static int64_t op_amxc_reach(const op_amxc_ctx *c)
 
 /* 32-pixel blocks per task. 16 rather than 8: half the tasks, each copying its padded rows once
    for twice the blocks (fewer rows copied twice at the groups' edges) and passing each weight
-   panel once over them. The Intel AMX VM, 2026-12-05, 2 threads, ResNet-50 NHWC bfloat16 paired with torch
-   2.13 in one process (x torch, median of 5-9): batch 8 res3_branch2b 0.81-0.83 -> 0.84-0.85 (0.89
-   in one run), res2_branch2b 0.99 -> 1.02, res3a_branch2b 0.96 -> 0.99; batch 1 res3_branch2b 1.12
-   -> 1.25, res3a_branch2b 1.59 -> 1.70; the others within the noise. 28 (one group per 28 x 28
-   image): 1.59 -> 1.36 at batch 1 res3a_branch2b (its panels then split between the threads). */
+   panel once over them. The Intel AMX VM, 2026-12-05, 2 threads, ResNet-50 NHWC bfloat16 paired
+   with torch 2.13 in one process (x torch, median of 5-9): batch 8 res3_branch2b 0.81-0.83 ->
+   0.84-0.85 (0.89 in one run), res2_branch2b 0.99 -> 1.02, res3a_branch2b 0.96 -> 0.99; batch 1
+   res3_branch2b 1.12 -> 1.25, res3a_branch2b 1.59 -> 1.70; the others within the noise. 28 (one
+   group per 28 x 28 image): 1.59 -> 1.36 at batch 1 res3a_branch2b (its panels then split
+   between the threads). */
 #define OP_AMXC_MGROUP 16
 /* A weight panel's depth runs in chunks of at most this many bytes of it (a whole channel block at
    least): every pixel block of the task passes over one chunk, its partial sums kept in float32
