@@ -608,6 +608,47 @@ def test_batched_small_products(level, threads, caplog, verbose_on):
         onepath.set_num_threads(old)
 
 
+def test_small_kernel_past_limits_on_several_threads(level, small_mt_on, caplog, verbose_on):
+    """With more than one thread, a product past LIMITS' first value and within its second (B within
+    B_MAX) takes the threaded small kernel below MT_GEMM_ONE or with at most MT_MAX_M rows
+    (``mt_fits``), with the bits of its one-thread call; taller ones and batched ones keep the
+    packed GEMM. Results against the float64 product."""
+    row = _small.row_for("matmul", level)
+    lim, lim1t = _small.LIMITS[row.level]
+    old = onepath.get_num_threads()
+    # (the small kernel past LIMITS' first value at avx512_core's small row: LIMITS' two values
+    # are equal at the other levels)
+    cases = [(128, 384, 64, "matmul", True), (128, 384, 64, "linear", True),
+             (256, 256, 128, "matmul", True), (100, 200, 150, "matmul_t", True),
+             (1024, 48, 64, "matmul", True),
+             (1024, 128, 128, "matmul", False), (1024, 128, 128, "linear", False)]
+    try:
+        for m, k, n, op, past in cases:
+            x, w = rand(m, k), rand(n, k) / math.sqrt(k)
+            call = {"matmul": lambda: onepath.matmul(x, np.ascontiguousarray(w.T)),
+                    "matmul_t": lambda: onepath.matmul(x, w.T),
+                    "linear": lambda: onepath.linear(x, w)}[op]
+            onepath.set_num_threads(1)
+            one = call()
+            onepath.set_num_threads(2)
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="onepath"):
+                two = call()
+            assert_gemm_close(two, x, w.T)
+            mnk = m * n * k
+            small = past and lim < lim1t
+            name = _small.row_for("linear" if op == "linear" else "matmul", level).name
+            assert mnk > lim and (name in caplog.text) == small, (m, k, n, op, caplog.text)
+            if small:
+                assert np.array_equal(one.view(np.uint32), two.view(np.uint32)), (m, k, n, op)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="onepath"):
+            onepath.matmul(rand(2, 128, 384), rand(2, 384, 64))   # batched: LIMITS as before
+        assert row.name not in caplog.text, caplog.text
+    finally:
+        onepath.set_num_threads(old)
+
+
 def test_batched_small_with_few_entries(small_mt_on, caplog, verbose_on):
     """Fewer entries than threads: each entry's columns over the threads (op_gemm_f32_small_mt),
     the same bits as one thread; a batch of thin products larger than LIMITS keeps the GEMM (the

@@ -27,6 +27,7 @@ _fast = _small.fast_matmul  # ISA level -> the small kernel's C entry (filled on
 _scoped_get = _cap._scoped.get
 _empty = np.empty
 _B_MAX = _small.B_MAX
+_mt_fits = _small.mt_fits
 
 
 def set_mt_limits() -> None:
@@ -107,7 +108,8 @@ def matmul(a, b, /, out=None, *, dtype=None):
             if fast is not None and k2 == k:
                 cc, fb, mt, null, lim, lim1t = fast
                 mnk = m * n * k
-                if mnk <= lim or (mnk <= lim1t and k * n <= _B_MAX and _nthreads() == 1):
+                if mnk <= lim or (mnk <= lim1t and k * n <= _B_MAX
+                                  and (_nthreads() == 1 or _mt_fits(mnk, m))):
                     c = _empty((m, n), _F32)
                     try:
                         if mnk < _MT0 or (m >= 8 and mnk < _MT8) or (t := _nthreads()) == 1:
@@ -137,7 +139,8 @@ def matmul(a, b, /, out=None, *, dtype=None):
                 and not _may_share(out, a) and not _may_share(out, b)):
             cc, fb, mt, null, lim, lim1t = fast
             mnk = m * n * k
-            if ((mnk <= lim or (mnk <= lim1t and k * n <= _B_MAX and _nthreads() == 1))
+            if ((mnk <= lim or (mnk <= lim1t and k * n <= _B_MAX
+                                and (_nthreads() == 1 or _mt_fits(mnk, m))))
                     and (mnk < _MT0 or (m >= 8 and mnk < _MT8) or _nthreads() == 1)):
                 try:
                     if cc(m, n, k, fb(a), fb(b), fb(out)):
