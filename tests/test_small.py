@@ -71,11 +71,13 @@ def test_small_linear(level, act, shape):
 
 @pytest.mark.parametrize("form", ["nn", "nt", "any"])
 @pytest.mark.parametrize("m,k,n", [(1, 7, 33), (5, 19, 70), (13, 64, 97), (16, 40, 3),
-                                   (9, 33, 200)])
-def test_small_mt_same_bits_as_one_thread(level, form, m, k, n):
-    """op_gemm_f32_small_mt splits C's columns at whole tiles: bit for bit the one-thread call at
-    1-5 threads, with a per-column bias and an activation (each range its part of the bias), the
-    output NaN-filled first so that a column left unwritten fails."""
+                                   (9, 33, 200), (100, 33, 20), (257, 16, 32), (70, 24, 1)])
+@pytest.mark.parametrize("bias_axis", [1, 0])
+def test_small_mt_same_bits_as_one_thread(level, form, m, k, n, bias_axis):
+    """op_gemm_f32_small_mt splits C's columns at whole tiles (the nn form with 32 columns or
+    fewer: its rows): bit for bit the one-thread call at 1-5 threads, with a bias along columns
+    or rows and an activation (each range its part of the bias), the output NaN-filled first so
+    that an element left unwritten fails."""
     mod = load(_small.row_for("matmul", level).level)
     ffi, lib = mod.ffi, mod.lib
     a = rand(m, k)
@@ -84,10 +86,10 @@ def test_small_mt_same_bits_as_one_thread(level, form, m, k, n):
     if form == "any":  # A column-major, B rows 2 apart: the plain loop
         a = np.asfortranarray(a)
         b = np.ascontiguousarray(np.repeat(bt.T, 2, axis=1))[:, ::2]
-    bias = rand(n)
+    bias = rand(n if bias_axis else m)
     epi = ffi.new("op_epilogue *")
     epi.bias = ffi.cast("const float *", bias.ctypes.data)
-    epi.bias_stride, epi.bias_axis, epi.act = 1, 1, 3  # gelu
+    epi.bias_stride, epi.bias_axis, epi.act = 1, bias_axis, 3  # gelu
     outs = []
     for t in (0, 1, 2, 3, 5):
         c = np.full((m, n), np.nan, np.float32)
