@@ -612,17 +612,17 @@ def test_batched_small_products(level, threads, caplog, verbose_on):
 
 def test_small_kernel_past_limits_on_several_threads(level, small_mt_on, caplog, verbose_on):
     """With more than one thread, a product past LIMITS' first value and within its second (B within
-    B_MAX) takes the threaded small kernel below MT_GEMM_ONE or with at most MT_MAX_M rows
-    (``mt_fits``), with the bits of its one-thread call; taller ones and batched ones keep the
-    packed GEMM. Results against the float64 product."""
+    B_MAX) takes the threaded small kernel below MT_GEMM_ONE (``mt_fits``), with the bits of its
+    one-thread call; larger ones and batched ones keep the packed GEMM. Results against the
+    float64 product."""
     row = _small.row_for("matmul", level)
     lim, lim1t = _small.LIMITS[row.level]
     old = onepath.get_num_threads()
     # (the small kernel past LIMITS' first value at avx512_core's small row: LIMITS' two values
     # are equal at the other levels)
     cases = [(128, 384, 64, "matmul", True), (128, 384, 64, "linear", True),
-             (256, 256, 128, "matmul", True), (100, 200, 150, "matmul_t", True),
-             (1024, 48, 64, "matmul", True),
+             (256, 256, 128, "matmul", False), (100, 200, 150, "matmul_t", True),
+             (1024, 48, 64, "matmul", True), (150, 160, 160, "linear", True),
              (1024, 128, 128, "matmul", False), (1024, 128, 128, "linear", False)]
     try:
         for m, k, n, op, past in cases:

@@ -91,22 +91,20 @@ THIN_M, THIN_KN, THIN4_KN = 16, 1 << 20, 1 << 22
 THIN_NN_KN = 5 << 17
 # Past LIMITS' first value, more than one thread allowed (``mt_fits``): LIMITS was measured before
 # the small kernel had threads, when the packed GEMM on two threads won from ~192^3 against the
-# small kernel on one. The packed GEMM takes a second thread only from 8 MFLOP (twice
+# small kernel on one. But the packed GEMM takes a second thread only from 8 MFLOP (twice
 # OP_GEMM_MIN_FLOPS_PER_THREAD, kernels/gemm_f32.c): between 128^3 and M N K = 4e6 it ran one
-# thread where the small kernel now runs two; above that, up to MT_MAX_M rows, the column-split
-# small kernel still won. sapphirerapids, 2026-12-06, 2 threads, median of 5 alternated blocks in
-# one process, x numpy (OpenBLAS), packed GEMM -> small kernel: matmul 128 x 384 x 64 0.59 ->
-# 1.17, 256 x 384 x 32 0.49 -> 0.85, 100 x 200 x 150 0.71 -> 1.20, 64 x 512 x 96 0.87 -> 1.54,
-# 160^3 1.15 -> 1.37, 128 x 384 x 128 1.20 -> 1.42, 256 x 256 x 128 0.88 -> 0.99, 196 x 512 x 128
-# 1.01 -> 1.06, 256^3 1.15 -> 1.17, 200 x 300 x 250 1.09 -> 1.09; linear (x @ W.T) 128 x 384 x 64
-# 0.66 -> 1.41, 128 x 384 x 128 1.10 -> 1.45, 256^3 1.09 -> 1.22; below 4e6 at any height: matmul
-# 1024 x 48 x 64 0.52 -> 1.18, 512 x 64 x 96 0.54 -> 0.78, 300 x 100 x 100 0.51 -> 0.92. Taller
-# products above 4e6 were mixed (1024 x 128 x 128 0.94-0.98 -> 0.85-0.89, 768 x 128 x 160 0.99 ->
-# 0.92, 2048 x 128 x 64 0.94 -> 1.10, 512 x 512 x 64 0.94 -> 1.09): from MT_MAX_M + 1 rows they
-# keep the GEMM. Not measured on Zen 4 (the GEMM's one-thread rule is the same there). Batched
-# products keep LIMITS (use_small_batched: whole entries per thread).
+# thread where the small kernel now runs two. sapphirerapids, 2026-12-06, 2 threads, median of 5
+# alternated blocks in one process, x numpy (OpenBLAS), packed GEMM -> small kernel: matmul 128 x
+# 384 x 64 0.59-0.61 -> 1.17-1.18, 100 x 200 x 150 0.71 -> 1.20, 64 x 512 x 96 0.87 -> 1.54, 1024 x
+# 48 x 64 0.52 -> 1.18, 512 x 64 x 96 0.54 -> 0.78, 300 x 100 x 100 0.51 -> 0.92, 256 x 384 x 32
+# 0.49 -> 0.85 (1.22 with the row ranges of op_gemm_f32_small_mt); linear (x @ W.T) 128 x 384 x 64
+# 0.66 -> 1.41-1.44. Above 4e6 (the GEMM on two threads) it was mixed: 128 x 384 x 128 1.13-1.26
+# -> 1.42-1.52, 128 x 512 x 128 1.14-1.18 -> 1.27-1.32, but 256^3 1.20-1.23 -> 1.05-1.07 in two
+# runs (1.11-1.15 -> 1.17 in two others), 128 x 768 x 96 1.04-1.05 -> 0.89-0.92 (96 columns in
+# ranges of 64 and 32), 1024 x 128 x 128 0.94-0.98 -> 0.85-0.89: those keep the GEMM. Not
+# measured on Zen 4 (the GEMM's one-thread rule is the same there). Batched products keep LIMITS
+# (use_small_batched: whole entries per thread).
 MT_GEMM_ONE = 4_000_000   # M*N*K below which the packed GEMM runs one thread
-MT_MAX_M = 256
 
 
 def mt_threads(m: int, mnk: int, nn: bool) -> int:
@@ -223,10 +221,10 @@ def fits(mnk: int, row_level: str, kn: int = 0, m: int | None = None) -> bool:
 
 def mt_fits(mnk: int, m: int | None) -> bool:
     """Whether a product past LIMITS' first value (and within its second, B within B_MAX) takes
-    the threaded small kernel when more than one thread is allowed: below MT_GEMM_ONE (where the
-    packed GEMM would run on one thread) or with at most MT_MAX_M rows; ``m`` None (a batched
-    product, a linear on a PackedWeight past NT_MAX_M rows): no."""
-    return MT_ON and m is not None and (mnk < MT_GEMM_ONE or m <= MT_MAX_M)
+    the threaded small kernel when more than one thread is allowed: below MT_GEMM_ONE, where the
+    packed GEMM would run on one thread; ``m`` None (a batched product, a linear on a
+    PackedWeight past NT_MAX_M rows): no."""
+    return MT_ON and m is not None and mnk < MT_GEMM_ONE
 
 
 def _nt_fits(mnk: int, level: str) -> bool:
