@@ -414,45 +414,32 @@ int op_gemm_f32_small(int64_t m, int64_t n, int64_t k,
     return 1;
 }
 
-/* op_gemm_f32_small_mt: column ranges of C, one task each, on the thread pool (threads.c). */
+/* op_gemm_f32_small_mt: column ranges of C (rows: row ranges), one task each, on the thread pool
+   (threads.c). */
 typedef struct {
     int64_t m, n, k, rsa, csa, rsb, csb, rsc, csc, chunk;
     const float *a, *b;
     float *c;
     const op_epilogue *epi;
+    int rows;
 } op_small_mt_ctx;
-
-/* op_gemm_f32_small_mt with too few columns to split: a range of rows per task, all columns */
-static void op_small_mt_rows_task(void *ctx, int64_t task, int tid)
-{
-    const op_small_mt_ctx *x = (const op_small_mt_ctx *)ctx;
-    (void)tid;
-    const int64_t i0 = task * x->chunk, h = op_min64(x->chunk, x->m - i0);
-    op_epilogue e;
-    const op_epilogue *ep = NULL;
-    if (x->epi) {
-        e = *x->epi;
-        if (e.bias && e.bias_axis == 0) e.bias += i0 * e.bias_stride;  /* this range's rows */
-        ep = &e;
-    }
-    op_gemm_f32_small(h, x->n, x->k, x->a + i0 * x->rsa, x->rsa, x->csa, x->b, x->rsb, x->csb,
-                      x->c + i0 * x->rsc, x->rsc, x->csc, ep);
-}
 
 static void op_small_mt_task(void *ctx, int64_t task, int tid)
 {
     const op_small_mt_ctx *x = (const op_small_mt_ctx *)ctx;
     (void)tid;
-    const int64_t j0 = task * x->chunk, w = op_min64(x->chunk, x->n - j0);
+    const int64_t r0 = task * x->chunk, len = op_min64(x->chunk, (x->rows ? x->m : x->n) - r0);
+    const int64_t i0 = x->rows ? r0 : 0, j0 = x->rows ? 0 : r0;
     op_epilogue e;
     const op_epilogue *ep = NULL;
     if (x->epi) {
-        e = *x->epi;
-        if (e.bias && e.bias_axis != 0) e.bias += j0 * e.bias_stride;  /* this range's columns */
+        e = *x->epi;   /* this range's part of the bias */
+        if (e.bias) e.bias += (e.bias_axis == 0 ? i0 : j0) * e.bias_stride;
         ep = &e;
     }
-    op_gemm_f32_small(x->m, w, x->k, x->a, x->rsa, x->csa, x->b + j0 * x->csb, x->rsb, x->csb,
-                      x->c + j0 * x->csc, x->rsc, x->csc, ep);
+    op_gemm_f32_small(x->rows ? len : x->m, x->rows ? x->n : len, x->k, x->a + i0 * x->rsa,
+                      x->rsa, x->csa, x->b + j0 * x->csb, x->rsb, x->csb,
+                      x->c + i0 * x->rsc + j0 * x->csc, x->rsc, x->csc, ep);
 }
 
 int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
@@ -477,13 +464,13 @@ int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
     if (nthreads > 1 && n <= chunk && csb == 1 && csc == 1 && k > 0 && m >= 2 * mq) {
         const int64_t rchunk = op_roundup64(op_cdiv64(m, nthreads), mq);
         op_small_mt_ctx x = {m, n, k, rsa, csa, rsb, csb, rsc, csc, rchunk,
-                             (const float *)av, (const float *)bv, (float *)cv, epi};
-        return op_parallel_for_short(nthreads, op_cdiv64(m, rchunk), op_small_mt_rows_task, &x);
+                             (const float *)av, (const float *)bv, (float *)cv, epi, 1};
+        return op_parallel_for_short(nthreads, op_cdiv64(m, rchunk), op_small_mt_task, &x);
     }
     if (nthreads <= 1 || m <= 0 || k <= 0 || n <= chunk)
         return op_gemm_f32_small(m, n, k, av, rsa, csa, bv, rsb, csb, cv, rsc, csc, epi);
     op_small_mt_ctx x = {m, n, k, rsa, csa, rsb, csb, rsc, csc, chunk,
-                         (const float *)av, (const float *)bv, (float *)cv, epi};
+                         (const float *)av, (const float *)bv, (float *)cv, epi, 0};
     return op_parallel_for_short(nthreads, op_cdiv64(n, chunk), op_small_mt_task, &x);
 }
 
