@@ -651,6 +651,23 @@ def test_small_kernel_past_limits_on_several_threads(level, small_mt_on, caplog,
         onepath.set_num_threads(old)
 
 
+def test_one_column_b_same_bits_whatever_came_before(level):
+    """A B of one column (or one row) is both C- and F-contiguous: the same call gives the same
+    bits whether the fast entry of matmul was filled by an earlier call or not (it took the nt
+    form while the entry was empty, the nn form after; found by the review of 2026-12-06)."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((70, 24)).astype(np.float32)
+    for b in (rng.standard_normal((24, 1)).astype(np.float32),
+              rng.standard_normal((1, 9)).astype(np.float32)):
+        x = a if b.shape[0] == 24 else a[:, :1]
+        _small.fast_matmul.clear()
+        first = onepath.matmul(x, b)
+        onepath.matmul(x, np.ones((x.shape[1], 2), np.float32))   # fills the fast entry
+        again = onepath.matmul(x, b)
+        assert np.array_equal(first.view(np.uint32), again.view(np.uint32)), b.shape
+        assert_gemm_close(again, x, b)
+
+
 def test_batched_small_with_few_entries(small_mt_on, caplog, verbose_on):
     """Fewer entries than threads: each entry's columns over the threads (op_gemm_f32_small_mt),
     the same bits as one thread; a batch of thin products larger than LIMITS keeps the GEMM (the

@@ -453,16 +453,15 @@ int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
        is the one-thread call's */
     const int64_t q = 32;
     const int64_t chunk = op_roundup64(op_cdiv64(n > 0 ? n : 1, nthreads > 1 ? nthreads : 1), q);
-    /* Too few columns for two ranges (n <= 32): ranges of rows, for the nn form (B and C rows
-       contiguous), whose tiles are OP_SMALL_MR rows of one row's FMAs each: at multiples of
-       OP_SMALL_MR every tile is the one-thread call's, and so is every bit. The epilogue's bias
-       along rows moves with the range; activations act per row. sapphirerapids, 2026-12-06, 2
-       threads, median of 5 alternated in one process, x numpy (OpenBLAS) one thread -> two:
-       512 x 64 x 32 0.79 -> 1.18, 1024 x 128 x 16 0.77 -> 1.27 (256 x 384 x 32, the packed GEMM
-       before ops/_small.py's mt_fits: 0.54 -> 1.22) */
-    const int64_t mq = OP_SMALL_MR * 4;
-    if (nthreads > 1 && n <= chunk && csb == 1 && csc == 1 && k > 0 && m >= 2 * mq) {
-        const int64_t rchunk = op_roundup64(op_cdiv64(m, nthreads), mq);
+    /* Too few columns for two ranges (n <= 32): ranges of rows (from 8 tiles' worth), for the nn
+       form (B and C rows contiguous), whose tiles are OP_SMALL_MR rows of one row's FMAs each: at
+       multiples of OP_SMALL_MR every tile is the one-thread call's, and so is every bit. The
+       epilogue's bias along rows moves with the range; activations act per row. sapphirerapids,
+       2026-12-06, 2 threads, median of 5 alternated in one process, x numpy (OpenBLAS) one thread
+       -> two: 512 x 64 x 32 0.79 -> 1.18, 1024 x 128 x 16 0.77 -> 1.27 (256 x 384 x 32, the packed
+       GEMM before ops/_small.py's mt_fits: 0.49-0.54 -> 1.22) */
+    if (nthreads > 1 && n <= chunk && csb == 1 && csc == 1 && k > 0 && m >= 8 * OP_SMALL_MR) {
+        const int64_t rchunk = op_roundup64(op_cdiv64(m, nthreads), OP_SMALL_MR);
         op_small_mt_ctx x = {m, n, k, rsa, csa, rsb, csb, rsc, csc, rchunk,
                              (const float *)av, (const float *)bv, (float *)cv, epi, 1};
         return op_parallel_for_short(nthreads, op_cdiv64(m, rchunk), op_small_mt_task, &x);

@@ -2,9 +2,10 @@
 
 Products too small to pay for packing and scratch buffers run the registry's ``algorithm="small"``
 row of their (op, float32), reading A and B in place: on the calling thread, or, from
-MT_MIN_FLOPS / MT_MIN_FLOPS_NN on, on the thread pool with C's columns split (``mt_threads``; the
-same bits at any thread count). With more than one thread, thin products take it above the
-limits too (``thin``). ``MT_ON = False`` turns both off (one thread, the former thin paths).
+MT_MIN_FLOPS / MT_MIN_FLOPS_NN on, on the thread pool with C's columns split (its rows for the nn
+form with 32 columns or fewer; ``mt_threads``; the same bits at any thread count). With more than
+one thread, thin products take it above the limits too (``thin``). ``MT_ON = False`` turns both
+off (one thread, the former thin paths).
 
 Where a call's fixed cost goes (4 x 4 x 4 float32 matmul, Zen 4, 1 thread, perf_counter over
 500 x 200-call blocks, best block; numpy.matmul itself takes 0.95 us): the previous front end took
@@ -19,7 +20,8 @@ call 0.23 us (0.12 us of it is any cffi call: argument conversion and the GIL re
 all. The C-contiguous entry (``op_gemm_f32_small_cc``) has six arguments and checks alignment.
 
 ``LIMITS``: per level of the small row, the largest M*N*K this path runs whatever the thread count,
-and the largest when the kernels may use one thread only (``use_small``). Measured on Zen 4 with one
+and the largest when the packed GEMM would use one thread only: one thread allowed, or (``mt_fits``)
+M*N*K below MT_GEMM_ONE (``use_small``). Measured on Zen 4 with one
 thread (best of alternated runs, the packed GEMM of main as of 2026-11-30): AVX-512, the small
 kernel takes 38.6 / 134 / 313 us at 128^3 / 192^3 / 256^3 where the packed GEMM takes 47.0 / 143 /
 327 (numpy 43.5 / 139 / 325), and with 2 threads the packed GEMM wins from about 192^3 on (118 us
@@ -56,11 +58,12 @@ B_MAX = 1 << 17  # K * N elements (512 KiB of float32): see the module docstring
 # runs on one), nn / nt speed over K x N 384 x 384, 384 x 1536, 1536 x 384, 128 x 128: M = 1
 # 0.75-0.91, 2-3 0.66-1.23, 4 0.85-1.28, 6 1.07-1.51, 8 1.17-1.75 (best of 7 alternated blocks).
 NT_MAX_M = 4
-# Threads (op_gemm_f32_small_mt: C's columns split, the same bits as one thread). The small kernel
-# runs on the calling thread up to these FLOPs (2 M N K), on every thread allowed above them; the
-# pool's hand-off costs ~2 us. sapphirerapids, 2 threads, one thread / two threads: nt form 32^3
-# 0.86, 1 x 256 x 256 1.37, 48^3 1.31, 64^3 1.50, 128^3 2.06; nn form 8 x 128 x 128 0.81, 64^3 0.55,
-# 80^3 0.93, 96^3 1.02, 128^3 1.43, 16 x 256 x 256 1.58, 1 x 256 x 256 1.43 (best of 7 alternated).
+# Threads (op_gemm_f32_small_mt: C's columns split, or its rows, the same bits as one thread). The
+# small kernel runs on the calling thread up to these FLOPs (2 M N K), on every thread allowed above
+# them; the pool's hand-off costs ~2 us. sapphirerapids, 2 threads, one thread / two threads: nt
+# form 32^3 0.86, 1 x 256 x 256 1.37, 48^3 1.31, 64^3 1.50, 128^3 2.06; nn form 8 x 128 x 128 0.81,
+# 64^3 0.55, 80^3 0.93, 96^3 1.02, 128^3 1.43, 16 x 256 x 256 1.58, 1 x 256 x 256 1.43 (best of 7
+# alternated).
 # MT_ON: the threaded small kernel and the thin rule (after changing it: matmul.set_mt_limits()).
 # Off for a day (2026-12-05): right after numpy's OpenBLAS ran, its threads spin ~0.1 s and the
 # pool's worker got no core for a scheduler slice, while the caller waited for it (linear 4 x 768 x
@@ -92,18 +95,18 @@ THIN_NN_KN = 5 << 17
 # Past LIMITS' first value, more than one thread allowed (``mt_fits``): LIMITS was measured before
 # the small kernel had threads, when the packed GEMM on two threads won from ~192^3 against the
 # small kernel on one. But the packed GEMM takes a second thread only from 8 MFLOP (twice
-# OP_GEMM_MIN_FLOPS_PER_THREAD, kernels/gemm_f32.c): between 128^3 and M N K = 4e6 it ran one
-# thread where the small kernel now runs two. sapphirerapids, 2026-12-06, 2 threads, median of 5
-# alternated blocks in one process, x numpy (OpenBLAS), packed GEMM -> small kernel: matmul 128 x
-# 384 x 64 0.59-0.61 -> 1.17-1.18, 100 x 200 x 150 0.71 -> 1.20, 64 x 512 x 96 0.87 -> 1.54, 1024 x
-# 48 x 64 0.52 -> 1.18, 512 x 64 x 96 0.54 -> 0.78, 300 x 100 x 100 0.51 -> 0.92, 256 x 384 x 32
-# 0.49 -> 0.85 (1.22 with the row ranges of op_gemm_f32_small_mt); linear (x @ W.T) 128 x 384 x 64
-# 0.66 -> 1.41-1.44. Above 4e6 (the GEMM on two threads) it was mixed: 128 x 384 x 128 1.13-1.26
-# -> 1.42-1.52, 128 x 512 x 128 1.14-1.18 -> 1.27-1.32, but 256^3 1.20-1.23 -> 1.05-1.07 in two
-# runs (1.11-1.15 -> 1.17 in two others), 128 x 768 x 96 1.04-1.05 -> 0.89-0.92 (96 columns in
-# ranges of 64 and 32), 1024 x 128 x 128 0.94-0.98 -> 0.85-0.89: those keep the GEMM. Not
-# measured on Zen 4 (the GEMM's one-thread rule is the same there). Batched products keep LIMITS
-# (use_small_batched: whole entries per thread).
+# OP_GEMM_MIN_FLOPS_PER_THREAD, kernels/gemm_f32.c): between 128^3 and M N K = 4e6 it ran one thread
+# where the small kernel now runs two. sapphirerapids, 2026-12-06, 2 threads, median of 5 alternated
+# blocks in one process, x numpy (OpenBLAS), packed GEMM -> small kernel: matmul 128 x 384 x 64
+# 0.59-0.61 -> 1.17-1.18, 100 x 200 x 150 0.71 -> 1.20, 64 x 512 x 96 0.87 -> 1.54, 1024 x 48 x 64
+# 0.52 -> 1.18, 512 x 64 x 96 0.54 -> 0.78, 300 x 100 x 100 0.51 -> 0.92, 256 x 384 x 32 0.49-0.54
+# -> 0.83-0.85 (1.22 with the row ranges of op_gemm_f32_small_mt); linear (x @ W.T) 128 x 384 x 64
+# 0.66 -> 1.41-1.44. Above 4e6 (the GEMM on two threads) it was mixed: 128 x 384 x 128 1.13-1.26 ->
+# 1.42-1.52, 128 x 512 x 128 1.14-1.18 -> 1.27-1.32, but 256^3 1.20-1.23 -> 1.05-1.07 in two runs
+# (1.11-1.15 -> 1.17 in two others), 128 x 768 x 96 1.04-1.05 -> 0.89-0.92 (96 columns in ranges of
+# 64 and 32), 1024 x 128 x 128 0.94-0.98 -> 0.85-0.89: those keep the GEMM. Not measured on Zen 4
+# (the GEMM's one-thread rule is the same there). Batched products keep LIMITS (use_small_batched:
+# whole entries per thread).
 MT_GEMM_ONE = 4_000_000   # M*N*K below which the packed GEMM runs one thread
 
 
@@ -221,9 +224,12 @@ def fits(mnk: int, row_level: str, kn: int = 0, m: int | None = None) -> bool:
 
 def mt_fits(mnk: int, m: int | None) -> bool:
     """Whether a product past LIMITS' first value (and within its second, B within B_MAX) takes
-    the threaded small kernel when more than one thread is allowed: below MT_GEMM_ONE, where the
-    packed GEMM would run on one thread; ``m`` None (a batched product, a linear on a
-    PackedWeight past NT_MAX_M rows): no."""
+    the small kernel when more than one thread is allowed: below MT_GEMM_ONE, where the packed
+    GEMM would run on one thread, so that LIMITS' one-thread value decides as at one thread; the
+    small kernel then runs on the pool where it can split C (``mt_threads``; a few columns and
+    rows, or the nt form with 32 columns or fewer: one thread, as the GEMM). ``m`` None (no row
+    count given: a linear on a PackedWeight past NT_MAX_M rows): no. (Batched products keep
+    LIMITS' first value: ``use_small_batched`` asks ``fits`` without ``m``.)"""
     return MT_ON and m is not None and mnk < MT_GEMM_ONE
 
 

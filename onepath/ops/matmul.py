@@ -122,9 +122,11 @@ def matmul(a, b, /, out=None, *, dtype=None):
                     except ValueError:
                         pass
         if a.ndim and b.ndim and not _repro_on():
-            if a.ndim == 2 and b.ndim == 2 and b.flags.f_contiguous:
+            if a.ndim == 2 and b.ndim == 2 and b.flags.f_contiguous and not b.flags.c_contiguous:
                 # B = W.T: linear's small entry on W (the same kernel call as _small_strided's, so
-                # the same bits; None when the product is not small, verbose is on, ...)
+                # the same bits; None when the product is not small, verbose is on, ...). A B
+                # that is both (one column or one row) is the nn form's, as on the fast entry
+                # above: the same call gives the same bits whether that entry is filled or not.
                 r = _small.linear_fast(a, b.T, None, 0, None)
                 if r is not None:
                     return r
