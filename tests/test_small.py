@@ -623,6 +623,7 @@ def test_small_kernel_past_limits_on_several_threads(level, small_mt_on, caplog,
     cases = [(128, 384, 64, "matmul", True), (128, 384, 64, "linear", True),
              (256, 256, 128, "matmul", False), (100, 200, 150, "matmul_t", True),
              (1024, 48, 64, "matmul", True), (150, 160, 160, "linear", True),
+             (256, 384, 32, "matmul", True),   # (32 columns: row ranges on the pool)
              (1024, 128, 128, "matmul", False), (1024, 128, 128, "linear", False)]
     try:
         for m, k, n, op, past in cases:
