@@ -669,6 +669,45 @@ def test_one_column_b_same_bits_whatever_came_before(level):
         assert_gemm_close(again, x, b)
 
 
+@pytest.mark.parametrize("bias_axis", [None, 1, 0])
+def test_small_matvec_turned(level, bias_axis):
+    """One column with A's rows and B's column contiguous runs as C^T = B^T A^T (one row of dot
+    products; kernels/gemm_small.c OP_SMALL_MATVEC), the bias moved to the other axis: against the
+    float64 product with a bias along C's columns (one value) or rows (m values) and a relu, at 1
+    to 3 threads, the same bits at each; and through matmul (a vector, a (k, 1) column) and
+    linear (one output feature)."""
+    mod = load(_small.row_for("matmul", level).level)
+    ffi, lib = mod.ffi, mod.lib
+    rng = np.random.default_rng(3)
+    for m, k in ((2, 5), (70, 24), (300, 129), (1000, 64)):
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, 1)).astype(np.float32)
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        epi, bias = ffi.NULL, None
+        if bias_axis is not None:
+            bias = rng.standard_normal(1 if bias_axis else m).astype(np.float32)
+            epi = ffi.new("op_epilogue *")
+            epi.bias = ffi.cast("const float *", bias.ctypes.data)
+            epi.bias_stride, epi.bias_axis, epi.act = 1, bias_axis, 1  # relu
+            want = np.maximum(want + (bias if bias_axis else bias[:, None]), 0)
+        outs = []
+        for t in (0, 1, 2, 3):
+            c = np.full((m, 1), np.nan, np.float32)
+            args = (m, 1, k, ffi.from_buffer(a), k, 1, ffi.from_buffer(b), 1, 1,
+                    ffi.from_buffer(c), 1, 1, epi)
+            assert (lib.op_gemm_f32_small(*args) if t == 0 else lib.op_gemm_f32_small_mt(*args, t))
+            np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5 * math.sqrt(k))
+            outs.append(c)
+        for c in outs[1:]:
+            assert np.array_equal(c.view(np.uint32), outs[0].view(np.uint32)), (m, k)
+        if bias_axis is None:
+            assert_gemm_close(onepath.matmul(a, b[:, 0]), a, b[:, 0])
+            assert_gemm_close(onepath.matmul(a, b), a, b)
+        elif bias_axis:
+            y = onepath.linear(a, b.T.copy(), bias, activation="relu")
+            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * math.sqrt(k))
+
+
 def test_batched_small_with_few_entries(small_mt_on, caplog, verbose_on):
     """Fewer entries than threads: each entry's columns over the threads (op_gemm_f32_small_mt),
     the same bits as one thread; a batch of thin products larger than LIMITS keeps the GEMM (the
