@@ -439,12 +439,7 @@ int op_gemm_f32_small(int64_t m, int64_t n, int64_t k,
                       const void *bv, int64_t rsb, int64_t csb,
                       void *cv, int64_t rsc, int64_t csc, const op_epilogue *epi)
 {
-    if (OP_SMALL_MATVEC(m, n, k, csa, rsb)) {
-        op_epilogue e;
-        return op_small_run(1, m, k, bv, csb, rsb, av, csa, rsa, cv, csc, rsc,
-                            op_small_epi_t(epi, &e));
-    }
-    return op_small_run(m, n, k, av, rsa, csa, bv, rsb, csb, cv, rsc, csc, epi);
+    return op_gemm_f32_small_mt(m, n, k, av, rsa, csa, bv, rsb, csb, cv, rsc, csc, epi, 1);
 }
 
 /* op_gemm_f32_small_mt: column ranges of C (rows: row ranges), one task each, on the thread pool
@@ -505,7 +500,7 @@ int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
         return op_parallel_for_short(nthreads, op_cdiv64(m, rchunk), op_small_mt_task, &x);
     }
     if (nthreads <= 1 || m <= 0 || k <= 0 || n <= chunk)
-        return op_gemm_f32_small(m, n, k, av, rsa, csa, bv, rsb, csb, cv, rsc, csc, epi);
+        return op_small_run(m, n, k, av, rsa, csa, bv, rsb, csb, cv, rsc, csc, epi);
     op_small_mt_ctx x = {m, n, k, rsa, csa, rsb, csb, rsc, csc, chunk,
                          (const float *)av, (const float *)bv, (float *)cv, epi, 0};
     return op_parallel_for_short(nthreads, op_cdiv64(n, chunk), op_small_mt_task, &x);
