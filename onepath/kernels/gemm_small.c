@@ -475,17 +475,19 @@ int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
                          const void *bv, int64_t rsb, int64_t csb,
                          void *cv, int64_t rsc, int64_t csc, const op_epilogue *epi, int nthreads)
 {
-    /* ranges start at multiples of 32 columns: of every form's column tile (nn: OP_SMALL_NR, nt and
-       the loop: 4) and of the epilogue's activation vectors (op_act_row: whole vectors from a row's
-       start, the tail on its own), so every tile and every activated element, and so every bit,
-       is the one-thread call's */
     if (OP_SMALL_MATVEC(m, n, k, csa, rsb)) {
         op_epilogue e;
         return op_gemm_f32_small_mt(1, m, k, bv, csb, rsb, av, csa, rsa, cv, csc, rsc,
                                     op_small_epi_t(epi, &e), nthreads);
     }
+    if (nthreads <= 1 || m <= 0 || k <= 0)   /* (op_gemm_f32_small: no range arithmetic) */
+        return op_small_run(m, n, k, av, rsa, csa, bv, rsb, csb, cv, rsc, csc, epi);
+    /* ranges start at multiples of 32 columns: of every form's column tile (nn: OP_SMALL_NR, nt and
+       the loop: 4) and of the epilogue's activation vectors (op_act_row: whole vectors from a row's
+       start, the tail on its own), so every tile and every activated element, and so every bit,
+       is the one-thread call's */
     const int64_t q = 32;
-    const int64_t chunk = op_roundup64(op_cdiv64(n > 0 ? n : 1, nthreads > 1 ? nthreads : 1), q);
+    const int64_t chunk = op_roundup64(op_cdiv64(n > 0 ? n : 1, nthreads), q);
     /* Too few columns for two ranges (n <= 32): ranges of rows (from 8 tiles' worth), for the nn
        form (B and C rows contiguous), whose tiles are OP_SMALL_MR rows of one row's FMAs each: at
        multiples of OP_SMALL_MR every tile is the one-thread call's, and so is every bit. The
@@ -493,13 +495,13 @@ int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
        2026-12-06, 2 threads, median of 5 alternated in one process, x numpy (OpenBLAS) one thread
        -> two: 512 x 64 x 32 0.79 -> 1.18, 1024 x 128 x 16 0.77 -> 1.27 (256 x 384 x 32, the packed
        GEMM before ops/_small.py's mt_fits: 0.49-0.54 -> 1.22) */
-    if (nthreads > 1 && n <= chunk && csb == 1 && csc == 1 && k > 0 && m >= 8 * OP_SMALL_MR) {
+    if (n <= chunk && csb == 1 && csc == 1 && m >= 8 * OP_SMALL_MR) {
         const int64_t rchunk = op_roundup64(op_cdiv64(m, nthreads), OP_SMALL_MR);
         op_small_mt_ctx x = {m, n, k, rsa, csa, rsb, csb, rsc, csc, rchunk,
                              (const float *)av, (const float *)bv, (float *)cv, epi, 1};
         return op_parallel_for_short(nthreads, op_cdiv64(m, rchunk), op_small_mt_task, &x);
     }
-    if (nthreads <= 1 || m <= 0 || k <= 0 || n <= chunk)
+    if (n <= chunk)
         return op_small_run(m, n, k, av, rsa, csa, bv, rsb, csb, cv, rsc, csc, epi);
     op_small_mt_ctx x = {m, n, k, rsa, csa, rsb, csb, rsc, csc, chunk,
                          (const float *)av, (const float *)bv, (float *)cv, epi, 0};
