@@ -105,6 +105,7 @@ def test_thin_options(gemv_opts, cpus):
 def test_thin_options_table():
     from onepath.dispatch import registry
     assert registry.gemv_f32_flags("avx512_core", uarch="zen4") == 3
-    assert registry.gemv_f32_flags("avx512_core", uarch="sapphirerapids") == 0
+    assert registry.gemv_f32_flags("avx512_core", uarch="sapphirerapids") == 1
+    assert registry.gemv_f32_flags("avx512_core", uarch="skylake") == 0
     assert registry.gemv_f32_flags("avx2", uarch="zen4") == 0
     assert all(o in registry.GEMV_F32_FLAGS for v in registry.GEMV_F32_OPTIONS.values() for o in v)

@@ -498,11 +498,15 @@ def conv_nchw_as_nhwc(row: Kernel, n: int, pixels: int, strided: bool = False,
 # 8 KiB row segments; 63 -> 80 GB/s in a C loop), x @ W.T 0.98 -> 1.20 (when the VM's memory
 # bandwidth is contended both sides meet at the same limit: 1.03-1.07). M = 9..16 x @ W computes
 # enough per weight element that the prefetch only added L2 traffic: not used there (gemv_f32.c).
-# sapphirerapids (the Intel AMX VM, 2026-12-03, `tune --threads 2`): at avx512_core the four sets
+# sapphirerapids (the Intel AMX VM): at 2 threads (`tune --threads 2`, 2026-12-03) the four sets
 # measured within 2% of each other (geomean of M = 1, 4, 16, both forms: none 43.7, prefetch_next
-# 43.3, ksplit 44.2, both 43.2 GFLOP/s): no row (the paths as before).
+# 43.3, ksplit 44.2, both 43.2 GFLOP/s), but at 1 thread prefetch_next pays (2026-12-06, none /
+# prefetch_next alternated in one process with numpy, K = N = 4096, GB/s of W): M = 1 x @ W 24.1
+# -> 25.1, x @ W.T 23.2 -> 25.5 (numpy 23.4), M = 4 16.7 -> 23.2 and 16.8 -> 23.7; at 2 threads
+# M = 1 x @ W.T 45.5 -> 48.0 (numpy 47.9), M = 4 43.3 -> 46.3 and 38.8 -> 45.2. ksplit: no gain.
 GEMV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("zen4", "avx512_core"): ("prefetch_next", "ksplit"),
+    ("sapphirerapids", "avx512_core"): ("prefetch_next",),
 }
 GEMV_F32_FLAGS = {"prefetch_next": 1, "ksplit": 2}  # the bits of op_gemv_f32_options
 
