@@ -24,8 +24,8 @@ Then, with the blocking just chosen, the choices (the file's ``choices``):
 * thin float32 products: at each SIMD level's matmul float32 row, every set of the thin-product
   options (``registry.GEMV_F32_FLAGS``: L2 prefetch of the next weight rows, the K split of the
   ``x @ W`` row stream) timed alternately on ``x @ W`` and ``x @ W.T`` with M = 1, 4, 16 and
-  K = N = 4096 (``--quick``: M = 1, 16); the fastest is kept if it beats what the host runs without
-  a file by ``MARGIN`` (``thin_f32``).
+  K = N = 4096 (``--quick``: M = 1, 16), at 1 thread and at ``--threads``; the fastest is kept if
+  it beats what the host runs without a file by ``MARGIN`` (``thin_f32``).
 
 The kernels are called directly through the level's C entry points (``op_gemm_f32``,
 ``op_gemm_bf16``, ``op_conv2d_f32``, ``op_conv2d_bf16``), with the blocking under test, so dispatch
@@ -559,9 +559,12 @@ def thin_f32_candidates() -> list[tuple[str, ...]]:
 def tune_thin_f32(row, threads: int, quick: bool, advance=lambda: None,
                   describe=lambda text: None) -> ChoiceResult:
     """Time every ``thin_f32_candidates`` set on ``row``'s level (a matmul float32 row) alternately:
-    ``x @ W`` (row-major W) and ``x @ W.T`` (the linear layout) on ``thin_f32_problems``. The
-    fastest set (geometric mean of GFLOP/s) is chosen if it beats the shipped one by ``MARGIN``.
-    The options are module-wide C state: set per candidate, restored to the shipped ones after."""
+    ``x @ W`` (row-major W) and ``x @ W.T`` (the linear layout) on ``thin_f32_problems``, at 1
+    thread and at ``threads``. The fastest set (geometric mean of GFLOP/s over all of those) is
+    chosen if it beats the shipped one by ``MARGIN``. The options are module-wide C state, the
+    same at every thread count, so both counts decide: on the Intel AMX VM the next-block prefetch
+    measured even at 2 threads (memory-bound there) and 10-40% faster at 1. Set per candidate,
+    restored to the shipped ones after."""
     from .dispatch import REGISTRY, registry
     describe(f"thin float32 products {row.level}")
     shipped = registry.gemv_f32_options(row.level, uarch=_host().uarch)[0]
@@ -569,7 +572,7 @@ def tune_thin_f32(row, threads: int, quick: bool, advance=lambda: None,
     lin = next(r for r in REGISTRY if (r.level, r.op, r.dtype, r.algorithm)
                == (row.level, "linear", "float32", row.algorithm))
     probs = thin_f32_problems(quick)
-    runners = [Runner(r, p, threads) for r in (row, lin) for p in probs]
+    runners = [Runner(r, p, t) for t in sorted({1, threads}) for r in (row, lin) for p in probs]
     lib = runners[0].lib
     cands = thin_f32_candidates()
     min_time, rounds, pairs = (0.02, 2, 2) if quick else (0.03, 3, CONFIRM_ROUNDS)
