@@ -669,6 +669,46 @@ def test_one_column_b_same_bits_whatever_came_before(level):
         assert_gemm_close(again, x, b)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_vector_operands_take_the_2d_call(level, threads):
+    """A matrix times a vector and a vector times a matrix (matmul's fast entry, 2026-12-06): the
+    same bits as the 2-D product with the vector as a (K, 1) or (1, K) matrix, whether the fast
+    entry was filled or not, a 1-D result; a strided vector, a depth mismatch, K = 0 and empty
+    results as numpy."""
+    rng = np.random.default_rng(5)
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(threads)
+    try:
+        for m, k in ((1, 1), (3, 7), (70, 24), (300, 129), (1000, 64), (64, 2048)):
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            v = rng.standard_normal(k).astype(np.float32)
+            u = rng.standard_normal(m).astype(np.float32)
+            for fill in (False, True):
+                _small.fast_matmul.clear()
+                if fill:
+                    onepath.matmul(a[:2, :2].copy(), a[:2, :2].copy())
+                av, ua = onepath.matmul(a, v), onepath.matmul(u, a)
+                assert av.shape == (m,) and ua.shape == (k,) and av.dtype == ua.dtype == np.float32
+                col, row = onepath.matmul(a, v[:, None])[:, 0], onepath.matmul(u[None, :], a)[0]
+                assert np.array_equal(av.view(np.uint32), col.view(np.uint32)), (m, k, fill)
+                assert np.array_equal(ua.view(np.uint32), row.view(np.uint32)), (m, k, fill)
+                assert_gemm_close(av[:, None], a, v[:, None])
+                assert_gemm_close(ua[None, :], u[None, :], a)
+        a = rng.standard_normal((40, 16)).astype(np.float32)
+        w = rng.standard_normal(32).astype(np.float32)
+        assert_gemm_close(onepath.matmul(a, w[::2])[:, None], a, w[::2, None])   # strided vector
+        assert_gemm_close(onepath.matmul(w[::-2][:16], a.T)[None, :], w[::-2][None, :16], a.T)
+        with pytest.raises(ValueError):
+            onepath.matmul(a, w)                       # K 16 against 32: numpy's error
+        with pytest.raises(ValueError):
+            onepath.matmul(w, a)
+        z = onepath.matmul(np.ones((5, 0), np.float32), np.ones(0, np.float32))
+        assert z.shape == (5,) and not z.any()
+        assert onepath.matmul(np.ones((0, 4), np.float32), np.ones(4, np.float32)).shape == (0,)
+    finally:
+        onepath.set_num_threads(old)
+
+
 @pytest.mark.parametrize("bias_axis", [None, 1, 0])
 def test_small_matvec_turned(level, bias_axis):
     """One column with A's rows and B's column contiguous runs as C^T = B^T A^T (one row of dot

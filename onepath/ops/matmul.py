@@ -93,14 +93,27 @@ def matmul(a, b, /, out=None, *, dtype=None):
     """
     if out is None and dtype is None and type(a) is type(b) is _ND and a.dtype is b.dtype is _F32:
         # the common case first: two float32 ndarrays, no options (each check here costs ~30 ns)
+        sa, sb = a.shape, b.shape
+        shape = None
         try:
-            (m, k), (k2, n) = a.shape, b.shape  # 2-D by 2-D (raises for other ranks)
+            (m, k), (k2, n) = sa, sb  # 2-D by 2-D (raises for other ranks)
+            shape = (m, n)
         except ValueError:
-            if a.ndim == 3 == b.ndim:
+            na, nb = len(sa), len(sb)
+            # a matrix times a vector, and a vector times a matrix: the kernel call of the 2-D
+            # product with the vector as a (K, 1) or (1, K) matrix (its bits), the 1-D result
+            # written in place (the general path's shape handling cost ~7 us a call)
+            if na == 2 and nb == 1:
+                (m, k), (k2,), n = sa, sb, 1
+                shape = (m,)
+            elif na == 1 and nb == 2:
+                m, (k,), (k2, n) = 1, sa, sb
+                shape = (n,)
+            elif na == 3 == nb:
                 r = _batch3_fast(a, b)
                 if r is not None:
                     return r
-        else:
+        if shape is not None:
             # small and C-contiguous (from_buffer refuses anything else): the small kernel,
             # found by the scoped cap in force (ops/_small.py; empty while verbose is on and once
             # the reproducible mode was ever used, so this path needs no test of that mode)
@@ -110,7 +123,7 @@ def matmul(a, b, /, out=None, *, dtype=None):
                 mnk = m * n * k
                 if mnk <= lim or (mnk <= lim1t and k * n <= _B_MAX
                                   and (_nthreads() == 1 or _mt_fits(mnk, m))):
-                    c = _empty((m, n), _F32)
+                    c = _empty(shape, _F32)
                     try:
                         if mnk < _MT0 or (m >= 8 and mnk < _MT8) or (t := _nthreads()) == 1:
                             if cc(m, n, k, fb(a), fb(b), fb(c)):
