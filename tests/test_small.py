@@ -669,6 +669,40 @@ def test_one_column_b_same_bits_whatever_came_before(level):
         assert_gemm_close(again, x, b)
 
 
+def test_one_row_stream_same_bits_as_tiles(level):
+    """One row of C wider than a tile (kernels/gemm_small.c op_small_row: B's rows streamed in
+    blocks across the whole row) gives the bits of the 32-column tiles, which still take every
+    product of at most 32 columns: each strip of 32 computed alone, at 1 and 3 threads, A's row
+    contiguous or strided, K across several row blocks, ragged column tails."""
+    mod = load(_small.row_for("matmul", level).level)
+    ffi, lib = mod.ffi, mod.lib
+    rng = np.random.default_rng(11)
+    for k, n in ((1, 33), (5, 100), (64, 65), (65, 200), (300, 1000), (130, 47), (7, 4096)):
+        for csa in (1, 3):
+            a = rng.standard_normal(k * csa).astype(np.float32)
+            b = rng.standard_normal((k, n)).astype(np.float32)
+            want = a[::csa].astype(np.float64) @ b.astype(np.float64)
+            rows = []
+            for t in (1, 3):
+                c = np.full(n, np.nan, np.float32)
+                assert lib.op_gemm_f32_small_mt(1, n, k, ffi.from_buffer(a), k * csa, csa,
+                                                ffi.from_buffer(b), n, 1, ffi.from_buffer(c), n, 1,
+                                                ffi.NULL, t)
+                np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5 * math.sqrt(k))
+                rows.append(c)
+            strips = np.full(n, np.nan, np.float32)
+            for j in range(0, n, 32):
+                w = min(32, n - j)
+                bj = np.ascontiguousarray(b[:, j:j + w])
+                cj = np.full(w, np.nan, np.float32)
+                assert lib.op_gemm_f32_small(1, w, k, ffi.from_buffer(a), k * csa, csa,
+                                             ffi.from_buffer(bj), w, 1, ffi.from_buffer(cj), w, 1,
+                                             ffi.NULL)
+                strips[j:j + w] = cj
+            for c in rows:
+                assert np.array_equal(c.view(np.uint32), strips.view(np.uint32)), (k, n, csa)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_vector_operands_take_the_2d_call(level, threads):
     """A matrix times a vector and a vector times a matrix (matmul's fast entry, 2026-12-06): the
