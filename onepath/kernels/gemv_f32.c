@@ -286,6 +286,15 @@ static void op_dot_task(void *vctx, int64_t task, int tid)
 #define OP_KN_KB(M) ((M) <= 4 ? 8 : 16)  /* B rows per block */
 #define OP_KN_SKEW 1024        /* floats of slack per thread buffer (4 KiB) for its placement */
 #define OP_KN_CB 256            /* columns per sweep step (a multiple of every tile width) */
+/* Up to OP_KN_BYTES_MAX_M rows each B element feeds at most that many FMAs: the time is B's
+   read from memory, and a thread pays from OP_KN_MIN_BYTES_PER_THREAD of B, where the flop rule
+   (OP_GEMM_MIN_FLOPS_PER_THREAD, 4 MFLOP: 8 MiB of B at M = 1) kept one thread. sapphirerapids
+   (the Intel AMX VM, 2026-12-06, 2 threads, x @ W with a row-major W, median of 5 alternated in
+   one process, x numpy before -> after): 1 x 768 x 3072 0.47 -> 0.84, 1 x 1536 x 1536 0.45 ->
+   0.78, 1 x 3072 x 768 0.55 -> 0.82, 1 x 1024 x 2048 0.87 -> 0.95; 8 rows lost (8 x 1024 x 1024
+   2.11 -> 1.77) and keep the flop rule. Columns split as before: the same sums. */
+#define OP_KN_BYTES_MAX_M 4
+#define OP_KN_MIN_BYTES_PER_THREAD 1048576.0
 
 /* acc[R x NV vectors] (row stride lda) (+)= A[R rows, p0..p1) B[p0..p1, NV vectors); A transposed:
    A[r][p] at a[p * lat + r]. pf != 0: prefetch (into L2) the B elements pf further on (the same
@@ -467,6 +476,11 @@ static int op_kn_f32(const op_gemm_args *g, int nthreads)
     if (g->csb != 1 || g->m < 1 || g->m > OP_KN_MAX_M || g->n < OP_KN_MIN_N || g->k < 1) return 0;
     const double flops = 2.0 * (double)g->batch * (double)g->m * (double)g->n * (double)g->k;
     int64_t T = (int64_t)(flops / OP_GEMM_MIN_FLOPS_PER_THREAD);
+    if (g->m <= OP_KN_BYTES_MAX_M) {   /* memory-bound: threads by the bytes of B too */
+        const int64_t tb = (int64_t)(4.0 * (double)g->batch * (double)g->n * (double)g->k /
+                                     OP_KN_MIN_BYTES_PER_THREAD);
+        if (tb > T) T = tb;
+    }
     if (T > nthreads) T = nthreads;
     if (T < 1) T = 1;
     op_kn_ctx x;
