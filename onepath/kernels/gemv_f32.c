@@ -292,7 +292,8 @@ static void op_dot_task(void *vctx, int64_t task, int tid)
    (the Intel AMX VM, 2026-12-06, 2 threads, x @ W with a row-major W, median of 5 alternated in
    one process, x numpy before -> after): 1 x 768 x 3072 0.47 -> 0.84, 1 x 1536 x 1536 0.45 ->
    0.78, 1 x 3072 x 768 0.55 -> 0.82, 1 x 1024 x 2048 0.87 -> 0.95; 8 rows lost (8 x 1024 x 1024
-   2.11 -> 1.77) and keep the flop rule. Columns split as before: the same sums. */
+   2.11 -> 1.77) and keep the flop rule. Columns split as before: the same sums at any thread
+   count; where the K split runs (zen4's "ksplit"), the parts' sums added as for larger products. */
 #define OP_KN_BYTES_MAX_M 4
 #define OP_KN_MIN_BYTES_PER_THREAD 1048576.0
 
