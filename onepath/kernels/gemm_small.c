@@ -90,8 +90,9 @@ OP_INLINE void op_small_nn_tile(const int MR, const int TWO, int64_t k, const fl
    between blocks (so C must overlap neither A nor B, as everywhere here: matmul's out= writes
    through a copy where it would). The 1 x 32 tile swept each 32-column strip down all of B (128
    bytes of every row, a row stride apart: past L1, one strip after another) with two accumulators,
-   each FMA waiting on the last; here 64 columns run four chains, the column groups independent of each other. Every
-   element is the same FMA chain as in the tile (from zero, p ascending): the same bits.
+   each FMA waiting on the last; here 64 columns run four chains, the column groups independent of
+   each other. Every element is the same FMA chain as in the tile (from zero, p ascending): the
+   same bits.
    sapphirerapids (the Intel AMX VM, 2026-12-06, 1 thread, the kernel call alone, tile -> this, us;
    blocks of 16 / 32 / 128 rows within 5% of 64, of 8 slower at 128 x 128 and 256 x 256):
    K x N 128 x 128 1.13 -> 1.03, 256 x 256 3.48 -> 3.05, 512 x 512 15.1 -> 11.6, 768 x 768 79.5
