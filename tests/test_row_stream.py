@@ -92,6 +92,10 @@ def test_thin_options(gemv_opts, cpus):
             x, w, bias = rand(2, 2600), rand(2600, 900), rand(900)
             y = onepath.linear(x, w.T, bias, activation="relu")
             assert np.allclose(y, np.maximum(x.astype(np.float64) @ w + bias, 0), rtol=1e-4, atol=1e-4)
+            # M <= 4 threaded from 1 MiB of B too (OP_KN_MIN_BYTES_PER_THREAD), below 8 Mflop
+            for m, k, n in ((1, 1500, 1500), (2, 1100, 1100)):
+                a, w = rand(m, k), rand(k, n)
+                assert_gemm_close(onepath.matmul(a, w), a, w)
             # batched (no K split) and the dot path x @ W.T with its next-block prefetch
             ba, bw = rand(2, 1, 900), rand(2, 900, 300)
             assert_gemm_close(onepath.matmul(ba, bw), ba, bw)
