@@ -787,7 +787,7 @@ def test_batched_small_with_few_entries(small_mt_on, caplog, verbose_on):
     the same bits as one thread; a batch of thin products larger than LIMITS keeps the GEMM (the
     thin rule is for 2-D calls)."""
     old = onepath.get_num_threads()
-    a, b = rand(1, 64, 128), rand(1, 128, 256)
+    a, b = rand(1, 64, 96), rand(1, 96, 128)   # within every level's LIMITS (avx2: 112^3)
     try:
         onepath.set_num_threads(1)
         one = onepath.matmul(a, b)
