@@ -523,6 +523,43 @@ static void op_convq_free(op_convq_buf *b)
 /* A of the float32 NHWC GEMM: MR-row micro-panels, a[p*MR + i] = A[i0 + ir + i][p0 + p] (p0 is a
    multiple of 16: op_conv2d_f32 rounds kc). Per 16-depth block, the MR pixels' rows are gathered by
    their segments and transposed (AVX-512, MR <= 16), or copied element by element. */
+#if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
+/* Rows r[0..7] of 8 floats (depths) -> for depth t < nt, the first 6 rows' elements at d + 6 t
+   (the MR 6 packed A layout: a 4-float and a 2-float store per depth). */
+OP_INLINE void op_tr8x6_store_f32(const __m256 *r, float *d, int nt)
+{
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    /* rows 0-3 of depths 0, 1 (t0 t2 low pairs), 2, 3 (high pairs); the same for t1 t3 */
+    const __m256 a0 = _mm256_shuffle_ps(t0, t2, 0x44), a1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 a2 = _mm256_shuffle_ps(t1, t3, 0x44), a3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    /* depth 4 h + u: rows 0-3 in half h of a_u, rows 4-5 in half h of t4 (u 0, 1) or t5 (u 2,
+       3), the low pair for even u; all in registers (through a stack buffer it cost 20% of the
+       layer: the 128- and 64-bit reloads of the 256-bit stores) */
+    const __m128 lo[4][2] = {{_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1)},
+                             {_mm256_castps256_ps128(a1), _mm256_extractf128_ps(a1, 1)},
+                             {_mm256_castps256_ps128(a2), _mm256_extractf128_ps(a2, 1)},
+                             {_mm256_castps256_ps128(a3), _mm256_extractf128_ps(a3, 1)}};
+    const __m128 hi[2][2] = {{_mm256_castps256_ps128(t4), _mm256_extractf128_ps(t4, 1)},
+                             {_mm256_castps256_ps128(t5), _mm256_extractf128_ps(t5, 1)}};
+#define OP_TR_DEPTH(t)                                                                  \
+    do {                                                                                \
+        const int u_ = (t) & 3, h_ = (t) >> 2;                                          \
+        _mm_storeu_ps(d + 6 * (t), lo[u_][h_]);                                         \
+        if (u_ & 1) _mm_storeh_pi((__m64 *)(void *)(d + 6 * (t) + 4), hi[u_ >> 1][h_]); \
+        else _mm_storel_pi((__m64 *)(void *)(d + 6 * (t) + 4), hi[u_ >> 1][h_]);        \
+    } while (0)
+    if (nt == 8) {
+        OP_TR_DEPTH(0); OP_TR_DEPTH(1); OP_TR_DEPTH(2); OP_TR_DEPTH(3);
+        OP_TR_DEPTH(4); OP_TR_DEPTH(5); OP_TR_DEPTH(6); OP_TR_DEPTH(7);
+    } else {
+        for (int t = 0; t < nt; t++) OP_TR_DEPTH(t);
+    }
+#undef OP_TR_DEPTH
+}
+#endif
+
 static void op_conv_pack_a_nhwc_qf32(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc,
                                      int64_t p0, int64_t kc, int64_t kcp, void *dst)
 {
@@ -549,6 +586,35 @@ static void op_conv_pack_a_nhwc_qf32(const op_gemm_args *g, int64_t bi, int64_t 
                 r[i] = _mm512_castps_si512(v);
             }
             op_tr16_store_f32(r, D + pc * MR, MR, nt, (__mmask16)((1u << MR) - 1u));
+#elif defined(OP_HAS_AVX2)
+            /* MR 6: the 16 depths of each row in two vectors (one full segment: two loads, else
+               masked loads per segment), then 8 x 8 transposes (rows 6 and 7 zero) and 6 floats
+               per depth (a 4-float and a 2-float store), instead of a memcpy call per segment and
+               96 scalar stores. op_conv_pack_a_nhwc_qf32 was 29% of ResNet-50's res2 3x3 layer in
+               NHWC at batch 1 (perf, AMD EPYC Zen 3 VM, avx2, 1 thread, 2026-12-06). */
+            __m256 r0[8], r1[8];
+            const int one = e - s0 == 1 && s0->t0 == 0 && s0->len == 16;
+            const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            for (int i = 0; i < 8; i++) {
+                r0[i] = r1[i] = _mm256_setzero_ps();
+                if (i >= mr) continue;
+                if (one) {
+                    r0[i] = _mm256_loadu_ps(px[i] + s0->off);
+                    r1[i] = _mm256_loadu_ps(px[i] + s0->off + 8);
+                    continue;
+                }
+                for (const op_convq_seg *s = s0; s < e; s++) {   /* lanes [t0, t0 + len) */
+                    const __m256i lo = _mm256_set1_epi32(s->t0 - 1), hi = _mm256_set1_epi32(s->t0 + s->len);
+                    const __m256i l8 = _mm256_add_epi32(lane, _mm256_set1_epi32(8));
+                    const __m256i k0 = _mm256_and_si256(_mm256_cmpgt_epi32(lane, lo), _mm256_cmpgt_epi32(hi, lane));
+                    const __m256i k1 = _mm256_and_si256(_mm256_cmpgt_epi32(l8, lo), _mm256_cmpgt_epi32(hi, l8));
+                    const float *src = px[i] + s->off - s->t0;
+                    r0[i] = _mm256_or_ps(r0[i], _mm256_maskload_ps(src, k0));
+                    r1[i] = _mm256_or_ps(r1[i], _mm256_maskload_ps(src + 8, k1));
+                }
+            }
+            op_tr8x6_store_f32(r0, D + pc * MR, (int)op_min64(8, nt));
+            if (nt > 8) op_tr8x6_store_f32(r1, D + (pc + 8) * MR, nt - 8);
 #else
             for (int i = 0; i < MR; i++) {
                 float row[16] = {0};
@@ -563,6 +629,29 @@ static void op_conv_pack_a_nhwc_qf32(const op_gemm_args *g, int64_t bi, int64_t 
             for (int i = 0; i < MR; i++) D[p * MR + i] = 0.0f;
     }
 }
+
+#if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
+/* r[i] lane j -> r[j] lane i (8 x 8 floats) */
+OP_INLINE void op_transpose8_ps(__m256 *r)
+{
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+#endif
 
 /* B of the float32 NHWC GEMM from the weight (OC, C/g, KH, KW) in place (g->b at the entry's group,
    row length csb = K): depths p0 .. p0+kc (whole channel blocks) of NR-column micro-panels,
@@ -612,6 +701,40 @@ static int op_conv_pack_b_nhwc_f32_nf(const op_gemm_args *g, int64_t bi, int64_t
                     }
                 }
             }
+#elif defined(OP_HAS_AVX2)
+            /* NR 16 as two halves of 8 columns, 8 x 8 transposes of 8 depths (masked loads for
+               the last < 8), the non-finite test on the loaded vectors (exponent all ones). The
+               element loop below was 64% of ResNet-50's res5 3x3 layer in NHWC at batch 1 (perf,
+               AMD EPYC Zen 3 VM, avx2, 1 thread, 2026-12-06: a 9 MiB weight packed per call). */
+            const __m256i expo = _mm256_set1_epi32(0x7f800000);
+            __m256i badv = _mm256_setzero_si256();
+            for (int h = 0; h < NR / 8; h++) {
+                int64_t ci = 0, t = 0;   /* element k = ci * khw + t of the block */
+                for (int64_t k0 = 0; k0 < glen; k0 += 8) {
+                    const int nt = (int)op_min64(8, glen - k0);
+                    const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32(nt),
+                                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+                    __m256 r[8];
+#pragma GCC unroll 8
+                    for (int jj = 0; jj < 8; jj++) {
+                        const int j = 8 * h + jj;
+                        r[jj] = j >= nr ? _mm256_setzero_ps()
+                                : nt == 8 ? _mm256_loadu_ps(src + j * K + k0)
+                                          : _mm256_maskload_ps(src + j * K + k0, km);
+                        const __m256i bits = _mm256_castps_si256(r[jj]);
+                        badv = _mm256_or_si256(badv, _mm256_cmpeq_epi32(_mm256_and_si256(bits, expo), expo));
+                    }
+                    op_transpose8_ps(r);
+                    for (int kk = 0; kk < nt; kk++) {
+                        _mm256_storeu_ps(dg + (t * cbl + ci) * NR + 8 * h, r[kk]);
+                        if (++t == khw) {
+                            t = 0;
+                            ci++;
+                        }
+                    }
+                }
+            }
+            nonfinite |= !_mm256_testz_si256(badv, badv);
 #else
             for (int j = 0; j < NR; j++)
                 for (int64_t k = 0; k < glen; k++) {
@@ -1417,6 +1540,47 @@ static void op_conv_pack_b_nchw_xp_f32(const op_gemm_args *g, int64_t bi, int64_
                 }
                 _mm512_storeu_ps(o, v0);
                 _mm512_storeu_ps(o + 16, v1);
+                if (++tap == khw) {
+                    tap = 0;
+                    c++;
+                }
+            }
+        } else
+#elif defined(OP_HAS_AVX2)
+        /* The same at avx2 (NR 16): two 8-lane loads per depth, masked loads (VMASKMOVPS: lanes
+           off are not read) for a panel over several output rows, instead of a memcpy call per
+           segment and depth. The memcpy calls were 18% of ResNet-50's res2 3x3 layer at batch 1
+           (perf, AMD EPYC Zen 3 VM, 1 thread, 2026-12-06). */
+        if (NR == 16 && nseg == 1 && nr == 16) {
+            const int64_t so = soff[0];
+            for (int64_t p = 0; p < kc; p++, o += NR) {
+                const float *src = xe + c * q->plane_c + q->tapoff[tap] + so;
+                _mm256_storeu_ps(o, _mm256_loadu_ps(src));
+                _mm256_storeu_ps(o + 8, _mm256_loadu_ps(src + 8));
+                if (++tap == khw) {
+                    tap = 0;
+                    c++;
+                }
+            }
+        } else if (NR == 16 && nseg <= 4) {
+            __m256i m0[4], m1[4];
+            const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            for (int s = 0; s < nseg; s++) {   /* lanes [st0, st0 + len): all bits set */
+                const __m256i lo = _mm256_set1_epi32(st0[s] - 1);
+                const __m256i hi = _mm256_set1_epi32(st0[s] + slen[s]);
+                m0[s] = _mm256_and_si256(_mm256_cmpgt_epi32(lane, lo), _mm256_cmpgt_epi32(hi, lane));
+                const __m256i lane8 = _mm256_add_epi32(lane, _mm256_set1_epi32(8));
+                m1[s] = _mm256_and_si256(_mm256_cmpgt_epi32(lane8, lo), _mm256_cmpgt_epi32(hi, lane8));
+            }
+            for (int64_t p = 0; p < kc; p++, o += NR) {
+                const float *src = xe + c * q->plane_c + q->tapoff[tap];
+                __m256 v0 = _mm256_setzero_ps(), v1 = v0;
+                for (int s = 0; s < nseg; s++) {   /* segments' lanes are disjoint */
+                    v0 = _mm256_or_ps(v0, _mm256_maskload_ps(src + soff[s], m0[s]));
+                    v1 = _mm256_or_ps(v1, _mm256_maskload_ps(src + soff[s] + 8, m1[s]));
+                }
+                _mm256_storeu_ps(o, v0);
+                _mm256_storeu_ps(o + 8, v1);
                 if (++tap == khw) {
                     tap = 0;
                     c++;
