@@ -814,7 +814,31 @@ static void op_pack_b_f32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t
     const float *B = (const float *)g->b + (g->b_off ? g->b_off[bi] : 0);
     const int64_t rsb = g->rsb, csb = g->csb;
     float *d = (float *)dst;
-    for (int64_t jr = 0; jr < nc; jr += NR, d += NR * kcp) {
+    int64_t jr0 = 0;
+#if !defined(OP_HAS_AVX512)
+    /* A row-major B: 8 rows at a time across every full panel (8 sequential row streams, 512
+       contiguous bytes written per panel) instead of each panel down all kc rows (rows rsb apart:
+       a new page per row at N 3072, the loads waited on the TLB and no prefetcher followed).
+       AMD EPYC Zen 3 VM, avx2, 1 thread, 2026-12-06: the pack 15% of a 128 x 768 x 3072 matmul
+       before. Not measured at the AVX-512 levels, which keep the panel-by-panel loop below. */
+    if (csb == 1 && nc >= 2 * NR) {
+        jr0 = nc / NR * NR;
+        for (int64_t pb = 0; pb < kc; pb += 8) {
+            const int64_t pe = op_min64(kc, pb + 8);
+            for (int64_t jr = 0; jr < jr0; jr += NR) {
+                const float *src = B + p0 * rsb + j0 + jr;
+                float *dp = d + jr * kcp;
+                for (int64_t p = pb; p < pe; p++)
+                    for (int j = 0; j < NR; j++) dp[p * NR + j] = src[p * rsb + j];
+            }
+        }
+        for (int64_t jr = 0; jr < jr0; jr += NR)
+            for (int64_t p = kc; p < kcp; p++)
+                for (int j = 0; j < NR; j++) d[jr * kcp + p * NR + j] = 0.0f;
+        d += jr0 * kcp;
+    }
+#endif
+    for (int64_t jr = jr0; jr < nc; jr += NR, d += NR * kcp) {
         const int nr = (int)op_min64(NR, nc - jr);
         const float *src = B + p0 * rsb + (j0 + jr) * csb;
         if (csb == 1 && nr == NR) {
