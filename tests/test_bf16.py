@@ -254,6 +254,74 @@ def test_small_m_forms(level, decode_variant, m, n, k):
     _assert_f32(onepath.matmul(x, bw[:, 3:3 + n], dtype=np.float32), x, b_kn)
 
 
+# Small M at every level the host runs, through the GEMM entry (run_gemm_bf16: the small kernel of
+# ops/_small.py takes no part): B = W^T (OP_SM_NK, W rows ldw >= k apart) and B row-major (OP_SM_KN,
+# rows rsb >= n apart) in place at avx2 and the AVX-512 levels, the driver at generic. K tails of a
+# 32-deep step (1..33, 63, 100), K over the depth chunks of avx2's NK loop with m >= 2 (2100, 4096),
+# N tails of 16 / 32 columns, float32 and bfloat16 C (= the float32 C rounded once), x with strided
+# columns, batches (per-entry and broadcast B), and the same bits at 1 and 2 threads (N split in
+# 32-column multiples: each column's sum is the same whatever the split).
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_small_m_forms_tails_and_threads(level, m, cpus):
+    cpus(2)
+    old = onepath.get_num_threads()
+    rng = np.random.default_rng(4099 * m)
+    lib, ffi = load(level).lib, load(level).ffi
+    decode = level != "generic"
+    assert ("decode" in ffi.string(lib.op_gemm_bf16_kernel_for(m, 64, 1)).decode()) == decode
+    assert ("decode" in ffi.string(lib.op_gemm_bf16_kernel_for(m, 64, 0)).decode()) == decode
+    assert "decode" not in ffi.string(lib.op_gemm_bf16_kernel_for(5, 64, 1)).decode()
+    if level == "avx2":   # a prepacked bfloat16 weight: the driver's float32 panels
+        assert "decode" not in ffi.string(lib.op_gemm_bf16_kernel_for(m, 64, 2)).decode()
+
+    def run(a, b, c_dtype, batch=()):
+        c = np.empty(batch + (a.shape[-2], b.shape[-1]), c_dtype)
+        run_gemm_bf16("matmul", a, b, c)
+        return c
+
+    shapes = [(k, n) for k in (1, 2, 3, 15, 16, 17, 31, 32, 33, 63, 100)
+              for n in (1, 5, 31, 33, 100)]
+    shapes += [(2100, 70), (4096, 33), (1100, 300), (4096, 200)]   # the last two: 2 threads
+    try:
+        for k, n in shapes:
+            xw = _rand_bf16(rng, (m, 2 * k))
+            x = xw[:, ::2]                                   # columns 2 apart
+            wide = _rand_bf16(rng, (n, k + 9))
+            w = wide[:, 4:4 + k]                             # W rows k + 9 apart
+            bkn = np.zeros((k, n + 5), BF16)
+            bkn[:, 2:2 + n] = w.T
+            for b in (w.T, bkn[:, 2:2 + n]):                 # NK, KN
+                got = {}
+                for t in (1, 2):
+                    onepath.set_num_threads(t)
+                    got[t] = run(x, b, F32), run(x, b, BF16)
+                _assert_f32(got[1][0], x, b)
+                assert np.array_equal(got[1][1].view(np.uint16),
+                                      got[1][0].astype(BF16).view(np.uint16))
+                for i in (0, 1):
+                    assert np.array_equal(got[1][i].view(np.uint16 if i else np.uint32),
+                                          got[2][i].view(np.uint16 if i else np.uint32)), (k, n, i)
+        # batches: per-entry B of either form, and a broadcast W^T
+        onepath.set_num_threads(2)
+        k, n = 77, 45
+        xb = _rand_bf16(rng, (3, m, k))
+        wb = _rand_bf16(rng, (3, n, k))
+        _assert_f32(run(xb, wb.transpose(0, 2, 1), F32, (3,)), xb, wb.transpose(0, 2, 1))
+        bb = np.ascontiguousarray(wb.transpose(0, 2, 1))
+        _assert_f32(run(xb, bb, F32, (3,)), xb, bb)
+        _assert_bf16(run(xb, wb[1].T, BF16, (3,)), xb, wb[1].T)
+        # linear with a raw weight: bias + activation on both output dtypes
+        w = _rand_bf16(rng, (n, k))
+        bias = rng.standard_normal(n).astype(np.float32)
+        ref = np.maximum(xb[0].astype(np.float64) @ w.astype(np.float64).T + bias, 0)
+        got = onepath.linear(xb[0], w, bias, activation="relu", dtype=np.float32)
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+        l16 = onepath.linear(xb[0], w, bias, activation="relu")
+        assert np.array_equal(l16.view(np.uint16), got.astype(BF16).view(np.uint16))
+    finally:
+        onepath.set_num_threads(old)
+
+
 # A raw (n, k) or prepacked weight with 5 to 49 rows of x: where the VDPBF16PS variant is on, passes
 # of 4 rows over each 32-row tile of W or 32-column panel (OP_SM_NKDP_MAX_M, OP_SM_PKDP_MAX_M); K
 # over two depth chunks (2100), K above the pass limit (8200: the driver), 49 rows (the driver), N

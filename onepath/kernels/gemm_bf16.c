@@ -894,6 +894,9 @@ const char *op_gemm_bf16_kernel_for(int64_t m, int64_t k, int b_form)
 #endif
 #endif
     if (m >= 1 && m <= 4) return "gemm_bf16_decode_" OP_LEVEL_NAME "_m4";
+#elif defined(OP_HAS_AVX2)
+    /* the small-M loops of a raw B (a prepacked bfloat16 B: float32 panels of the driver) */
+    if (m >= 1 && m <= 4 && b_form != 2) return "gemm_bf16_decode_" OP_LEVEL_NAME "_m4";
 #endif
 #if defined(OP_LEVEL_AVX512_CORE_AMX)
     if (m < OP_BF16_AMX_MIN_M) return "gemm_bf16_avx512_bf16_14x32";
@@ -929,9 +932,17 @@ const char *op_gemm_bf16_kernel_name(void) { return OP_BF16_KERNEL_NAME; }
    capped the stream below the memory bandwidth); the float32 products are also exact.
    A is copied once per call, widened to float32, zero padded to kp = k rounded up to 32 (in natural
    order for KN / PACKED, deinterleaved per 32-block (16 even, 16 odd) for NK). C (float32 or
-   bfloat16, rounded once) is written from registers with the epilogue. */
+   bfloat16, rounded once) is written from registers with the epilogue.
+   avx2 runs OP_SM_NK and OP_SM_KN the same way on 256-bit vectors (op_sm_nk8_body, op_sm_kn8_body;
+   x's rows side by side per 32-deep block / per depth); a prepacked bfloat16 B there is float32
+   panels of the driver (op_sm_form: no OP_SM_PACKED). Before, avx2 took the driver, which widened
+   and packed B per call: AMD EPYC Zen 3 VM, family 25 model 1, 2 cores, K = N = 4096, 2026-12-06,
+   GB/s of W at 1 thread, m = 1 / 4, raw weight (NK) 3.1 / 2.7 -> 24-28 / 13-15, row-major B (KN)
+   5.3 / 4.9 -> 22-24 / 12-14 (torch 2.13's linear beside them 10 / 2.7); 2 threads (fastest
+   calls, the host shared with another benchmark) NK 3.7 / 3.4 -> 36-42 / 25-31, KN 6.7 / 5.9 ->
+   28-31 / 17-19 (torch 12-14 / 3.9). W (32 MiB) is the size of the L3. */
 
-#if defined(OP_HAS_AVX512)
+#if defined(OP_HAS_AVX2)
 #define OP_SM_MAX_M 4
 #define OP_SM_KB 8              /* OP_SM_KN: rows per block (8 concurrent row streams; 16-64 measured
                                    slower at k = n = 4096, as was software prefetch of the rows) */
@@ -940,6 +951,13 @@ const char *op_gemm_bf16_kernel_name(void) { return OP_BF16_KERNEL_NAME; }
                                    (prefetcht0) the single far-ahead stream held Zen 4's L1 miss
                                    buffers: 18 GB/s at m = 1 against 25-28 into L2 (the raw-weight
                                    NK loop runs 17-26 there) */
+#define OP_SM_PF8 384           /* avx2, OP_SM_NK, m = 1: prefetch distance along each W row
+                                   (elements), into L1 */
+#define OP_SM_XCH 4096          /* avx2, OP_SM_NK, m >= 2: floats of x per depth chunk (16 KiB, in
+                                   L1 while a tile of W passes; all of K: x (m * 16 KiB at K = 4096)
+                                   re-read from L2 per JV rows of W) */
+#define OP_SM_KB8 8             /* avx2, OP_SM_KN: rows per block (4 / 6 / 16 / 32 measured slower
+                                   at k = n = 4096, m = 1: 20 / 24 / 7 / 6 GB/s against 24) */
 #define OP_SM_KN 0
 #define OP_SM_NK 1
 #define OP_SM_PACKED 2
@@ -987,6 +1005,7 @@ static void op_sm_out(const op_sm_ctx *x, int64_t bi, int64_t j, int mr, int nr,
     op_tile_to_bf16(t, 32, 1, mr, nr, (uint16_t *)x->c + off, x->rsc, x->csc);
 }
 
+#if defined(OP_HAS_AVX512)
 /* even-column lanes e (column 2q in lane q) and odd o (2q + 1) -> columns 0..15 and 16..31 */
 OP_INLINE void op_sm_interleave(__m512 e, __m512 o, float *t)
 {
@@ -1350,6 +1369,288 @@ static void (*const op_sm_nk_dp_table[OP_SM_MAX_M])(const op_sm_ctx *, int64_t, 
     op_sm_nk_dp_m1, op_sm_nk_dp_m2, op_sm_nk_dp_m3, op_sm_nk_dp_m4,
 };
 #endif
+#else /* avx2: the OP_SM_NK and OP_SM_KN forms on 256-bit vectors (no OP_SM_PACKED: op_sm_form).
+   16 ymm registers: the register blocks below are sized to them (m = 4: 8 accumulators). m = 4
+   takes 8 FMAs per 32 bytes of W: 13-15 GB/s on one Zen 3 core (16-17 with W in L3, about 2/3 of
+   the FMA peak), where m = 1 streams 24-28 */
+
+/* 16 bfloat16 in 8 32-bit lanes -> the even element of each lane as a float32 (VPSLLD 16) or the
+   odd one (VPAND 0xFFFF0000): exact widening in register, as op_sm_even / op_sm_odd */
+OP_INLINE __m256 op_sm_even8(__m256i v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
+OP_INLINE __m256 op_sm_odd8(__m256i v)
+{
+    return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
+}
+
+/* v stays in a register: GCC would fold each use of a loaded x vector back into its FMAs as a
+   memory operand (one load per FMA again) */
+#define OP_SM_KEEP(v) __asm__("" : "+x"(v))
+
+/* sum of the 8 lanes, in one fixed order */
+OP_INLINE float op_sm_hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* ---- OP_SM_NK (avx2): one 32-deep step of JV rows of W (w[q] + p) against MRV rows of x (xs: the
+   step's block of xa, MRV rows of 32 floats, each 16 even depths then 16 odd: op_sm_run). Each W
+   row is two 16-element loads; the even depths of load h meet xs[8h..8h+7], the odd ones
+   xs[16+8h..]. From 2 rows of x each x vector is loaded once and meets the JV widened rows of W
+   (the odd halves widened from a second load rather than a register per row, so that JV * MRV
+   accumulators, JV widened vectors, x and the mask fit the 16 ymm registers): one x load per FMA,
+   as m = 1 runs, kept Zen 3's m = 4 below its FMA rate (two 256-bit loads per cycle). */
+OP_INLINE void op_sm_nk8_step(const int MRV, const int JV, __m256 acc[][OP_SM_MAX_M],
+                              const uint16_t *const *w, int64_t p, const float *xs)
+{
+    if (MRV == 1) {
+#pragma GCC unroll 8
+        for (int q = 0; q < JV; q++)
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(w[q] + p + 16 * h));
+                acc[q][0] = _mm256_fmadd_ps(_mm256_load_ps(xs + 8 * h), op_sm_even8(v), acc[q][0]);
+                acc[q][0] = _mm256_fmadd_ps(_mm256_load_ps(xs + 16 + 8 * h), op_sm_odd8(v),
+                                            acc[q][0]);
+            }
+        return;
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m256 wv[8];
+#pragma GCC unroll 8
+        for (int q = 0; q < JV; q++)
+            wv[q] = op_sm_even8(_mm256_loadu_si256((const __m256i *)(w[q] + p + 16 * h)));
+#pragma GCC unroll 4
+        for (int i = 0; i < MRV; i++) {
+            __m256 xe = _mm256_load_ps(xs + i * 32 + 8 * h);
+            OP_SM_KEEP(xe);
+#pragma GCC unroll 8
+            for (int q = 0; q < JV; q++) acc[q][i] = _mm256_fmadd_ps(xe, wv[q], acc[q][i]);
+        }
+#pragma GCC unroll 8
+        for (int q = 0; q < JV; q++)
+            wv[q] = op_sm_odd8(_mm256_loadu_si256((const __m256i *)(w[q] + p + 16 * h)));
+#pragma GCC unroll 4
+        for (int i = 0; i < MRV; i++) {
+            __m256 xo = _mm256_load_ps(xs + i * 32 + 16 + 8 * h);
+            OP_SM_KEEP(xo);
+#pragma GCC unroll 8
+            for (int q = 0; q < JV; q++) acc[q][i] = _mm256_fmadd_ps(xo, wv[q], acc[q][i]);
+        }
+    }
+}
+
+/* dot products of MRV x rows with JV rows of W over contiguous K, JV * MRV accumulators; the K tail
+   (k % 32) of the JV rows is copied into a zeroed buffer (AVX2 has no 16-bit masked load) and meets
+   xa's zero padding */
+OP_INLINE void op_sm_nk8_body(const int MRV, const int JV, const op_sm_ctx *x, int64_t bi,
+                              int64_t j0, int64_t j1)
+{
+    const op_gemm_args *g = x->g;
+    const int64_t kp = x->kp, m = g->m, n = g->n, k = g->k, ldw = g->csb;
+    const float *xa = x->xa + bi * m * kp;
+    const uint16_t *W = (const uint16_t *)g->b + (g->b_off ? g->b_off[bi] : 0);
+    const int64_t kfull = k / 32 * 32;
+    /* depth chunk: its MRV rows of x (OP_SM_XCH floats) stay in L1 while the 32 rows of W of a
+       tile pass; the tile's accumulators wait in s between chunks (the same sums, same order) */
+    const int64_t kch = MRV == 1 ? k : OP_SM_XCH / MRV / 32 * 32;
+    __m256 s[(32 + JV - 1) / JV][JV][MRV];
+    float t[OP_SM_MAX_M * 32] OP_ALIGNED(32);
+    uint16_t tail[8][32] OP_ALIGNED(32);
+    for (int64_t jc = j0; jc < j1; jc += 32) {
+        const int nr = (int)op_min64(32, n - jc);
+        for (int64_t p0 = 0; p0 < k; p0 += kch) {
+            const int64_t p1 = op_min64(kfull, p0 + kch);
+            const int lastc = p0 + kch >= k;
+            for (int jj = 0; jj < nr; jj += JV) {
+                const uint16_t *w[8];
+#pragma GCC unroll 8
+                for (int q = 0; q < JV; q++) w[q] = W + op_min64(jc + jj + q, n - 1) * ldw;
+                /* m >= 2: prefetch into L2 what the next group of JV rows reads at the same depths
+                   (after a tile's last group: the next chunk of its first rows, or the next
+                   tile's); m = 2 / 3 ran 17 / 13 -> 23 / 19 GB/s against the m = 1 prefetch along
+                   the rows, which m = 1 keeps (28 against 14 with this one) */
+                const int64_t pfo = jj + JV < nr ? JV * ldw
+                                    : lastc ? (32 - jj) * ldw - p0 : kch - jj * ldw;
+                __m256 acc[8][OP_SM_MAX_M];
+#pragma GCC unroll 8
+                for (int q = 0; q < JV; q++)
+#pragma GCC unroll 4
+                    for (int i = 0; i < MRV; i++)
+                        acc[q][i] = p0 ? s[jj / JV][q][i] : _mm256_setzero_ps();
+                for (int64_t p = p0; p < p1; p += 32) {
+#pragma GCC unroll 8
+                    for (int q = 0; q < JV; q++)
+                        if (MRV == 1)
+                            _mm_prefetch((const char *)(w[q] + p + OP_SM_PF8), _MM_HINT_T0);
+                        else
+                            _mm_prefetch((const char *)(w[q] + p + pfo), _MM_HINT_T1);
+                    op_sm_nk8_step(MRV, JV, acc, w, p, xa + p * MRV);
+                }
+                if (lastc && kfull < k) {
+                    const uint16_t *tp[8];
+#pragma GCC unroll 8
+                    for (int q = 0; q < JV; q++) {
+                        memset(tail[q], 0, sizeof tail[q]);
+                        memcpy(tail[q], w[q] + kfull, (size_t)(k - kfull) * 2);
+                        tp[q] = tail[q];
+                    }
+                    op_sm_nk8_step(MRV, JV, acc, tp, 0, xa + kfull * MRV);
+                }
+                if (!lastc) {
+#pragma GCC unroll 8
+                    for (int q = 0; q < JV; q++)
+#pragma GCC unroll 4
+                        for (int i = 0; i < MRV; i++) s[jj / JV][q][i] = acc[q][i];
+                } else {
+#pragma GCC unroll 8
+                    for (int q = 0; q < JV; q++)
+#pragma GCC unroll 4
+                        for (int i = 0; i < MRV; i++)
+                            if (jj + q < 32) t[i * 32 + jj + q] = op_sm_hsum8(acc[q][i]);
+                }
+            }
+        }
+        op_sm_out(x, bi, jc, MRV, nr, t);
+    }
+}
+
+/* ---- OP_SM_KN (avx2): R rows of B (r[0..R-1], NV * 16 columns each) into MRV rows of
+   accumulators, even and odd columns apart (ce / co), one set per row of the step (R = 2: two
+   chains per vector) */
+OP_INLINE void op_sm_kn8_step(const int MRV, const int NV, const int R,
+                              __m256 ce[][2][OP_SM_MAX_M], __m256 co[][2][OP_SM_MAX_M],
+                              const uint16_t *const *r, const float *xa)
+{
+#pragma GCC unroll 2
+    for (int s = 0; s < R; s++) {
+        __m256 e[2], o[2];
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) {
+            const __m256i b = _mm256_loadu_si256((const __m256i *)(r[s] + 16 * v));
+            e[v] = op_sm_even8(b);
+            o[v] = op_sm_odd8(b);
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < MRV; i++) {
+            const __m256 a = _mm256_broadcast_ss(xa + s * MRV + i);
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++) {
+                ce[s][v][i] = _mm256_fmadd_ps(a, e[v], ce[s][v][i]);
+                co[s][v][i] = _mm256_fmadd_ps(a, o[v], co[s][v][i]);
+            }
+        }
+    }
+}
+
+/* blocks of OP_SM_KB rows swept across the task's columns NV * 16 at a time (R rows per step, the
+   last rows of a block one at a time), 2 * NV * MRV * R accumulators (of the 16 ymm registers); the
+   float32 partial sums of the columns wait in acc (MRV rows of wr floats, each 16 columns as 8 even
+   then 8 odd) between blocks. A column tail (the last task's n % (NV * 16) columns) reads its rows
+   through a zeroed buffer (AVX2 has no 16-bit masked load) with the same steps: every column sums
+   its products in the same order, wherever the task boundaries lie. */
+OP_INLINE void op_sm_kn8_body(const int MRV, const int NV, const int R, const op_sm_ctx *x,
+                              int64_t bi, int64_t j0, int64_t j1, float *acc)
+{
+    const op_gemm_args *g = x->g;
+    const int64_t kp = x->kp, m = g->m, k = g->k, ldb = g->rsb;
+    const float *xa = x->xa + bi * m * kp;
+    const uint16_t *B = (const uint16_t *)g->b + (g->b_off ? g->b_off[bi] : 0);
+    const int64_t w = j1 - j0;
+    const int64_t wr = op_roundup64(w, 32);
+    const int cw = 16 * NV;
+    float t[OP_SM_MAX_M * 32] OP_ALIGNED(32);
+    uint16_t rb[2][32] OP_ALIGNED(32);
+    for (int64_t p0 = 0; p0 < k; p0 += OP_SM_KB8) {
+        const int64_t p1 = op_min64(k, p0 + OP_SM_KB8);
+        const int first = p0 == 0, last = p1 >= k;
+        for (int64_t jc = 0; jc < w; jc += cw) {
+            const int nr = (int)op_min64(cw, w - jc);
+            const uint16_t *bp = B + j0 + jc;
+            float *ap = acc + jc;
+            __m256 ce[2][2][OP_SM_MAX_M], co[2][2][OP_SM_MAX_M];
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++)
+#pragma GCC unroll 4
+                for (int i = 0; i < MRV; i++) {
+                    ce[1][v][i] = co[1][v][i] = _mm256_setzero_ps();
+                    if (first) {
+                        ce[0][v][i] = co[0][v][i] = _mm256_setzero_ps();
+                    } else {
+                        ce[0][v][i] = _mm256_load_ps(ap + i * wr + 16 * v);
+                        co[0][v][i] = _mm256_load_ps(ap + i * wr + 16 * v + 8);
+                    }
+                }
+            int64_t p = p0;
+            if (nr == cw) {
+                for (; p + R <= p1; p += R) {
+                    const uint16_t *r[2] = {bp + p * ldb, bp + (p + R - 1) * ldb};
+                    op_sm_kn8_step(MRV, NV, R, ce, co, r, xa + p * MRV);
+                }
+                for (; p < p1; p++) {
+                    const uint16_t *r[2] = {bp + p * ldb, NULL};
+                    op_sm_kn8_step(MRV, NV, 1, ce, co, r, xa + p * MRV);
+                }
+            } else {
+                memset(rb, 0, sizeof rb);
+                for (; p + R <= p1; p += R) {
+#pragma GCC unroll 2
+                    for (int s = 0; s < R; s++) memcpy(rb[s], bp + (p + s) * ldb, (size_t)nr * 2);
+                    const uint16_t *r[2] = {rb[0], rb[1]};
+                    op_sm_kn8_step(MRV, NV, R, ce, co, r, xa + p * MRV);
+                }
+                for (; p < p1; p++) {
+                    memcpy(rb[0], bp + p * ldb, (size_t)nr * 2);
+                    const uint16_t *r[2] = {rb[0], NULL};
+                    op_sm_kn8_step(MRV, NV, 1, ce, co, r, xa + p * MRV);
+                }
+            }
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++)
+#pragma GCC unroll 4
+                for (int i = 0; i < MRV; i++) {
+                    __m256 e = ce[0][v][i], o = co[0][v][i];
+                    if (R == 2) {
+                        e = _mm256_add_ps(e, ce[1][v][i]);
+                        o = _mm256_add_ps(o, co[1][v][i]);
+                    }
+                    if (!last) {
+                        _mm256_store_ps(ap + i * wr + 16 * v, e);
+                        _mm256_store_ps(ap + i * wr + 16 * v + 8, o);
+                    } else {   /* even / odd lanes -> columns 0..7 and 8..15 of the 16 */
+                        const __m256 lo = _mm256_unpacklo_ps(e, o), hi = _mm256_unpackhi_ps(e, o);
+                        _mm256_store_ps(t + i * 32 + 16 * v, _mm256_permute2f128_ps(lo, hi, 0x20));
+                        _mm256_store_ps(t + i * 32 + 16 * v + 8,
+                                        _mm256_permute2f128_ps(lo, hi, 0x31));
+                    }
+                }
+            if (last) op_sm_out(x, bi, j0 + jc, MRV, nr, t);
+        }
+    }
+}
+
+/* (MRV, JV: rows of W per NK group, NV: 16-column vectors per KN chunk, R: KN rows per step), by
+   accumulators: NK m = 1 / 2 / 3 / 4: 8 / 8 / 9 / 8 (m = 3 with JV = 3 reads a 33rd row per tile
+   and discards it), KN 4 / 8 / 12 / 8. Zen 3, K = N = 4096, 1 thread, NK m = 2 / 3 / 4: the first
+   form (JV = 6 / 4 / 3, x loaded per FMA, all of K per group) 17 / 14 / 12 GB/s, this one 23 / 19
+   / 14; m = 4 with JV = 3 (12 accumulators, odd halves by two shifts) ran as JV = 2. */
+#define OP_SM_INST8(MRV, JV, NV, R)                                                              \
+    static OP_NOINLINE void op_sm_nk_m##MRV(const op_sm_ctx *x, int64_t bi, int64_t j0,          \
+                                            int64_t j1)                                          \
+    {                                                                                            \
+        op_sm_nk8_body(MRV, JV, x, bi, j0, j1);                                                  \
+    }                                                                                            \
+    static OP_NOINLINE void op_sm_kn_m##MRV(const op_sm_ctx *x, int64_t bi, int64_t j0,          \
+                                            int64_t j1, float *acc)                              \
+    {                                                                                            \
+        op_sm_kn8_body(MRV, NV, R, x, bi, j0, j1, acc);                                          \
+    }
+OP_SM_INST8(1, 8, 1, 2) OP_SM_INST8(2, 4, 1, 2) OP_SM_INST8(3, 3, 2, 1) OP_SM_INST8(4, 2, 1, 1)
+#undef OP_SM_INST8
+#endif /* OP_HAS_AVX512: the bodies */
 
 #if defined(OP_LEVEL_AVX512_CORE_AMX)
 /* ---- AMX small M, prepacked B (real tiles only): the k32 panels are B tiles as they lie. C tiles 0/1
@@ -1431,6 +1732,7 @@ static void op_sm_task(void *ctx, int64_t task, int tid)
     }
 #endif
     switch (x->form) {
+#if defined(OP_HAS_AVX512)
     case OP_SM_PACKED:
 #if defined(OP_LEVEL_AVX512_CORE_AMX)
         op_sm_amx_packed(x, bi, j0, j1);
@@ -1443,6 +1745,7 @@ static void op_sm_task(void *ctx, int64_t task, int tid)
         default: op_sm_packed_m4(x, bi, j0, j1); break;
         }
         break;
+#endif
     case OP_SM_NK:
         switch (m) {
         case 1: op_sm_nk_m1(x, bi, j0, j1); break;
@@ -1482,7 +1785,11 @@ static int op_sm_form(const op_gemm_args *g, int prepacked)
 #endif
         return -1;
     }
+#if defined(OP_HAS_AVX512)
     if (prepacked) return OP_SM_PACKED;
+#else
+    if (prepacked) return -1;   /* avx2: a prepacked bfloat16 B is float32 panels of the driver */
+#endif
     if (g->csb == 1 && g->rsb >= g->n) return OP_SM_KN;
     if (g->rsb == 1 && g->csb >= g->k) return OP_SM_NK;
     return -1;
@@ -1530,13 +1837,24 @@ static int op_sm_run(int form, const op_gemm_args *g, void *c, const int64_t *c_
         for (int64_t bi = 0; bi < g->batch; bi++) {
             const uint16_t *A = (const uint16_t *)g->a + (g->a_off ? g->a_off[bi] : 0);
             for (int64_t i = 0; i < m; i++) {
+#if defined(OP_HAS_AVX512)
                 float *d = xa + (bi * m + i) * x.kp;
+#else
+                float *d = xa + bi * m * x.kp;
+#endif
                 const uint16_t *s = A + i * g->rsa;
                 for (int64_t p = 0; p < x.kp; p++) {
                     const float v = p < k ? op_bf16_to_f32_1(s[p * g->csa]) : 0.0f;
                     /* NK: per 32-block, the 16 even depths then the 16 odd ones */
                     const int64_t q = form == OP_SM_NK ? (p & ~(int64_t)31) + ((p & 1) << 4) + ((p & 31) >> 1) : p;
+#if defined(OP_HAS_AVX512)
                     d[q] = v;
+#else
+                    /* avx2: the m rows of one 32-deep block (NK) or of one depth (KN) side by side,
+                       so that one pointer walks x (op_sm_nk8_body, op_sm_kn8_body) */
+                    d[form == OP_SM_NK ? (q & ~(int64_t)31) * m + i * 32 + (q & 31)
+                                       : p * m + i] = v;
+#endif
                 }
             }
         }
@@ -1570,7 +1888,7 @@ static int op_sm_run(int form, const op_gemm_args *g, void *c, const int64_t *c_
     op_aligned_free(xa);
     return used;
 }
-#endif /* OP_HAS_AVX512 */
+#endif /* OP_HAS_AVX2 */
 
 int op_gemm_bf16_set_variants(int flags)
 {
@@ -1638,7 +1956,7 @@ int op_gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k,
     g.a = a; g.a_off = a_off; g.rsa = rsa; g.csa = csa;
     g.b = b; g.b_off = b_off; g.rsb = rsb; g.csb = csb;
     g.epi = epi;
-#if defined(OP_HAS_AVX512)
+#if defined(OP_HAS_AVX2)
     if (n > 0 && batch > 0) {
         const int form = op_sm_form(&g, 0);
         if (form >= 0) return op_sm_run(form, &g, c, c_off, rsc, csc, c_dtype, nthreads);
