@@ -185,3 +185,27 @@ def test_packed_state_of_a_call_survives_a_repack_for_another_cap():
     assert row.level == runnable[0] and p._state[0] is row2  # the first call's pair is untouched
     with onepath.max_isa(runnable[0]):
         np.testing.assert_allclose(onepath.linear(x, p), x @ w.T, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("m", [1, 3, 4, 5])
+def test_bf16_prepacked_decode_same_bits_as_raw(level, m):
+    """Decode rows on a bfloat16 PackedWeight: at levels whose prepacked bfloat16 B is float32
+    panels (avx2) up to 4 rows read the raw weight the PackedWeight keeps (ops/linear.py,
+    _RAW_DECODE_LEVELS), so they give the raw weight's bits; with bias and activation, both
+    output dtypes, and more rows (the packed panels) still within rounding of the raw weight."""
+    rng = np.random.default_rng(m)
+    k, n = 300, 70
+    w = rng.standard_normal((n, k)).astype(BF16)
+    x = rng.standard_normal((m, k)).astype(BF16)
+    bias = rng.standard_normal(n).astype(np.float32)
+    p = onepath.prepack(w)
+    for dt in (BF16, F32):
+        raw = onepath.linear(x, w, bias, activation="relu", dtype=dt)
+        got = onepath.linear(x, p, bias, activation="relu", dtype=dt)
+        assert got.dtype == raw.dtype
+        if m <= 4 and level == "avx2":
+            assert np.array_equal(got.view(np.uint16 if dt == BF16 else np.uint32),
+                                  raw.view(np.uint16 if dt == BF16 else np.uint32))
+        else:
+            np.testing.assert_allclose(got.astype(np.float32), raw.astype(np.float32),
+                                       rtol=1e-2, atol=1e-2)

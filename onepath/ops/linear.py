@@ -25,6 +25,15 @@ _ND = np.ndarray
 # ------------------------------------------------------------------------------------------------
 # numpy reference of the epilogue (non-kernel dtypes)
 
+
+# A bfloat16 PackedWeight at these levels is float32 panels (twice the bytes of the weight: see
+# "prepacked B" in kernels/gemm_bf16.c), so decode (up to _RAW_DECODE_M rows) reads the raw
+# bfloat16 weight the PackedWeight keeps, through the small-M loops of a raw weight (the same
+# kernel and bits as linear on that weight). AMD EPYC Zen 3 VM, avx2, 1 x 4096 x 4096, 2 threads,
+# 2026-12-06: the float32 panels streamed 15.8 GB/s of bfloat16 weight, the raw loops 25-29.
+_RAW_DECODE_LEVELS = ("avx2",)
+_RAW_DECODE_M = 4
+
 def _erf(x):
     return np.vectorize(math.erf, otypes=[np.float64])(x)
 
@@ -171,6 +180,12 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
         wv = wv if kernel_ready(wv) else np.array(wv, F32)
         wt = packed.small_b() if packed is not None and m > _small.NT_MAX_M else None
         if _small.linear(x2, wv, out, b, act_code(activation), shapes, wt):
+            return out.reshape(lead + (n,))
+    if packed is not None and both_bf16 and m <= _RAW_DECODE_M:
+        row, buf = packed.current_packed()   # (the cap rules hold here too)
+        if row.level in _RAW_DECODE_LEVELS:
+            run_gemm_bf16("linear", _ready(x2, BF16), packed._weight.T, out, bias=b,
+                          activation=activation, shapes=shapes)
             return out.reshape(lead + (n,))
     if packed is not None and (both_bf16 or (xa.dtype == F32 and wdtype == F32)):
         row, buf = packed.current_packed()
