@@ -978,3 +978,16 @@ def test_batched_3d_fast_path_same_bits(level, monkeypatch, nb, m, k, n):
     assert mm._batch3_fast(a, b[:1]) is None                   # batch broadcast: general path
     if k > 1 and n > 1:   # B's columns contiguous (not C order): general path
         assert mm._batch3_fast(a, b.transpose(0, 2, 1).copy().transpose(0, 2, 1)) is None
+
+
+def test_uarch_limits_apply_to_their_host_only(monkeypatch):
+    """LIMITS_UARCH's row replaces LIMITS' value for its microarchitecture's host; other hosts
+    keep LIMITS."""
+    from types import SimpleNamespace
+    from onepath.dispatch import cpu
+    from onepath.ops import _small
+    for uarch, want in (("zen3", _small.LIMITS_UARCH["zen3"]["avx2"]), ("zen4", (112 ** 3, 112 ** 3))):
+        monkeypatch.setattr(_small, "LIMITS", {"avx2": (112 ** 3, 112 ** 3)})
+        monkeypatch.setattr(cpu, "probe", lambda u=uarch: SimpleNamespace(uarch=u))
+        _small._apply_uarch_limits()
+        assert _small.LIMITS["avx2"] == want, uarch

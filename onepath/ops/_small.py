@@ -140,6 +140,13 @@ def thin(m: int, kn: int, level: str, nn: bool = False) -> bool:
             and not _off.get())
 LIMITS: dict = {"avx512_core": (128 ** 3, 256 ** 3), "avx2": (112 ** 3, 112 ** 3),
                  "generic": (40 ** 3, 40 ** 3)}
+# Per microarchitecture, where LIMITS measured otherwise (applied to LIMITS once, at import). zen3
+# (AMD EPYC Zen 3 VM, family 25 model 1, AVX2 only, 2026-12-06, the two limits alternated in one
+# process beside numpy's OpenBLAS, median of 9, small kernel / GEMM speed): 1 thread 128^3 1.13,
+# 160^3 1.13, 192^3 0.94 (x numpy 0.76 -> 0.85, 0.81 -> 0.92); 2 threads 128^3 1.80, 144^3 1.77
+# (x numpy 0.55 -> 0.98, 0.63 -> 1.11: the GEMM ran them on one thread, the small kernel on two).
+# On Zen 4 at avx2 128^3 lost at 1 thread (module docstring): the row is zen3's only.
+LIMITS_UARCH: dict = {"zen3": {"avx2": (112 ** 3, 160 ** 3)}}
 # bfloat16 matmul (``matmul_bf16``): the small kernel (the avx512_core row, bfloat16 widened into
 # float32 FMAs, ~90 GFLOP/s at 256^3 on one core) against the bfloat16 GEMM of the level in force
 # (AMX tiles, VDPBF16PS, or the widening packed GEMM), which LIMITS, measured for float32, did not
@@ -466,3 +473,12 @@ def linear_fast(x, w, bias, code, packed):
     else:
         b.mt(m, n, k, xp, k, 1, wp, 1, k, op, n, 1, epi, t)
     return out
+
+
+def _apply_uarch_limits() -> None:
+    """LIMITS_UARCH's row for this host's microarchitecture into LIMITS (once, at import)."""
+    from ..dispatch.cpu import probe
+    LIMITS.update(LIMITS_UARCH.get(probe().uarch, {}))
+
+
+_apply_uarch_limits()
