@@ -986,7 +986,8 @@ def test_uarch_limits_apply_to_their_host_only(monkeypatch):
     from types import SimpleNamespace
     from onepath.dispatch import cpu
     from onepath.ops import _small
-    for uarch, want in (("zen3", _small.LIMITS_UARCH["zen3"]["avx2"]), ("zen4", (112 ** 3, 112 ** 3))):
+    zen3 = _small.LIMITS_UARCH["zen3"]["avx2"]
+    for uarch, want in (("zen3", zen3), ("zen4", (112 ** 3, 112 ** 3))):
         monkeypatch.setattr(_small, "LIMITS", {"avx2": (112 ** 3, 112 ** 3)})
         monkeypatch.setattr(cpu, "probe", lambda u=uarch: SimpleNamespace(uarch=u))
         _small._apply_uarch_limits()

@@ -520,6 +520,17 @@ static void op_convq_free(op_convq_buf *b)
     free(b->seg);
 }
 
+#if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
+/* All bits set in lane l (0..7) where base + l lies in [t0, t0 + len): a VMASKMOVPS mask */
+OP_INLINE __m256i op_lanes8(int base, int t0, int len)
+{
+    const __m256i l = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                       _mm256_set1_epi32(base));
+    return _mm256_and_si256(_mm256_cmpgt_epi32(l, _mm256_set1_epi32(t0 - 1)),
+                            _mm256_cmpgt_epi32(_mm256_set1_epi32(t0 + len), l));
+}
+#endif
+
 /* A of the float32 NHWC GEMM: MR-row micro-panels, a[p*MR + i] = A[i0 + ir + i][p0 + p] (p0 is a
    multiple of 16: op_conv2d_f32 rounds kc). Per 16-depth block, the MR pixels' rows are gathered by
    their segments and transposed (AVX-512, MR <= 16), or copied element by element. */
@@ -558,7 +569,6 @@ static void op_conv_pack_a_nhwc_qf32(const op_gemm_args *g, int64_t bi, int64_t 
                NHWC at batch 1 (perf, AMD EPYC Zen 3 VM, avx2, 1 thread, 2026-12-06). */
             __m256 r0[8], r1[8];
             const int one = e - s0 == 1 && s0->t0 == 0 && s0->len == 16;
-            const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
             for (int i = 0; i < 8; i++) {
                 r0[i] = r1[i] = _mm256_setzero_ps();
                 if (i >= mr) continue;
@@ -568,10 +578,8 @@ static void op_conv_pack_a_nhwc_qf32(const op_gemm_args *g, int64_t bi, int64_t 
                     continue;
                 }
                 for (const op_convq_seg *s = s0; s < e; s++) {   /* lanes [t0, t0 + len) */
-                    const __m256i lo = _mm256_set1_epi32(s->t0 - 1), hi = _mm256_set1_epi32(s->t0 + s->len);
-                    const __m256i l8 = _mm256_add_epi32(lane, _mm256_set1_epi32(8));
-                    const __m256i k0 = _mm256_and_si256(_mm256_cmpgt_epi32(lane, lo), _mm256_cmpgt_epi32(hi, lane));
-                    const __m256i k1 = _mm256_and_si256(_mm256_cmpgt_epi32(l8, lo), _mm256_cmpgt_epi32(hi, l8));
+                    const __m256i k0 = op_lanes8(0, s->t0, s->len);
+                    const __m256i k1 = op_lanes8(8, s->t0, s->len);
                     const float *src = px[i] + s->off - s->t0;
                     r0[i] = _mm256_or_ps(r0[i], _mm256_maskload_ps(src, k0));
                     r1[i] = _mm256_or_ps(r1[i], _mm256_maskload_ps(src + 8, k1));
@@ -676,8 +684,7 @@ static int op_conv_pack_b_nhwc_f32_nf(const op_gemm_args *g, int64_t bi, int64_t
                 int64_t ci = 0, t = 0;   /* element k = ci * khw + t of the block */
                 for (int64_t k0 = 0; k0 < glen; k0 += 8) {
                     const int nt = (int)op_min64(8, glen - k0);
-                    const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32(nt),
-                                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+                    const __m256i km = op_lanes8(0, 0, nt);
                     __m256 r[8];
 #pragma GCC unroll 8
                     for (int jj = 0; jj < 8; jj++) {
@@ -686,7 +693,8 @@ static int op_conv_pack_b_nhwc_f32_nf(const op_gemm_args *g, int64_t bi, int64_t
                                 : nt == 8 ? _mm256_loadu_ps(src + j * K + k0)
                                           : _mm256_maskload_ps(src + j * K + k0, km);
                         const __m256i bits = _mm256_castps_si256(r[jj]);
-                        badv = _mm256_or_si256(badv, _mm256_cmpeq_epi32(_mm256_and_si256(bits, expo), expo));
+                        const __m256i ex = _mm256_and_si256(bits, expo);
+                        badv = _mm256_or_si256(badv, _mm256_cmpeq_epi32(ex, expo));
                     }
                     op_transpose8_ps(r);
                     for (int kk = 0; kk < nt; kk++) {
@@ -1528,13 +1536,9 @@ static void op_conv_pack_b_nchw_xp_f32(const op_gemm_args *g, int64_t bi, int64_
             }
         } else if (NR == 16 && nseg <= 4) {
             __m256i m0[4], m1[4];
-            const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-            for (int s = 0; s < nseg; s++) {   /* lanes [st0, st0 + len): all bits set */
-                const __m256i lo = _mm256_set1_epi32(st0[s] - 1);
-                const __m256i hi = _mm256_set1_epi32(st0[s] + slen[s]);
-                m0[s] = _mm256_and_si256(_mm256_cmpgt_epi32(lane, lo), _mm256_cmpgt_epi32(hi, lane));
-                const __m256i lane8 = _mm256_add_epi32(lane, _mm256_set1_epi32(8));
-                m1[s] = _mm256_and_si256(_mm256_cmpgt_epi32(lane8, lo), _mm256_cmpgt_epi32(hi, lane8));
+            for (int s = 0; s < nseg; s++) {   /* lanes [st0, st0 + len) */
+                m0[s] = op_lanes8(0, st0[s], slen[s]);
+                m1[s] = op_lanes8(8, st0[s], slen[s]);
             }
             for (int64_t p = 0; p < kc; p++, o += NR) {
                 const float *src = xe + c * q->plane_c + q->tapoff[tap];
