@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 
 # Host kinds the project runs on, shown even before a run of theirs is saved.
-HOST_KINDS = {"amd-zen4": "AMD EPYC Zen 4", "intel-sapphirerapids": "Intel Xeon AMX (Sapphire Rapids class)"}
+HOST_KINDS = {"amd-zen4": "AMD EPYC Zen 4",
+              "intel-sapphirerapids": "Intel Xeon AMX (Sapphire Rapids class)",
+              "amd-zen3": "AMD EPYC Zen 3 (AVX2 only)"}
 
 
 def latest(host_dir: Path) -> tuple[Path, dict] | None:
