@@ -992,3 +992,34 @@ def test_uarch_limits_apply_to_their_host_only(monkeypatch):
         monkeypatch.setattr(cpu, "probe", lambda u=uarch: SimpleNamespace(uarch=u))
         _small._apply_uarch_limits()
         assert _small.LIMITS["avx2"] == want, uarch
+
+
+def test_uarch_limits_within_the_gemm_one_thread_rule():
+    """A LIMITS_UARCH one-thread limit stays within MT_GEMM_ONE: past it 2 threads take the GEMM
+    (mt_fits), so a larger limit would give a product other bits at 1 thread than at 2."""
+    from onepath.ops import _small
+    for uarch, rows in _small.LIMITS_UARCH.items():
+        for level, (lim, lim1t) in rows.items():
+            assert lim1t <= max(lim, _small.MT_GEMM_ONE), (uarch, level)
+
+
+@pytest.mark.parametrize("n", [158, 159, 160])
+def test_squares_near_the_limit_same_bits_at_1_and_2_threads(n):
+    """On this host's best level, a square product just past MT_GEMM_ONE gives one thread's bits
+    at two (the fresh-user review found 159^3 and 160^3 differing with zen3's limit at 160^3).
+    AVX-512 hosts run 159^3 on the small kernel at 1 thread up to 256^3 (LIMITS) and on the GEMM
+    at 2, by design: checked where the level in force is avx2."""
+    if onepath.isa() != "avx2":
+        pytest.skip("the avx2 limits (AVX-512's 256^3 one-thread limit changes path by design)")
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    w = rng.standard_normal((n, n)).astype(np.float32)
+    old = onepath.get_num_threads()
+    try:
+        onepath.set_num_threads(1)
+        one = onepath.linear(a, w)
+        onepath.set_num_threads(2)
+        two = onepath.linear(a, w)
+    finally:
+        onepath.set_num_threads(old)
+    assert np.array_equal(one.view(np.uint32), two.view(np.uint32))

@@ -145,8 +145,11 @@ LIMITS: dict = {"avx512_core": (128 ** 3, 256 ** 3), "avx2": (112 ** 3, 112 ** 3
 # process beside numpy's OpenBLAS, median of 9, small kernel / GEMM speed): 1 thread 128^3 1.13,
 # 160^3 1.13, 192^3 0.94 (x numpy 0.76 -> 0.85, 0.81 -> 0.92); 2 threads 128^3 1.80, 144^3 1.77
 # (x numpy 0.55 -> 0.98, 0.63 -> 1.11: the GEMM ran them on one thread, the small kernel on two).
-# On Zen 4 at avx2 128^3 lost at 1 thread (module docstring): the row is zen3's only.
-LIMITS_UARCH: dict = {"zen3": {"avx2": (112 ** 3, 160 ** 3)}}
+# On Zen 4 at avx2 128^3 lost at 1 thread (module docstring): the row is zen3's only. 158^3, not
+# 160^3: within MT_GEMM_ONE, so that 2 threads take the small kernel wherever 1 thread does (with
+# 160^3 a product of M*N*K 4e6 .. 4.096e6 ran the small kernel at 1 thread and the GEMM at 2, other
+# bits: found by the fresh-user review).
+LIMITS_UARCH: dict = {"zen3": {"avx2": (112 ** 3, 158 ** 3)}}
 # bfloat16 matmul (``matmul_bf16``): the small kernel (the avx512_core row, bfloat16 widened into
 # float32 FMAs, ~90 GFLOP/s at 256^3 on one core) against the bfloat16 GEMM of the level in force
 # (AMX tiles, VDPBF16PS, or the widening packed GEMM), which LIMITS, measured for float32, did not
