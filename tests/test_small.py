@@ -261,7 +261,7 @@ def test_small_verbose_names_kernel(level, caplog, verbose_on):
 
 def test_limits_per_level(level):
     row = _small.row_for("matmul", level)
-    lim, lim1t = _small.LIMITS[row.level]
+    lim, lim1t = _small.limits(row.level)   # (LIMITS, or this host's LIMITS_UARCH row)
     assert _small.use_small(lim) and not _small.use_small(max(lim, lim1t) + 1)
     a, b = rand(3, 5), rand(5, 4)
     assert_gemm_close(onepath.matmul(a, b), a, b)
@@ -616,7 +616,7 @@ def test_small_kernel_past_limits_on_several_threads(level, small_mt_on, caplog,
     one-thread call; larger ones and batched ones keep the packed GEMM. Results against the
     float64 product."""
     row = _small.row_for("matmul", level)
-    lim, lim1t = _small.LIMITS[row.level]
+    lim, lim1t = _small.limits(row.level)   # (LIMITS, or this host's LIMITS_UARCH row)
     old = onepath.get_num_threads()
     # (the small kernel past LIMITS' first value at avx512_core's small row: LIMITS' two values
     # are equal at the other levels)
@@ -981,26 +981,29 @@ def test_batched_3d_fast_path_same_bits(level, monkeypatch, nb, m, k, n):
 
 
 def test_uarch_limits_apply_to_their_host_only(monkeypatch):
-    """LIMITS_UARCH's row replaces LIMITS' value for its microarchitecture's host; other hosts
-    keep LIMITS."""
+    """LIMITS_UARCH's row replaces LIMITS' value for its microarchitecture's host, looked up at the
+    first use (no probe at import); other hosts keep LIMITS; LIMITS switched off (below 0) stays
+    off."""
     from types import SimpleNamespace
     from onepath.dispatch import cpu
     from onepath.ops import _small
-    zen3 = _small.LIMITS_UARCH["zen3"]["avx2"]
+    zen3 = _small.LIMITS_UARCH[("zen3", "avx2")]
+    monkeypatch.setattr(_small, "LIMITS", {"avx2": (112 ** 3, 112 ** 3)})
     for uarch, want in (("zen3", zen3), ("zen4", (112 ** 3, 112 ** 3))):
-        monkeypatch.setattr(_small, "LIMITS", {"avx2": (112 ** 3, 112 ** 3)})
         monkeypatch.setattr(cpu, "probe", lambda u=uarch: SimpleNamespace(uarch=u))
-        _small._apply_uarch_limits()
-        assert _small.LIMITS["avx2"] == want, uarch
+        _small._uarch_limits.clear()
+        assert _small.limits("avx2") == want, uarch
+    monkeypatch.setattr(_small, "LIMITS", {"avx2": (-1, -1)})
+    assert _small.limits("avx2") == (-1, -1)
+    _small._uarch_limits.clear()
 
 
 def test_uarch_limits_within_the_gemm_one_thread_rule():
     """A LIMITS_UARCH one-thread limit stays within MT_GEMM_ONE: past it 2 threads take the GEMM
     (mt_fits), so a larger limit would give a product other bits at 1 thread than at 2."""
     from onepath.ops import _small
-    for uarch, rows in _small.LIMITS_UARCH.items():
-        for level, (lim, lim1t) in rows.items():
-            assert lim1t <= max(lim, _small.MT_GEMM_ONE), (uarch, level)
+    for key, (lim, lim1t) in _small.LIMITS_UARCH.items():
+        assert lim1t <= max(lim, _small.MT_GEMM_ONE), key
 
 
 @pytest.mark.parametrize("n", [158, 159, 160])

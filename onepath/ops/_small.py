@@ -140,7 +140,8 @@ def thin(m: int, kn: int, level: str, nn: bool = False) -> bool:
             and not _off.get())
 LIMITS: dict = {"avx512_core": (128 ** 3, 256 ** 3), "avx2": (112 ** 3, 112 ** 3),
                  "generic": (40 ** 3, 40 ** 3)}
-# Per microarchitecture, where LIMITS measured otherwise (applied to LIMITS once, at import). zen3
+# Per (uarch, level of the small row), where LIMITS measured otherwise (``limits``: looked up at the
+# first use, as NT_DOTS_LIMITS; LIMITS switched off below 0 stays off). zen3
 # (AMD EPYC Zen 3 VM, family 25 model 1, AVX2 only, 2026-12-06, the two limits alternated in one
 # process beside numpy's OpenBLAS, median of 9, small kernel / GEMM speed): 1 thread 128^3 1.13,
 # 160^3 1.13, 192^3 0.94 (x numpy 0.76 -> 0.85, 0.81 -> 0.92); 2 threads 128^3 1.80, 144^3 1.77
@@ -149,7 +150,8 @@ LIMITS: dict = {"avx512_core": (128 ** 3, 256 ** 3), "avx2": (112 ** 3, 112 ** 3
 # 160^3: within MT_GEMM_ONE, so that 2 threads take the small kernel wherever 1 thread does (with
 # 160^3 a product of M*N*K 4e6 .. 4.096e6 ran the small kernel at 1 thread and the GEMM at 2, other
 # bits: found by the fresh-user review).
-LIMITS_UARCH: dict = {"zen3": {"avx2": (112 ** 3, 158 ** 3)}}
+LIMITS_UARCH: dict = {("zen3", "avx2"): (112 ** 3, 158 ** 3)}
+_uarch_limits: dict = {}  # level of the small row -> LIMITS_UARCH's value on this host, or None
 # bfloat16 matmul (``matmul_bf16``): the small kernel (the avx512_core row, bfloat16 widened into
 # float32 FMAs, ~90 GFLOP/s at 256^3 on one core) against the bfloat16 GEMM of the level in force
 # (AMX tiles, VDPBF16PS, or the widening packed GEMM), which LIMITS, measured for float32, did not
@@ -223,12 +225,27 @@ def off():
         _off.reset(token)
 
 
+def limits(row_level: str) -> tuple[int, int]:
+    """LIMITS' (any threads, one thread) M*N*K limits of the small row of ``row_level`` on this host:
+    LIMITS_UARCH's row for this host's microarchitecture where it has one, unless LIMITS switches
+    the level off (below 0: the tests' packed-GEMM mode)."""
+    lim = LIMITS.get(row_level, (-1, -1))
+    if lim[0] < 0:
+        return lim
+    try:
+        row = _uarch_limits[row_level]
+    except KeyError:
+        from ..dispatch.cpu import probe
+        row = _uarch_limits[row_level] = LIMITS_UARCH.get((probe().uarch, row_level))
+    return lim if row is None else row
+
+
 def fits(mnk: int, row_level: str, kn: int = 0, m: int | None = None) -> bool:
     """True when M*N*K = ``mnk`` (B of ``kn`` = K*N elements, ``m`` rows: None counts as many) is
     small enough for the small row of level ``row_level`` (and the small path is not switched off
     by ``off()``): within LIMITS' first value, or its second with B within B_MAX at one thread or
     (the threaded small kernel on) where ``mt_fits``."""
-    lim, lim1t = LIMITS.get(row_level, (-1, -1))
+    lim, lim1t = limits(row_level)
     return ((mnk <= lim or (mnk <= lim1t and kn <= B_MAX
                             and (_threads.get_num_threads() == 1 or mt_fits(mnk, m))))
             and not _off.get())
@@ -293,6 +310,7 @@ def reset() -> None:
         cache.clear()
     _bound_bf16.clear()
     _nt_limits.clear()
+    _uarch_limits.clear()
 
 
 class Bound:
@@ -336,7 +354,7 @@ def bound(op: str) -> Bound:
         cache[level] = b
     if op == "matmul" and _verbose.enabled() is False and not _repro_mode._ever:
         fast_matmul[_cap._scoped.get()] = ((b.cc, b.fb, b.mt, b.null)
-                                           + LIMITS.get(b.row.level, (-1, -1)))
+                                           + limits(b.row.level))
     return b
 
 
@@ -477,11 +495,3 @@ def linear_fast(x, w, bias, code, packed):
         b.mt(m, n, k, xp, k, 1, wp, 1, k, op, n, 1, epi, t)
     return out
 
-
-def _apply_uarch_limits() -> None:
-    """LIMITS_UARCH's row for this host's microarchitecture into LIMITS (once, at import)."""
-    from ..dispatch.cpu import probe
-    LIMITS.update(LIMITS_UARCH.get(probe().uarch, {}))
-
-
-_apply_uarch_limits()
