@@ -226,9 +226,9 @@ def off():
 
 
 def limits(row_level: str) -> tuple[int, int]:
-    """LIMITS' (any threads, one thread) M*N*K limits of the small row of ``row_level`` on this host:
-    LIMITS_UARCH's row for this host's microarchitecture where it has one, unless LIMITS switches
-    the level off (below 0: the tests' packed-GEMM mode)."""
+    """LIMITS' (any threads, one thread) M*N*K limits of the small row of ``row_level`` on this
+    host: LIMITS_UARCH's row for this host's microarchitecture where it has one, unless LIMITS
+    switches the level off (below 0: the tests' packed-GEMM mode)."""
     lim = LIMITS.get(row_level, (-1, -1))
     if lim[0] < 0:
         return lim
