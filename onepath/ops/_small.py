@@ -494,4 +494,3 @@ def linear_fast(x, w, bias, code, packed):
     else:
         b.mt(m, n, k, xp, k, 1, wp, 1, k, op, n, 1, epi, t)
     return out
-

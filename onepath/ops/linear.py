@@ -22,10 +22,6 @@ _ACT_CODE = {a: act_code(a) for a in _ACTS}  # exact names only (the fast path);
 _ND = np.ndarray
 
 
-# ------------------------------------------------------------------------------------------------
-# numpy reference of the epilogue (non-kernel dtypes)
-
-
 # A bfloat16 PackedWeight at these levels is float32 panels (twice the bytes of the weight: see
 # "prepacked B" in kernels/gemm_bf16.c), so decode (up to _RAW_DECODE_M rows) reads the raw
 # bfloat16 weight the PackedWeight keeps, through the small-M loops of a raw weight (the same
@@ -33,6 +29,11 @@ _ND = np.ndarray
 # 2026-12-06: the float32 panels streamed 15.8 GB/s of bfloat16 weight, the raw loops 25-29.
 _RAW_DECODE_LEVELS = ("avx2",)
 _RAW_DECODE_M = 4
+
+
+# ------------------------------------------------------------------------------------------------
+# numpy reference of the epilogue (non-kernel dtypes)
+
 
 def _erf(x):
     return np.vectorize(math.erf, otypes=[np.float64])(x)
