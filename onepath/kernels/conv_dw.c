@@ -55,6 +55,8 @@ typedef struct {
 #endif
 } op_dw_ctx;
 
+enum { OP_DW_AVX2_3X3 = 20 };  /* op_dw_ctx.direct3 of the AVX2 builds' NCHW 3x3 kernel (op_dw8_plane) */
+
 OP_INLINE void op_dw_act_store(float *OP_RESTRICT y, int64_t n, int act)
 {
     if (act == OP_ACT_RELU) {
@@ -1505,6 +1507,284 @@ static const op_dw3_fn op_dw3_kernels[2][3] = {
 };
 #endif
 
+#if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
+/* ---------------------------------------------------------------- NCHW 3x3, AVX2 builds (direct3 = OP_DW_AVX2_3X3)
+
+   3x3 undilated kernels at stride 1 or 2, any padding and channel multiplier. The input plane is
+   read once, row by row, into a ring of OP_DW8_RING zero-padded float32 rows (bfloat16 widened;
+   at stride 2 each row split into its even and odd columns, so that every tap is a unit-stride
+   run). Output rows are then computed OP_DW8_R at a time, OP_DW8_NC vectors of 8 columns each:
+   the R x NC accumulators and the nine weights stay in registers (16 ymm), and each input vector
+   is loaded once per tap column and feeds every output row of the block that reads it. Each output
+   is one FMA chain, bias first, then the taps in row-major order. */
+enum { OP_DW8_R = 6, OP_DW8_NC = 1, OP_DW8_RING = 32 };
+
+/* ring row pitch (floats): one phase of OW rounded up to 8, plus the 8 columns the taps run past */
+OP_INLINE int64_t op_dw8_q(const op_conv_desc *d) { return op_roundup64(d->ow, 8) + 8; }
+
+/* floats of scratch per thread: the ring, one padded row before its split (stride 2), and
+   OP_DW8_R output rows (bfloat16 output, or an activation other than ReLU) */
+OP_INLINE int64_t op_dw8_scratch(const op_conv_desc *d)
+{
+    const int64_t q = op_dw8_q(d);
+    return OP_DW8_RING * d->sw * q + OP_DW8_R * q;
+}
+
+OP_INLINE __m256 op_dw8_ld(const void *x, int64_t off, const int BF16)
+{
+    if (BF16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)x + off))), 16));
+    return _mm256_loadu_ps((const float *)x + off);
+}
+
+/* columns t .. t + 7 of the input row at element offset src (n columns), zero outside [0, n) */
+OP_INLINE __m256 op_dw8_ldp(const void *x, int64_t src, int64_t t, int64_t n, const int BF16)
+{
+    if (t >= 0 && t + 8 <= n) return op_dw8_ld(x, src + t, BF16);
+    if (t + 8 <= 0 || t >= n) return _mm256_setzero_ps();
+    if (!BF16)  /* (masked lanes are not read) */
+        return _mm256_maskload_ps((const float *)x + src + t, op_lanes8((int)t, 0, (int)n));
+    float v[8];
+    for (int l = 0; l < 8; l++) v[l] = t + l >= 0 && t + l < n ? op_conv_ld(x, src + t + l, 1) : 0.0f;
+    return _mm256_setr_ps(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
+}
+
+/* padded row r (input row ih = r - pt) into the ring: row[cp] = x[ih][cp - pl], zero outside the
+   input, as it is (stride 1: q columns) or as its even columns at [0, q) and its odd columns at
+   [q, 2q) (stride 2). Whole 8-column vectors are stored at the offsets the taps read from. */
+OP_INLINE void op_dw8_fill(const op_dw_ctx *c, int64_t plane, int64_t r, float *ring, int64_t q,
+                           const int S, const int BF16)
+{
+    const op_conv_desc *d = c->d;
+    float *OP_RESTRICT dst = ring + (r & (OP_DW8_RING - 1)) * S * q;
+    const int64_t ih = r - d->pt, n = d->w, src = plane + ih * n;
+    if (ih < 0 || ih >= d->h) {
+        for (int64_t i = 0; i < S * q; i += 8) _mm256_storeu_ps(dst + i, _mm256_setzero_ps());
+        return;
+    }
+    if (S == 1) {
+        for (int64_t i = 0; i < q; i += 8) _mm256_storeu_ps(dst + i, op_dw8_ldp(c->x, src, i - d->pl, n, BF16));
+        return;
+    }
+    for (int64_t i = 0; i < q; i += 8) {
+        const __m256 a = op_dw8_ldp(c->x, src, 2 * i - d->pl, n, BF16);
+        const __m256 b = op_dw8_ldp(c->x, src, 2 * i + 8 - d->pl, n, BF16);
+        /* per 128-bit lane [a0 a2 b0 b2], then the 64-bit pairs in order (0, 2, 1, 3) */
+        const __m256 e = _mm256_shuffle_ps(a, b, 0x88), o = _mm256_shuffle_ps(a, b, 0xDD);
+        _mm256_storeu_ps(dst + i, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8)));
+        _mm256_storeu_ps(dst + q + i, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), 0xD8)));
+    }
+}
+
+/* the first n (1..8) lanes of v to p: by 4, 2 and 1 lanes below 8 (a masked VMASKMOVPS store
+   measured about 20% of the 14 x 14 planes on Zen 3, where it is slow) */
+OP_INLINE void op_dw8_st(float *p, __m256 v, int64_t n)
+{
+    if (n >= 8) {
+        _mm256_storeu_ps(p, v);
+        return;
+    }
+    __m128 h = _mm256_castps256_ps128(v);
+    if (n & 4) {
+        _mm_storeu_ps(p, h);
+        h = _mm256_extractf128_ps(v, 1);
+        p += 4;
+    }
+    if (n & 2) {
+        _mm_storel_pi((__m64 *)p, h);
+        h = _mm_movehl_ps(h, h);
+        p += 2;
+    }
+    if (n & 1) _mm_store_ss(p, h);
+}
+
+/* Output rows oh0 .. oh0 + R - 1, columns j0 .. j0 + 8 NC - 1 (the last vector may pass OW: its
+   lanes past OW are not stored). y: output row oh0 at column 0 (pitch yp), or the row buffer.
+   RELU: ReLU in registers. */
+OP_INLINE void op_dw8_blk(const float *ring, int64_t q, int64_t oh0, int64_t j0, const __m256 *wv,
+                          __m256 bv, float *y, int64_t yp, int64_t ylen, const int R, const int NC,
+                          const int S, const int RELU)
+{
+    __m256 acc[6][OP_DW8_NC];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NC; v++) acc[r][v] = bv;
+#pragma GCC unroll 13
+    for (int i = 0; i < (R - 1) * S + 3; i++) {
+        const float *row = ring + ((oh0 * S + i) & (OP_DW8_RING - 1)) * S * q + j0;
+#pragma GCC unroll 3
+        for (int kj = 0; kj < 3; kj++) {
+#pragma GCC unroll 2
+            for (int v = 0; v < NC; v++) {
+                /* stride 2: taps 0 and 2 read even columns j and j + 1, tap 1 odd column j */
+                const __m256 x = _mm256_loadu_ps(row + 8 * v + (S == 1 ? kj : (kj & 1) * q + (kj >> 1)));
+#pragma GCC unroll 6
+                for (int r = 0; r < R; r++) {
+                    const int ki = i - r * S;
+                    if (ki >= 0 && ki < 3) acc[r][v] = _mm256_fmadd_ps(wv[ki * 3 + kj], x, acc[r][v]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NC; v++) {
+            const __m256 o = RELU ? _mm256_max_ps(_mm256_setzero_ps(), acc[r][v]) : acc[r][v];
+            op_dw8_st(y + r * yp + j0 + 8 * v, o, ylen - j0 - 8 * v);
+        }
+}
+
+/* R output rows from oh0, every column */
+OP_INLINE void op_dw8_rows(const float *ring, int64_t q, int64_t oh0, int64_t OW, const __m256 *wv,
+                           __m256 bv, float *y, int64_t yp, int64_t ylen, const int R, const int S,
+                           const int RELU)
+{
+    int64_t j0 = 0;
+    for (; j0 + 8 * (OP_DW8_NC - 1) < OW; j0 += 8 * OP_DW8_NC)
+        op_dw8_blk(ring, q, oh0, j0, wv, bv, y, yp, ylen, R, OP_DW8_NC, S, RELU);
+    for (; j0 < OW; j0 += 8) op_dw8_blk(ring, q, oh0, j0, wv, bv, y, yp, ylen, R, 1, S, RELU);
+}
+
+/* float32 input read in place (op_dw8_plane's INPLACE): rows above or below the input read this
+   zero row, and vectors that cross the left or right edge load only their input columns */
+enum { OP_DW8_ZROW = 4096 };
+static const float op_dw8_zrow[OP_DW8_ZROW] __attribute__((aligned(32)));
+
+/* Output rows oh0 .. oh0 + R - 1 (input rows rp[0 ..]), columns j0 .. j0 + 7, from float32 input
+   read in place; t = S j0 - pl, the input column of lane 0's first tap. Stride 2 computes the
+   stride-1 sums at 16 columns (two accumulators per row) and keeps the even ones: twice the FMAs,
+   but no copy and no shuffle per input row. EDGE: masked loads, only columns inside [0, W). */
+OP_INLINE void op_dw8x_blk(const float *const *rp, int64_t t, int64_t W, const __m256 *wv, __m256 bv,
+                           float *y, int64_t yp, int64_t ylen, int64_t j0, const int R, const int S,
+                           const int EDGE, const int RELU)
+{
+    __m256 acc[6][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < S; v++) acc[r][v] = bv;
+#pragma GCC unroll 13
+    for (int i = 0; i < (R - 1) * S + 3; i++) {
+        const float *row = rp[i] + t;
+#pragma GCC unroll 3
+        for (int kj = 0; kj < 3; kj++) {
+#pragma GCC unroll 2
+            for (int v = 0; v < S; v++) {
+                const int o = kj + 8 * v;
+                const __m256 x = EDGE ? _mm256_maskload_ps(row + o, op_lanes8((int)t + o, 0, (int)W))
+                                      : _mm256_loadu_ps(row + o);
+#pragma GCC unroll 6
+                for (int r = 0; r < R; r++) {
+                    const int ki = i - r * S;
+                    if (ki >= 0 && ki < 3) acc[r][v] = _mm256_fmadd_ps(wv[ki * 3 + kj], x, acc[r][v]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+        __m256 o = acc[r][0];
+        if (S == 2)  /* the even columns of the 16: [a0 a2 b0 b2 | a4 a6 b4 b6], pairs (0, 2, 1, 3) */
+            o = _mm256_castpd_ps(_mm256_permute4x64_pd(
+                _mm256_castps_pd(_mm256_shuffle_ps(acc[r][0], acc[r][1], 0x88)), 0xD8));
+        if (RELU) o = _mm256_max_ps(_mm256_setzero_ps(), o);
+        op_dw8_st(y + r * yp + j0, o, ylen - j0);
+    }
+}
+
+OP_INLINE void op_dw8x_rows(const float *const *rp, int64_t W, int64_t pl, int64_t OW, const __m256 *wv,
+                            __m256 bv, float *y, int64_t yp, int64_t ylen, const int R, const int S,
+                            const int RELU)
+{
+    for (int64_t j0 = 0; j0 < OW; j0 += 8) {
+        const int64_t t = S * j0 - pl;
+        if (t >= 0 && t + 8 * S + 2 <= W)
+            op_dw8x_blk(rp, t, W, wv, bv, y, yp, ylen, j0, R, S, 0, RELU);
+        else
+            op_dw8x_blk(rp, t, W, wv, bv, y, yp, ylen, j0, R, S, 1, RELU);
+    }
+}
+
+#define OP_DW8_CASE(RR)                                                                           \
+    case RR:                                                                                      \
+        if (INPLACE && relu) op_dw8x_rows(rp, d->w, d->pl, OW, wv, bv, y, yp, OW, RR, S, 1);      \
+        else if (INPLACE) op_dw8x_rows(rp, d->w, d->pl, OW, wv, bv, y, yp, ylen, RR, S, 0);       \
+        else if (relu) op_dw8_rows(ring, q, oh0, OW, wv, bv, y, yp, OW, RR, S, 1);                \
+        else op_dw8_rows(ring, q, oh0, OW, wv, bv, y, yp, ylen, RR, S, 0);                        \
+        break;
+
+/* output plane (n, oc). INPLACE: float32 input read in place (rows of at most OP_DW8_ZROW
+   columns), else through the ring of padded rows. */
+OP_INLINE void op_dw8_plane(const op_dw_ctx *c, int64_t n, int64_t oc, float *buf, const int S,
+                            const int BF16, const int INPLACE)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
+    const int64_t plane = (n * d->c + ci) * d->h * d->w, OH = d->oh, OW = d->ow, q = op_dw8_q(d);
+    const int64_t yplane = (n * d->oc + oc) * OH * OW;
+    float *ring = buf, *ob = buf + OP_DW8_RING * S * q;
+    __m256 wv[9];
+    for (int t = 0; t < 9; t++) wv[t] = _mm256_broadcast_ss(c->w + oc * 9 + t);
+    const __m256 bv = _mm256_set1_ps(c->bias ? c->bias[oc] : 0.0f);
+    /* straight to a float32 output (ReLU in registers), else through OP_DW8_R rows of ob */
+    const int direct = !c->ybf16 && (c->act == OP_ACT_NONE || c->act == OP_ACT_RELU);
+    const int relu = direct && c->act == OP_ACT_RELU;
+    const int64_t RB = INPLACE && S == 2 ? 3 : OP_DW8_R;  /* output rows per block */
+    const int64_t yp = direct ? OW : q, ylen = direct ? OW : q;
+    int64_t next = 0;  /* ring: the first padded row not yet in it */
+    for (int64_t oh0 = 0; oh0 < OH; oh0 += RB) {
+        const int64_t R = op_min64(RB, OH - oh0);
+        const float *rp[(OP_DW8_R - 1) * 2 + 3];
+        if (INPLACE) {
+            for (int64_t i = 0; i < (R - 1) * S + 3; i++) {
+                const int64_t ih = oh0 * S + i - d->pt;
+                rp[i] = ih >= 0 && ih < d->h ? (const float *)c->x + plane + ih * d->w : op_dw8_zrow;
+            }
+        } else {
+            /* the rows of this block and of the next one: a row is stored a block before its
+               loads (they read across two of its vector stores, which cannot be forwarded) */
+            const int64_t last = op_min64(OH - 1, oh0 + R - 1 + RB) * S + 2;
+            for (; next <= last; next++) op_dw8_fill(c, plane, next, ring, q, S, BF16);
+        }
+        float *y = direct ? (float *)c->y + yplane + oh0 * OW : ob;
+        switch (R) {  /* (R <= OP_DW8_R <= 6) */
+            OP_DW8_CASE(6) OP_DW8_CASE(5) OP_DW8_CASE(4) OP_DW8_CASE(3) OP_DW8_CASE(2) OP_DW8_CASE(1)
+        }
+        if (direct) continue;
+        for (int64_t r = 0; r < R; r++) {
+            float *row = ob + r * q;
+            op_dw_act_store(row, OW, c->act);
+            if (c->ybf16) op_dw_put_bf16(c, yplane + (oh0 + r) * OW, row, OW);
+            else memcpy((float *)c->y + yplane + (oh0 + r) * OW, row, sizeof(float) * (size_t)OW);
+        }
+    }
+}
+
+#define OP_DW8_PLANES(NAME, S, BF16, INPLACE)                                                     \
+    static OP_NOINLINE void NAME(const op_dw_ctx *c, int64_t p0, int64_t p1, float *buf)         \
+    {                                                                                             \
+        const int64_t OC = c->d->oc;                                                              \
+        int64_t n = p0 / OC, oc = p0 % OC;                                                        \
+        for (int64_t p = p0; p < p1; p++) {                                                       \
+            op_dw8_plane(c, n, oc, buf, S, BF16, INPLACE);                                        \
+            if (++oc == OC) { oc = 0; n++; }                                                      \
+        }                                                                                         \
+    }
+OP_DW8_PLANES(op_dw8_s1_f32, 1, 0, 1)
+OP_DW8_PLANES(op_dw8_s2_f32, 2, 0, 1)
+OP_DW8_PLANES(op_dw8_s1_bf16, 1, 1, 0)
+OP_DW8_PLANES(op_dw8_s2_bf16, 2, 1, 0)
+OP_DW8_PLANES(op_dw8_s1_f32_ring, 1, 0, 0)
+OP_DW8_PLANES(op_dw8_s2_f32_ring, 2, 0, 0)
+/* [stride - 1][float32 in place, bfloat16, float32 rows wider than OP_DW8_ZROW] */
+static void (*const op_dw8_kernels[2][3])(const op_dw_ctx *, int64_t, int64_t, float *) = {
+    {op_dw8_s1_f32, op_dw8_s1_bf16, op_dw8_s1_f32_ring},
+    {op_dw8_s2_f32, op_dw8_s2_bf16, op_dw8_s2_f32_ring}};
+#endif
+
 OP_INLINE void op_dw_fma_c(float *OP_RESTRICT acc, const float *OP_RESTRICT wr,
                             const void *OP_RESTRICT xv, int64_t C, int64_t mult, const int BF16)
 {
@@ -1740,6 +2020,12 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
         return;
     }
 #endif
+#if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
+    if (c->direct3 == OP_DW_AVX2_3X3) {
+        op_dw8_kernels[c->d->sw - 1][c->bf16 ? 1 : c->d->w <= OP_DW8_ZROW ? 0 : 2](c, p0, p1, buf);
+        return;
+    }
+#endif
     const int64_t OC = c->d->oc;
     int64_t n = p0 / OC, oc = p0 % OC;
     for (int64_t p = p0; p < p1; p++) {
@@ -1866,8 +2152,13 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
     if (d->nhwc && d->kh == 3 && d->kw == 3 && c.mult == 1 && d->dw == 1 && (d->sw == 1 || d->sw == 2))
         c.direct3 = 4;  /* NHWC: channel-vector kernel */
 #endif
+#if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
+    if (!d->nhwc && d->kh == 3 && d->kw == 3 && d->dh == 1 && d->dw == 1 && d->sh == d->sw &&
+        (d->sw == 1 || d->sw == 2))
+        c.direct3 = OP_DW_AVX2_3X3;
+#endif
     if (w_bf16) {
-        if (!d->nhwc && c.direct3) {
+        if (!d->nhwc && c.direct3 && c.direct3 != OP_DW_AVX2_3X3) {
             c.wb = (const uint16_t *)w;  /* the NCHW 3x3 AVX-512 kernels read the bits (op_dw3_wv) */
         } else {
             const int64_t nw = d->oc * d->kh * d->kw;
@@ -1924,6 +2215,9 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
             c.fm0[b] = (uint16_t)m;
         }
     }
+#endif
+#if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
+    if (c.direct3 == OP_DW_AVX2_3X3) c.scratch_elems = op_dw8_scratch(d);
 #endif
     if (!d->nhwc && !c.direct3) {
         c.hp = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1;
