@@ -451,6 +451,8 @@ DW3_CASES = [  # (n, c, h, w, stride, pad, mult): planes wider than a vector, od
     (1, 2, 9, 96, 1, 1, 2),      # whole chunks, a row block + remainder, multiplier 2
     (1, 2, 11, 70, 2, 1, 1),     # stride 2 rows (bfloat16: 32-column loads): blocks + a tail,
     (1, 1, 3, 2100, 2, 1, 1),    # more than one 1024-output stripe
+    (1, 2, 8, 4100, 1, 1, 1),    # AVX2 builds: float32 rows wider than their zero row (4096 columns)
+    (1, 1, 13, 4103, 2, 1, 2),   # go through the ring of padded rows, as bfloat16 does
 ]
 
 
