@@ -283,7 +283,18 @@ static void op_dot_task(void *vctx, int64_t task, int tid)
 #endif
 #define OP_KN_MAX_M 16          /* rows of A this path takes */
 #define OP_KN_MIN_N 128         /* narrower B: the driver (this path's column tail is scalar) */
-#define OP_KN_KB(M) ((M) <= 4 ? 8 : 16)  /* B rows per block */
+/* B rows per block. Below AVX-512 a 5-16 row A takes two or more row groups, each rereading the
+   block's piece of B, which should come from L1; but rows 4 KiB (a multiple of) apart fall in one
+   L1 set, and 16 of them overflowed Zen 3's 8 ways: from L2 each time. 8 rows: zen3, 1 thread,
+   x @ W with a row-major W, alternated in one process, GFLOP/s (x numpy) 16 rows before ->
+   after: 16 x 4096 x 4096 35 (0.63) -> 48 (0.86), 12 x 4096 x 4096 32 (0.65) -> 48 (0.98),
+   8 x 4096 x 4096 33 (0.83) -> 48 (1.23), 16 x 768 x 3072 37 (0.56) -> 49 (0.76). The AVX-512
+   builds' 16-row group reads each block once and keeps 16. */
+#if OP_KN_MAX_G >= 16
+#define OP_KN_KB(M) ((M) <= 4 ? 8 : 16)
+#else
+#define OP_KN_KB(M) 8
+#endif
 #define OP_KN_SKEW 1024        /* floats of slack per thread buffer (4 KiB) for its placement */
 #define OP_KN_CB 256            /* columns per sweep step (a multiple of every tile width) */
 /* Up to OP_KN_BYTES_MAX_M rows each B element feeds at most that many FMAs: the time is B's
