@@ -1530,15 +1530,26 @@ static const op_dw3_fn op_dw3_kernels[2][3] = {
    2026-12-06): from 0.45-1.24x (the compiler-vectorised generic kernel) to 2.1-3.8x. */
 enum { OP_DW8_R = 6, OP_DW8_RING = 32 };
 
+/* float32 input read in place (op_dw8_plane's INPLACE): rows above or below the input read this
+   zero row, and vectors that cross the left or right edge load only their input columns */
+enum { OP_DW8_ZROW = 4096 };
+static const float op_dw8_zrow[OP_DW8_ZROW] __attribute__((aligned(32)));
+
 /* ring row pitch (floats): one phase of OW rounded up to 8, plus the 8 columns the taps run past */
 OP_INLINE int64_t op_dw8_q(const op_conv_desc *d) { return op_roundup64(d->ow, 8) + 8; }
 
-/* floats of scratch per thread: the ring and OP_DW8_R output rows (bfloat16 output, or an
-   activation other than ReLU) */
-OP_INLINE int64_t op_dw8_scratch(const op_conv_desc *d)
+/* Whether float32 input is read in place (else through the ring) */
+OP_INLINE int op_dw8_inplace(const op_conv_desc *d, int x_bf16)
+{
+    return !x_bf16 && d->w <= OP_DW8_ZROW;
+}
+
+/* floats of scratch per thread: the ring (unless read in place) and OP_DW8_R output rows
+   (bfloat16 output, or an activation other than ReLU) */
+OP_INLINE int64_t op_dw8_scratch(const op_conv_desc *d, int x_bf16)
 {
     const int64_t q = op_dw8_q(d);
-    return OP_DW8_RING * d->sw * q + OP_DW8_R * q;
+    return (op_dw8_inplace(d, x_bf16) ? 0 : OP_DW8_RING * d->sw * q) + OP_DW8_R * q;
 }
 
 OP_INLINE __m256 op_dw8_ld(const void *x, int64_t off, const int BF16)
@@ -1555,8 +1566,11 @@ OP_INLINE __m256 op_dw8_ldp(const void *x, int64_t src, int64_t t, int64_t n, co
 {
     if (t >= 0 && t + 8 <= n) return op_dw8_ld(x, src + t, BF16);
     if (t + 8 <= 0 || t >= n) return _mm256_setzero_ps();
-    if (!BF16)  /* (masked lanes are not read) */
-        return _mm256_maskload_ps((const float *)x + src + t, op_lanes8((int)t, 0, (int)n));
+    if (!BF16) {  /* lanes l with 0 <= t + l < n (the others are not read) */
+        const int64_t lo = op_max64(0, -t), hi = op_min64(8, n - t);  /* (n may pass INT_MAX) */
+        const __m256i m = op_lanes8(0, (int)lo, (int)(hi - lo));
+        return _mm256_maskload_ps((const float *)x + src + t, m);
+    }
     float v[8];
     for (int l = 0; l < 8; l++)
         v[l] = t + l >= 0 && t + l < n ? op_conv_ld(x, src + t + l, 1) : 0.0f;
@@ -1653,11 +1667,6 @@ OP_INLINE void op_dw8_rows(const float *ring, int64_t q, int64_t oh0, int64_t OW
         op_dw8_blk(ring, q, oh0, j0, wv, bv, y, yp, ylen, R, S, RELU);
 }
 
-/* float32 input read in place (op_dw8_plane's INPLACE): rows above or below the input read this
-   zero row, and vectors that cross the left or right edge load only their input columns */
-enum { OP_DW8_ZROW = 4096 };
-static const float op_dw8_zrow[OP_DW8_ZROW] __attribute__((aligned(32)));
-
 /* Output rows oh0 .. oh0 + R - 1 (input rows rp[0 ..]), columns j0 .. j0 + 7, from float32 input
    read in place; t = S j0 - pl, the input column of lane 0's first tap. EDGE: masked loads, only
    columns inside [0, W). Stride 2 splits 16 input columns into even and odd ones in registers
@@ -1743,7 +1752,7 @@ OP_INLINE void op_dw8_plane(const op_dw_ctx *c, int64_t n, int64_t oc, float *bu
     const int64_t ci = c->mult == 1 ? oc : oc / c->mult;
     const int64_t plane = (n * d->c + ci) * d->h * d->w, OH = d->oh, OW = d->ow, q = op_dw8_q(d);
     const int64_t yplane = (n * d->oc + oc) * OH * OW;
-    float *ring = buf, *ob = buf + OP_DW8_RING * S * q;
+    float *ring = buf, *ob = INPLACE ? buf : buf + OP_DW8_RING * S * q;
     __m256 wv[9];
     for (int t = 0; t < 9; t++) wv[t] = _mm256_broadcast_ss(c->w + oc * 9 + t);
     const __m256 bv = _mm256_set1_ps(c->bias ? c->bias[oc] : 0.0f);
@@ -2042,7 +2051,8 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
 #endif
 #if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
     if (c->direct3 == OP_DW_AVX2_3X3) {
-        op_dw8_kernels[c->d->sw - 1][c->bf16 ? 1 : c->d->w <= OP_DW8_ZROW ? 0 : 2](c, p0, p1, buf);
+        const int mode = op_dw8_inplace(c->d, c->bf16) ? 0 : c->bf16 ? 1 : 2;
+        op_dw8_kernels[c->d->sw - 1][mode](c, p0, p1, buf);
         return;
     }
 #endif
@@ -2237,7 +2247,7 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
     }
 #endif
 #if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
-    if (c.direct3 == OP_DW_AVX2_3X3) c.scratch_elems = op_dw8_scratch(d);
+    if (c.direct3 == OP_DW_AVX2_3X3) c.scratch_elems = op_dw8_scratch(d, x_bf16);
 #endif
     if (!d->nhwc && !c.direct3) {
         c.hp = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1;
