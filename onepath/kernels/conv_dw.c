@@ -1792,22 +1792,20 @@ OP_INLINE void op_dw8_plane(const op_dw_ctx *c, int64_t n, int64_t oc, float *bu
     }
 }
 
+/* planes p0 .. p1 - 1 (p = n * OC + oc) */
 #define OP_DW8_PLANES(NAME, S, BF16, INPLACE)                                                     \
     static OP_NOINLINE void NAME(const op_dw_ctx *c, int64_t p0, int64_t p1, float *buf)         \
     {                                                                                             \
-        const int64_t OC = c->d->oc;                                                              \
-        int64_t n = p0 / OC, oc = p0 % OC;                                                        \
-        for (int64_t p = p0; p < p1; p++) {                                                       \
-            op_dw8_plane(c, n, oc, buf, S, BF16, INPLACE);                                        \
-            if (++oc == OC) { oc = 0; n++; }                                                      \
-        }                                                                                         \
+        for (int64_t p = p0; p < p1; p++)                                                         \
+            op_dw8_plane(c, p / c->d->oc, p % c->d->oc, buf, S, BF16, INPLACE);                   \
     }
-OP_DW8_PLANES(op_dw8_s1_f32, 1, 0, 1)
-OP_DW8_PLANES(op_dw8_s2_f32, 2, 0, 1)
-OP_DW8_PLANES(op_dw8_s1_bf16, 1, 1, 0)
-OP_DW8_PLANES(op_dw8_s2_bf16, 2, 1, 0)
-OP_DW8_PLANES(op_dw8_s1_f32_ring, 1, 0, 0)
-OP_DW8_PLANES(op_dw8_s2_f32_ring, 2, 0, 0)
+/* per stride: float32 in place, bfloat16 (ring), float32 through the ring */
+#define OP_DW8_STRIDE(S)                                                                          \
+    OP_DW8_PLANES(op_dw8_s##S##_f32, S, 0, 1)                                                     \
+    OP_DW8_PLANES(op_dw8_s##S##_bf16, S, 1, 0)                                                    \
+    OP_DW8_PLANES(op_dw8_s##S##_f32_ring, S, 0, 0)
+OP_DW8_STRIDE(1)
+OP_DW8_STRIDE(2)
 /* [stride - 1][float32 in place, bfloat16, float32 rows wider than OP_DW8_ZROW] */
 static void (*const op_dw8_kernels[2][3])(const op_dw_ctx *, int64_t, int64_t, float *) = {
     {op_dw8_s1_f32, op_dw8_s1_bf16, op_dw8_s1_f32_ring},
