@@ -1440,7 +1440,9 @@ static void op_convx_fill_f32_task(void *ctx, int64_t task, int tid)
         for (int64_t r = 0; r < hs; r++) {
             const int64_t ih = r * sh + a - d->pt;
             for (int64_t b = 0; b < sw; b++) {
-                if (!op_convx_phase_read(d, a, b)) continue;  /* (e.g. 1x1 stride 2: 3 of 4) */
+                /* (1x1 stride 2: 3 of 4 unread; zen3, 2 threads, res5a_branch1 batch 8: the
+                   fill from 8.7 to 6.4% of the time) */
+                if (!op_convx_phase_read(d, a, b)) continue;
                 float *orow = o + ((a * sw + b) * hs + r) * ws;
                 if (ih < 0 || ih >= H) {
                     memset(orow, 0, (size_t)ws * 4);
@@ -1456,9 +1458,9 @@ static void op_convx_fill_f32_task(void *ctx, int64_t task, int tid)
                 } else {
                     int64_t s = slo;
 #if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
-                    /* stride 2: 16 columns loaded, the even ones kept (VSHUFPS, then the 64-bit
-                       pairs in order (0, 2, 1, 3)); 8.7% of res5a_branch1 batch 8 as a scalar loop
-                       (zen3) */
+                    /* stride 2, phase rows of 8+ columns (e.g. 14 from a 28-column input): 16
+                       columns loaded, the even ones kept (VSHUFPS, then the 64-bit pairs in
+                       order (0, 2, 1, 3)) */
                     for (; sw == 2 && s + 8 <= shi && 2 * (s + 8) + off <= W; s += 8) {
                         const __m256 lo = _mm256_loadu_ps(row + 2 * s + off);
                         const __m256 hi = _mm256_loadu_ps(row + 2 * s + off + 8);

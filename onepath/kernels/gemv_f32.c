@@ -289,7 +289,8 @@ static void op_dot_task(void *vctx, int64_t task, int tid)
    x @ W with a row-major W, alternated in one process, GFLOP/s (x numpy) 16 rows before ->
    after: 16 x 4096 x 4096 35 (0.63) -> 48 (0.86), 12 x 4096 x 4096 32 (0.65) -> 48 (0.98),
    8 x 4096 x 4096 33 (0.83) -> 48 (1.23), 16 x 768 x 3072 37 (0.56) -> 49 (0.76). The AVX-512
-   builds' 16-row group reads each block once and keeps 16. */
+   builds keep 16: at M = 16 their one 16-row group reads each block once; M = 9..15 takes two
+   groups there too (not measured: no AVX-512 host here). */
 #if OP_KN_MAX_G >= 16
 #define OP_KN_KB(M) ((M) <= 4 ? 8 : 16)
 #else
