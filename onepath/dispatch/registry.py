@@ -702,6 +702,7 @@ CONV_STEM_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     # 8 0.81-0.84 -> 0.90-0.91, batch 1 0.90. Not measured on Zen 4: no row there until it is.
     ("sapphirerapids", "avx512_core"): ("stem_f32", "stem_nt"),
     ("zen4", "avx512_core_bf16"): ("stem_f32", "stem_bf16"),
+    ("zen3", "avx2"): ("stem_f32",),
 }
 CONV_STEM_FLAGS = {"stem_f32": 1, "stem_bf16": 2, "stem_nt": 4}  # the bits of op_conv_stem_options
 

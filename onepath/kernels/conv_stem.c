@@ -52,7 +52,14 @@ int op_conv_stem_options(int flags)
     return old;
 }
 
+#if defined(OP_HAS_AVX2)
 #if defined(OP_HAS_AVX512)
+#define OP_STEM_PW 32   /* output channels per weight panel and register tile (two vectors) */
+#define OP_STEM_NP 14   /* output pixels per register tile */
+#else
+#define OP_STEM_PW 16
+#define OP_STEM_NP 6
+#endif
 static void *op_conv_scratch_alloc(size_t size);   /* conv_f32.c */
 static void op_conv_scratch_free(void *q);
 
@@ -136,7 +143,7 @@ typedef struct {
     const void *x;
     int x_bf16;     /* float32 copy: the input is bfloat16 bits (widened) */
     int bf16;       /* the copy holds bfloat16 pairs */
-    const void *w;  /* the weight (OC, C, KH, KW) -> wq (OCP / 32, taps, 32) */
+    const void *w;  /* the weight (OC, C, KH, KW) -> wq (OCP / PW, taps, PW), PW = OP_STEM_PW */
     uint32_t *wq;
     int64_t ntap, OCP;
     const int *wj0, *wj1;
@@ -215,7 +222,7 @@ OP_INLINE void op_stem_fill_row(const op_stem_fill_ctx *f, int64_t n, int64_t c,
     }
 }
 
-/* the weight as OCP / 32 panels (taps, 32), the channels past OC zero: a tile reads its panel as
+/* the weight as OCP / PW panels (taps, PW = OP_STEM_PW), the channels past OC zero: a tile reads its panel as
    one contiguous run (as (taps, OCP) with OC 64 it read 128 of every 256 bytes, on half the L1
    sets; panels measured 1-3% faster on the Intel AMX VM, within that host's noise) */
 static void op_stem_pack_w(const op_stem_fill_ctx *f)
@@ -224,7 +231,7 @@ static void op_stem_pack_w(const op_stem_fill_ctx *f)
     const int64_t K = d->c * d->kh * d->kw, OCP = f->OCP;
     for (int64_t k = 0; k < f->ntap; k++) {
         for (int64_t oc = 0; oc < OCP; oc++) {
-            uint32_t *o = f->wq + (oc / 32 * f->ntap + k) * 32 + oc % 32;
+            uint32_t *o = f->wq + (oc / OP_STEM_PW * f->ntap + k) * OP_STEM_PW + oc % OP_STEM_PW;
             if (oc >= d->oc) {
                 *o = 0;
                 continue;
@@ -240,6 +247,22 @@ static void op_stem_pack_w(const op_stem_fill_ctx *f)
     }
 }
 
+typedef struct {
+    const op_stem_geo *g;
+    const op_stem_fill_ctx *f;
+    char *xq;                 /* per thread, the copy of a band (float32 or uint32 pairs), xqstep bytes apart */
+    size_t xqstep;
+    const void *w;            /* (OCP / PW, taps, PW): float32 or uint32 pairs */
+    int64_t ntap, OCP;
+    const int64_t *tapoff;
+    const float *bias;
+    void *y;
+    int y_bf16, act, bf16;
+    float *rowbuf;            /* NCHW: per thread, one output row as (OW, OCP) float32 */
+    int nt;                   /* NHWC float32: stream the whole 64-byte lines (OP_STEM_NT) */
+} op_stem_run_ctx;
+
+#if defined(OP_HAS_AVX512)
 OP_INLINE __m512 op_v16_act_if(__m512 v, int act)
 {
     return act != OP_ACT_NONE ? (__m512)op_v16_act((op_v16f)v, act) : v;
@@ -262,21 +285,6 @@ OP_INLINE void op_stem_store(__m512 v, int act, void *y, int64_t idx, int y_bf16
         _mm512_mask_storeu_ps((float *)y + idx, m, v);
     }
 }
-
-typedef struct {
-    const op_stem_geo *g;
-    const op_stem_fill_ctx *f;
-    char *xq;                 /* per thread, the copy of a band (float32 or uint32 pairs), xqstep bytes apart */
-    size_t xqstep;
-    const void *w;            /* (OCP / 32, taps, 32): float32 or uint32 pairs */
-    int64_t ntap, OCP;
-    const int64_t *tapoff;
-    const float *bias;
-    void *y;
-    int y_bf16, act, bf16;
-    float *rowbuf;            /* NCHW: per thread, one output row as (OW, OCP) float32 */
-    int nt;                   /* NHWC float32: stream the whole 64-byte lines (OP_STEM_NT) */
-} op_stem_run_ctx;
 
 /* An NHWC store of 16 channels at yb + idx: streamed (MOVNTPS) where t->nt and the vector is a
    whole line, else op_stem_store. */
@@ -386,7 +394,6 @@ OP_INLINE void op_stem_nhwc_tile(const int NP, const int BF, const op_stem_run_c
     op_stem_store_tile(t, tb, NP, oc, m0, m1, yb);
 }
 
-#define OP_STEM_NHWC_NP 14
 #define OP_STEM_NHWC_CASE(N, BF) case N: op_stem_nhwc_tile(N, BF, t, xb, wp, oc, m0, m1, yb); break;
 #define OP_STEM_NHWC_CASES(BF)                                                                      \
     switch (np) {                                                                                   \
@@ -395,6 +402,152 @@ OP_INLINE void op_stem_nhwc_tile(const int NP, const int BF, const op_stem_run_c
     OP_STEM_NHWC_CASE(9, BF) OP_STEM_NHWC_CASE(10, BF) OP_STEM_NHWC_CASE(11, BF) OP_STEM_NHWC_CASE(12, BF)          \
     OP_STEM_NHWC_CASE(13, BF) default: op_stem_nhwc_tile(14, BF, t, xb, wp, oc, m0, m1, yb); break;     \
     }
+
+/* the tile of np <= OP_STEM_NP pixels at xb x the channels oc .. oc + min(rem, 32) of panel wp */
+OP_INLINE void op_stem_tile_np(const op_stem_run_ctx *t, int64_t np, const char *xb, const char *wp,
+                               int64_t oc, int64_t rem, char *yb)
+{
+    const __mmask16 m0 = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1u);
+    const __mmask16 m1 = rem >= 32 ? (__mmask16)0xFFFF : rem > 16 ? (__mmask16)((1u << (rem - 16)) - 1u) : 0;
+    if (t->bf16) {
+#if defined(OP_BF16_HAS_DP)
+        OP_STEM_NHWC_CASES(1)
+#endif
+    } else {
+        OP_STEM_NHWC_CASES(0)
+    }
+}
+#else
+/* ---------------------------------------------------------------- AVX2: 6 pixels x 16 channels
+
+   The same copy, panels and tasks with a tile of 16 ymm registers: 6 output pixels x 16 channels
+   (12 accumulators, the two weight vectors of a tap and one broadcast), float32 only (bfloat16
+   input widened into the copy). */
+
+/* bias, activation and store of a tile tb[p][16] (np pixels, channels oc .. oc + min(rem, 16)):
+   NHWC straight into y (whole 64-byte lines streamed where t->nt), NCHW into the row buffer */
+static OP_NOINLINE void op_stem_store_tile(const op_stem_run_ctx *t, const float *tb, int np, int64_t oc,
+                                           int64_t rem, char *yb)
+{
+    const op_conv_desc *d = t->g->d;
+    const int nc = (int)op_min64(rem, 16);
+    float bb[16] OP_ALIGNED(32) = {0};
+    if (t->bias) memcpy(bb, t->bias + oc, sizeof(float) * (size_t)nc);
+    const __m256 b0 = _mm256_load_ps(bb), b1 = _mm256_load_ps(bb + 8);
+    for (int p = 0; p < np; p++) {
+        __m256 v[2] = {_mm256_add_ps(_mm256_load_ps(tb + 16 * p), b0),
+                       _mm256_add_ps(_mm256_load_ps(tb + 16 * p + 8), b1)};
+        if (t->act != OP_ACT_NONE) {   /* (op_v16f through memory: GCC keeps 64-byte vectors there) */
+            op_v16f a;
+            memcpy(&a, v, sizeof a);
+            a = op_v16_act(a, t->act);
+            memcpy(v, &a, sizeof a);
+        }
+        float *o = t->g->nhwc ? (float *)(void *)yb + p * d->oc : (float *)(void *)yb + p * t->OCP;
+        if (nc == 16 || !t->g->nhwc) {   /* (the row buffer's padding channels are never read) */
+            if (t->nt && t->g->nhwc && ((uintptr_t)o & 63) == 0) {
+                _mm256_stream_ps(o, v[0]);
+                _mm256_stream_ps(o + 8, v[1]);
+            } else {
+                _mm256_storeu_ps(o, v[0]);
+                _mm256_storeu_ps(o + 8, v[1]);
+            }
+        } else {
+            memcpy(o, v, sizeof(float) * (size_t)nc);
+        }
+    }
+}
+
+/* NCHW: the row buffer (OW, OCP) of output row (n, oy) transposed into y, 8 x 8 blocks */
+static OP_NOINLINE void op_stem_row_out(const op_stem_run_ctx *t, const float *rb, int64_t n, int64_t oy)
+{
+    const op_conv_desc *d = t->g->d;
+    const int64_t OW = d->ow, OC = d->oc, cs = d->oh * OW;
+    for (int64_t ox = 0; ox < OW; ox += 8) {
+        const int npx = (int)op_min64(8, OW - ox);
+        for (int64_t ocb = 0; ocb < OC; ocb += 8) {
+            __m256 r[8];
+            for (int p = 0; p < 8; p++)
+                r[p] = p < npx ? _mm256_loadu_ps(rb + (ox + p) * t->OCP + ocb) : _mm256_setzero_ps();
+            op_transpose8_ps(r);
+            float *yb = (float *)t->y + ((n * OC + ocb) * d->oh + oy) * OW + ox;
+            const int nc = (int)op_min64(8, OC - ocb);
+            for (int i = 0; i < nc; i++) {
+                if (npx == 8) {
+                    _mm256_storeu_ps(yb + i * cs, r[i]);
+                } else {
+                    float tmp[8];
+                    _mm256_storeu_ps(tmp, r[i]);
+                    memcpy(yb + i * cs, tmp, sizeof(float) * (size_t)npx);
+                }
+            }
+        }
+    }
+}
+
+/* acc[p][j] (NP pixels of a row x 16 channels): per tap, two weight vectors times each pixel's
+   broadcast copy element */
+OP_INLINE void op_stem_tile8(const int NP, const op_stem_run_ctx *t, const char *xb, const char *wp,
+                             int64_t oc, int64_t rem, char *yb)
+{
+    __m256 acc[OP_STEM_NP][2];
+#pragma GCC unroll 6
+    for (int p = 0; p < NP; p++) acc[p][0] = acc[p][1] = _mm256_setzero_ps();
+    const int64_t *tapoff = t->tapoff;
+    for (int64_t k = 0; k < t->ntap; k++) {
+        const float *xp = (const float *)(const void *)(xb + tapoff[k] * 4);
+        const float *wk = (const float *)(const void *)wp + k * 16;
+        const __m256 wa = _mm256_loadu_ps(wk), wb = _mm256_loadu_ps(wk + 8);
+#pragma GCC unroll 6
+        for (int p = 0; p < NP; p++) {
+            const __m256 a = _mm256_broadcast_ss(xp + p);
+            acc[p][0] = _mm256_fmadd_ps(a, wa, acc[p][0]);
+            acc[p][1] = _mm256_fmadd_ps(a, wb, acc[p][1]);
+        }
+    }
+    /* no activation or ReLU, whole vectors, cached stores: from the registers (the write-out
+       through tb below was 7-9% of conv1) */
+    const op_conv_desc *d = t->g->d;
+    if ((t->act == OP_ACT_NONE || t->act == OP_ACT_RELU) && !t->nt && (rem >= 16 || !t->g->nhwc)) {
+        float bb[16] OP_ALIGNED(32) = {0};
+        if (t->bias) memcpy(bb, t->bias + oc, sizeof(float) * (size_t)op_min64(rem, 16));
+        const __m256 b0 = _mm256_load_ps(bb), b1 = _mm256_load_ps(bb + 8), z = _mm256_setzero_ps();
+        const int64_t ps = t->g->nhwc ? d->oc : t->OCP;
+        float *o = (float *)(void *)yb;
+#pragma GCC unroll 6
+        for (int p = 0; p < NP; p++) {
+            __m256 v0 = _mm256_add_ps(acc[p][0], b0), v1 = _mm256_add_ps(acc[p][1], b1);
+            if (t->act == OP_ACT_RELU) {   /* max(0, v): NaN stays NaN, -0 stays -0 (op_act_f32) */
+                v0 = _mm256_max_ps(z, v0);
+                v1 = _mm256_max_ps(z, v1);
+            }
+            _mm256_storeu_ps(o + p * ps, v0);
+            _mm256_storeu_ps(o + p * ps + 8, v1);
+        }
+        return;
+    }
+    float tb[OP_STEM_NP * 16] OP_ALIGNED(32);
+#pragma GCC unroll 6
+    for (int p = 0; p < NP; p++) {
+        _mm256_store_ps(tb + 16 * p, acc[p][0]);
+        _mm256_store_ps(tb + 16 * p + 8, acc[p][1]);
+    }
+    op_stem_store_tile(t, tb, NP, oc, rem, yb);
+}
+
+OP_INLINE void op_stem_tile_np(const op_stem_run_ctx *t, int64_t np, const char *xb, const char *wp,
+                               int64_t oc, int64_t rem, char *yb)
+{
+    switch (np) {
+    case 1: op_stem_tile8(1, t, xb, wp, oc, rem, yb); break;
+    case 2: op_stem_tile8(2, t, xb, wp, oc, rem, yb); break;
+    case 3: op_stem_tile8(3, t, xb, wp, oc, rem, yb); break;
+    case 4: op_stem_tile8(4, t, xb, wp, oc, rem, yb); break;
+    case 5: op_stem_tile8(5, t, xb, wp, oc, rem, yb); break;
+    default: op_stem_tile8(6, t, xb, wp, oc, rem, yb); break;
+    }
+}
+#endif
 
 /* output row (n, oy) of every channel, from xrow: the copy's first padded row of the output row */
 static void op_stem_row(const op_stem_run_ctx *t, const char *xrow, int64_t n, int64_t oy, int tid)
@@ -407,18 +560,16 @@ static void op_stem_row(const op_stem_run_ctx *t, const char *xrow, int64_t n, i
        spread over the row's tiles, NHWC each tile's own pixels (output rows past the caches made
        the stores wait for the lines: at batch 8 the NCHW write-out was a sixth of the time);
        streamed NHWC stores need none. */
-    const int64_t ntile = op_cdiv64(OC, 32) * op_cdiv64(OW, OP_STEM_NHWC_NP), rowbytes = OW * (int64_t)ysz;
+    const int64_t ntile = op_cdiv64(OC, OP_STEM_PW) * op_cdiv64(OW, OP_STEM_NP), rowbytes = OW * (int64_t)ysz;
     const char *ynchw = (const char *)t->y + (size_t)((n * OC * d->oh + oy) * OW) * ysz;
     int64_t tile = 0;
-    for (int64_t oc = 0; oc < OC; oc += 32) {
+    for (int64_t oc = 0; oc < OC; oc += OP_STEM_PW) {
         const int64_t rem = OC - oc;
-        const __mmask16 m0 = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1u);
-        const __mmask16 m1 = rem >= 32 ? (__mmask16)0xFFFF : rem > 16 ? (__mmask16)((1u << (rem - 16)) - 1u) : 0;
         const char *wp = (const char *)t->w + oc * t->ntap * 4;
-        for (int64_t ox = 0; ox < OW; ox += OP_STEM_NHWC_NP) {
+        for (int64_t ox = 0; ox < OW; ox += OP_STEM_NP) {
             /* a last partial tile moves back to end at OW (its first pixels computed twice, the
                same values stored again) */
-            int64_t ox0 = ox, np = OP_STEM_NHWC_NP;
+            int64_t ox0 = ox, np = OP_STEM_NP;
             if (ox0 + np > OW) {
                 if (OW >= np) ox0 = OW - np;
                 else np = OW;
@@ -429,7 +580,8 @@ static void op_stem_row(const op_stem_run_ctx *t, const char *xrow, int64_t n, i
             if (g->nhwc) {
                 for (int64_t p = 0; p < np && !t->nt; p++) {
                     _mm_prefetch(yb + p * OC * (int64_t)ysz, _MM_HINT_T0);
-                    _mm_prefetch(yb + p * OC * (int64_t)ysz + op_min64(rem, 32) * (int64_t)ysz - 1, _MM_HINT_T0);
+                    _mm_prefetch(yb + p * OC * (int64_t)ysz + op_min64(rem, OP_STEM_PW) * (int64_t)ysz - 1,
+                                 _MM_HINT_T0);
                 }
             } else {
                 for (int64_t c = tile * OC / ntile; c < (tile + 1) * OC / ntile; c++) {
@@ -439,13 +591,7 @@ static void op_stem_row(const op_stem_run_ctx *t, const char *xrow, int64_t n, i
                 }
             }
             tile++;
-            if (t->bf16) {
-#if defined(OP_BF16_HAS_DP)
-                OP_STEM_NHWC_CASES(1)
-#endif
-            } else {
-                OP_STEM_NHWC_CASES(0)
-            }
+            op_stem_tile_np(t, np, xb, wp, oc, rem, yb);
         }
     }
     if (!g->nhwc) op_stem_row_out(t, t->rowbuf + tid * OW * t->OCP, n, oy);
@@ -488,7 +634,7 @@ static int op_conv_stem_run(const op_conv_desc *d, const void *x, int x_bf16, co
     const int64_t ntap = op_stem_geometry(d, bf16, band, &g, tapoff, wj0, wj1);
     const size_t xqstep = (size_t)op_roundup64(d->c * g.PH * g.rowstep * 4, OP_ALIGN);
     if ((double)xqstep * nthreads > (double)(256 << 20)) return 0;
-    const int64_t OCP = op_roundup64(d->oc, 32);
+    const int64_t OCP = op_roundup64(d->oc, OP_STEM_PW);
     const size_t wbytes = 4 * (size_t)(ntap * OCP);
     char *xq = (char *)op_conv_scratch_alloc(xqstep * (size_t)nthreads);
     void *wq = wbytes ? op_conv_scratch_alloc(wbytes) : NULL;
@@ -512,7 +658,7 @@ static int op_conv_stem_run(const op_conv_desc *d, const void *x, int x_bf16, co
 
 int op_conv2d_stem(const op_conv_desc *d, int bf16)
 {
-#if defined(OP_HAS_AVX512)
+#if defined(OP_HAS_AVX2)
     if (!bf16) return (op_conv_stem_opts & OP_STEM_F32) && op_stem_fits(d);
 #endif
 #if defined(OP_BF16_HAS_DP)
@@ -527,7 +673,7 @@ int op_conv2d_stem(const op_conv_desc *d, int bf16)
 static int op_conv_stem_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
                             const float *bias, float *y, int act, int nthreads)
 {
-#if defined(OP_HAS_AVX512)
+#if defined(OP_HAS_AVX2)
     if (op_conv2d_stem(d, 0))
         return op_conv_stem_run(d, x, x_bf16, w, 0, bias, y, 0, act, nthreads);
 #else
