@@ -946,6 +946,81 @@ def test_nhwc_brg_edges(level, opts):
         lib.op_conv_f32_options(old)
 
 
+# The AVX2 direct NHWC k x k route (op_conv_f32_options bit 32768, registry "nhwc_direct8";
+# op_conv2d_nhwc_d8_f32): tiles of 6 and 5 pixels across output rows and images (OW 7, 14, 21),
+# a 1-4 pixel problem, strides 1-3, dilation, asymmetric and no padding, C not a multiple of 8,
+# output-channel tails (OC 5, 40), weight panels packed per task (one pixel range) or once for all,
+# K past the 1 MiB panel (blocks, partial sums through the output). (n, c, h, w, oc, kh, kw,
+# stride, padding, dilation)
+DIRECT8_CASES = [
+    (1, 32, 7, 7, 40, 3, 3, 1, 1, 1),
+    (3, 16, 7, 7, 32, 3, 3, 1, 1, 1),
+    (1, 16, 7, 21, 5, 3, 3, 1, 1, 1),
+    (2, 24, 14, 14, 64, 3, 3, 2, 1, 1),
+    (1, 17, 13, 11, 18, 5, 5, 1, 2, 1),
+    (1, 20, 12, 13, 33, 3, 3, 3, 0, 2),
+    (2, 16, 9, 9, 16, 2, 2, 1, (0, 1), 1),
+    (1, 16, 3, 3, 16, 3, 3, 1, 0, 1),
+    (4, 16, 30, 30, 24, 3, 3, 1, 1, 1),
+    (1, 2000, 5, 5, 20, 3, 3, 1, 1, 1),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_nhwc_direct8(level, threads):
+    """Bit 32768 forced on over DIRECT8_CASES, NHWC with and without bias, every activation (the
+    last block's epilogue), float32 and a bfloat16 input (widened into the padded copy), at 1 and
+    2 threads: within the reference's bound; the same bits at 1 and 2 threads (threads split the
+    pixels, never K). Only the avx2 module has the route (the bit does nothing elsewhere)."""
+    from onepath.kernels import load
+    lib = load(select_conv("implicit_gemm", "float32").level).lib
+    old = lib.op_conv_f32_options(-1)
+    nthreads = onepath.get_num_threads()
+    acts = [None, "relu", "gelu", "silu", "gelu_tanh"]
+    try:
+        lib.op_conv_f32_options(old | 32768)
+        onepath.set_num_threads(threads)
+        for i, (n, c, h, w, oc, kh, kw, s, p, dl) in enumerate(DIRECT8_CASES):
+            run_case(n, c, h, w, oc, kh, kw, s, p, dl, 1, layout="NHWC", bias=i % 2 == 0,
+                     activation=acts[i % len(acts)], seed=i)
+        run_case(2, 24, 10, 9, 37, 3, 3, 1, 1, 1, 1, layout="NHWC", dtype=bfloat16, seed=3)
+        rng = np.random.default_rng(5)
+        x = rng.standard_normal((2, 11, 13, 48)).astype(np.float32)
+        wt = rng.standard_normal((40, 48, 3, 3)).astype(np.float32)
+        got = []
+        for t in (1, 2):
+            onepath.set_num_threads(t)
+            got.append(onepath.conv2d(x, wt, None, 1, 1, layout="NHWC", activation="relu"))
+        assert got[0].tobytes() == got[1].tobytes()
+    finally:
+        lib.op_conv_f32_options(old)
+        onepath.set_num_threads(nthreads)
+
+
+def test_nhwc_direct8_nonfinite(level):
+    """Bit 32768: an Inf weight multiplies the padded copy's zeros (NaN at the borders, as on the
+    im2col route), an Inf / NaN input spreads to exactly the outputs whose window holds it."""
+    from onepath.kernels import load
+    lib = load(select_conv("implicit_gemm", "float32").level).lib
+    old = lib.op_conv_f32_options(-1)
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 9, 10, 16)).astype(np.float32)
+    wt = rng.standard_normal((24, 16, 3, 3)).astype(np.float32)
+    try:
+        out = []
+        for o in (old & ~32768, old | 32768):
+            lib.op_conv_f32_options(o)
+            w1 = wt.copy()
+            w1[3, 2, 0, 0] = np.inf
+            x1 = x.copy()
+            x1[0, 4, 5, 7] = np.nan
+            out.append(onepath.conv2d(x1, w1, None, 1, 1, layout="NHWC"))
+        np.testing.assert_array_equal(np.isnan(out[0]), np.isnan(out[1]))
+        np.testing.assert_array_equal(np.isinf(out[0]), np.isinf(out[1]))
+        assert np.isnan(out[1][0, 0, :, 3]).all() and np.isnan(out[1][0, 3:6, 4:7]).all()
+    finally:
+        lib.op_conv_f32_options(old)
+
 def _brg_lib():
     from onepath.kernels import load
     row = select_conv("implicit_gemm", "float32")

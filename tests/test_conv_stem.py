@@ -193,8 +193,8 @@ def test_empty_out_alignment():
 
 def test_stem_options_rows():
     """Zen 4 ships the route, the Intel AMX class its float32 half (its AMX level keeps the tiles)
-    with streamed stores (not measured on Zen 4); elsewhere the implicit GEMM as before; the flags
-    the loader sets are the row's."""
+    with streamed stores (not measured on Zen 4), Zen 3 its AVX2 float32 tile; elsewhere the
+    implicit GEMM as before; the flags the loader sets are the row's."""
     assert registry.conv_stem_flags("avx512_core_bf16", uarch="zen4") == (
         registry.CONV_STEM_FLAGS["stem_f32"] | registry.CONV_STEM_FLAGS["stem_bf16"])
     assert registry.conv_stem_flags("avx512_core", uarch="zen4") == registry.CONV_STEM_FLAGS["stem_f32"]
@@ -203,5 +203,7 @@ def test_stem_options_rows():
     for lv in ("avx512_core_bf16", "avx512_core_amx"):
         assert registry.conv_stem_flags(lv, uarch="sapphirerapids") == 0
     assert registry.conv_stem_flags("avx512_core", uarch="icelake_server") == 0
+    assert registry.conv_stem_flags("avx2", uarch="zen3") == registry.CONV_STEM_FLAGS["stem_f32"]
+    assert registry.conv_stem_flags("avx2", uarch="haswell") == 0
     lib = load("generic").lib
     assert lib.op_conv_stem_options(-1) == 0

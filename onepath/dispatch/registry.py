@@ -659,7 +659,14 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 _CONV_F32_SHARED = ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows",
                     "brg_skip_pad", "nchw1x1_direct_b", "nchw1x1_joint", "nchw1x1_a_in_place",
                     "nchw1x1_n49", "nchw1x1_n49_strided")
+# "nhwc_direct8" (the avx2 module only): an NHWC k x k convolution (groups 1, C >= 16) reads its
+# input in place of the im2col pack, 6 pixels x 16 output channels per register tile
+# (kernels/conv_f32.c, op_conv2d_nhwc_d8_f32, with the measurements). zen3 (AMD EPYC Zen 3 VM, 2
+# cores, 2026-12-06, paired with torch 2.13 in one process): ResNet-50's 3x3 layers in NHWC at 1 and
+# 2 threads, faster than the im2col GEMM on every one (0.74 -> 0.91x torch at res2_branch2b batch 8,
+# 1 thread; 0.83 -> 1.11x at 2 threads).
 CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("zen3", "avx2"): ("nhwc_direct8",),
     ("zen4", "avx512_core"): _CONV_F32_SHARED,
     ("sapphirerapids", "avx512_core"): _CONV_F32_SHARED + ("ukr_a_far_prefetch", "as_nhwc_image"),
 }
@@ -668,7 +675,7 @@ CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pa
                   "nchw1x1_direct_b": 256, "nchw1x1_joint": 512, "nchw1x1_a_in_place": 1024,
                   "nchw1x1_n49": 2048, "nchw1x1_n49_strided": 4096,
                   "ukr_a_far_prefetch": 8192,
-                  "as_nhwc_image": 16384}  # the bits of op_conv_f32_options
+                  "as_nhwc_image": 16384, "nhwc_direct8": 32768}  # the bits of op_conv_f32_options
 
 
 # Direct convolution for few input channels (kernels/conv_stem.c, op_conv_stem_options): groups 1,
@@ -702,6 +709,12 @@ CONV_STEM_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     # 8 0.81-0.84 -> 0.90-0.91, batch 1 0.90. Not measured on Zen 4: no row there until it is.
     ("sapphirerapids", "avx512_core"): ("stem_f32", "stem_nt"),
     ("zen4", "avx512_core_bf16"): ("stem_f32", "stem_bf16"),
+    # zen3 (AMD EPYC Zen 3 VM, 2 cores, 2026-12-06): the AVX2 tile (6 pixels x 16 channels), conv1
+    # off / on alternated in one process beside torch 2.13 (onepath.bench.core.alternate, median
+    # of 5), GFLOP/s (x torch): 1 thread batch 1 NCHW 63.2 -> 72.2 (0.79 -> 0.91), NHWC 64.4 ->
+    # 81.6 (0.74 -> 0.94), batch 8 NCHW 76.1 -> 79.6 (0.90 -> 0.94), NHWC 66.1 -> 86.3 (0.76 ->
+    # 1.00); 2 threads batch 1 NCHW 107 -> 118 (0.78 -> 0.85), NHWC 82 -> 113 (0.81 -> 1.12),
+    # batch 8 NCHW 84 -> 98 (0.72 -> 0.84), NHWC 76 -> 113 (0.72 -> 1.07).
     ("zen3", "avx2"): ("stem_f32",),
 }
 CONV_STEM_FLAGS = {"stem_f32": 1, "stem_bf16": 2, "stem_nt": 4}  # the bits of op_conv_stem_options

@@ -811,6 +811,7 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    conv_bf16.c's OP_CONV_BF16_AS_NHWC_IMAGE). Every output sums all of K in the same order: the
    same bits as the whole-batch route. */
 #define OP_CONV_AS_NHWC_IMAGE 16384
+#define OP_CONV_NHWC_DIRECT8 32768   /* below AVX-512: NHWC k x k direct (op_conv2d_nhwc_d8_f32) */
 #define OP_CONV_IMG_L2 (2048 * 1024)
 /* Output pixels per image at least: the NHWC kernel packs the weight (and its padding-skip table)
    once per call, here once per image; on small planes that costs more than the L2 saves (the
@@ -830,7 +831,7 @@ int op_conv_f32_options(int flags)
         op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_DIRECT_B | OP_CONV_NCHW1X1_JOINT | OP_CONV_NCHW1X1_A_INPLACE);
     if (flags >= 0)
         op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_N49 | OP_CONV_NCHW1X1_N49_STRIDED |
-                                     OP_CONV_A_FAR_PF | OP_CONV_AS_NHWC_IMAGE);
+                                     OP_CONV_A_FAR_PF | OP_CONV_AS_NHWC_IMAGE | OP_CONV_NHWC_DIRECT8);
     return old;
 }
 
@@ -2276,6 +2277,293 @@ static int op_conv2d_nchw1x1_n49_f32(const op_conv_desc *d, const float *x, cons
 }
 #endif
 
+#if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
+/* ---------------------------------------------------------------- AVX2 NHWC k x k, direct
+
+   OP_CONV_NHWC_DIRECT8 (registry CONV_F32_OPTIONS "nhwc_direct8"): a float32 NHWC k x k convolution
+   (groups 1, C >= OP_D8_MIN_C) below AVX-512 reads its input in place of an im2col pack: every
+   output pixel's depth run for tap (ky, kx) is a contiguous run of C floats of the (padded,
+   op_convq_prepare) NHWC input, so a register tile of 6 pixels x 16 output channels (12
+   accumulators, two weight vectors, one broadcast) takes its broadcasts from 6 pixel pointers plus
+   the tap's offset, as oneDNN's direct convolutions do. The weight is packed as 16-channel panels
+   [oc / 16][tap][c][16]: once per call for all tasks, or, where one pixel range covers the whole
+   problem (small planes, where each panel is read by one task), by the task into a per-thread
+   buffer just before use. A tile sums the whole of K in its registers; the panel (K x 64 bytes:
+   36 KiB at C 64, 288 KiB at C 512 for 3 x 3) streams from L2. Blocking K so that a block's panel
+   stays in L1 (16-40 KiB, partial sums through the output between blocks) measured slower on every
+   ResNet-50 3x3 layer tried. Tasks are ranges of up to OP_D8_MC pixels (all images' N * OH * OW,
+   so every output is the same sum at any thread count) and, on small planes, groups of panels.
+   AMD EPYC Zen 3 VM (avx2), 2026-12-06, ResNet-50 3x3 layers in NHWC, paired with torch 2.13 in one
+   process (onepath.bench.core.alternate, median of 7), GFLOP/s of the im2col GEMM route -> this
+   route (x torch): 1 thread res2_branch2b batch 8 71.2 -> 87.7 (0.74 -> 0.91), batch 1 76.8 ->
+   92.7 (0.80 -> 0.97), res3_branch2b batch 8 80.6 -> 89.5 (0.84 -> 0.93), res4_branch2b batch 1
+   82.3 -> 89.1, batch 8 85.7 -> 92.9 (0.92 -> 0.99), res5_branch2b batch 1 59.8 -> 73.1 (1.06 ->
+   1.29), res3a_branch2b (stride 2) batch 8 71.8 -> 78.3, res5a_branch2b batch 8 81.2 -> 83.9;
+   2 threads res2_branch2b batch 8 103.0 -> 137.6 (0.83 -> 1.11), res3a_branch2b batch 8 105.7 ->
+   139.7 (0.86 -> 1.14), res4_branch2b batch 1 108.3 -> 120.5, res5a_branch2b batch 8 108.0 ->
+   116.1. perf, res2_branch2b batch 8: the im2col pack of A was 19% of the GEMM route's time. */
+#define OP_D8_NP 6
+#define OP_D8_CHUNK (1 << 20)   /* bytes of a block's weight panel (see above) */
+#define OP_D8_MIN_C 16
+#define OP_D8_MC 192          /* pixels per task (at most) */
+
+typedef struct {
+    const op_conv_desc *d;
+    const float *xq;          /* padded NHWC input (or x itself) */
+    int64_t rs, is;           /* its row and image strides (floats) */
+    const float *w;           /* (OC, C, KH, KW) */
+    float *wp;                /* [OCP / 16][block][tap][c][16] */
+    int64_t cb, nkb, ntap, K; /* channels per block, blocks, taps, C * taps */
+    const int64_t *toff;      /* tap t: floats from a pixel's first tap to tap t */
+    const float *bias;
+    float *y;
+    int act;
+    int64_t M, mc;            /* pixels in all, per task */
+    int64_t pg, ppg;          /* tasks per pixel range (groups of 16-channel panels), panels per group */
+    float *tbuf;              /* one pixel range in all: per thread, the weight block in use (wp unused) */
+} op_d8_ctx;
+
+/* the weight block (panel p of 16 output channels, channel block kb) as [tap][c][16] at dst: per
+   half panel, 8 weight rows x 8 consecutive (c, tap) elements transposed in registers, each
+   column stored as 8 channels (the element loop was a third of res5_branch2b's time at batch 1) */
+static void op_d8_pack_chunk(const op_d8_ctx *x, int64_t p, int64_t kb, float *dst)
+{
+    const op_conv_desc *d = x->d;
+    const int64_t khw = x->ntap, c0 = kb * x->cb, cbl = op_min64(x->cb, d->c - c0), L = cbl * khw;
+    for (int h = 0; h < 16; h += 8) {
+        const float *src[8];   /* rows [c][tap] from channel c0; NULL past OC: zeros */
+        for (int r = 0; r < 8; r++) {
+            const int64_t oc = p * 16 + h + r;
+            src[r] = oc < d->oc ? x->w + oc * x->K + c0 * khw : NULL;
+        }
+        int64_t q = 0, c = 0, t = 0;
+        for (; q + 8 <= L; q += 8) {
+            __m256 v[8];
+            for (int r = 0; r < 8; r++) v[r] = src[r] ? _mm256_loadu_ps(src[r] + q) : _mm256_setzero_ps();
+            op_transpose8_ps(v);
+            for (int e = 0; e < 8; e++) {
+                _mm256_storeu_ps(dst + (t * cbl + c) * 16 + h, v[e]);
+                if (++t == khw) t = 0, c++;
+            }
+        }
+        for (; q < L; q++) {
+            for (int r = 0; r < 8; r++) dst[(t * cbl + c) * 16 + h + r] = src[r] ? src[r][q] : 0.0f;
+            if (++t == khw) t = 0, c++;
+        }
+    }
+}
+
+static void op_d8_pack_task(void *vctx, int64_t p, int tid)
+{
+    (void)tid;
+    const op_d8_ctx *x = (const op_d8_ctx *)vctx;
+    for (int64_t kb = 0; kb < x->nkb; kb++)
+        op_d8_pack_chunk(x, p, kb, x->wp + (p * x->K + kb * x->cb * x->ntap) * 16);
+}
+
+/* tb[i][16] of np pixels: the bias (first block) or the partial sums in y (yb, pixels OC apart) */
+static OP_NOINLINE void op_d8_load(const op_d8_ctx *x, int np, float *tb, const float *yb, int64_t rem,
+                                   int first, int64_t oc)
+{
+    const int64_t OC = x->d->oc, nc = op_min64(rem, 16);
+    for (int i = 0; i < np; i++) {
+        float *t = tb + 16 * i;
+        if (nc < 16) memset(t, 0, sizeof(float) * 16);
+        if (!first) memcpy(t, yb + i * OC, sizeof(float) * (size_t)nc);
+        else if (x->bias) memcpy(t, x->bias + oc, sizeof(float) * (size_t)nc);
+        else memset(t, 0, sizeof(float) * (size_t)nc);
+    }
+}
+
+/* y (yb, pixels OC apart) = tb[i][16] of np pixels, the activation applied in the last block */
+static OP_NOINLINE void op_d8_store(const op_d8_ctx *x, int np, const float *tb, float *yb, int64_t rem,
+                                    int last)
+{
+    const int64_t OC = x->d->oc, nc = op_min64(rem, 16);
+    const int act = last ? x->act : OP_ACT_NONE;
+    for (int i = 0; i < np; i++) {
+        __m256 v[2] = {_mm256_load_ps(tb + 16 * i), _mm256_load_ps(tb + 16 * i + 8)};
+        if (act == OP_ACT_RELU) {   /* max(0, v): NaN stays NaN, -0 stays -0 (op_act_f32) */
+            v[0] = _mm256_max_ps(_mm256_setzero_ps(), v[0]);
+            v[1] = _mm256_max_ps(_mm256_setzero_ps(), v[1]);
+        } else if (act != OP_ACT_NONE) {
+            op_v16f f;
+            memcpy(&f, v, sizeof f);
+            f = op_v16_act(f, act);
+            memcpy(v, &f, sizeof f);
+        }
+        if (nc == 16) {
+            _mm256_storeu_ps(yb + i * OC, v[0]);
+            _mm256_storeu_ps(yb + i * OC + 8, v[1]);
+        } else {
+            memcpy(yb + i * OC, v, sizeof(float) * (size_t)nc);
+        }
+    }
+}
+
+/* y[NP pixels][oc .. oc + min(rem, 16)) (+)= the block's sums: pixel i's first input element of
+   tap 0 at a[i], the block's weight panel wb ([tap][c][16], cbl channels). The accumulators
+   start from and end in a buffer (op_d8_load / op_d8_store): with the epilogue here GCC kept
+   them on the stack in the depth loop. */
+OP_INLINE void op_d8_tile(const int NP, const op_d8_ctx *x, const float *const *a, int64_t cbl,
+                          const float *wb, float *yb, int64_t rem, int first, int last, int64_t oc)
+{
+    float tb[OP_D8_NP * 16] OP_ALIGNED(32);
+    op_d8_load(x, NP, tb, yb, rem, first, oc);
+    __m256 acc[OP_D8_NP][2];
+#pragma GCC unroll 6
+    for (int i = 0; i < NP; i++) {
+        acc[i][0] = _mm256_load_ps(tb + 16 * i);
+        acc[i][1] = _mm256_load_ps(tb + 16 * i + 8);
+    }
+    const float *bp = wb;
+    for (int64_t t = 0; t < x->ntap; t++) {
+        const int64_t to = x->toff[t];
+        const float *a0 = a[0] + to, *a1 = a[NP > 1 ? 1 : 0] + to, *a2 = a[NP > 2 ? 2 : 0] + to;
+        const float *a3 = a[NP > 3 ? 3 : 0] + to, *a4 = a[NP > 4 ? 4 : 0] + to, *a5 = a[NP > 5 ? 5 : 0] + to;
+        for (int64_t c = 0; c < cbl; c++, bp += 16) {
+            const __m256 w0 = _mm256_loadu_ps(bp), w1 = _mm256_loadu_ps(bp + 8);
+            __m256 v = _mm256_broadcast_ss(a0 + c);
+            acc[0][0] = _mm256_fmadd_ps(v, w0, acc[0][0]);
+            acc[0][1] = _mm256_fmadd_ps(v, w1, acc[0][1]);
+#define OP_D8_ROW(I, AP)                                                \
+            if (NP > I) {                                               \
+                v = _mm256_broadcast_ss(AP + c);                        \
+                acc[I][0] = _mm256_fmadd_ps(v, w0, acc[I][0]);          \
+                acc[I][1] = _mm256_fmadd_ps(v, w1, acc[I][1]);          \
+            }
+            OP_D8_ROW(1, a1) OP_D8_ROW(2, a2) OP_D8_ROW(3, a3) OP_D8_ROW(4, a4) OP_D8_ROW(5, a5)
+#undef OP_D8_ROW
+        }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < NP; i++) {
+        _mm256_store_ps(tb + 16 * i, acc[i][0]);
+        _mm256_store_ps(tb + 16 * i + 8, acc[i][1]);
+    }
+    op_d8_store(x, NP, tb, yb, rem, last);
+}
+
+static OP_NOINLINE void op_d8_tile_np(const op_d8_ctx *x, int np, const float *const *a, int64_t cbl,
+                                      const float *wb, float *yb, int64_t rem, int first, int last,
+                                      int64_t oc)
+{
+    switch (np) {
+    case 1: op_d8_tile(1, x, a, cbl, wb, yb, rem, first, last, oc); break;
+    case 2: op_d8_tile(2, x, a, cbl, wb, yb, rem, first, last, oc); break;
+    case 3: op_d8_tile(3, x, a, cbl, wb, yb, rem, first, last, oc); break;
+    case 4: op_d8_tile(4, x, a, cbl, wb, yb, rem, first, last, oc); break;
+    case 5: op_d8_tile(5, x, a, cbl, wb, yb, rem, first, last, oc); break;
+    default: op_d8_tile(6, x, a, cbl, wb, yb, rem, first, last, oc); break;
+    }
+}
+
+static void op_d8_task(void *vctx, int64_t task, int tid)
+{
+    const op_d8_ctx *x = (const op_d8_ctx *)vctx;
+    const op_conv_desc *d = x->d;
+    const int64_t m0 = task / x->pg * x->mc, m1 = op_min64(x->M, m0 + x->mc), ohw = d->oh * d->ow;
+    const int64_t p0 = task % x->pg * x->ppg, p1 = op_min64(op_cdiv64(d->oc, 16), p0 + x->ppg);
+    const float *px[OP_D8_MC];   /* each pixel's first input element (tap 0, channel 0) */
+    for (int64_t m = m0; m < m1; m++) {
+        const int64_t n = m / ohw, oy = m % ohw / d->ow, ox = m % d->ow;
+        px[m - m0] = x->xq + n * x->is + oy * d->sh * x->rs + ox * d->sw * d->c;
+    }
+    const int64_t OC = d->oc;
+    for (int64_t kb = 0; kb < x->nkb; kb++) {
+        const int64_t c0 = kb * x->cb, cbl = op_min64(x->cb, d->c - c0);
+        for (int64_t p = p0; p < p1; p++) {
+            const float *wb = x->wp + (p * x->K + c0 * x->ntap) * 16;
+            if (x->tbuf) {   /* packed here, the only task that reads it: it stays in L1 */
+                float *tb = x->tbuf + (size_t)tid * (size_t)(x->cb * x->ntap * 16);
+                op_d8_pack_chunk(x, p, kb, tb);
+                wb = tb;
+            }
+            /* the range in nt tiles of 6 or 5 pixels (49: 4 x 6 + 5 x 5, not 8 x 6 + 1: a 1-pixel
+               tile has 2 accumulators, its FMAs waiting on each other) */
+            const int64_t nt = op_cdiv64(m1 - m0, OP_D8_NP), base = (m1 - m0) / nt, extra = (m1 - m0) % nt;
+            int64_t m = m0;
+            for (int64_t ti = 0; ti < nt; ti++) {
+                const int np = (int)(base + (ti < extra));
+                const float *a[OP_D8_NP];
+                for (int i = 0; i < np; i++) a[i] = px[m - m0 + i] + c0;
+                op_d8_tile_np(x, np, a, cbl, wb, x->y + m * OC + p * 16, OC - p * 16, kb == 0,
+                              kb == x->nkb - 1, p * 16);
+                m += np;
+            }
+        }
+    }
+}
+
+static int op_conv_d8_fits(const op_conv_desc *d)
+{
+    return (op_conv_f32_opts & OP_CONV_NHWC_DIRECT8) && d->nhwc == 1 && d->groups == 1 &&
+           d->kh * d->kw >= 2 && d->c >= OP_D8_MIN_C;
+}
+
+/* The direct route (returns threads used, -1 on allocation failure). */
+static int op_conv2d_nhwc_d8_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
+                                 const float *bias, float *y, int act, int nthreads)
+{
+    op_convq_geo q;
+    op_convq_buf b = {0};
+    op_d8_ctx c;
+    c.ntap = d->kh * d->kw;
+    int64_t *toff = (int64_t *)malloc(sizeof(int64_t) * (size_t)c.ntap);
+    const int64_t OCP = op_roundup64(d->oc, 16);
+    c.K = d->c * c.ntap;
+    c.wp = NULL;
+    c.tbuf = NULL;
+    int used = -1;
+    if (toff && op_convq_prepare(d, x, x_bf16, x_bf16, 16, OP_D8_NP, nthreads, &q, &b) == 0) {
+        c.d = d;
+        c.xq = (const float *)q.xq;
+        c.rs = q.rs;
+        c.is = q.is;
+        for (int64_t t = 0; t < c.ntap; t++)
+            toff[t] = (t / d->kw) * d->dh * q.rs + (t % d->kw) * d->dw * d->c;
+        c.toff = toff;
+        /* channel blocks of at most OP_D8_CHUNK bytes of weight panel, as even as multiples of 8
+           allow */
+        const int64_t cbmax = op_max64(1, op_min64(d->c, OP_D8_CHUNK / (c.ntap * 16 * 4)));
+        c.cb = op_min64(d->c, op_roundup64(op_cdiv64(d->c, op_cdiv64(d->c, cbmax)), 8));
+        c.nkb = op_cdiv64(d->c, c.cb);
+        c.w = w;
+        c.bias = bias;
+        c.y = y;
+        c.act = act;
+        c.M = d->n * d->oh * d->ow;
+        /* tasks: pixel ranges of up to OP_D8_MC, each split into groups of output-channel panels
+           while there are fewer than 4 per thread (a small plane: the weight block stays in L1
+           for a task's whole pixel range instead of a few tiles) */
+        const int64_t T = nthreads < 1 ? 1 : nthreads, npan = OCP / 16;
+        const int64_t pc = op_cdiv64(c.M, OP_D8_MC);
+        c.mc = op_cdiv64(c.M, pc);
+        c.pg = op_max64(1, op_min64(npan, op_cdiv64(4 * T, pc)));
+        c.ppg = op_cdiv64(npan, c.pg);
+        c.pg = op_cdiv64(npan, c.ppg);
+        if (T > 1 && pc * c.pg < 4 * T)   /* still short of tasks: shorter pixel ranges */
+            c.mc = op_cdiv64(c.M, op_cdiv64(4 * T, c.pg));
+        /* one pixel range: each weight block is read by one task, which packs it itself (the
+           packed weight through memory and back cost a third of res5_branch2b at batch 1); else
+           packed once for all ranges */
+        if (op_cdiv64(c.M, c.mc) == 1)
+            c.tbuf = (float *)op_conv_scratch_alloc(sizeof(float) * (size_t)(T * c.cb * c.ntap * 16));
+        else
+            c.wp = (float *)op_conv_scratch_alloc(sizeof(float) * (size_t)(c.K * OCP));
+        if (c.tbuf || c.wp) {
+            if (c.wp) op_parallel_for(nthreads, npan, op_d8_pack_task, &c);
+            used = op_parallel_for(nthreads, op_cdiv64(c.M, c.mc) * c.pg, op_d8_task, &c);
+        }
+    }
+    op_convq_free(&b);
+    op_conv_scratch_free(c.wp);
+    op_conv_scratch_free(c.tbuf);
+    free(toff);
+    return used;
+}
+#endif
+
 int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float *w,
                   const float *bias, float *y, int act, const op_blocking *blk, int nthreads)
 {
@@ -2332,6 +2620,10 @@ int op_conv2d_f32(const op_conv_desc *d, const void *x, int x_bf16, const float 
         const int r = op_conv2d_nhwc_brg_f32(d, x, x_bf16, w, bias, y, act, blk, nthreads);
         if (r != 0) return r;
     }
+#endif
+#if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
+    if (op_conv_d8_fits(d))   /* k x k, the input read in place (above) */
+        return op_conv2d_nhwc_d8_f32(d, x, x_bf16, w, bias, y, act, nthreads);
 #endif
     const int inplace = !x_bf16 && d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 &&
                         d->pt == 0 && d->pl == 0 && d->oh == d->h && d->ow == d->w;

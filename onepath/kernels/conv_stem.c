@@ -19,8 +19,10 @@
    output channels (two vectors of a weight panel repacked per call as [tap][OC rounded up to 32]),
    28 accumulators, one FMA / VDPBF16PS per accumulator and tap (pair). NHWC stores the tile's rows
    as they are; NCHW puts them in a per-thread buffer of the output row (OW x OC), transposed into y
-   in 16 x 16 blocks (op_transpose16_epi32) when the row is done (full 64-byte channel-row stores). A row's last partial tile moves back to end at OW (the overlapping
-   pixels are computed twice and the same values stored again).
+   in 16 x 16 blocks (op_transpose16_epi32) when the row is done (full 64-byte channel-row stores).
+   A row's last partial tile moves back to end at OW (the overlapping pixels are computed twice and
+   the same values stored again). Below AVX-512 (float32 only) the tile is 6 pixels x 16 channels
+   in 16 ymm registers (op_stem_tile8), the panels 16 wide and the NCHW row transposed 8 x 8.
    Bias, activation (act_f32.c) and the bfloat16 output rounding (cvt_bf16.c, op_cvt16_int: round to
    nearest even, NaN quiet) are applied in registers. Threads take bands (n, oy0 .. oy0 + 15),
    halved down to 2 rows while there are fewer than 4 tasks per thread; a band's copy repeats the
