@@ -144,3 +144,29 @@ def test_nchw_1x1_n49(level, cpus, case):
     finally:
         onepath.set_num_threads(nthr)
         lib.op_conv_f32_options(old)
+
+
+def test_nchw_1x1_joint_small(level):
+    """Bit 65536 (registry "nchw1x1_joint_small", with 512): the joint GEMM only for strided
+    problems and output planes of at most 196 pixels, the plan's text saying which; the other
+    problems run the per-image GEMM, the same bits either way (as test_nchw_1x1_joint)."""
+    from onepath.kernels import load
+    from onepath.ops import conv as _conv
+    lib = load(select_conv("1x1_gemm", "float32").level).lib
+    old = lib.op_conv_f32_options(-1)
+    # (n, c, h, w, oc, stride) -> joint with the bit
+    probs = {(2, 16, 14, 14, 24, 1): True, (2, 16, 15, 14, 24, 1): False, (2, 16, 30, 30, 24, 2): True,
+             (3, 8, 20, 20, 8, 1): False}
+    try:
+        lib.op_conv_f32_options(old | 512 | 65536)
+        for (n, c, h, w, oc, s), want in probs.items():
+            _conv._PLANS.clear()
+            x = np.ones((n, c, h, w), np.float32)
+            onepath.conv2d(x, np.ones((oc, c, 1, 1), np.float32), None, s)
+            (pl,) = _conv._PLANS.values()
+            assert pl.text.endswith(",joint") == want, pl.text
+        for (n, c, h, w, oc, s) in probs:
+            _same_with_bit_off_and_on(65536, n, c, h, w, oc, stride=s, seed=3)
+    finally:
+        lib.op_conv_f32_options(old)
+        _conv._PLANS.clear()

@@ -323,6 +323,16 @@ def prepacked_row(row: Kernel) -> Kernel:
 # problems at batch >= 2 that CONV_F32_OPTIONS's "nchw1x1_joint" takes (zen4, sapphirerapids) run that
 # instead.
 CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
+    # zen3 float32 (avx2, with CONV_F32_OPTIONS "nhwc_direct8": the NHWC k x k kernel reading its
+    # input in place), AMD EPYC Zen 3 VM, 2026-12-06, ResNet-50's 3x3 layers in NCHW, NCHW GEMM ->
+    # NHWC formulation alternated in one process with torch 2.13, 1 thread, x torch: batch 8
+    # res5_branch2b 0.73 -> 1.00, res5a_branch2b 0.78 -> 1.16, res4_branch2b 0.91 -> 1.02,
+    # res4a_branch2b 0.91 -> 1.07, res3_branch2b 1.04 -> 1.08, res3a_branch2b (784 pixels,
+    # strided) 0.96 -> 1.04, res2_branch2b 0.85 -> 0.86; batch 1 res5a_branch2b 1.02 -> 1.36,
+    # res5_branch2b 1.05 -> 1.20, res4a_branch2b 0.92 -> 1.01, res2_branch2b 0.87 -> 0.93, but
+    # res3a_branch2b 0.92 -> 0.90 (1.24 -> 1.10 at 2 threads): strided planes over 196 pixels stay
+    # NCHW at batch 1. The 1x1 layers lose through NHWC (res2a_branch2a 1.11 -> 0.48): absent.
+    ("zen3", "avx2"): {"kxk": 196, "kxk_stride1": 3136, "kxk_batch": 3136},
     ("zen4", "avx512_core"): {"kxk": 784, "kxk_stride1": 3136, "1x1_batch": 49, "1x1_stride": 784,
                               "1x1_single": 49},
     # sapphirerapids float32: zen4's limits with zen4's float32 options (CONV_F32_OPTIONS, below),
@@ -666,7 +676,10 @@ _CONV_F32_SHARED = ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "b
 # 2 threads, faster than the im2col GEMM on every one (0.74 -> 0.91x torch at res2_branch2b batch 8,
 # 1 thread; 0.83 -> 1.11x at 2 threads).
 CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("zen3", "avx2"): ("nhwc_direct8",),
+    # zen3: "nchw1x1_joint" with "nchw1x1_joint_small" (the joint GEMM only for strided 1x1 problems
+    # and planes of at most 196 pixels; measurements at OP_CONV_NCHW1X1_JOINT_SMALL in
+    # kernels/conv_f32.c): at batch 8 res5a_branch1 0.74 -> 1.07x torch, res3a_branch1 0.79 -> 1.14.
+    ("zen3", "avx2"): ("nhwc_direct8", "nchw1x1_joint", "nchw1x1_joint_small"),
     ("zen4", "avx512_core"): _CONV_F32_SHARED,
     ("sapphirerapids", "avx512_core"): _CONV_F32_SHARED + ("ukr_a_far_prefetch", "as_nhwc_image"),
 }
@@ -675,7 +688,8 @@ CONV_F32_FLAGS = {"brg_full_k": 1, "brg_nsplit": 2, "brg_ow7": 4, "brg_nsplit_pa
                   "nchw1x1_direct_b": 256, "nchw1x1_joint": 512, "nchw1x1_a_in_place": 1024,
                   "nchw1x1_n49": 2048, "nchw1x1_n49_strided": 4096,
                   "ukr_a_far_prefetch": 8192,
-                  "as_nhwc_image": 16384, "nhwc_direct8": 32768}  # the bits of op_conv_f32_options
+                  "as_nhwc_image": 16384, "nhwc_direct8": 32768,
+                  "nchw1x1_joint_small": 65536}  # the bits of op_conv_f32_options
 
 
 # Direct convolution for few input channels (kernels/conv_stem.c, op_conv_stem_options): groups 1,

@@ -812,6 +812,15 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    same bits as the whole-batch route. */
 #define OP_CONV_AS_NHWC_IMAGE 16384
 #define OP_CONV_NHWC_DIRECT8 32768   /* below AVX-512: NHWC k x k direct (op_conv2d_nhwc_d8_f32) */
+/* OP_CONV_NCHW1X1_JOINT_SMALL (with OP_CONV_NCHW1X1_JOINT, "nchw1x1_joint_small"): the joint GEMM
+   only for strided problems and output planes of at most OP_CONV_J1_SMALL_P pixels. On zen3 (AMD
+   EPYC Zen 3 VM, avx2, 1 thread, batch 8, paired with torch 2.13, 2026-12-06, x torch per-image
+   GEMM -> joint): res5a_branch1 0.74 -> 1.07, res5_branch2c 0.88 -> 1.26, res5_branch2a 0.89 ->
+   1.24, res4a_branch1 0.89 -> 1.11, res3a_branch1 0.79 -> 1.14, res4_branch2c (14 x 14) 1.01 ->
+   1.03, but 56 x 56 and 28 x 28 stride 1 lost: res2a_branch2a 1.11 -> 0.71, res3_branch2a 0.98
+   -> 0.74, res4a_branch2a 1.01 -> 0.88, res3_branch2c 1.26 -> 1.19. */
+#define OP_CONV_NCHW1X1_JOINT_SMALL 65536
+#define OP_CONV_J1_SMALL_P 196
 #define OP_CONV_IMG_L2 (2048 * 1024)
 /* Output pixels per image at least: the NHWC kernel packs the weight (and its padding-skip table)
    once per call, here once per image; on small planes that costs more than the L2 saves (the
@@ -831,7 +840,8 @@ int op_conv_f32_options(int flags)
         op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_DIRECT_B | OP_CONV_NCHW1X1_JOINT | OP_CONV_NCHW1X1_A_INPLACE);
     if (flags >= 0)
         op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_N49 | OP_CONV_NCHW1X1_N49_STRIDED |
-                                     OP_CONV_A_FAR_PF | OP_CONV_AS_NHWC_IMAGE | OP_CONV_NHWC_DIRECT8);
+                                     OP_CONV_A_FAR_PF | OP_CONV_AS_NHWC_IMAGE | OP_CONV_NHWC_DIRECT8 |
+                                     OP_CONV_NCHW1X1_JOINT_SMALL);
     return old;
 }
 
@@ -1880,7 +1890,9 @@ OP_INLINE int op_conv_j1_fits(const op_conv_desc *d)
 {
     return d->groups == 1 && d->kh == 1 && d->kw == 1 && d->pt == 0 && d->pl == 0 && d->n >= 2 &&
            d->oh * d->ow <= OP_CONV_NCHW1X1_JOINT_MAXP && (d->oh - 1) * d->sh < d->h &&
-           (d->ow - 1) * d->sw < d->w && d->n * d->c * d->h * d->w < ((int64_t)1 << 31);
+           (d->ow - 1) * d->sw < d->w && d->n * d->c * d->h * d->w < ((int64_t)1 << 31) &&
+           (!(op_conv_f32_opts & OP_CONV_NCHW1X1_JOINT_SMALL) || d->sh > 1 || d->sw > 1 ||
+            d->oh * d->ow <= OP_CONV_J1_SMALL_P);
     /* (batch >= 2 also where OP_CONV_NCHW1X1_DIRECT_B would read B in place: the joint GEMM held
        its rate when the input and output fell out of L3, the in-place one did not. zen4,
        2026-12-01, batch 8, 2 threads, paired with torch 2.13 in one process over placements
