@@ -946,7 +946,7 @@ def test_nhwc_brg_edges(level, opts):
         lib.op_conv_f32_options(old)
 
 
-# The AVX2 direct NHWC k x k route (op_conv_f32_options bit 32768, registry "nhwc_direct8";
+# The AVX2 direct NHWC route (op_conv_f32_options bit 32768, registry "nhwc_direct8";
 # op_conv2d_nhwc_d8_f32): tiles of 6 and 5 pixels across output rows and images (OW 7, 14, 21),
 # a 1-4 pixel problem, strides 1-3, dilation, asymmetric and no padding, C not a multiple of 8,
 # output-channel tails (OC 5, 40), weight panels packed per task (one pixel range) or once for all,
@@ -963,6 +963,9 @@ DIRECT8_CASES = [
     (1, 16, 3, 3, 16, 3, 3, 1, 0, 1),
     (4, 16, 30, 30, 24, 3, 3, 1, 1, 1),
     (1, 2000, 5, 5, 20, 3, 3, 1, 1, 1),
+    (2, 64, 9, 10, 70, 1, 1, 1, 0, 1),     # 1x1
+    (2, 32, 13, 14, 24, 1, 1, 2, 0, 1),    # 1x1 strided onto 7 x 7 (the route) and 8 x 8 (not)
+    (1, 32, 15, 15, 24, 1, 1, 2, 0, 1),
 ]
 
 

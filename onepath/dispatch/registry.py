@@ -669,12 +669,13 @@ def gemv_f32_flags(level: str, uarch: str | None = None) -> int:
 _CONV_F32_SHARED = ("brg_full_k", "brg_nsplit", "brg_ow7", "brg_nsplit_pack", "brg_wide_rows",
                     "brg_skip_pad", "nchw1x1_direct_b", "nchw1x1_joint", "nchw1x1_a_in_place",
                     "nchw1x1_n49", "nchw1x1_n49_strided")
-# "nhwc_direct8" (the avx2 module only): an NHWC k x k convolution (groups 1, C >= 16) reads its
-# input in place of the im2col pack, 6 pixels x 16 output channels per register tile
-# (kernels/conv_f32.c, op_conv2d_nhwc_d8_f32, with the measurements). zen3 (AMD EPYC Zen 3 VM, 2
+# "nhwc_direct8" (the avx2 module only): an NHWC convolution (groups 1, C >= 16; 1x1 with a stride
+# only onto planes of at most 49 pixels) reads its input in place of the im2col pack / the GEMM's
+# A pack, 6 pixels x 16 output channels per register tile (kernels/conv_f32.c,
+# op_conv2d_nhwc_d8_f32 and op_conv_d8_fits, with the measurements). zen3 (AMD EPYC Zen 3 VM, 2
 # cores, 2026-12-06, paired with torch 2.13 in one process): ResNet-50's 3x3 layers in NHWC at 1 and
 # 2 threads, faster than the im2col GEMM on every one (0.74 -> 0.91x torch at res2_branch2b batch 8,
-# 1 thread; 0.83 -> 1.11x at 2 threads).
+# 1 thread; 0.83 -> 1.11x at 2 threads); its 1x1 layers mostly faster or even.
 CONV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     # zen3: "nchw1x1_joint" with "nchw1x1_joint_small" (the joint GEMM only for strided 1x1 problems
     # and planes of at most 196 pixels; measurements at OP_CONV_NCHW1X1_JOINT_SMALL in

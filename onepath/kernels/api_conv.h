@@ -63,10 +63,11 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
    1024: see op_conv2d_f32_a_in_place; bit 2048 (with 1024): an NCHW 1x1 problem of those two routes
    (any batch) with 49 output pixels runs its own kernel (op_conv2d_nchw1x1_n49_f32); bit 4096 (with
    2048): a strided one with 98, 147 or 196 output pixels too; bit 8192: see ukr_a_far_prefetch;
-   bit 16384: NCHW k x k through the NHWC kernel image by image; bit 32768 (the avx2 module only): an
-   NHWC k x k convolution (groups 1, C >= 16) reads its input in place, no im2col pack
-   (op_conv2d_nhwc_d8_f32 in conv_f32.c); bit 65536 (with 512): the joint GEMM only for strided
-   problems and planes of at most 196 pixels. Set by the kernel loader from the registry's CONV_F32_OPTIONS for the host; default 0. flags < 0
+   bit 16384: NCHW k x k through the NHWC kernel image by image; bit 32768 (the avx2 module only):
+   an NHWC convolution (groups 1, C >= 16; 1x1 strided only onto 49 pixels or fewer) reads its input in
+   place, no im2col pack (op_conv2d_nhwc_d8_f32 in conv_f32.c); bit 65536 (with 512): the joint GEMM
+   only for strided problems and planes of at most 196 pixels. Set by the kernel loader from the
+   registry's CONV_F32_OPTIONS for the host; default 0. flags < 0
    only reads. Returns the flags in force before. */
 int op_conv_f32_options(int flags);
 

@@ -840,8 +840,8 @@ int op_conv_f32_options(int flags)
         op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_DIRECT_B | OP_CONV_NCHW1X1_JOINT | OP_CONV_NCHW1X1_A_INPLACE);
     if (flags >= 0)
         op_conv_f32_opts |= flags & (OP_CONV_NCHW1X1_N49 | OP_CONV_NCHW1X1_N49_STRIDED |
-                                     OP_CONV_A_FAR_PF | OP_CONV_AS_NHWC_IMAGE | OP_CONV_NHWC_DIRECT8 |
-                                     OP_CONV_NCHW1X1_JOINT_SMALL);
+                                     OP_CONV_A_FAR_PF | OP_CONV_AS_NHWC_IMAGE |
+                                     OP_CONV_NHWC_DIRECT8 | OP_CONV_NCHW1X1_JOINT_SMALL);
     return old;
 }
 
@@ -2292,9 +2292,9 @@ static int op_conv2d_nchw1x1_n49_f32(const op_conv_desc *d, const float *x, cons
 #if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
 /* ---------------------------------------------------------------- AVX2 NHWC k x k, direct
 
-   OP_CONV_NHWC_DIRECT8 (registry CONV_F32_OPTIONS "nhwc_direct8"): a float32 NHWC k x k convolution
-   (groups 1, C >= OP_D8_MIN_C) below AVX-512 reads its input in place of an im2col pack: every
-   output pixel's depth run for tap (ky, kx) is a contiguous run of C floats of the (padded,
+   OP_CONV_NHWC_DIRECT8 (registry CONV_F32_OPTIONS "nhwc_direct8"): a float32 NHWC convolution
+   (groups 1, C >= OP_D8_MIN_C; 1x1 as op_conv_d8_fits says) below AVX-512 reads its input in place
+   of an im2col pack: every output pixel's depth run for tap (ky, kx) is a contiguous run of C floats of the (padded,
    op_convq_prepare) NHWC input, so a register tile of 6 pixels x 16 output channels (12
    accumulators, two weight vectors, one broadcast) takes its broadcasts from 6 pixel pointers plus
    the tap's offset, as oneDNN's direct convolutions do. The weight is packed as 16-channel panels
@@ -2331,8 +2331,8 @@ typedef struct {
     float *y;
     int act;
     int64_t M, mc;            /* pixels in all, per task */
-    int64_t pg, ppg;          /* tasks per pixel range (groups of 16-channel panels), panels per group */
-    float *tbuf;              /* one pixel range in all: per thread, the weight block in use (wp unused) */
+    int64_t pg, ppg;          /* tasks per pixel range (groups of 16-channel panels), panels each */
+    float *tbuf;              /* one pixel range in all: per thread, the weight block in use */
 } op_d8_ctx;
 
 /* the weight block (panel p of 16 output channels, channel block kb) as [tap][c][16] at dst: per
@@ -2351,7 +2351,8 @@ static void op_d8_pack_chunk(const op_d8_ctx *x, int64_t p, int64_t kb, float *d
         int64_t q = 0, c = 0, t = 0;
         for (; q + 8 <= L; q += 8) {
             __m256 v[8];
-            for (int r = 0; r < 8; r++) v[r] = src[r] ? _mm256_loadu_ps(src[r] + q) : _mm256_setzero_ps();
+            for (int r = 0; r < 8; r++)
+                v[r] = src[r] ? _mm256_loadu_ps(src[r] + q) : _mm256_setzero_ps();
             op_transpose8_ps(v);
             for (int e = 0; e < 8; e++) {
                 _mm256_storeu_ps(dst + (t * cbl + c) * 16 + h, v[e]);
@@ -2374,8 +2375,8 @@ static void op_d8_pack_task(void *vctx, int64_t p, int tid)
 }
 
 /* tb[i][16] of np pixels: the bias (first block) or the partial sums in y (yb, pixels OC apart) */
-static OP_NOINLINE void op_d8_load(const op_d8_ctx *x, int np, float *tb, const float *yb, int64_t rem,
-                                   int first, int64_t oc)
+static OP_NOINLINE void op_d8_load(const op_d8_ctx *x, int np, float *tb, const float *yb,
+                                   int64_t rem, int first, int64_t oc)
 {
     const int64_t OC = x->d->oc, nc = op_min64(rem, 16);
     for (int i = 0; i < np; i++) {
@@ -2388,8 +2389,8 @@ static OP_NOINLINE void op_d8_load(const op_d8_ctx *x, int np, float *tb, const 
 }
 
 /* y (yb, pixels OC apart) = tb[i][16] of np pixels, the activation applied in the last block */
-static OP_NOINLINE void op_d8_store(const op_d8_ctx *x, int np, const float *tb, float *yb, int64_t rem,
-                                    int last)
+static OP_NOINLINE void op_d8_store(const op_d8_ctx *x, int np, const float *tb, float *yb,
+                                    int64_t rem, int last)
 {
     const int64_t OC = x->d->oc, nc = op_min64(rem, 16);
     const int act = last ? x->act : OP_ACT_NONE;
@@ -2432,7 +2433,8 @@ OP_INLINE void op_d8_tile(const int NP, const op_d8_ctx *x, const float *const *
     for (int64_t t = 0; t < x->ntap; t++) {
         const int64_t to = x->toff[t];
         const float *a0 = a[0] + to, *a1 = a[NP > 1 ? 1 : 0] + to, *a2 = a[NP > 2 ? 2 : 0] + to;
-        const float *a3 = a[NP > 3 ? 3 : 0] + to, *a4 = a[NP > 4 ? 4 : 0] + to, *a5 = a[NP > 5 ? 5 : 0] + to;
+        const float *a3 = a[NP > 3 ? 3 : 0] + to, *a4 = a[NP > 4 ? 4 : 0] + to;
+        const float *a5 = a[NP > 5 ? 5 : 0] + to;
         for (int64_t c = 0; c < cbl; c++, bp += 16) {
             const __m256 w0 = _mm256_loadu_ps(bp), w1 = _mm256_loadu_ps(bp + 8);
             __m256 v = _mm256_broadcast_ss(a0 + c);
@@ -2456,9 +2458,9 @@ OP_INLINE void op_d8_tile(const int NP, const op_d8_ctx *x, const float *const *
     op_d8_store(x, NP, tb, yb, rem, last);
 }
 
-static OP_NOINLINE void op_d8_tile_np(const op_d8_ctx *x, int np, const float *const *a, int64_t cbl,
-                                      const float *wb, float *yb, int64_t rem, int first, int last,
-                                      int64_t oc)
+static OP_NOINLINE void op_d8_tile_np(const op_d8_ctx *x, int np, const float *const *a,
+                                      int64_t cbl, const float *wb, float *yb, int64_t rem, int first,
+                                      int last, int64_t oc)
 {
     switch (np) {
     case 1: op_d8_tile(1, x, a, cbl, wb, yb, rem, first, last, oc); break;
@@ -2493,7 +2495,8 @@ static void op_d8_task(void *vctx, int64_t task, int tid)
             }
             /* the range in nt tiles of 6 or 5 pixels (49: 4 x 6 + 5 x 5, not 8 x 6 + 1: a 1-pixel
                tile has 2 accumulators, its FMAs waiting on each other) */
-            const int64_t nt = op_cdiv64(m1 - m0, OP_D8_NP), base = (m1 - m0) / nt, extra = (m1 - m0) % nt;
+            const int64_t nt = op_cdiv64(m1 - m0, OP_D8_NP);
+            const int64_t base = (m1 - m0) / nt, extra = (m1 - m0) % nt;
             int64_t m = m0;
             for (int64_t ti = 0; ti < nt; ti++) {
                 const int np = (int)(base + (ti < extra));
@@ -2507,10 +2510,18 @@ static void op_d8_task(void *vctx, int64_t task, int tid)
     }
 }
 
+/* 1x1 too: stride 1 (the GEMM's pack of A read and wrote the whole input; zen3, batch 8, 2 threads,
+   x torch GEMM -> here: res2a_branch2a 0.75 -> 0.83, res2_branch2c 0.82 -> 0.89, res3_branch2a 0.89
+   -> 1.07; 1 thread 0.93 -> 0.98, 1.06 -> 1.06, 0.98 -> 1.05, res4_branch2a 0.99 -> 1.05,
+   res5a_branch2a batch 1 0.77 -> 0.86), strided only onto planes of at most OP_D8_1X1_S_MAXP
+   pixels (res5a_branch1, 7 x 7: batch 1 1.08 -> 1.57 at 1 thread, 1.36 -> 1.62 at 2; the larger
+   planes lost: res3a_branch1 batch 8 1.05 -> 0.85, res4a_branch1 1.02 -> 0.92 at 1 thread) */
+#define OP_D8_1X1_S_MAXP 49
 static int op_conv_d8_fits(const op_conv_desc *d)
 {
+    const int strided1x1 = d->kh * d->kw == 1 && (d->sh > 1 || d->sw > 1);
     return (op_conv_f32_opts & OP_CONV_NHWC_DIRECT8) && d->nhwc == 1 && d->groups == 1 &&
-           d->kh * d->kw >= 2 && d->c >= OP_D8_MIN_C;
+           d->c >= OP_D8_MIN_C && (!strided1x1 || d->oh * d->ow <= OP_D8_1X1_S_MAXP);
 }
 
 /* The direct route (returns threads used, -1 on allocation failure). */
@@ -2560,7 +2571,8 @@ static int op_conv2d_nhwc_d8_f32(const op_conv_desc *d, const void *x, int x_bf1
            packed weight through memory and back cost a third of res5_branch2b at batch 1); else
            packed once for all ranges */
         if (op_cdiv64(c.M, c.mc) == 1)
-            c.tbuf = (float *)op_conv_scratch_alloc(sizeof(float) * (size_t)(T * c.cb * c.ntap * 16));
+            c.tbuf = (float *)op_conv_scratch_alloc(sizeof(float) *
+                                                    (size_t)(T * c.cb * c.ntap * 16));
         else
             c.wp = (float *)op_conv_scratch_alloc(sizeof(float) * (size_t)(c.K * OCP));
         if (c.tbuf || c.wp) {

@@ -224,7 +224,8 @@ OP_INLINE void op_stem_fill_row(const op_stem_fill_ctx *f, int64_t n, int64_t c,
     }
 }
 
-/* the weight as OCP / PW panels (taps, PW = OP_STEM_PW), the channels past OC zero: a tile reads its panel as
+/* the weight as OCP / PW panels (taps, PW = OP_STEM_PW), the channels past OC zero: a tile reads its
+   panel as
    one contiguous run (as (taps, OCP) with OC 64 it read 128 of every 256 bytes, on half the L1
    sets; panels measured 1-3% faster on the Intel AMX VM, within that host's noise) */
 static void op_stem_pack_w(const op_stem_fill_ctx *f)
@@ -252,7 +253,8 @@ static void op_stem_pack_w(const op_stem_fill_ctx *f)
 typedef struct {
     const op_stem_geo *g;
     const op_stem_fill_ctx *f;
-    char *xq;                 /* per thread, the copy of a band (float32 or uint32 pairs), xqstep bytes apart */
+    char *xq;                 /* per thread (xqstep bytes apart), the copy of a band (float32 or
+                                 uint32 pairs) */
     size_t xqstep;
     const void *w;            /* (OCP / PW, taps, PW): float32 or uint32 pairs */
     int64_t ntap, OCP;
@@ -410,7 +412,9 @@ OP_INLINE void op_stem_tile_np(const op_stem_run_ctx *t, int64_t np, const char 
                                int64_t oc, int64_t rem, char *yb)
 {
     const __mmask16 m0 = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1u);
-    const __mmask16 m1 = rem >= 32 ? (__mmask16)0xFFFF : rem > 16 ? (__mmask16)((1u << (rem - 16)) - 1u) : 0;
+    const __mmask16 m1 = rem >= 32   ? (__mmask16)0xFFFF
+                         : rem > 16 ? (__mmask16)((1u << (rem - 16)) - 1u)
+                                    : 0;
     if (t->bf16) {
 #if defined(OP_BF16_HAS_DP)
         OP_STEM_NHWC_CASES(1)
@@ -428,8 +432,8 @@ OP_INLINE void op_stem_tile_np(const op_stem_run_ctx *t, int64_t np, const char 
 
 /* bias, activation and store of a tile tb[p][16] (np pixels, channels oc .. oc + min(rem, 16)):
    NHWC straight into y (whole 64-byte lines streamed where t->nt), NCHW into the row buffer */
-static OP_NOINLINE void op_stem_store_tile(const op_stem_run_ctx *t, const float *tb, int np, int64_t oc,
-                                           int64_t rem, char *yb)
+static OP_NOINLINE void op_stem_store_tile(const op_stem_run_ctx *t, const float *tb, int np,
+                                           int64_t oc, int64_t rem, char *yb)
 {
     const op_conv_desc *d = t->g->d;
     const int nc = (int)op_min64(rem, 16);
@@ -439,7 +443,7 @@ static OP_NOINLINE void op_stem_store_tile(const op_stem_run_ctx *t, const float
     for (int p = 0; p < np; p++) {
         __m256 v[2] = {_mm256_add_ps(_mm256_load_ps(tb + 16 * p), b0),
                        _mm256_add_ps(_mm256_load_ps(tb + 16 * p + 8), b1)};
-        if (t->act != OP_ACT_NONE) {   /* (op_v16f through memory: GCC keeps 64-byte vectors there) */
+        if (t->act != OP_ACT_NONE) {   /* (op_v16f through memory: GCC keeps it there anyway) */
             op_v16f a;
             memcpy(&a, v, sizeof a);
             a = op_v16_act(a, t->act);
@@ -461,7 +465,8 @@ static OP_NOINLINE void op_stem_store_tile(const op_stem_run_ctx *t, const float
 }
 
 /* NCHW: the row buffer (OW, OCP) of output row (n, oy) transposed into y, 8 x 8 blocks */
-static OP_NOINLINE void op_stem_row_out(const op_stem_run_ctx *t, const float *rb, int64_t n, int64_t oy)
+static OP_NOINLINE void op_stem_row_out(const op_stem_run_ctx *t, const float *rb, int64_t n,
+                                        int64_t oy)
 {
     const op_conv_desc *d = t->g->d;
     const int64_t OW = d->ow, OC = d->oc, cs = d->oh * OW;
@@ -470,7 +475,8 @@ static OP_NOINLINE void op_stem_row_out(const op_stem_run_ctx *t, const float *r
         for (int64_t ocb = 0; ocb < OC; ocb += 8) {
             __m256 r[8];
             for (int p = 0; p < 8; p++)
-                r[p] = p < npx ? _mm256_loadu_ps(rb + (ox + p) * t->OCP + ocb) : _mm256_setzero_ps();
+                r[p] = p < npx ? _mm256_loadu_ps(rb + (ox + p) * t->OCP + ocb)
+                               : _mm256_setzero_ps();
             op_transpose8_ps(r);
             float *yb = (float *)t->y + ((n * OC + ocb) * d->oh + oy) * OW + ox;
             const int nc = (int)op_min64(8, OC - ocb);
@@ -562,7 +568,8 @@ static void op_stem_row(const op_stem_run_ctx *t, const char *xrow, int64_t n, i
        spread over the row's tiles, NHWC each tile's own pixels (output rows past the caches made
        the stores wait for the lines: at batch 8 the NCHW write-out was a sixth of the time);
        streamed NHWC stores need none. */
-    const int64_t ntile = op_cdiv64(OC, OP_STEM_PW) * op_cdiv64(OW, OP_STEM_NP), rowbytes = OW * (int64_t)ysz;
+    const int64_t ntile = op_cdiv64(OC, OP_STEM_PW) * op_cdiv64(OW, OP_STEM_NP);
+    const int64_t rowbytes = OW * (int64_t)ysz;
     const char *ynchw = (const char *)t->y + (size_t)((n * OC * d->oh + oy) * OW) * ysz;
     int64_t tile = 0;
     for (int64_t oc = 0; oc < OC; oc += OP_STEM_PW) {
@@ -582,7 +589,7 @@ static void op_stem_row(const op_stem_run_ctx *t, const char *xrow, int64_t n, i
             if (g->nhwc) {
                 for (int64_t p = 0; p < np && !t->nt; p++) {
                     _mm_prefetch(yb + p * OC * (int64_t)ysz, _MM_HINT_T0);
-                    _mm_prefetch(yb + p * OC * (int64_t)ysz + op_min64(rem, OP_STEM_PW) * (int64_t)ysz - 1,
+                    _mm_prefetch(yb + (p * OC + op_min64(rem, OP_STEM_PW)) * (int64_t)ysz - 1,
                                  _MM_HINT_T0);
                 }
             } else {
