@@ -164,7 +164,9 @@ def test_stem_streamed_stores_same_bits(stem, oc, act, xdt):
 @pytest.mark.parametrize("dtype", [np.float32, bfloat16], ids=["f32", "bf16"])
 def test_stem_route_in_plan_text(stem, dtype):
     """The plan's descriptor text (ONEPATH_VERBOSE's line) ends with ",stem" where the direct kernel
-    takes the problem, in both layouts; not for C 5 (outside its reach) nor with the option off."""
+    takes the problem, in both layouts, never with ",as_nhwc" (the kernel reads NCHW itself, where
+    CONV_NCHW_AS_NHWC's limits would route the problem); not for C 5 (outside its reach) nor with
+    the option off."""
     def texts():
         _conv._PLANS.clear()
         for layout in ("NCHW", "NHWC"):
@@ -175,6 +177,7 @@ def test_stem_route_in_plan_text(stem, dtype):
     got = texts()
     assert len(got) == 4
     assert all(t.endswith(",stem") == ("ic3" in t) for t in got), got
+    assert not any(",as_nhwc" in t for t in got if t.endswith(",stem")), got   # NCHW in place
     libs = {load(select_conv("implicit_gemm", dt).level).lib for dt in ("float32", "bfloat16")}
     for lib in libs:
         lib.op_conv_stem_options(0)

@@ -547,10 +547,12 @@ def _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc
     pl.dw_wbits = algo == "depthwise" and w.dtype == _BF16
     pl.dw_ybf16 = algo == "depthwise" and out_dt == _BF16
     pl.dts = ("bf16" if x_bf16 else "f32") + ":f32:" + ("bf16" if out_dt == _BF16 else "f32")
-    pl.text = describe(d) + (",nhwc" if nhwc else ",as_nhwc" if d.nhwc == 2 else route)
-    # routes the kernel takes first: few input channels on the direct kernel (kernels/conv_stem.c)
-    # or on AMX tiles; an NHWC k x k one on AMX tiles reading the input per tap
-    if algo != "depthwise" and lib.op_conv2d_stem(d, int(native)):
+    # routes the kernel takes first: few input channels on the direct kernel (kernels/conv_stem.c,
+    # which reads and writes NCHW itself: no "as_nhwc" even where the limits say so) or on AMX
+    # tiles; an NHWC k x k one on AMX tiles reading the input per tap
+    stem = algo != "depthwise" and bool(lib.op_conv2d_stem(d, int(native)))
+    pl.text = describe(d) + (",nhwc" if nhwc else ",as_nhwc" if d.nhwc == 2 and not stem else route)
+    if stem:
         pl.text += ",stem"
     elif native and lib.op_conv2d_bf16_amx_s1(d):
         pl.text += ",amx_s1"
