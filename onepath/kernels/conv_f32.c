@@ -811,6 +811,13 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    conv_bf16.c's OP_CONV_BF16_AS_NHWC_IMAGE). Every output sums all of K in the same order: the
    same bits as the whole-batch route. */
 #define OP_CONV_AS_NHWC_IMAGE 16384
+#define OP_CONV_IMG_L2 (2048 * 1024)
+/* Output pixels per image at least: the NHWC kernel packs the weight (and its padding-skip table)
+   once per call, here once per image; on small planes that costs more than the L2 saves (the
+   Intel AMX VM, 2026-12-04, batch 8, 3x3 on 7 x 7 outputs, C 96-256: 0.77-0.85x the whole-batch
+   route). */
+#define OP_CONV_IMG_MIN_PIXELS 784
+#define OP_N49_MAXP 196
 #define OP_CONV_NHWC_DIRECT8 32768   /* below AVX-512: NHWC k x k direct (op_conv2d_nhwc_d8_f32) */
 /* OP_CONV_NCHW1X1_JOINT_SMALL (with OP_CONV_NCHW1X1_JOINT, "nchw1x1_joint_small"): the joint GEMM
    only for strided problems and output planes of at most OP_CONV_J1_SMALL_P pixels. On zen3 (AMD
@@ -821,13 +828,6 @@ static void op_conv_pack_b_nhwc_f32(const op_gemm_args *g, int64_t bi, int64_t p
    -> 0.74, res4a_branch2a 1.01 -> 0.88, res3_branch2c 1.26 -> 1.19. */
 #define OP_CONV_NCHW1X1_JOINT_SMALL 65536
 #define OP_CONV_J1_SMALL_P 196
-#define OP_CONV_IMG_L2 (2048 * 1024)
-/* Output pixels per image at least: the NHWC kernel packs the weight (and its padding-skip table)
-   once per call, here once per image; on small planes that costs more than the L2 saves (the
-   Intel AMX VM, 2026-12-04, batch 8, 3x3 on 7 x 7 outputs, C 96-256: 0.77-0.85x the whole-batch
-   route). */
-#define OP_CONV_IMG_MIN_PIXELS 784
-#define OP_N49_MAXP 196
 
 int op_conv_f32_options(int flags)
 {
