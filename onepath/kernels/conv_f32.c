@@ -2396,15 +2396,7 @@ static OP_NOINLINE void op_d8_store(const op_d8_ctx *x, int np, const float *tb,
     const int act = last ? x->act : OP_ACT_NONE;
     for (int i = 0; i < np; i++) {
         __m256 v[2] = {_mm256_load_ps(tb + 16 * i), _mm256_load_ps(tb + 16 * i + 8)};
-        if (act == OP_ACT_RELU) {   /* max(0, v): NaN stays NaN, -0 stays -0 (op_act_f32) */
-            v[0] = _mm256_max_ps(_mm256_setzero_ps(), v[0]);
-            v[1] = _mm256_max_ps(_mm256_setzero_ps(), v[1]);
-        } else if (act != OP_ACT_NONE) {
-            op_v16f f;
-            memcpy(&f, v, sizeof f);
-            f = op_v16_act(f, act);
-            memcpy(v, &f, sizeof f);
-        }
+        op_y16_act(v, act);   /* (conv_stem.c) */
         if (nc == 16) {
             _mm256_storeu_ps(yb + i * OC, v[0]);
             _mm256_storeu_ps(yb + i * OC + 8, v[1]);

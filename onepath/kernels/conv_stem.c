@@ -430,6 +430,31 @@ OP_INLINE void op_stem_tile_np(const op_stem_run_ctx *t, int64_t np, const char 
    (12 accumulators, the two weight vectors of a tap and one broadcast), float32 only (bfloat16
    input widened into the copy). */
 
+/* Two ymm of 16 output channels, shared with conv_f32.c's direct NHWC kernel (op_d8_*). */
+/* b[0..1] = bias[oc .. oc + nc), zeros past nc (no bias: zeros) */
+OP_INLINE void op_y16_bias(const float *bias, int64_t oc, int64_t nc, __m256 *b)
+{
+    float bb[16] OP_ALIGNED(32) = {0};
+    if (bias) memcpy(bb, bias + oc, sizeof(float) * (size_t)op_min64(nc, 16));
+    b[0] = _mm256_load_ps(bb);
+    b[1] = _mm256_load_ps(bb + 8);
+}
+
+/* the activation of v[0..1]: ReLU as max(0, v) (NaN stays NaN, -0 stays -0, as op_act_f32), the
+   others through op_v16_act (via memory: GCC keeps a 64-byte op_v16f there anyway) */
+OP_INLINE void op_y16_act(__m256 *v, int act)
+{
+    if (act == OP_ACT_RELU) {
+        v[0] = _mm256_max_ps(_mm256_setzero_ps(), v[0]);
+        v[1] = _mm256_max_ps(_mm256_setzero_ps(), v[1]);
+    } else if (act != OP_ACT_NONE) {
+        op_v16f f;
+        memcpy(&f, v, sizeof f);
+        f = op_v16_act(f, act);
+        memcpy(v, &f, sizeof f);
+    }
+}
+
 /* bias, activation and store of a tile tb[p][16] (np pixels, channels oc .. oc + min(rem, 16)):
    NHWC straight into y (whole 64-byte lines streamed where t->nt), NCHW into the row buffer */
 static OP_NOINLINE void op_stem_store_tile(const op_stem_run_ctx *t, const float *tb, int np,
@@ -437,18 +462,12 @@ static OP_NOINLINE void op_stem_store_tile(const op_stem_run_ctx *t, const float
 {
     const op_conv_desc *d = t->g->d;
     const int nc = (int)op_min64(rem, 16);
-    float bb[16] OP_ALIGNED(32) = {0};
-    if (t->bias) memcpy(bb, t->bias + oc, sizeof(float) * (size_t)nc);
-    const __m256 b0 = _mm256_load_ps(bb), b1 = _mm256_load_ps(bb + 8);
+    __m256 b[2];
+    op_y16_bias(t->bias, oc, nc, b);
     for (int p = 0; p < np; p++) {
-        __m256 v[2] = {_mm256_add_ps(_mm256_load_ps(tb + 16 * p), b0),
-                       _mm256_add_ps(_mm256_load_ps(tb + 16 * p + 8), b1)};
-        if (t->act != OP_ACT_NONE) {   /* (op_v16f through memory: GCC keeps it there anyway) */
-            op_v16f a;
-            memcpy(&a, v, sizeof a);
-            a = op_v16_act(a, t->act);
-            memcpy(v, &a, sizeof a);
-        }
+        __m256 v[2] = {_mm256_add_ps(_mm256_load_ps(tb + 16 * p), b[0]),
+                       _mm256_add_ps(_mm256_load_ps(tb + 16 * p + 8), b[1])};
+        op_y16_act(v, t->act);
         float *o = t->g->nhwc ? (float *)(void *)yb + p * d->oc : (float *)(void *)yb + p * t->OCP;
         if (nc == 16 || !t->g->nhwc) {   /* (the row buffer's padding channels are never read) */
             if (t->nt && t->g->nhwc && ((uintptr_t)o & 63) == 0) {
@@ -517,20 +536,16 @@ OP_INLINE void op_stem_tile8(const int NP, const op_stem_run_ctx *t, const char 
        through tb below was 7-9% of conv1) */
     const op_conv_desc *d = t->g->d;
     if ((t->act == OP_ACT_NONE || t->act == OP_ACT_RELU) && !t->nt && (rem >= 16 || !t->g->nhwc)) {
-        float bb[16] OP_ALIGNED(32) = {0};
-        if (t->bias) memcpy(bb, t->bias + oc, sizeof(float) * (size_t)op_min64(rem, 16));
-        const __m256 b0 = _mm256_load_ps(bb), b1 = _mm256_load_ps(bb + 8), z = _mm256_setzero_ps();
+        __m256 b[2];
+        op_y16_bias(t->bias, oc, rem, b);
         const int64_t ps = t->g->nhwc ? d->oc : t->OCP;
         float *o = (float *)(void *)yb;
 #pragma GCC unroll 6
         for (int p = 0; p < NP; p++) {
-            __m256 v0 = _mm256_add_ps(acc[p][0], b0), v1 = _mm256_add_ps(acc[p][1], b1);
-            if (t->act == OP_ACT_RELU) {   /* max(0, v): NaN stays NaN, -0 stays -0 (op_act_f32) */
-                v0 = _mm256_max_ps(z, v0);
-                v1 = _mm256_max_ps(z, v1);
-            }
-            _mm256_storeu_ps(o + p * ps, v0);
-            _mm256_storeu_ps(o + p * ps + 8, v1);
+            __m256 v[2] = {_mm256_add_ps(acc[p][0], b[0]), _mm256_add_ps(acc[p][1], b[1])};
+            op_y16_act(v, t->act);
+            _mm256_storeu_ps(o + p * ps, v[0]);
+            _mm256_storeu_ps(o + p * ps + 8, v[1]);
         }
         return;
     }
