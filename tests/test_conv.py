@@ -519,6 +519,62 @@ def test_depthwise_small_planes_many_channels(level, threads, act):
         onepath.set_num_threads(old)
 
 
+# 3x3 padding-1 planes on the AVX2 builds' flat kernels (op_dw8f): stride 1 (float32 rows of at
+# most 32 columns, bfloat16 any width) and stride 2 from even-sized planes; output rows of 4..8
+# columns (a block's lanes span 2-3 rows), periods of 1..64 blocks, a plane that ends inside a
+# block, multiplier 2 with runs of planes across images, the largest plane (16384 outputs) and
+# the first one past it (n, c, h, w, stride, multiplier)
+DW8F_CASES = [
+    (2, 3, 5, 4, 1, 1), (1, 4, 9, 5, 1, 2), (3, 5, 6, 6, 1, 1), (2, 3, 7, 7, 1, 2),
+    (1, 2, 11, 13, 1, 1), (1, 3, 28, 32, 1, 1), (1, 2, 30, 33, 1, 1),
+    (2, 3, 8, 8, 2, 1), (1, 4, 10, 10, 2, 2), (2, 3, 14, 14, 2, 1), (1, 2, 6, 26, 2, 1),
+    (1, 2, 22, 130, 2, 1), (1, 1, 256, 128, 2, 1), (1, 1, 128, 128, 1, 1), (1, 1, 129, 128, 1, 1),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("act", [None, "relu", "gelu"])
+@pytest.mark.parametrize("case", DW8F_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_depthwise_flat_planes(level, case, act, threads, nan_filled_outputs):
+    """Every output of the flat 3x3 planes (and of whichever kernel takes them at other levels)
+    is written and matches the reference, float32 and bfloat16, with ReLU in registers or any
+    other activation applied to the finished plane, at 1 and 2 threads."""
+    n, c, h, w, s, m = case
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(threads)
+    try:
+        for dtype in (np.float32, bfloat16):
+            run_case(n, c, h, w, c * m, 3, 3, s, 1, 1, c, dtype=dtype, activation=act, seed=h)
+    finally:
+        onepath.set_num_threads(old)
+
+
+@pytest.mark.parametrize("dt", [np.float32, bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("hws", [(7, 7, 1), (5, 6, 1), (14, 14, 2), (12, 10, 2), (40, 40, 2)],
+                         ids=str)
+def test_depthwise_flat_planes_non_finite_input(level, hws, dt):
+    """A NaN or Inf at a row's first or last column (which the flat kernels' neighbouring lanes read
+    and then drop) and at the input's last element: NaN / Inf exactly where the float64
+    reference has them, the other outputs as before."""
+    h, w, s = hws
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, h, w)).astype(np.float32)
+    x[0, 1, 2, w - 1] = np.inf
+    x[0, 1, 3, 0] = np.nan
+    x[1, 0, h - 1, w - 1] = -np.inf
+    x[1, 2, h - 1, w - 1] = np.nan
+    wt = rng.standard_normal((3, 1, 3, 3)).astype(np.float32)
+    x, wt = x.astype(dt), wt.astype(dt)
+    y = np.asarray(onepath.conv2d(x, wt, None, s, 1, 1, 3), np.float64)
+    ref = reference_conv2d(np.asarray(x, np.float64), np.asarray(wt, np.float64), None, (s, s),
+                           ((1, 1), (1, 1)), (1, 1), 3)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(y), np.isinf(ref))
+    fin = np.isfinite(ref)
+    tol = 2e-2 if dt is bfloat16 else 1e-5
+    np.testing.assert_allclose(y[fin], ref[fin], rtol=tol, atol=tol)
+
+
 def test_byte_swapped_operands():
     """'>f4' / '>f8' operands are the same values as float32 / float64 (numpy semantics): the same
     result, twice (the plan cache never runs a byte-swapped array through a native plan)."""

@@ -20,9 +20,11 @@
        8 columns one 256-bit vector per row (stride 1: op_dw3_r8; stride 2, input rows of <= 16
        columns: op_dw3_s2n); with dw_rows bit 2, bfloat16 stride-1 rows of more than 16 columns
        widen each plane once into scratch, then run op_dw3_s1r's float32 rows (op_dw3_s1r_w).
-   AVX2 builds (no AVX-512) have one 3x3 undilated kernel for stride 1 and 2, any padding and
-   multiplier (op_dw8_plane, direct3 = OP_DW_AVX2_3X3): float32 input read in place, bfloat16 input
-   widened once into a ring of padded rows.
+   AVX2 builds (no AVX-512) have two 3x3 undilated kernels for stride 1 and 2: flat planes (padding
+   1, float32 stride-1 rows of at most 32 columns, bfloat16 any width, stride 2 from even sizes, up
+   to 16384 outputs: op_dw8f, direct3 = OP_DW_AVX2_FLAT) and rows for the rest, any padding and
+   multiplier (op_dw8_plane, OP_DW_AVX2_3X3: float32 input read in place, bfloat16 input widened
+   once into a ring of padded rows).
    NHWC: one task per output row; the channel axis is the vector axis (acc[c] += w[c] x[c]); AVX-512
    builds run 3x3 multiplier-1 problems on op_dw_nhwc_row16 (weights and 4-8 output pixels in
    registers). bfloat16 input is widened while it is read (bfloat16 weights once per call). Bias and
@@ -57,10 +59,16 @@ typedef struct {
 #if defined(OP_HAS_AVX512)
     uint16_t fm0[1024], fm2[1024]; /* flat 3x3 kernel: per 16-lane block, lanes not in column 0 / W - 1 */
 #endif
+#if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
+    int64_t fperiod;         /* AVX2 flat kernels: blocks of 8 after which the columns repeat */
+    float fm8[64][2][8] OP_ALIGNED(32); /* per block of the period: all bits set in the lanes at
+                                           output column 0 / OW - 1 */
+#endif
 } op_dw_ctx;
 
-/* op_dw_ctx.direct3 of the AVX2 builds' NCHW 3x3 kernel (op_dw8_plane) */
-enum { OP_DW_AVX2_3X3 = 20 };
+/* op_dw_ctx.direct3 of the AVX2 builds' NCHW 3x3 kernels: rows (op_dw8_plane), flat planes
+   (op_dw8f) */
+enum { OP_DW_AVX2_3X3 = 20, OP_DW_AVX2_FLAT = 21 };
 
 OP_INLINE void op_dw_act_store(float *OP_RESTRICT y, int64_t n, int act)
 {
@@ -1810,6 +1818,216 @@ OP_DW8_STRIDE(2)
 static void (*const op_dw8_kernels[2][3])(const op_dw_ctx *, int64_t, int64_t, float *) = {
     {op_dw8_s1_f32, op_dw8_s1_bf16, op_dw8_s1_f32_ring},
     {op_dw8_s2_f32, op_dw8_s2_bf16, op_dw8_s2_f32_ring}};
+
+/* ---------------------------------- NCHW 3x3 padding 1, flat planes, AVX2 (OP_DW_AVX2_FLAT)
+
+   The same idea as the AVX-512 flat kernel (op_dw3_flat), on 8 lanes and for stride 2 too. Stride
+   1 (output the size of the input): the plane is one flat axis, output g = oh W + ow reads input
+   g + (ki - 1) W + kj - 1, so a vector of 8 outputs may span rows and every lane works whatever W
+   is (the row kernel used 7 of 8 lanes at 7 columns, 6 of 8 at 14, and an 8x8 block per 6 rows
+   held 6 accumulator chains, where Zen 3's two 4-cycle FMA pipes need 8). Stride 2 (even H and W,
+   output H/2 x W/2): the plane is first split into its four phases P[a][b] (rows of parity a,
+   columns of parity b, each OH x OW, flat), and output g reads tap (ki, kj) at
+   P[ki != 1][kj != 1][g - (ki == 0) OW - (kj == 0)]. Each plane is copied (bfloat16: widened) into
+   a thread scratch after a zero run of at least W + 1 (OW + 1) elements that stands in for the top
+   padding row; the bottom row reads zeros after the copy (stride 1) or is never read (stride 2).
+   The left and right padding: the taps of kernel column 0 (stride 1: and 2) sum into their own
+   accumulator, and its lanes at output column 0 (W - 1) are cleared before the final sum (they read
+   the neighbouring row's last / first element); the column of each lane is carried from block to
+   block in an integer vector. Two copies per thread: the next plane is copied before the current
+   one is computed, so the tap loads do not wait on the copy's stores. */
+/* OP_DW8F_MAX: output elements per plane. OP_DW8F_S1_MAXW: the widest stride-1 float32 rows;
+   wider ones measured faster on the row kernel (Zen 3, 1 thread, float32, x the row kernel in
+   one process, 2026-12-06: 7 x 7 1.9-2.0, 14 x 14 1.45-1.5, 28 x 28 1.05, 56 x 56 0.94,
+   112 x 112 0.88;
+   stride 2 from 14 x 14 ... 112 x 112 1.07-1.3) */
+enum { OP_DW8F_MAX = 16384, OP_DW8F_S1_MAXW = 32 };
+
+/* floats of one copy: lead zeros, then (stride 2: four phase planes of) the flat plane rounded
+   up to 8 with 8 floats of slack for the last block's taps, then W + 16 zeros */
+OP_INLINE int64_t op_dw8f_lead(const op_conv_desc *d) { return op_roundup64(d->ow + 1, 8); }
+OP_INLINE int64_t op_dw8f_phase(const op_conv_desc *d)
+{
+    return op_dw8f_lead(d) + op_roundup64(d->oh * d->ow, 8) + 8;
+}
+OP_INLINE int64_t op_dw8f_copy_elems(const op_conv_desc *d)
+{
+    return d->sw == 1 ? op_dw8f_phase(d) + d->w + 16 : 4 * op_dw8f_phase(d);
+}
+/* scratch floats per thread: two copies and one output plane (bfloat16 output, or an activation
+   other than ReLU: applied to the finished plane) */
+OP_INLINE int64_t op_dw8f_scratch(const op_conv_desc *d)
+{
+    return 2 * op_dw8f_copy_elems(d) + op_roundup64(d->oh * d->ow, 8) + 8;
+}
+
+/* blocks of 8 outputs after which the lanes' columns repeat: OW / gcd(OW, 8) */
+OP_INLINE int64_t op_dw8f_period(int64_t OW)
+{
+    return OW % 8 == 0 ? OW / 8 : OW % 4 == 0 ? OW / 4 : OW % 2 == 0 ? OW / 2 : OW;
+}
+
+/* Whether the flat kernels take the problem: 3x3 undilated (checked by the caller), padding 1 at
+   the top and left, stride 1 with the output the size of the input or stride 2 from an even-sized
+   input, output rows of at least 4 columns, column masks that repeat within 64 blocks
+   (op_dw_ctx.fm8) and planes of at most OP_DW8F_MAX outputs */
+OP_INLINE int op_dw8f_fits(const op_conv_desc *d, int x_bf16)
+{
+    if (d->pt != 1 || d->pl != 1 || d->ow < 4 || d->oh * d->ow > OP_DW8F_MAX) return 0;
+    if (op_dw8f_period(d->ow) > 64) return 0;
+    if (d->sw == 1) return d->oh == d->h && d->ow == d->w && (x_bf16 || d->ow <= OP_DW8F_S1_MAXW);
+    return d->sw == 2 && d->h % 2 == 0 && d->w % 2 == 0 && d->oh == d->h / 2 && d->ow == d->w / 2;
+}
+
+/* input plane xp (= n * C + c) into the copy s: stride 1 after the lead zeros; stride 2 as the
+   phases P[a][b] at s + (2 a + b) * op_dw8f_phase + lead, even / odd columns split by one VSHUFPS
+   pair and a VPERMPD each, as op_dw8_fill */
+OP_INLINE void op_dw8f_copy(const op_dw_ctx *c, int64_t xp, float *OP_RESTRICT s, const int S,
+                            const int BF16)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t H = d->h, W = d->w, plane = xp * H * W, lead = op_dw8f_lead(d);
+    if (S == 1) {
+        float *q = s + lead;
+        const int64_t HW = H * W;
+        for (int64_t i = 0; i < HW; i += 8)
+            _mm256_storeu_ps(q + i, op_dw8_ldp(c->x, plane, i, HW, BF16));
+        for (int64_t i = op_roundup64(HW, 8); i < HW + W + 16; i += 8)
+            _mm256_storeu_ps(q + i, _mm256_setzero_ps());
+        return;
+    }
+    /* a row's last 16 columns may run into the next row (whose stores come later) and its phase
+       rows' stores past their end (the next row's overwrite them; the last rows' land in the
+       slack, read only by lanes that are not stored): loads are masked only at the input's end */
+    const int64_t OW = d->ow, ps = op_dw8f_phase(d), end = d->n * d->c * H * W;
+    for (int64_t ih = 0; ih < H; ih++) {
+        const int a = (int)(ih & 1);
+        float *e = s + (2 * a) * ps + lead + (ih >> 1) * OW, *o = e + ps;
+        const int64_t src = plane + ih * W;
+        /* 8-column runs may pass the phase row's end: the next row's stores come after them */
+        for (int64_t j = 0; j < OW; j += 8) {
+            const int64_t t = src + 2 * j;
+            const int in = t + 16 <= end;
+            const __m256 u = in ? op_dw8_ld(c->x, t, BF16) : op_dw8_ldp(c->x, 0, t, end, BF16);
+            const __m256 v =
+                in ? op_dw8_ld(c->x, t + 8, BF16) : op_dw8_ldp(c->x, 0, t + 8, end, BF16);
+            const __m256d ev = _mm256_castps_pd(_mm256_shuffle_ps(u, v, 0x88));
+            const __m256d od = _mm256_castps_pd(_mm256_shuffle_ps(u, v, 0xDD));
+            _mm256_storeu_ps(e + j, _mm256_castpd_ps(_mm256_permute4x64_pd(ev, 0xD8)));
+            _mm256_storeu_ps(o + j, _mm256_castpd_ps(_mm256_permute4x64_pd(od, 0xD8)));
+        }
+    }
+}
+
+/* the copies' lead zeros (never written by op_dw8f_copy) */
+OP_INLINE void op_dw8f_zero_leads(const op_conv_desc *d, float *s, const int S)
+{
+    const int64_t lead = op_dw8f_lead(d), ps = op_dw8f_phase(d), ce = op_dw8f_copy_elems(d);
+    for (int k = 0; k < 2; k++)
+        for (int f = 0; f < (S == 1 ? 1 : 4); f++)
+            for (int64_t i = 0; i < lead; i += 8)
+                _mm256_storeu_ps(s + k * ce + f * ps + i, _mm256_setzero_ps());
+}
+
+/* output block at g (8 outputs) of the plane copy s (q = s + lead; stride 2: phase stride ps) */
+OP_INLINE __m256 op_dw8f_blk(const float *q, int64_t g, int64_t W, int64_t ps, const __m256 *wv,
+                             __m256 bv, const float *fm, const int S)
+{
+    if (S == 1) {
+        const float *r = q + g;
+        __m256 a0 = _mm256_mul_ps(wv[0], _mm256_loadu_ps(r - W - 1));
+        __m256 a1 = _mm256_fmadd_ps(wv[1], _mm256_loadu_ps(r - W), bv);
+        __m256 a2 = _mm256_mul_ps(wv[2], _mm256_loadu_ps(r - W + 1));
+        a0 = _mm256_fmadd_ps(wv[3], _mm256_loadu_ps(r - 1), a0);
+        a1 = _mm256_fmadd_ps(wv[4], _mm256_loadu_ps(r), a1);
+        a2 = _mm256_fmadd_ps(wv[5], _mm256_loadu_ps(r + 1), a2);
+        a0 = _mm256_fmadd_ps(wv[6], _mm256_loadu_ps(r + W - 1), a0);
+        a1 = _mm256_fmadd_ps(wv[7], _mm256_loadu_ps(r + W), a1);
+        a2 = _mm256_fmadd_ps(wv[8], _mm256_loadu_ps(r + W + 1), a2);
+        const __m256 c0 = _mm256_load_ps(fm), c2 = _mm256_load_ps(fm + 8);
+        return _mm256_add_ps(_mm256_add_ps(a1, _mm256_andnot_ps(c0, a0)), _mm256_andnot_ps(c2, a2));
+    }
+    /* W here is OW; phases ee, eo, oe, oo */
+    const float *ee = q + g, *eo = ee + ps, *oe = eo + ps, *oo = oe + ps;
+    __m256 a0 = _mm256_mul_ps(wv[0], _mm256_loadu_ps(oo - W - 1));
+    __m256 a1 = _mm256_fmadd_ps(wv[1], _mm256_loadu_ps(oe - W), bv);
+    __m256 a2 = _mm256_mul_ps(wv[2], _mm256_loadu_ps(oo - W));
+    a0 = _mm256_fmadd_ps(wv[3], _mm256_loadu_ps(eo - 1), a0);
+    a1 = _mm256_fmadd_ps(wv[4], _mm256_loadu_ps(ee), a1);
+    a2 = _mm256_fmadd_ps(wv[5], _mm256_loadu_ps(eo), a2);
+    a0 = _mm256_fmadd_ps(wv[6], _mm256_loadu_ps(oo - 1), a0);
+    a1 = _mm256_fmadd_ps(wv[7], _mm256_loadu_ps(oe), a1);
+    a2 = _mm256_fmadd_ps(wv[8], _mm256_loadu_ps(oo), a2);
+    return _mm256_add_ps(_mm256_add_ps(a1, a2), _mm256_andnot_ps(_mm256_load_ps(fm), a0));
+}
+
+/* planes p0 .. p1 - 1. DIRECT: float32 output with no activation or ReLU (RELU), stored from the
+   registers; else each plane goes through the scratch output plane, then the activation and the
+   float32 / bfloat16 store. */
+OP_INLINE void op_dw8f(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_RESTRICT s,
+                       const int S, const int BF16, const int DIRECT, const int RELU)
+{
+    const op_conv_desc *d = c->d;
+    const int64_t OW = d->ow, OHW = d->oh * OW, OC = d->oc, lead = op_dw8f_lead(d);
+    const int64_t ce = op_dw8f_copy_elems(d), ps = op_dw8f_phase(d), W = S == 1 ? d->w : OW;
+    float *ob = s + 2 * ce;
+    const int64_t P = c->fperiod;
+    op_dw8f_zero_leads(d, s, S);
+    /* input planes of this plane p and of the next one (p1: OC = C * mult) */
+    int64_t oc = p0 % OC, xp = p0 / OC * d->c + oc / c->mult, oc1 = oc + 1 == OC ? 0 : oc + 1;
+    int64_t xp1 = xp + (oc1 == 0 || c->mult == 1 || oc1 % c->mult == 0);
+    op_dw8f_copy(c, xp, s, S, BF16);
+    for (int64_t p = p0; p < p1; p++) {
+        const float *q = s + ((p - p0) & 1) * ce + lead;
+        if (p + 1 < p1) op_dw8f_copy(c, xp1, s + ((p + 1 - p0) & 1) * ce, S, BF16);
+        __m256 wv[9];
+        for (int t = 0; t < 9; t++) wv[t] = _mm256_broadcast_ss(c->w + oc * 9 + t);
+        const __m256 bv = _mm256_set1_ps(c->bias ? c->bias[oc] : 0.0f);
+        float *y = DIRECT ? (float *)c->y + p * OHW : ob;
+        int64_t g = 0, k = 0;  /* k: the block's place in the column period */
+        for (; g + 8 <= OHW; g += 8, k = k + 1 == P ? 0 : k + 1) {
+            __m256 v = op_dw8f_blk(q, g, W, ps, wv, bv, c->fm8[k][0], S);
+            if (RELU) v = _mm256_max_ps(_mm256_setzero_ps(), v);
+            _mm256_storeu_ps(y + g, v);
+        }
+        if (g < OHW) {
+            __m256 v = op_dw8f_blk(q, g, W, ps, wv, bv, c->fm8[k][0], S);
+            if (RELU) v = _mm256_max_ps(_mm256_setzero_ps(), v);
+            op_dw8_st(y + g, v, OHW - g);
+        }
+        if (!DIRECT) {
+            op_dw_act_store(ob, OHW, c->act);
+            if (c->ybf16) op_dw_put_bf16(c, p * OHW, ob, OHW);
+            else memcpy((float *)c->y + p * OHW, ob, sizeof(float) * (size_t)OHW);
+        }
+        oc = oc1;
+        xp = xp1;
+        oc1 = oc + 1 == OC ? 0 : oc + 1;
+        xp1 = xp + (oc1 == 0 || c->mult == 1 || oc1 % c->mult == 0);
+    }
+}
+
+/* [stride - 1][input float32 / bfloat16][float32 output with no activation / ReLU, other (through
+   the output plane)] */
+#define OP_DW8F_FN(NAME, S, BF16, DIRECT, RELU)                                                   \
+    static OP_NOINLINE void NAME(const op_dw_ctx *c, int64_t p0, int64_t p1, float *s)           \
+    {                                                                                             \
+        op_dw8f(c, p0, p1, s, S, BF16, DIRECT, RELU);                                             \
+    }
+#define OP_DW8F_STRIDE(S)                                                                         \
+    OP_DW8F_FN(op_dw8f_s##S##_f32, S, 0, 1, 0)                                                    \
+    OP_DW8F_FN(op_dw8f_s##S##_f32_relu, S, 0, 1, 1)                                               \
+    OP_DW8F_FN(op_dw8f_s##S##_f32_buf, S, 0, 0, 0)                                                \
+    OP_DW8F_FN(op_dw8f_s##S##_bf16, S, 1, 1, 0)                                                   \
+    OP_DW8F_FN(op_dw8f_s##S##_bf16_relu, S, 1, 1, 1)                                              \
+    OP_DW8F_FN(op_dw8f_s##S##_bf16_buf, S, 1, 0, 0)
+OP_DW8F_STRIDE(1)
+OP_DW8F_STRIDE(2)
+static void (*const op_dw8f_kernels[2][2][3])(const op_dw_ctx *, int64_t, int64_t, float *) = {
+    {{op_dw8f_s1_f32, op_dw8f_s1_f32_relu, op_dw8f_s1_f32_buf},
+     {op_dw8f_s1_bf16, op_dw8f_s1_bf16_relu, op_dw8f_s1_bf16_buf}},
+    {{op_dw8f_s2_f32, op_dw8f_s2_f32_relu, op_dw8f_s2_f32_buf},
+     {op_dw8f_s2_bf16, op_dw8f_s2_bf16_relu, op_dw8f_s2_bf16_buf}}};
 #endif
 
 OP_INLINE void op_dw_fma_c(float *OP_RESTRICT acc, const float *OP_RESTRICT wr,
@@ -2053,6 +2271,11 @@ static void op_dw_task(void *ctx, int64_t task, int tid)
         op_dw8_kernels[c->d->sw - 1][mode](c, p0, p1, buf);
         return;
     }
+    if (c->direct3 == OP_DW_AVX2_FLAT) {
+        const int out = c->ybf16 ? 2 : c->act == OP_ACT_NONE ? 0 : c->act == OP_ACT_RELU ? 1 : 2;
+        op_dw8f_kernels[c->d->sw - 1][c->bf16][out](c, p0, p1, buf);
+        return;
+    }
 #endif
     const int64_t OC = c->d->oc;
     int64_t n = p0 / OC, oc = p0 % OC;
@@ -2183,10 +2406,10 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
 #if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
     if (!d->nhwc && d->kh == 3 && d->kw == 3 && d->dh == 1 && d->dw == 1 && d->sh == d->sw &&
         (d->sw == 1 || d->sw == 2))
-        c.direct3 = OP_DW_AVX2_3X3;
+        c.direct3 = op_dw8f_fits(d, x_bf16) ? OP_DW_AVX2_FLAT : OP_DW_AVX2_3X3;
 #endif
     if (w_bf16) {
-        if (!d->nhwc && c.direct3 && c.direct3 != OP_DW_AVX2_3X3) {
+        if (!d->nhwc && c.direct3 && c.direct3 < OP_DW_AVX2_3X3) {
             c.wb = (const uint16_t *)w;  /* the NCHW 3x3 AVX-512 kernels read the bits (op_dw3_wv) */
         } else {
             const int64_t nw = d->oc * d->kh * d->kw;
@@ -2246,6 +2469,17 @@ int op_conv2d_dw_f32(const op_conv_desc *d, const void *x, int x_bf16, const voi
 #endif
 #if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
     if (c.direct3 == OP_DW_AVX2_3X3) c.scratch_elems = op_dw8_scratch(d, x_bf16);
+    if (c.direct3 == OP_DW_AVX2_FLAT) {
+        c.scratch_elems = op_dw8f_scratch(d);
+        c.fperiod = op_dw8f_period(d->ow);
+        for (int64_t b = 0; b < c.fperiod; b++)
+            for (int l = 0; l < 8; l++) {
+                const int64_t col = (b * 8 + l) % d->ow;
+                const uint32_t m0 = col == 0 ? ~0u : 0u, m2 = col == d->ow - 1 ? ~0u : 0u;
+                memcpy(&c.fm8[b][0][l], &m0, 4);
+                memcpy(&c.fm8[b][1][l], &m2, 4);
+            }
+    }
 #endif
     if (!d->nhwc && !c.direct3) {
         c.hp = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1;
