@@ -1879,6 +1879,30 @@ OP_INLINE int op_dw8f_fits(const op_conv_desc *d, int x_bf16)
     return d->sw == 2 && d->h % 2 == 0 && d->w % 2 == 0 && d->oh == d->h / 2 && d->ow == d->w / 2;
 }
 
+/* stride 2: the input rows from element offset plane into the phases at q (row pair r: phase
+   rows at q + r OW + (2 a + b) ps); WHOLE: every load in the input (else masked at end) */
+OP_INLINE void op_dw8f_copy2(const void *x, int64_t plane, float *OP_RESTRICT q, int64_t H,
+                             int64_t W, int64_t OW, int64_t ps, int64_t end, const int BF16,
+                             const int WHOLE)
+{
+    for (int64_t ih = 0; ih < H; ih += 2, q += OW) {
+        for (int a = 0; a < 2; a++) {
+            float *e = q + 2 * a * ps, *o = e + ps;
+            const int64_t src = plane + (ih + a) * W;
+            for (int64_t j = 0; j < OW; j += 8) {
+                const int64_t t = src + 2 * j;
+                const __m256 u = WHOLE ? op_dw8_ld(x, t, BF16) : op_dw8_ldp(x, 0, t, end, BF16);
+                const __m256 v =
+                    WHOLE ? op_dw8_ld(x, t + 8, BF16) : op_dw8_ldp(x, 0, t + 8, end, BF16);
+                const __m256d ev = _mm256_castps_pd(_mm256_shuffle_ps(u, v, 0x88));
+                const __m256d od = _mm256_castps_pd(_mm256_shuffle_ps(u, v, 0xDD));
+                _mm256_storeu_ps(e + j, _mm256_castpd_ps(_mm256_permute4x64_pd(ev, 0xD8)));
+                _mm256_storeu_ps(o + j, _mm256_castpd_ps(_mm256_permute4x64_pd(od, 0xD8)));
+            }
+        }
+    }
+}
+
 /* input plane xp (= n * C + c) into the copy s: stride 1 after the lead zeros; stride 2 as the
    phases P[a][b] at s + (2 a + b) * op_dw8f_phase + lead, even / odd columns split by one VSHUFPS
    pair and a VPERMPD each, as op_dw8_fill */
@@ -1900,23 +1924,10 @@ OP_INLINE void op_dw8f_copy(const op_dw_ctx *c, int64_t xp, float *OP_RESTRICT s
        rows' stores past their end (the next row's overwrite them; the last rows' land in the
        slack, read only by lanes that are not stored): loads are masked only at the input's end */
     const int64_t OW = d->ow, ps = op_dw8f_phase(d), end = d->n * d->c * H * W;
-    for (int64_t ih = 0; ih < H; ih++) {
-        const int a = (int)(ih & 1);
-        float *e = s + (2 * a) * ps + lead + (ih >> 1) * OW, *o = e + ps;
-        const int64_t src = plane + ih * W;
-        /* 8-column runs may pass the phase row's end: the next row's stores come after them */
-        for (int64_t j = 0; j < OW; j += 8) {
-            const int64_t t = src + 2 * j;
-            const int in = t + 16 <= end;
-            const __m256 u = in ? op_dw8_ld(c->x, t, BF16) : op_dw8_ldp(c->x, 0, t, end, BF16);
-            const __m256 v =
-                in ? op_dw8_ld(c->x, t + 8, BF16) : op_dw8_ldp(c->x, 0, t + 8, end, BF16);
-            const __m256d ev = _mm256_castps_pd(_mm256_shuffle_ps(u, v, 0x88));
-            const __m256d od = _mm256_castps_pd(_mm256_shuffle_ps(u, v, 0xDD));
-            _mm256_storeu_ps(e + j, _mm256_castpd_ps(_mm256_permute4x64_pd(ev, 0xD8)));
-            _mm256_storeu_ps(o + j, _mm256_castpd_ps(_mm256_permute4x64_pd(od, 0xD8)));
-        }
-    }
+    if (plane + H * W + 16 <= end)
+        op_dw8f_copy2(c->x, plane, s + lead, H, W, OW, ps, end, BF16, 1);
+    else
+        op_dw8f_copy2(c->x, plane, s + lead, H, W, OW, ps, end, BF16, 0);
 }
 
 /* the copies' lead zeros (never written by op_dw8f_copy) */
