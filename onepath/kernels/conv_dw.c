@@ -1824,8 +1824,7 @@ static void (*const op_dw8_kernels[2][3])(const op_dw_ctx *, int64_t, int64_t, f
    The same idea as the AVX-512 flat kernel (op_dw3_flat), on 8 lanes and for stride 2 too. Stride
    1 (output the size of the input): the plane is one flat axis, output g = oh W + ow reads input
    g + (ki - 1) W + kj - 1, so a vector of 8 outputs may span rows and every lane works whatever W
-   is (the row kernel used 7 of 8 lanes at 7 columns, 6 of 8 at 14, and an 8x8 block per 6 rows
-   held 6 accumulator chains, where Zen 3's two 4-cycle FMA pipes need 8). Stride 2 (even H and W,
+   is (the row kernel uses 7 of 8 lanes at 7 columns, 6 of 8 at 14). Stride 2 (even H and W,
    output H/2 x W/2): the plane is first split into its four phases P[a][b] (rows of parity a,
    columns of parity b, each OH x OW, flat), and output g reads tap (ki, kj) at
    P[ki != 1][kj != 1][g - (ki == 0) OW - (kj == 0)]. Each plane is copied (bfloat16: widened) into
@@ -1833,14 +1832,15 @@ static void (*const op_dw8_kernels[2][3])(const op_dw_ctx *, int64_t, int64_t, f
    padding row; the bottom row reads zeros after the copy (stride 1) or is never read (stride 2).
    The left and right padding: the taps of kernel column 0 (stride 1: and 2) sum into their own
    accumulator, and its lanes at output column 0 (W - 1) are cleared before the final sum (they read
-   the neighbouring row's last / first element); the column of each lane is carried from block to
-   block in an integer vector. Two copies per thread: the next plane is copied before the current
+   the neighbouring row's last / first element), by masks that repeat every OW / gcd(OW, 8) blocks
+   (op_dw_ctx.fm8: carrying each lane's column from block to block in a vector instead made a chain
+   of seven integer operations per 8 outputs, flat 56 x 56 planes 30 against 37 GFLOP/s on Zen 3
+   at 1 thread). Two copies per thread: the next plane is copied before the current
    one is computed, so the tap loads do not wait on the copy's stores. */
 /* OP_DW8F_MAX: output elements per plane. OP_DW8F_S1_MAXW: the widest stride-1 float32 rows;
    wider ones measured faster on the row kernel (Zen 3, 1 thread, float32, x the row kernel in
    one process, 2026-12-06: 7 x 7 1.9-2.0, 14 x 14 1.45-1.5, 28 x 28 1.05, 56 x 56 0.94,
-   112 x 112 0.88;
-   stride 2 from 14 x 14 ... 112 x 112 1.07-1.3) */
+   112 x 112 0.88; stride 2 from 14 x 14 ... 112 x 112 1.07-1.3) */
 enum { OP_DW8F_MAX = 16384, OP_DW8F_S1_MAXW = 32 };
 
 /* floats of one copy: lead zeros, then (stride 2: four phase planes of) the flat plane rounded
@@ -1984,7 +1984,8 @@ OP_INLINE void op_dw8f(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_RES
     float *ob = s + 2 * ce;
     const int64_t P = c->fperiod;
     op_dw8f_zero_leads(d, s, S);
-    /* input planes of this plane p and of the next one (p1: OC = C * mult) */
+    /* the input planes (n * C + oc / mult) of output planes p and p + 1: the next input plane
+       after an image's last output plane or every mult output planes */
     int64_t oc = p0 % OC, xp = p0 / OC * d->c + oc / c->mult, oc1 = oc + 1 == OC ? 0 : oc + 1;
     int64_t xp1 = xp + (oc1 == 0 || c->mult == 1 || oc1 % c->mult == 0);
     op_dw8f_copy(c, xp, s, S, BF16);
