@@ -26,6 +26,18 @@ def test_row_stream_shapes(level, m):
         assert_gemm_close(onepath.matmul(a, w), a, w)
 
 
+@pytest.mark.parametrize("m", range(1, 17))
+def test_row_stream_every_row_count(level, m):
+    # the small kernel off: every shape takes the row stream (the shapes above are within its
+    # limits); every split into row groups (AVX2: 4 + 4 + ..., AVX-512: 16 / 8 + the rest), and
+    # column tails after whole tiles: 24- and 16-column tiles, single vectors, scalar columns
+    from onepath.ops import _small
+    with _small.off():
+        for k, n in ((1, 128), (9, 130), (37, 300), (20, 512 + 24 + 16 + 8 + 3), (17, 775)):
+            a, w = rand(m, k), rand(k, n)
+            assert_gemm_close(onepath.matmul(a, w), a, w)
+
+
 def test_row_stream_strided_and_batched(level):
     a = rand(7, 90)[:, ::2]                       # A columns 2 apart (csa == 2)
     w = rand(45, 400)[:, 5:395]                   # W rows longer than N (rsb > n)

@@ -277,6 +277,15 @@ static void op_dot_task(void *vctx, int64_t task, int tid)
 #if defined(OP_HAS_AVX512)
 #define OP_KN_MAX_G 16                               /* largest row group (accumulator registers) */
 #define OP_KN_NV(R) ((R) <= 4 ? 4 : (R) <= 8 ? 2 : 1)  /* vectors per tile row for an R-row group */
+#elif defined(OP_HAS_AVX2)
+/* groups of at most 4 rows with 12 accumulators (4 x 3, 3 x 4): per B row 7 loads (3 of B, 4
+   broadcasts) feed 12 FMAs, where an 8 x 1 group needed 9 for 8 and its 8 accumulators did not
+   cover the FMA latency. zen3 (2026-12-06, x @ W with a row-major W, alternated in one process with
+   numpy, x numpy 8 x 1 groups -> these, two runs each): 1 thread 16 x 4096 x 4096 0.82-0.96 ->
+   1.11-1.20, 16 x 768 x 3072 0.69 -> 0.94-1.02, 12 x 384 x 1536 0.68-0.77 -> 0.90-0.95; 2 threads
+   16 x 4096 x 4096 0.82-0.87 -> 1.06-1.29; 6 and 8 rows within noise. */
+#define OP_KN_MAX_G 4
+#define OP_KN_NV(R) ((R) <= 3 ? 4 : 3)
 #else
 #define OP_KN_MAX_G 8
 #define OP_KN_NV(R) ((R) <= 2 ? 4 : (R) <= 4 ? 2 : 1)
@@ -350,6 +359,10 @@ OP_INLINE void op_kn_body(const int R, const int NV, int64_t p0, int64_t p1, con
     int64_t j = 0;
     for (; j + NV * OP_DV_W <= w; j += NV * OP_DV_W)
         op_kn_tile(R, NV, p0, p1, a, lat, b + j, rsb, acc + j, lda, first, pf);
+    if (NV > 2 && j + 2 * OP_DV_W <= w) {  /* e.g. 256 columns in tiles of 24: 16 left */
+        op_kn_tile(R, 2, p0, p1, a, lat, b + j, rsb, acc + j, lda, first, pf);
+        j += 2 * OP_DV_W;
+    }
     for (; j + OP_DV_W <= w; j += OP_DV_W)
         op_kn_tile(R, 1, p0, p1, a, lat, b + j, rsb, acc + j, lda, first, pf);
     for (; j < w; j++)
@@ -367,8 +380,10 @@ OP_INLINE void op_kn_body(const int R, const int NV, int64_t p0, int64_t p1, con
     {                                                                                              \
         op_kn_body(R, OP_KN_NV(R), p0, p1, a, lat, b, rsb, acc, lda, w, first, pf);                \
     }
-OP_KN_INST(1) OP_KN_INST(2) OP_KN_INST(3) OP_KN_INST(4) OP_KN_INST(5) OP_KN_INST(6) OP_KN_INST(7)
-OP_KN_INST(8)
+OP_KN_INST(1) OP_KN_INST(2) OP_KN_INST(3) OP_KN_INST(4)
+#if OP_KN_MAX_G >= 8
+OP_KN_INST(5) OP_KN_INST(6) OP_KN_INST(7) OP_KN_INST(8)
+#endif
 #if OP_KN_MAX_G >= 16
 OP_KN_INST(16)
 #endif
@@ -415,7 +430,8 @@ static void op_kn_task(void *vctx, int64_t task, int tid)
             const int64_t wb = op_min64(OP_KN_CB, w - jb);
             for (int64_t i0 = 0; i0 < m;) {
                 const int64_t rem = m - i0;
-                const int R = rem >= 16 && OP_KN_MAX_G >= 16 ? 16 : rem >= 8 ? 8 : (int)rem;
+                const int R = rem >= 16 && OP_KN_MAX_G >= 16 ? 16 : rem >= 8 && OP_KN_MAX_G >= 8 ? 8
+                              : rem >= OP_KN_MAX_G ? OP_KN_MAX_G : (int)rem;
                 const float *ai = A + i0;
                 float *ac = acc + i0 * lda + jb;
                 const int64_t pfi = i0 == 0 ? pf : 0;
@@ -424,6 +440,7 @@ static void op_kn_task(void *vctx, int64_t task, int tid)
                 case 1: OP_KN_CALL(1); break;
                 case 2: OP_KN_CALL(2); break;
                 case 3: OP_KN_CALL(3); break;
+#if OP_KN_MAX_G >= 8
                 case 4: OP_KN_CALL(4); break;
                 case 5: OP_KN_CALL(5); break;
                 case 6: OP_KN_CALL(6); break;
@@ -432,6 +449,9 @@ static void op_kn_task(void *vctx, int64_t task, int tid)
                 case 16: OP_KN_CALL(16); break;
 #endif
                 default: OP_KN_CALL(8); break;
+#else
+                default: OP_KN_CALL(4); break;
+#endif
                 }
 #undef OP_KN_CALL
                 i0 += R;
