@@ -1043,6 +1043,12 @@ def test_nhwc_direct8(level, threads):
             run_case(n, c, h, w, oc, kh, kw, s, p, dl, 1, layout="NHWC", bias=i % 2 == 0,
                      activation=acts[i % len(acts)], seed=i)
         run_case(2, 24, 10, 9, 37, 3, 3, 1, 1, 1, 1, layout="NHWC", dtype=bfloat16, seed=3)
+        # K past the panel with a bias and no activation / relu: whole 16-channel tiles start from
+        # the bias or the partial sums in y and go straight back to y, the 4-channel tail through
+        # the buffer
+        for act in (None, "relu"):
+            run_case(1, 2000, 4, 5, 36, 3, 3, 1, 1, 1, 1, layout="NHWC", bias=True, activation=act,
+                     seed=11)
         rng = np.random.default_rng(5)
         x = rng.standard_normal((2, 11, 13, 48)).astype(np.float32)
         wt = rng.standard_normal((40, 48, 3, 3)).astype(np.float32)
