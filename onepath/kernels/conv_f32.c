@@ -2464,9 +2464,11 @@ OP_INLINE void op_d8_tile(const int NP, const op_d8_ctx *x, const float *const *
 #undef OP_D8_ROW
         }
     }
-    if (rem >= 16 && (!last || x->act == OP_ACT_NONE)) {  /* no activation: straight to y */
+    const int act = last ? x->act : OP_ACT_NONE;
+    if (rem >= 16 && (act == OP_ACT_NONE || act == OP_ACT_RELU)) {  /* straight to y */
 #pragma GCC unroll 6
         for (int i = 0; i < NP; i++) {
+            if (act == OP_ACT_RELU) op_y16_act(acc[i], act);   /* max(0, v): NaN stays */
             _mm256_storeu_ps(yb + i * OC, acc[i][0]);
             _mm256_storeu_ps(yb + i * OC + 8, acc[i][1]);
         }
