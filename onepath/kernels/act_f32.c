@@ -282,3 +282,27 @@ static OP_NOINLINE void op_act_row(float *c, int64_t cs, int n, int act)
     }
     for (; j < n; j++) c[j * cs] = op_act_f32(c[j * cs], act);
 }
+
+#if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
+/* In-place activation of a tile of rows x 16 contiguous elements (rows rs apart), the act a
+   constant in each loop: the AVX2 GEMM micro-kernel's epilogue (one call per tile, where a call
+   per 16-element row and its switch made the fused GELU of a 1344x384x1536 linear cost three
+   times torch's separate gelu pass on Zen 3). The same values as op_act_row. */
+#define OP_ACT_ROWS16(A)                                                            \
+    for (int i = 0; i < rows; i++)                                                  \
+        for (int h = 0; h < 16; h += 8) {                                           \
+            float *p = c + i * rs + h;                                              \
+            _mm256_storeu_ps(p, op_m256_act(_mm256_loadu_ps(p), (A)));              \
+        }
+static OP_NOINLINE void op_act_rows16(float *c, int64_t rs, int rows, int act)
+{
+    switch (act) {
+    case OP_ACT_GELU: OP_ACT_ROWS16(OP_ACT_GELU); break;
+    case OP_ACT_GELU_TANH: OP_ACT_ROWS16(OP_ACT_GELU_TANH); break;
+    case OP_ACT_SILU: OP_ACT_ROWS16(OP_ACT_SILU); break;
+    case OP_ACT_RELU: OP_ACT_ROWS16(OP_ACT_RELU); break;
+    default: break;
+    }
+}
+#undef OP_ACT_ROWS16
+#endif

@@ -516,10 +516,10 @@ OP_INLINE void op_ukr_avx2_body(const int MRV, int64_t kc, const float *OP_RESTR
         }                                                                        \
         _mm256_storeu_ps(cr, x0);                                                \
         _mm256_storeu_ps(cr + 8, x1);                                            \
-        if (slow_act) op_act_row(cr, 1, 16, slow_act);                           \
     }
         OP_W(0) OP_W(1) OP_W(2) OP_W(3) OP_W(4) OP_W(5)
 #undef OP_W
+        if (slow_act) op_act_rows16(c, rsc, MRV, slow_act);   /* (act_f32.c) */
     } else {
         float t[OP_F32_MR * 16] OP_ALIGNED(32);
 #define OP_T(i)                                         \
@@ -1331,6 +1331,17 @@ static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op
        3072 1534 -> 1589 GFLOP/s, K 4096 (already even) unchanged. */
     if (ops->kchunk > 0 && g->k > x.kc)
         x.kc = op_roundup64(op_cdiv64(g->k, op_cdiv64(g->k, x.kc)), ops->k_align);
+#if !defined(OP_HAS_AVX512)
+    /* No short last KC block: a K up to 5/4 of KC in one block, up to twice KC in two equal ones
+       (each block re-reads and re-writes C; K 384 at KC 336 ran a 48-deep second block). zen3
+       (2026-12-06, avx2, 1 thread, float32, blockings alternated in one process with numpy, speed
+       x KC 336): 1344 x 384 x 1152 and 1344 x 384 x 1536 (MiniLM's linears) 1.044-1.046, 512^3
+       (256 + 256) 1.053; the AVX-512 builds (other blockings) not measured: unchanged there. */
+    else if (g->k > x.kc && 4 * g->k <= 5 * x.kc)
+        x.kc = op_roundup64(g->k, ops->k_align);
+    else if (g->k > x.kc && g->k <= 2 * x.kc)
+        x.kc = op_roundup64(op_cdiv64(g->k, 2), ops->k_align);
+#endif
     x.mblk = op_cdiv64(g->m, MR);
     x.nblk = op_cdiv64(g->n, NR);
     /* Small M (GEMV-like, e.g. decode; m <= mr so every B row is used by one micro-kernel call):
