@@ -70,11 +70,18 @@ def test_matches_torch():
                                o.transpose(1, 2).reshape(b, s, w // 3).numpy(), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("batch, seq, heads, hd", [(4, 29, 12, 32), (2, 40, 7, 32)])
-def test_same_bits_every_level_and_thread_count(batch, seq, heads, hd):
+# the AVX2 float32 head (op_attn_head8, hd a multiple of 16) against every other level too: keys
+# past the last whole block of 8 (29, 40, 5 < 8, 17), a sequence with every key masked, another
+# with -Inf keys, a scale of 1 and not
+@pytest.mark.parametrize("batch, seq, heads, hd, scale", [(4, 29, 12, 32, None), (2, 40, 7, 32, None),
+                                                        (3, 5, 2, 16, 1.0), (2, 17, 3, 48, 0.3)])
+def test_same_bits_every_level_and_thread_count(batch, seq, heads, hd, scale):
     # tasks are whole sequences or groups of their heads, as many as the thread count asks
     # (kernels/attn.c): 2 x 7 heads at 2 threads run in groups of 2, 2, 2 and 1
     qkv, mask = _data(batch, seq, heads, hd, seed=5)
+    if scale is not None:
+        mask[0] = -np.inf
+        mask[1, ::2] = -np.inf
     outs = []
     for lv in onepath.available_isas():
         with onepath.max_isa(lv):
@@ -82,7 +89,7 @@ def test_same_bits_every_level_and_thread_count(batch, seq, heads, hd):
                 saved = onepath.get_num_threads()
                 onepath.set_num_threads(th)
                 try:
-                    outs.append(onepath.attention(qkv, heads, mask).view(np.uint32))
+                    outs.append(onepath.attention(qkv, heads, mask, scale=scale).view(np.uint32))
                 finally:
                     onepath.set_num_threads(saved)
     for o in outs[1:]:
