@@ -52,25 +52,35 @@ OP_INLINE op_v16f op_v16_sel(op_v16i m, op_v16f a, op_v16f b)
 /* unfused multiplies and adds, as the portable form compiles (-std=c11: no FP contraction), so
    that every level gives the same bits (attention promises them) */
 #define OP_M256_MA(a, b, c) _mm256_add_ps(_mm256_mul_ps((a), (b)), (c))
+/* The N-vector forms (N <= 4, a constant where inlined) take each step for all N vectors before
+   the next: the independent chains side by side (one exp is a ~30-deep chain of dependent
+   multiplies and adds). Per lane the same operations whatever N. */
+#define OP_M256_N(stmt) for (int k = 0; k < N; k++) { stmt; }
+OP_INLINE void op_m256_exp_n(const int N, __m256 *x)
+{
+    __m256 over[4], nf[4], r[4], p[4];
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    OP_M256_N(over[k] = _mm256_cmp_ps(x[k], _mm256_set1_ps(88.72283f), _CMP_GT_OQ))
+    OP_M256_N(x[k] = _mm256_max_ps(_mm256_set1_ps(-86.0f), _mm256_min_ps(_mm256_set1_ps(88.0f), x[k])))
+    OP_M256_N(nf[k] = _mm256_sub_ps(OP_M256_MA(x[k], _mm256_set1_ps(1.44269504088896341f), magic), magic))
+    OP_M256_N(r[k] = _mm256_sub_ps(_mm256_sub_ps(x[k], _mm256_mul_ps(nf[k], _mm256_set1_ps(0.693359375f))),
+                                   _mm256_mul_ps(nf[k], _mm256_set1_ps(-2.12194440e-4f))))
+    OP_M256_N(p[k] = OP_M256_MA(_mm256_set1_ps(1.0f / 720.0f), r[k], _mm256_set1_ps(1.0f / 120.0f)))
+    OP_M256_N(p[k] = OP_M256_MA(p[k], r[k], _mm256_set1_ps(1.0f / 24.0f)))
+    OP_M256_N(p[k] = OP_M256_MA(p[k], r[k], _mm256_set1_ps(1.0f / 6.0f)))
+    OP_M256_N(p[k] = OP_M256_MA(p[k], r[k], _mm256_set1_ps(0.5f)))
+    OP_M256_N(p[k] = OP_M256_MA(p[k], r[k], _mm256_set1_ps(1.0f)))
+    OP_M256_N(p[k] = OP_M256_MA(p[k], r[k], _mm256_set1_ps(1.0f)))
+    /* 2^n: n in [-124, 127] after the clamps (a NaN lane's n is garbage, p NaN) */
+    OP_M256_N(const __m256i n = _mm256_add_epi32(_mm256_cvttps_epi32(nf[k]), _mm256_set1_epi32(127));
+              const __m256 y = _mm256_mul_ps(p[k], _mm256_castsi256_ps(_mm256_slli_epi32(n, 23)));
+              x[k] = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), over[k]))
+}
+
 OP_INLINE __m256 op_m256_exp(__m256 x)
 {
-    const __m256 over = _mm256_cmp_ps(x, _mm256_set1_ps(88.72283f), _CMP_GT_OQ);
-    x = _mm256_max_ps(_mm256_set1_ps(-86.0f), _mm256_min_ps(_mm256_set1_ps(88.0f), x));
-    const __m256 magic = _mm256_set1_ps(12582912.0f);
-    const __m256 nf = _mm256_sub_ps(OP_M256_MA(x, _mm256_set1_ps(1.44269504088896341f), magic), magic);
-    const __m256 r = _mm256_sub_ps(_mm256_sub_ps(x, _mm256_mul_ps(nf, _mm256_set1_ps(0.693359375f))),
-                                   _mm256_mul_ps(nf, _mm256_set1_ps(-2.12194440e-4f)));
-    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
-    p = OP_M256_MA(p, r, _mm256_set1_ps(1.0f / 120.0f));
-    p = OP_M256_MA(p, r, _mm256_set1_ps(1.0f / 24.0f));
-    p = OP_M256_MA(p, r, _mm256_set1_ps(1.0f / 6.0f));
-    p = OP_M256_MA(p, r, _mm256_set1_ps(0.5f));
-    p = OP_M256_MA(p, r, _mm256_set1_ps(1.0f));
-    p = OP_M256_MA(p, r, _mm256_set1_ps(1.0f));
-    /* 2^n: n in [-124, 127] after the clamps (a NaN lane's n is garbage, p NaN) */
-    const __m256i n = _mm256_add_epi32(_mm256_cvttps_epi32(nf), _mm256_set1_epi32(127));
-    const __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(n, 23)));
-    return _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), over);
+    op_m256_exp_n(1, &x);
+    return x;
 }
 
 OP_INLINE op_v16f op_v16_exp(op_v16f x)
@@ -191,47 +201,59 @@ OP_INLINE op_v16f op_v16_act(op_v16f xv, int act)
     }
 }
 #elif defined(OP_HAS_AVX2)
+OP_INLINE void op_m256_act_n(const int N, __m256 *x, int act)
+{
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    __m256 z[4], tail[4], a[4], t[4], p[4], e[4];
+    switch (act) {
+    case OP_ACT_GELU:   /* as the portable form below (the same operations): erfc(|z|) */
+        OP_M256_N(z[k] = _mm256_mul_ps(x[k], _mm256_set1_ps(0.70710678118654752f)))
+        OP_M256_N(const __m256 az = _mm256_andnot_ps(sign, z[k]);
+                  tail[k] = _mm256_cmp_ps(az, _mm256_set1_ps(9.0f), _CMP_GT_OQ);
+                  a[k] = _mm256_min_ps(_mm256_set1_ps(9.0f), az))
+        OP_M256_N(t[k] = _mm256_div_ps(one, _mm256_add_ps(one, _mm256_mul_ps(_mm256_set1_ps(0.3275911f), a[k]))))
+        OP_M256_N(e[k] = _mm256_xor_ps(sign, _mm256_mul_ps(a[k], a[k])))
+        op_m256_exp_n(N, e);
+        OP_M256_N(p[k] = _mm256_sub_ps(_mm256_mul_ps(_mm256_set1_ps(1.061405429f), t[k]),
+                                       _mm256_set1_ps(1.453152027f)))
+        OP_M256_N(p[k] = OP_M256_MA(p[k], t[k], _mm256_set1_ps(1.421413741f)))
+        OP_M256_N(p[k] = _mm256_sub_ps(_mm256_mul_ps(p[k], t[k]), _mm256_set1_ps(0.284496736f)))
+        OP_M256_N(p[k] = OP_M256_MA(p[k], t[k], _mm256_set1_ps(0.254829592f)))
+        OP_M256_N(const __m256 erfc_a = _mm256_andnot_ps(tail[k], _mm256_mul_ps(_mm256_mul_ps(p[k], t[k]), e[k]));
+                  const __m256 neg = _mm256_cmp_ps(z[k], _mm256_setzero_ps(), _CMP_LT_OQ);
+                  const __m256 f = _mm256_blendv_ps(_mm256_sub_ps(_mm256_set1_ps(2.0f), erfc_a), erfc_a, neg);
+                  x[k] = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x[k]), f))
+        return;
+    case OP_ACT_GELU_TANH:   /* 0.79788456 * (x + 0.044715 * x * x * x), left to right */
+        OP_M256_N(const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), x[k]),
+                                                                x[k]), x[k]);
+                  e[k] = _mm256_mul_ps(_mm256_set1_ps(-2.0f),
+                                       _mm256_mul_ps(_mm256_set1_ps(0.79788456080286536f), _mm256_add_ps(x[k], x3))))
+        op_m256_exp_n(N, e);
+        OP_M256_N(x[k] = _mm256_div_ps(x[k], _mm256_add_ps(one, e[k])))
+        return;
+    case OP_ACT_SILU:
+        OP_M256_N(e[k] = _mm256_xor_ps(sign, x[k]))
+        op_m256_exp_n(N, e);
+        OP_M256_N(x[k] = _mm256_div_ps(x[k], _mm256_add_ps(one, e[k])))
+        return;
+    default:   /* relu; max(0, x) returns x when x is NaN, and -0 for -0 */
+        OP_M256_N(x[k] = _mm256_max_ps(_mm256_setzero_ps(), x[k]))
+        return;
+    }
+}
+
 OP_INLINE __m256 op_m256_act(__m256 x, int act)
 {
-    const __m256 one = _mm256_set1_ps(1.0f);
-    switch (act) {
-    case OP_ACT_GELU: {   /* as the portable form below (the same operations): erfc(|z|) */
-        const __m256 z = _mm256_mul_ps(x, _mm256_set1_ps(0.70710678118654752f));
-        const __m256 az = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), z);
-        const __m256 tail = _mm256_cmp_ps(az, _mm256_set1_ps(9.0f), _CMP_GT_OQ);
-        const __m256 a = _mm256_min_ps(_mm256_set1_ps(9.0f), az);
-        const __m256 t = _mm256_div_ps(one, _mm256_add_ps(one, _mm256_mul_ps(_mm256_set1_ps(0.3275911f), a)));
-        __m256 p = _mm256_set1_ps(1.061405429f);
-        p = _mm256_sub_ps(_mm256_mul_ps(p, t), _mm256_set1_ps(1.453152027f));
-        p = OP_M256_MA(p, t, _mm256_set1_ps(1.421413741f));
-        p = _mm256_sub_ps(_mm256_mul_ps(p, t), _mm256_set1_ps(0.284496736f));
-        p = OP_M256_MA(p, t, _mm256_set1_ps(0.254829592f));
-        const __m256 e = op_m256_exp(_mm256_xor_ps(_mm256_set1_ps(-0.0f), _mm256_mul_ps(a, a)));
-        const __m256 erfc_a = _mm256_andnot_ps(tail, _mm256_mul_ps(_mm256_mul_ps(p, t), e));
-        const __m256 neg = _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_LT_OQ);
-        const __m256 f = _mm256_blendv_ps(_mm256_sub_ps(_mm256_set1_ps(2.0f), erfc_a), erfc_a, neg);
-        return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), f);
-    }
-    case OP_ACT_GELU_TANH: {
-        /* 0.79788456 * (x + 0.044715 * x * x * x), left to right as written */
-        const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), x), x), x);
-        const __m256 u = _mm256_mul_ps(_mm256_set1_ps(0.79788456080286536f), _mm256_add_ps(x, x3));
-        const __m256 e = op_m256_exp(_mm256_mul_ps(_mm256_set1_ps(-2.0f), u));
-        return _mm256_div_ps(x, _mm256_add_ps(one, e));
-    }
-    case OP_ACT_SILU:
-        return _mm256_div_ps(x, _mm256_add_ps(one, op_m256_exp(_mm256_xor_ps(_mm256_set1_ps(-0.0f), x))));
-    default:  /* relu; max(0, x) returns x when x is NaN, and -0 for -0 */
-        return _mm256_max_ps(_mm256_setzero_ps(), x);
-    }
+    op_m256_act_n(1, &x, act);
+    return x;
 }
 
 OP_INLINE op_v16f op_v16_act(op_v16f x, int act)
 {
     __m256 h[2];
     memcpy(h, &x, sizeof h);
-    h[0] = op_m256_act(h[0], act);
-    h[1] = op_m256_act(h[1], act);
+    op_m256_act_n(2, h, act);
     memcpy(&x, h, sizeof h);
     return x;
 }
@@ -288,12 +310,27 @@ static OP_NOINLINE void op_act_row(float *c, int64_t cs, int n, int act)
    constant in each loop: the AVX2 GEMM micro-kernel's epilogue (one call per tile, where a call
    per 16-element row and its switch made the fused GELU of a 1344x384x1536 linear cost three
    times torch's separate gelu pass on Zen 3). The same values as op_act_row. */
+#ifndef OP_ACT_ROWS_N
+#define OP_ACT_ROWS_N 2   /* rows at a time: 2 x 2 vectors side by side */
+#endif
 #define OP_ACT_ROWS16(A)                                                            \
-    for (int i = 0; i < rows; i++)                                                  \
-        for (int h = 0; h < 16; h += 8) {                                           \
-            float *p = c + i * rs + h;                                              \
-            _mm256_storeu_ps(p, op_m256_act(_mm256_loadu_ps(p), (A)));              \
-        }
+    {                                                                               \
+        int i = 0;                                                                  \
+        for (; i + OP_ACT_ROWS_N <= rows; i += OP_ACT_ROWS_N) {                     \
+            __m256 v[2 * OP_ACT_ROWS_N];                                            \
+            for (int k = 0; k < 2 * OP_ACT_ROWS_N; k++)                             \
+                v[k] = _mm256_loadu_ps(c + (i + k / 2) * rs + 8 * (k % 2));         \
+            op_m256_act_n(2 * OP_ACT_ROWS_N, v, (A));                               \
+            for (int k = 0; k < 2 * OP_ACT_ROWS_N; k++)                             \
+                _mm256_storeu_ps(c + (i + k / 2) * rs + 8 * (k % 2), v[k]);         \
+        }                                                                           \
+        for (; i < rows; i++) {                                                     \
+            __m256 v[2] = {_mm256_loadu_ps(c + i * rs), _mm256_loadu_ps(c + i * rs + 8)}; \
+            op_m256_act_n(2, v, (A));                                               \
+            _mm256_storeu_ps(c + i * rs, v[0]);                                     \
+            _mm256_storeu_ps(c + i * rs + 8, v[1]);                                 \
+        }                                                                           \
+    }
 static OP_NOINLINE void op_act_rows16(float *c, int64_t rs, int rows, int act)
 {
     switch (act) {
