@@ -2066,6 +2066,7 @@ int op_gemm_packed(int b_dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
     g.a = a; g.a_off = a_off; g.rsa = rsa; g.csa = csa;
     g.b = bpacked; g.b_off = NULL; g.rsb = op_packed_kp(b_dtype, g.k); g.csb = 1;
     g.epi = epi;
+    g.kc_even = b_dtype == 0;   /* as op_gemm_f32 (the same sums as linear on the raw weight) */
 #if defined(OP_HAS_AVX512)
     if (b_dtype == 1 && n > 0 && batch > 0 && op_sm_form(&g, 1) >= 0)
         return op_sm_run(OP_SM_PACKED, &g, c, c_off, rsc, csc, c_dtype, nthreads);

@@ -155,6 +155,9 @@ typedef struct op_gemm_args {
     int64_t c_cols, c_img;
     int split_n;                /* 1: threads within a batch entry split N only (each packs its own
                                    columns of B and all of A: a B pack that costs more than A's) */
+    int kc_even;                /* 1 (matmul / linear: op_gemm_f32, op_gemm_packed float32): the
+                                   AVX2 driver may even out the KC blocks (op_gemm_drive); 0 (the
+                                   convolutions, whose routes give the same bits as each other) */
 } op_gemm_args;
 
 typedef void (*op_pack_a_fn)(const op_gemm_args *g, int64_t bi, int64_t i0, int64_t mc,
@@ -1335,16 +1338,16 @@ static int op_gemm_drive(const op_gemm_ops *ops, const op_gemm_args *g, const op
        3072 1534 -> 1589 GFLOP/s, K 4096 (already even) unchanged. */
     if (ops->kchunk > 0 && g->k > x.kc)
         x.kc = op_roundup64(op_cdiv64(g->k, op_cdiv64(g->k, x.kc)), ops->k_align);
-#if !defined(OP_HAS_AVX512)
+#if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
     /* No short last KC block: a K up to 5/4 of KC in one block, up to twice KC in two equal ones
        (each block re-reads and re-writes C; K 384 at KC 336 ran a 48-deep second block). zen3
        (2026-12-06, avx2, 1 thread, float32, blockings alternated in one process with numpy, speed
        x KC 336): 1344 x 384 x 1152 and 1344 x 384 x 1536 (MiniLM's linears) 1.044-1.046, 512^3
-       (256 + 256) 1.053; the AVX-512 builds (other blockings) not measured: unchanged there. */
-    else if (g->k > x.kc && 4 * g->k <= 5 * x.kc)
-        x.kc = op_roundup64(g->k, ops->k_align);
-    else if (g->k > x.kc && g->k <= 2 * x.kc)
-        x.kc = op_roundup64(op_cdiv64(g->k, 2), ops->k_align);
+       (256 + 256) 1.053. Only matmul and linear (g->kc_even): the convolutions keep the blocking's
+       KC, which their packs size scratch by and their routes' equal bits rest on. Other builds not
+       measured: unchanged. */
+    else if (g->kc_even && g->k > x.kc && g->k <= 2 * x.kc)
+        x.kc = op_roundup64(4 * g->k <= 5 * x.kc ? g->k : op_cdiv64(g->k, 2), ops->k_align);
 #endif
     x.mblk = op_cdiv64(g->m, MR);
     x.nblk = op_cdiv64(g->n, NR);
@@ -1463,6 +1466,7 @@ int op_gemm_f32(int64_t batch, int64_t m, int64_t n, int64_t k,
     g.c = c; g.c_off = c_off; g.rsc = rsc; g.csc = csc;
     g.c16 = NULL;
     g.epi = epi;
+    g.kc_even = 1;
     if (g.k > 0 && batch > 0) {
         const int used = op_gemv_f32(&g, nthreads < 1 ? 1 : nthreads);  /* gemv_f32.c */
         if (used != 0) return used;  /* -1: allocation failure */
