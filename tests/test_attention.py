@@ -73,8 +73,9 @@ def test_matches_torch():
 # the AVX2 float32 head (op_attn_head8, hd a multiple of 16) against every other level too: keys
 # past the last whole block of 8 (29, 40, 5 < 8, 17), a sequence with every key masked, another
 # with -Inf keys, a scale of 1 and not
-@pytest.mark.parametrize("batch, seq, heads, hd, scale", [(4, 29, 12, 32, None), (2, 40, 7, 32, None),
-                                                        (3, 5, 2, 16, 1.0), (2, 17, 3, 48, 0.3)])
+@pytest.mark.parametrize("batch, seq, heads, hd, scale",
+                         [(4, 29, 12, 32, None), (2, 40, 7, 32, None), (3, 5, 2, 16, 1.0),
+                          (2, 17, 3, 48, 0.3)])
 def test_same_bits_every_level_and_thread_count(batch, seq, heads, hd, scale):
     # tasks are whole sequences or groups of their heads, as many as the thread count asks
     # (kernels/attn.c): 2 x 7 heads at 2 threads run in groups of 2, 2, 2 and 1

@@ -56,25 +56,27 @@ OP_INLINE op_v16f op_v16_sel(op_v16i m, op_v16f a, op_v16f b)
    the next: the independent chains side by side (one exp is a ~30-deep chain of dependent
    multiplies and adds). Per lane the same operations whatever N. */
 #define OP_M256_N(stmt) for (int k = 0; k < N; k++) { stmt; }
+#define OP_S(v) _mm256_set1_ps(v)
 OP_INLINE void op_m256_exp_n(const int N, __m256 *x)
 {
     __m256 over[4], nf[4], r[4], p[4];
     const __m256 magic = _mm256_set1_ps(12582912.0f);
-    OP_M256_N(over[k] = _mm256_cmp_ps(x[k], _mm256_set1_ps(88.72283f), _CMP_GT_OQ))
-    OP_M256_N(x[k] = _mm256_max_ps(_mm256_set1_ps(-86.0f), _mm256_min_ps(_mm256_set1_ps(88.0f), x[k])))
-    OP_M256_N(nf[k] = _mm256_sub_ps(OP_M256_MA(x[k], _mm256_set1_ps(1.44269504088896341f), magic), magic))
-    OP_M256_N(r[k] = _mm256_sub_ps(_mm256_sub_ps(x[k], _mm256_mul_ps(nf[k], _mm256_set1_ps(0.693359375f))),
-                                   _mm256_mul_ps(nf[k], _mm256_set1_ps(-2.12194440e-4f))))
-    OP_M256_N(p[k] = OP_M256_MA(_mm256_set1_ps(1.0f / 720.0f), r[k], _mm256_set1_ps(1.0f / 120.0f)))
-    OP_M256_N(p[k] = OP_M256_MA(p[k], r[k], _mm256_set1_ps(1.0f / 24.0f)))
-    OP_M256_N(p[k] = OP_M256_MA(p[k], r[k], _mm256_set1_ps(1.0f / 6.0f)))
-    OP_M256_N(p[k] = OP_M256_MA(p[k], r[k], _mm256_set1_ps(0.5f)))
-    OP_M256_N(p[k] = OP_M256_MA(p[k], r[k], _mm256_set1_ps(1.0f)))
-    OP_M256_N(p[k] = OP_M256_MA(p[k], r[k], _mm256_set1_ps(1.0f)))
+    OP_M256_N(over[k] = _mm256_cmp_ps(x[k], OP_S(88.72283f), _CMP_GT_OQ))
+    OP_M256_N(x[k] = _mm256_max_ps(OP_S(-86.0f), _mm256_min_ps(OP_S(88.0f), x[k])))
+    OP_M256_N(nf[k] = _mm256_sub_ps(OP_M256_MA(x[k], OP_S(1.44269504088896341f), magic), magic))
+    OP_M256_N(r[k] = _mm256_sub_ps(_mm256_sub_ps(x[k], _mm256_mul_ps(nf[k], OP_S(0.693359375f))),
+                                   _mm256_mul_ps(nf[k], OP_S(-2.12194440e-4f))))
+    OP_M256_N(p[k] = OP_M256_MA(OP_S(1.0f / 720.0f), r[k], OP_S(1.0f / 120.0f)))
+    OP_M256_N(p[k] = OP_M256_MA(p[k], r[k], OP_S(1.0f / 24.0f)))
+    OP_M256_N(p[k] = OP_M256_MA(p[k], r[k], OP_S(1.0f / 6.0f)))
+    OP_M256_N(p[k] = OP_M256_MA(p[k], r[k], OP_S(0.5f)))
+    OP_M256_N(p[k] = OP_M256_MA(p[k], r[k], OP_S(1.0f)))
+    OP_M256_N(p[k] = OP_M256_MA(p[k], r[k], OP_S(1.0f)))
     /* 2^n: n in [-124, 127] after the clamps (a NaN lane's n is garbage, p NaN) */
-    OP_M256_N(const __m256i n = _mm256_add_epi32(_mm256_cvttps_epi32(nf[k]), _mm256_set1_epi32(127));
+    OP_M256_N(const __m256i n = _mm256_add_epi32(_mm256_cvttps_epi32(nf[k]),
+                                                 _mm256_set1_epi32(127));
               const __m256 y = _mm256_mul_ps(p[k], _mm256_castsi256_ps(_mm256_slli_epi32(n, 23)));
-              x[k] = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), over[k]))
+              x[k] = _mm256_blendv_ps(y, OP_S(INFINITY), over[k]))
 }
 
 OP_INLINE __m256 op_m256_exp(__m256 x)
@@ -207,28 +209,30 @@ OP_INLINE void op_m256_act_n(const int N, __m256 *x, int act)
     __m256 z[4], tail[4], a[4], t[4], p[4], e[4];
     switch (act) {
     case OP_ACT_GELU:   /* as the portable form below (the same operations): erfc(|z|) */
-        OP_M256_N(z[k] = _mm256_mul_ps(x[k], _mm256_set1_ps(0.70710678118654752f)))
+        OP_M256_N(z[k] = _mm256_mul_ps(x[k], OP_S(0.70710678118654752f)))
         OP_M256_N(const __m256 az = _mm256_andnot_ps(sign, z[k]);
-                  tail[k] = _mm256_cmp_ps(az, _mm256_set1_ps(9.0f), _CMP_GT_OQ);
-                  a[k] = _mm256_min_ps(_mm256_set1_ps(9.0f), az))
-        OP_M256_N(t[k] = _mm256_div_ps(one, _mm256_add_ps(one, _mm256_mul_ps(_mm256_set1_ps(0.3275911f), a[k]))))
+                  tail[k] = _mm256_cmp_ps(az, OP_S(9.0f), _CMP_GT_OQ);
+                  a[k] = _mm256_min_ps(OP_S(9.0f), az))
+        OP_M256_N(const __m256 den = _mm256_add_ps(one, _mm256_mul_ps(OP_S(0.3275911f), a[k]));
+                  t[k] = _mm256_div_ps(one, den))
         OP_M256_N(e[k] = _mm256_xor_ps(sign, _mm256_mul_ps(a[k], a[k])))
         op_m256_exp_n(N, e);
-        OP_M256_N(p[k] = _mm256_sub_ps(_mm256_mul_ps(_mm256_set1_ps(1.061405429f), t[k]),
-                                       _mm256_set1_ps(1.453152027f)))
-        OP_M256_N(p[k] = OP_M256_MA(p[k], t[k], _mm256_set1_ps(1.421413741f)))
-        OP_M256_N(p[k] = _mm256_sub_ps(_mm256_mul_ps(p[k], t[k]), _mm256_set1_ps(0.284496736f)))
-        OP_M256_N(p[k] = OP_M256_MA(p[k], t[k], _mm256_set1_ps(0.254829592f)))
-        OP_M256_N(const __m256 erfc_a = _mm256_andnot_ps(tail[k], _mm256_mul_ps(_mm256_mul_ps(p[k], t[k]), e[k]));
+        OP_M256_N(p[k] = _mm256_sub_ps(_mm256_mul_ps(OP_S(1.061405429f), t[k]), OP_S(1.453152027f)))
+        OP_M256_N(p[k] = OP_M256_MA(p[k], t[k], OP_S(1.421413741f)))
+        OP_M256_N(p[k] = _mm256_sub_ps(_mm256_mul_ps(p[k], t[k]), OP_S(0.284496736f)))
+        OP_M256_N(p[k] = OP_M256_MA(p[k], t[k], OP_S(0.254829592f)))
+        OP_M256_N(const __m256 pt = _mm256_mul_ps(p[k], t[k]);
+                  const __m256 erfc_a = _mm256_andnot_ps(tail[k], _mm256_mul_ps(pt, e[k]));
                   const __m256 neg = _mm256_cmp_ps(z[k], _mm256_setzero_ps(), _CMP_LT_OQ);
-                  const __m256 f = _mm256_blendv_ps(_mm256_sub_ps(_mm256_set1_ps(2.0f), erfc_a), erfc_a, neg);
-                  x[k] = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x[k]), f))
+                  const __m256 f = _mm256_blendv_ps(_mm256_sub_ps(OP_S(2.0f), erfc_a), erfc_a, neg);
+                  x[k] = _mm256_mul_ps(_mm256_mul_ps(OP_S(0.5f), x[k]), f))
         return;
     case OP_ACT_GELU_TANH:   /* 0.79788456 * (x + 0.044715 * x * x * x), left to right */
-        OP_M256_N(const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), x[k]),
-                                                                x[k]), x[k]);
-                  e[k] = _mm256_mul_ps(_mm256_set1_ps(-2.0f),
-                                       _mm256_mul_ps(_mm256_set1_ps(0.79788456080286536f), _mm256_add_ps(x[k], x3))))
+        OP_M256_N(const __m256 c3 = _mm256_mul_ps(_mm256_mul_ps(OP_S(0.044715f), x[k]), x[k]);
+                  const __m256 x3 = _mm256_mul_ps(c3, x[k]);
+                  const __m256 u = _mm256_mul_ps(OP_S(0.79788456080286536f),
+                                                 _mm256_add_ps(x[k], x3));
+                  e[k] = _mm256_mul_ps(OP_S(-2.0f), u))
         op_m256_exp_n(N, e);
         OP_M256_N(x[k] = _mm256_div_ps(x[k], _mm256_add_ps(one, e[k])))
         return;

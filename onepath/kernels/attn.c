@@ -52,7 +52,8 @@ OP_INLINE float op_attn_max16(op_v16f v)
    load, an add and a store: zen3, 1 thread, 64 sequences x 21 tokens x 12 heads of 32, 14-16 ms,
    2.7-3.1 GFLOP/s). The same operations per lane (a multiply, then an add, in the same order),
    so the same bits as every other level: the scores of OP_ATTN_QB query rows at sc. */
-static OP_NOINLINE void op_attn_scores8(const float *kt, const float *qb, const float *mk, float *sc,
+static OP_NOINLINE void op_attn_scores8(const float *kt, const float *qb, const float *mk,
+                                        float *sc,
                                        int64_t s16, int64_t hd, int use_scale, float scale)
 {
     const __m256 scv = _mm256_set1_ps(scale);
@@ -251,16 +252,17 @@ static void op_attn_head8(const op_attn_ctx *c, int64_t b, int64_t h, int tid)
     float *mk = kt + (size_t)(hd * s16 + seq * hd);           /* as op_attn_head's scratch */
     float *sc = mk + s16;
     const float *base = (const float *)c->qkv + (size_t)(b * seq * rs);
+    const float *kb = base + d + h * hd;   /* key j's head h at kb + j * rs */
     int64_t j = 0;
     for (; j + 8 <= seq; j += 8)
         for (int64_t e = 0; e < hd; e += 8) {
             __m256 r[8];
-            for (int t = 0; t < 8; t++) r[t] = _mm256_loadu_ps(base + (j + t) * rs + d + h * hd + e);
+            for (int t = 0; t < 8; t++) r[t] = _mm256_loadu_ps(kb + (j + t) * rs + e);
             op_transpose8_ps(r);
             for (int t = 0; t < 8; t++) _mm256_storeu_ps(kt + (e + t) * s16 + j, r[t]);
         }
     for (; j < s16; j++)
-        for (int64_t e = 0; e < hd; e++) kt[e * s16 + j] = j < seq ? base[j * rs + d + h * hd + e] : 0.0f;
+        for (int64_t e = 0; e < hd; e++) kt[e * s16 + j] = j < seq ? kb[j * rs + e] : 0.0f;
     for (j = 0; j < s16; j++)
         mk[j] = j >= seq ? -INFINITY : (c->mask ? c->mask[b * c->mask_rs + j] : 0.0f);
     const int use_scale = c->scale != 1.0f;
@@ -269,7 +271,8 @@ static void op_attn_head8(const op_attn_ctx *c, int64_t b, int64_t h, int tid)
         const int nq = (int)op_min64(OP_ATTN_QB, seq - i0);
         /* scores (op_attn_scores8's loop, the queries in place; a missing query repeats row i0) */
         const float *qp[OP_ATTN_QB];
-        for (int qi = 0; qi < OP_ATTN_QB; qi++) qp[qi] = base + (i0 + (qi < nq ? qi : 0)) * rs + h * hd;
+        for (int qi = 0; qi < OP_ATTN_QB; qi++)
+            qp[qi] = base + (i0 + (qi < nq ? qi : 0)) * rs + h * hd;
         for (int64_t jb = 0; jb < s16; jb += 16) {
             __m256 al[OP_ATTN_QB], ah[OP_ATTN_QB];
             for (int qi = 0; qi < OP_ATTN_QB; qi++) al[qi] = ah[qi] = zero;
@@ -325,7 +328,8 @@ static void op_attn_head8(const op_attn_ctx *c, int64_t b, int64_t h, int tid)
             const __m256 h8 = _mm256_add_ps(sl, sh);
             const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
             const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
-            const __m256 rz = _mm256_set1_ps(1.0f / _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2))));
+            const float sum = _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+            const __m256 rz = _mm256_set1_ps(1.0f / sum);
             for (int64_t jb = 0; jb < s16; jb += 8)
                 _mm256_storeu_ps(row + jb, _mm256_mul_ps(_mm256_loadu_ps(row + jb), rz));
         }
@@ -343,7 +347,8 @@ static void op_attn_head8(const op_attn_ctx *c, int64_t b, int64_t h, int tid)
                 }
             }
             for (int qi = 0; qi < nq; qi++) {
-                float *out = (float *)c->ctx + (size_t)((b * seq + i0 + qi) * c->ctx_rs) + h * hd + e0;
+                float *out = (float *)c->ctx + (size_t)((b * seq + i0 + qi) * c->ctx_rs) + h * hd
+                             + e0;
                 _mm256_storeu_ps(out, al[qi]);
                 _mm256_storeu_ps(out + 8, ah[qi]);
             }

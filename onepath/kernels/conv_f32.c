@@ -1925,7 +1925,8 @@ static int op_conv_j1_cols(const op_conv_j1_geo *q, int64_t j0, int nr, int32_t 
    follow (without: the pack took 10% of res4a_branch1 at 1 thread). AVX2 loads the runs as
    whole or masked (VMASKMOVPS, no fault past the mask) vectors too, gathers element by element:
    zen3, 2026-12-06, batch 8 res5a_branch2a at 1 thread, the pack 7.3% -> 3.1% of the time (perf),
-   x torch (paired) 0.97 -> 0.99, res4_branch2a 0.94 -> 1.05, batch 1 res5a_branch2a 0.93 -> 0.98. */
+   x torch (paired) 0.97 -> 0.99, res4_branch2a 0.94 -> 1.05, batch 1 res5a_branch2a 0.93 ->
+   0.98. */
 static void op_conv_pack_b_nchw_j1_f32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t kc,
                                        int64_t kcp, int64_t j0, int64_t nc, void *dst)
 {
