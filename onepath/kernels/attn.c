@@ -52,9 +52,9 @@ OP_INLINE float op_attn_max16(op_v16f v)
    load, an add and a store: zen3, 1 thread, 64 sequences x 21 tokens x 12 heads of 32, 14-16 ms,
    2.7-3.1 GFLOP/s). The same operations per lane (a multiply, then an add, in the same order),
    so the same bits as every other level: the scores of OP_ATTN_QB query rows at sc. */
-static OP_NOINLINE void op_attn_scores8(const float *kt, const float *qb, const float *mk,
-                                        float *sc,
-                                       int64_t s16, int64_t hd, int use_scale, float scale)
+static OP_NOINLINE void op_attn_scores8(const float *kt, const float *const *qp, const float *mk,
+                                        float *sc, int64_t s16, int64_t hd, int use_scale,
+                                        float scale)
 {
     const __m256 scv = _mm256_set1_ps(scale);
     for (int64_t jb = 0; jb < s16; jb += 16) {
@@ -64,7 +64,7 @@ static OP_NOINLINE void op_attn_scores8(const float *kt, const float *qb, const 
         for (int64_t e = 0; e < hd; e++, kp += s16) {
             const __m256 kl = _mm256_loadu_ps(kp), kh = _mm256_loadu_ps(kp + 8);
             for (int qi = 0; qi < OP_ATTN_QB; qi++) {
-                const __m256 q = _mm256_set1_ps(qb[qi * hd + e]);
+                const __m256 q = _mm256_set1_ps(qp[qi][e]);
                 lo[qi] = _mm256_add_ps(lo[qi], _mm256_mul_ps(kl, q));
                 hi[qi] = _mm256_add_ps(hi[qi], _mm256_mul_ps(kh, q));
             }
@@ -80,13 +80,13 @@ static OP_NOINLINE void op_attn_scores8(const float *kt, const float *qb, const 
 }
 
 /* a[qi] (16 lanes) = sum over the keys j of V[j][0..16) * p[qi][j] (v: V's first element of the
-   block, rows hd apart), as the loop in op_attn_head: one chain per element */
-static OP_NOINLINE void op_attn_ctx8(const float *v, int64_t hd, const float *sc, int64_t s16,
+   block, rows vs floats apart), as the loop in op_attn_head: one chain per element */
+static OP_NOINLINE void op_attn_ctx8(const float *v, int64_t vs, const float *sc, int64_t s16,
                                      int64_t seq, op_v16f *a)
 {
     __m256 lo[OP_ATTN_QB], hi[OP_ATTN_QB];
     for (int qi = 0; qi < OP_ATTN_QB; qi++) lo[qi] = hi[qi] = _mm256_setzero_ps();
-    for (int64_t j = 0; j < seq; j++, v += hd) {
+    for (int64_t j = 0; j < seq; j++, v += vs) {
         const __m256 vl = _mm256_loadu_ps(v), vh = _mm256_loadu_ps(v + 8);
         for (int qi = 0; qi < OP_ATTN_QB; qi++) {
             const __m256 p = _mm256_set1_ps(sc[qi * s16 + j]);
@@ -146,7 +146,9 @@ static void op_attn_head(const op_attn_ctx *c, int64_t b, int64_t h, int tid)
         }
         /* scores: 16 keys per vector, OP_ATTN_QB queries side by side */
 #if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
-        op_attn_scores8(kt, qb, mk, sc, s16, hd, use_scale, c->scale);
+        const float *qp[OP_ATTN_QB];
+        for (int qi = 0; qi < OP_ATTN_QB; qi++) qp[qi] = qb + qi * hd;
+        op_attn_scores8(kt, qp, mk, sc, s16, hd, use_scale, c->scale);
 #else
         for (int64_t jb = 0; jb < s16; jb += 16) {
             op_v16f a[OP_ATTN_QB];
@@ -269,31 +271,11 @@ static void op_attn_head8(const op_attn_ctx *c, int64_t b, int64_t h, int tid)
     const __m256 zero = _mm256_setzero_ps(), lo = _mm256_set1_ps(-87.0f);
     for (int64_t i0 = 0; i0 < seq; i0 += OP_ATTN_QB) {
         const int nq = (int)op_min64(OP_ATTN_QB, seq - i0);
-        /* scores (op_attn_scores8's loop, the queries in place; a missing query repeats row i0) */
+        /* scores, the queries in place (a missing query repeats row i0) */
         const float *qp[OP_ATTN_QB];
         for (int qi = 0; qi < OP_ATTN_QB; qi++)
             qp[qi] = base + (i0 + (qi < nq ? qi : 0)) * rs + h * hd;
-        for (int64_t jb = 0; jb < s16; jb += 16) {
-            __m256 al[OP_ATTN_QB], ah[OP_ATTN_QB];
-            for (int qi = 0; qi < OP_ATTN_QB; qi++) al[qi] = ah[qi] = zero;
-            const float *kp = kt + jb;
-            for (int64_t e = 0; e < hd; e++, kp += s16) {
-                const __m256 kl = _mm256_loadu_ps(kp), kh = _mm256_loadu_ps(kp + 8);
-                for (int qi = 0; qi < OP_ATTN_QB; qi++) {
-                    const __m256 q = _mm256_set1_ps(qp[qi][e]);
-                    al[qi] = _mm256_add_ps(al[qi], _mm256_mul_ps(kl, q));
-                    ah[qi] = _mm256_add_ps(ah[qi], _mm256_mul_ps(kh, q));
-                }
-            }
-            const __m256 ml = _mm256_loadu_ps(mk + jb), mh = _mm256_loadu_ps(mk + jb + 8);
-            const __m256 scv = _mm256_set1_ps(c->scale);
-            for (int qi = 0; qi < OP_ATTN_QB; qi++) {
-                const __m256 vl = use_scale ? _mm256_mul_ps(al[qi], scv) : al[qi];
-                const __m256 vh = use_scale ? _mm256_mul_ps(ah[qi], scv) : ah[qi];
-                _mm256_storeu_ps(sc + qi * s16 + jb, _mm256_add_ps(vl, ml));
-                _mm256_storeu_ps(sc + qi * s16 + jb + 8, _mm256_add_ps(vh, mh));
-            }
-        }
+        op_attn_scores8(kt, qp, mk, sc, s16, hd, use_scale, c->scale);
         /* softmax of each query row */
         for (int qi = 0; qi < nq; qi++) {
             float *row = sc + qi * s16;
@@ -335,23 +317,11 @@ static void op_attn_head8(const op_attn_ctx *c, int64_t b, int64_t h, int tid)
         }
         /* ctx = p V, V in place */
         for (int64_t e0 = 0; e0 < hd; e0 += 16) {
-            __m256 al[OP_ATTN_QB], ah[OP_ATTN_QB];
-            for (int qi = 0; qi < OP_ATTN_QB; qi++) al[qi] = ah[qi] = zero;
-            const float *v = base + 2 * d + h * hd + e0;
-            for (int64_t jj = 0; jj < seq; jj++, v += rs) {
-                const __m256 vl = _mm256_loadu_ps(v), vh = _mm256_loadu_ps(v + 8);
-                for (int qi = 0; qi < OP_ATTN_QB; qi++) {
-                    const __m256 p = _mm256_set1_ps(sc[qi * s16 + jj]);
-                    al[qi] = _mm256_add_ps(al[qi], _mm256_mul_ps(vl, p));
-                    ah[qi] = _mm256_add_ps(ah[qi], _mm256_mul_ps(vh, p));
-                }
-            }
-            for (int qi = 0; qi < nq; qi++) {
-                float *out = (float *)c->ctx + (size_t)((b * seq + i0 + qi) * c->ctx_rs) + h * hd
-                             + e0;
-                _mm256_storeu_ps(out, al[qi]);
-                _mm256_storeu_ps(out + 8, ah[qi]);
-            }
+            op_v16f a[OP_ATTN_QB];
+            op_attn_ctx8(base + 2 * d + h * hd + e0, rs, sc, s16, seq, a);
+            for (int qi = 0; qi < nq; qi++)
+                memcpy((float *)c->ctx + (size_t)((b * seq + i0 + qi) * c->ctx_rs) + h * hd + e0,
+                       &a[qi], sizeof a[qi]);
         }
     }
 }
