@@ -51,6 +51,19 @@ def test_large_k_crosses_kc_blocks(level):
     assert_gemm_close(onepath.matmul(a, b), a, b)
 
 
+def test_k_just_past_kc(level):
+    # K from KC + 1 to 2 KC + 1: the AVX2 driver takes one block up to 5/4 KC and two equal ones
+    # up to 2 KC for matmul and linear, raw or prepacked weight (gemm_f32.c, kc_even)
+    row = select("matmul", "float32")
+    kc = row.kc
+    for k in sorted({kc + 1, 5 * kc // 4, 5 * kc // 4 + 1, 2 * kc - 1, 2 * kc, 2 * kc + 1}):
+        a, b = rand(70, k), rand(k, 90)
+        assert_gemm_close(onepath.matmul(a, b), a, b)
+        w = np.ascontiguousarray(b.T)
+        assert_gemm_close(onepath.linear(a, w), a, b)
+        assert_gemm_close(onepath.linear(a, onepath.prepack(w)), a, b)
+
+
 def test_large_m_n_cross_mc_nc_blocks(level):
     row = select("matmul", "float32")
     m, n = row.mc + row.mr + 3, min(row.nc + row.nr + 5, 5000)
