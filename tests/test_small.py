@@ -1026,3 +1026,28 @@ def test_squares_near_the_limit_same_bits_at_1_and_2_threads(n):
     finally:
         onepath.set_num_threads(old)
     assert np.array_equal(one.view(np.uint32), two.view(np.uint32))
+
+
+def test_off_holds_after_a_small_product(level):
+    """``_small.off()`` (onepath.dask's blocks of large problems) runs the packed GEMM also after a
+    small product filled matmul's fast entry, with and without ``out``, at any thread count (found
+    by a review: the 2-D shortcut took the small kernel inside off())."""
+    from onepath.ops import _small
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, 64), dtype=np.float32)
+    w = rng.standard_normal((64, 173), dtype=np.float32)
+    saved = onepath.get_num_threads()
+    try:
+        onepath.set_num_threads(1)
+        with _small.off():
+            g = onepath.matmul(x, w)
+        onepath.matmul(x, w)   # the small kernel, filling the fast entry
+        for t in (1, 2):
+            onepath.set_num_threads(t)
+            with _small.off():
+                assert onepath.matmul(x, w).tobytes() == g.tobytes()
+                o = np.empty((5, 173), np.float32)
+                onepath.matmul(x, w, out=o)
+                assert o.tobytes() == g.tobytes()
+    finally:
+        onepath.set_num_threads(saved)

@@ -25,6 +25,7 @@ _ND = np.ndarray
 _nthreads = _threads.get_num_threads
 _fast = _small.fast_matmul  # ISA level -> the small kernel's C entry (filled on first use)
 _scoped_get = _cap._scoped.get
+_off_get = _small._off.get  # ``_small.off()`` in force: no small-kernel shortcut (the GEMM)
 _empty = np.empty
 _B_MAX = _small.B_MAX
 _mt_fits = _small.mt_fits
@@ -118,7 +119,7 @@ def matmul(a, b, /, out=None, *, dtype=None):
             # found by the scoped cap in force (ops/_small.py; empty while verbose is on and once
             # the reproducible mode was ever used, so this path needs no test of that mode)
             fast = _fast.get(_scoped_get())
-            if fast is not None and k2 == k:
+            if fast is not None and k2 == k and not _off_get():
                 cc, fb, mt, null, lim, lim1t = fast
                 mnk = m * n * k
                 if mnk <= lim or (mnk <= lim1t and k * n <= _B_MAX
@@ -150,8 +151,8 @@ def matmul(a, b, /, out=None, *, dtype=None):
         # general path below, which writes through a copy)
         fast = _fast.get(_scoped_get())
         (m, k), (k2, n) = a.shape, b.shape
-        if (fast is not None and k2 == k and out.shape == (m, n) and out.flags.writeable
-                and not _may_share(out, a) and not _may_share(out, b)):
+        if (fast is not None and k2 == k and not _off_get() and out.shape == (m, n)
+                and out.flags.writeable and not _may_share(out, a) and not _may_share(out, b)):
             cc, fb, mt, null, lim, lim1t = fast
             mnk = m * n * k
             if ((mnk <= lim or (mnk <= lim1t and k * n <= _B_MAX
