@@ -79,18 +79,11 @@ OP_INLINE void op_m256_exp_n(const int N, __m256 *x)
               x[k] = _mm256_blendv_ps(y, OP_S(INFINITY), over[k]))
 }
 
-OP_INLINE __m256 op_m256_exp(__m256 x)
-{
-    op_m256_exp_n(1, &x);
-    return x;
-}
-
 OP_INLINE op_v16f op_v16_exp(op_v16f x)
 {
     __m256 h[2];
     memcpy(h, &x, sizeof h);
-    h[0] = op_m256_exp(h[0]);
-    h[1] = op_m256_exp(h[1]);
+    op_m256_exp_n(2, h);
     memcpy(&x, h, sizeof h);
     return x;
 }
@@ -247,12 +240,6 @@ OP_INLINE void op_m256_act_n(const int N, __m256 *x, int act)
     }
 }
 
-OP_INLINE __m256 op_m256_act(__m256 x, int act)
-{
-    op_m256_act_n(1, &x, act);
-    return x;
-}
-
 OP_INLINE op_v16f op_v16_act(op_v16f x, int act)
 {
     __m256 h[2];
@@ -314,9 +301,7 @@ static OP_NOINLINE void op_act_row(float *c, int64_t cs, int n, int act)
    constant in each loop: the AVX2 GEMM micro-kernel's epilogue (one call per tile, where a call
    per 16-element row and its switch made the fused GELU of a 1344x384x1536 linear cost three
    times torch's separate gelu pass on Zen 3). The same values as op_act_row. */
-#ifndef OP_ACT_ROWS_N
 #define OP_ACT_ROWS_N 2   /* rows at a time: 2 x 2 vectors side by side */
-#endif
 #define OP_ACT_ROWS16(A)                                                            \
     {                                                                               \
         int i = 0;                                                                  \
@@ -346,4 +331,5 @@ static OP_NOINLINE void op_act_rows16(float *c, int64_t rs, int rows, int act)
     }
 }
 #undef OP_ACT_ROWS16
+#undef OP_ACT_ROWS_N
 #endif

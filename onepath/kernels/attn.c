@@ -297,10 +297,12 @@ static void op_attn_head8(const op_attn_ctx *c, int64_t b, int64_t h, int tid)
             const __m256 mx = _mm256_set1_ps(mxs);
             __m256 sl = zero, sh = zero;
             for (int64_t jb = 0; jb < s16; jb += 16) {
-                __m256 vl = _mm256_sub_ps(_mm256_loadu_ps(row + jb), mx);
-                __m256 vh = _mm256_sub_ps(_mm256_loadu_ps(row + jb + 8), mx);
-                vl = _mm256_blendv_ps(op_m256_exp(vl), zero, _mm256_cmp_ps(vl, lo, _CMP_LT_OQ));
-                vh = _mm256_blendv_ps(op_m256_exp(vh), zero, _mm256_cmp_ps(vh, lo, _CMP_LT_OQ));
+                const __m256 dl = _mm256_sub_ps(_mm256_loadu_ps(row + jb), mx);
+                const __m256 dh = _mm256_sub_ps(_mm256_loadu_ps(row + jb + 8), mx);
+                __m256 ev[2] = {dl, dh};
+                op_m256_exp_n(2, ev);
+                const __m256 vl = _mm256_blendv_ps(ev[0], zero, _mm256_cmp_ps(dl, lo, _CMP_LT_OQ));
+                const __m256 vh = _mm256_blendv_ps(ev[1], zero, _mm256_cmp_ps(dh, lo, _CMP_LT_OQ));
                 _mm256_storeu_ps(row + jb, vl);
                 _mm256_storeu_ps(row + jb + 8, vh);
                 sl = _mm256_add_ps(sl, vl);
