@@ -476,6 +476,11 @@ NHWC3_CASES = [
     (1, 48, 4, 3, 1, 2, 1),
     (1, 5, 7, 40, (1, 2), ((1, 1), (2, 2)), 1),
     (1, 64, 3, 2, 2, 1, 1),
+    # AVX2 builds (op_dw8n_row): 8 channels per vector, inner pixels by 8, then 4, 2 and 1 (15 =
+    # 8 + 4 + 2 + 1; 29 = 3 x 8 + 4 + 1), a channel tail after whole vectors, stride 2 rows
+    (1, 19, 5, 17, 1, 1, 1),
+    (2, 24, 4, 31, 1, 1, 1),
+    (1, 8, 6, 35, 2, 1, 1),
 ]
 
 
