@@ -2214,22 +2214,24 @@ static const op_dw_nhwc_fn op_dw_nhwc3_kernels[2][3] = {
 /* ------------------------------------------------ NHWC 3x3, AVX2 builds (OP_DW_AVX2_NHWC)
 
    3x3 kernels with multiplier 1, stride 1 or 2 along W (any stride, dilation and padding along H).
-   One task row is one output row, swept once per block of 8 channels (the vector axis). Output
-   pixels go 8 at a time (then 4, 2, 1), their accumulators in registers; per kernel row the block
-   loads its three weight vectors (from L1) and each input vector once, which feeds every output
-   of the block that reads it. Each output is one FMA chain, bias first, then the taps in
-   row-major order (as the NCHW AVX2 kernel). Pixels whose window crosses the left / right padding
-   take the one-pixel path with per-tap checks; kernel rows in the top / bottom padding are skipped
-   (a non-finite weight there is op_dw_pad_nan's). A channel tail (C % 8) loads and stores only
-   its lanes. While a row runs, the input rows the next row adds and the next output row are
-   prefetched, a share per channel block (at batch 8 they come from memory). bfloat16 output: the
-   row is kept in float32 scratch, then rounded (op_dw_put_bf16).
+   One task row is one output row, swept once per block of 16 channels (two vectors: a whole cache
+   line per pixel; then 8, then a tail of C % 8 that loads and stores only its lanes). Output pixels
+   go 4 at a time with 16 channels, 8 with 8 (then 4, 2, 1), their accumulators in registers; per
+   kernel row the block loads its weight vectors (from L1) and each input vector once, which feeds
+   every output of the block that reads it. Each output is one FMA chain, bias first, then the taps
+   in row-major order (as the NCHW AVX2 kernel). Pixels whose window crosses the left / right
+   padding take the one-pixel path with per-tap checks; kernel rows in the top / bottom padding
+   are skipped (a non-finite weight there is op_dw_pad_nan's). While a row runs, the input rows the
+   next row adds and the next output row are prefetched, a share per channel block (at batch 8
+   they come from memory). bfloat16 output: the row is kept in float32 scratch, then rounded
+   (op_dw_put_bf16).
    Measured on Zen 3 (MobileNet-v2 layers, x torch in one process through ctypes copies of the
    builds, 2026-12-06): the compiler-vectorised row loop (op_dw_nhwc_row) was 0.5-1.3x torch at
-   2 threads, batch 1 and 8; this kernel 2-4x that loop, 1.0-2.5x torch except batch 8 at
-   112 x 112 (C 32 0.8x, C 96 stride 2 0.6-0.8x). Whole-row sweeps measured faster than tiles of
-   the row sized to L1 (C 144 56 x 56: 29 against 22 GFLOP/s, 1 thread); the prefetch 1.1-2x at
-   batch 8 and 2 threads, 0.9-0.95x at batch 1 and 1 thread. */
+   2 threads, batch 1 and 8; this kernel 2-5x that loop. Whole-row sweeps measured faster than
+   tiles of the row sized to L1 (C 144 56 x 56: 29 against 22 GFLOP/s, 1 thread); the prefetch
+   1.1-2x at batch 8 and 2 threads, 0.9-0.95x at batch 1 and 1 thread; 16 channels per sweep
+   1.05-1.5x 8 except at batch 8 on 56 x 56 planes (0.85-0.9); an activation's temporaries out of
+   line (op_dw8n_act) 1.1-1.6x (they had the accumulators spilled to the stack). */
 enum { OP_DW_AVX2_NHWC = 22, OP_DW8N_OWB = 8 };
 
 /* 8 channels at element offset off (TAIL: lanes m only, the others 0) */
@@ -2255,73 +2257,94 @@ OP_INLINE void op_dw8n_st(float *p, __m256 v, __m256i m, int act, const int TAIL
    is); y: output pixel 0, channel c0. CHECK: test each tap column against the input (border
    pixels). Everything the loops read is in arguments (a store to y could alias a field of the
    context: the compiler reloaded them after each store). */
+/* an activation other than ReLU on n vectors (out of line: inlined into every pixel block, its
+   temporaries made the compiler spill the blocks' accumulators) */
+static OP_NOINLINE void op_dw8n_act(__m256 *v, int n, int act)
+{
+    int j = 0;
+    for (; j + 4 <= n; j += 4) op_m256_act_n(4, v + j, act);
+    for (; j < n; j++) op_m256_act_n(1, v + j, act);
+}
+
 OP_INLINE void op_dw8n_px(const char *const *rp, int64_t C, int64_t W, int64_t pl, const float *wp,
                           const float *bp, float *y, int64_t OC, int act, int64_t ow0, __m256i m,
-                          int nl,
-                          const int NO, const int S, const int CHECK, const int ALL, const int TAIL,
-                          const int BF16)
+                          int nl, const int NO, const int NCV, const int S, const int CHECK,
+                          const int ALL, const int TAIL, const int BF16)
 {
     const int64_t iw0 = ow0 * S - pl;  /* input column of t = 0 */
     const int NT = (NO - 1) * S + 3;
     const int64_t esz = BF16 ? 2 : 4;
-    __m256 acc[OP_DW8N_OWB];
+    __m256 acc[OP_DW8N_OWB];  /* acc[j * NCV + q]: output pixel j, channel vector q */
 #pragma GCC unroll 8
     for (int j = 0; j < NO; j++)  /* (the bias from memory: one register fewer to hold) */
-        acc[j] = bp ? op_dw8n_ld(bp, 0, m, nl, TAIL, 0) : _mm256_setzero_ps();
+        for (int q = 0; q < NCV; q++)
+            acc[j * NCV + q] = bp ? op_dw8n_ld(bp, 8 * q, m, nl, TAIL, 0) : _mm256_setzero_ps();
 #pragma GCC unroll 3
     for (int ki = 0; ki < 3; ki++) {
         if (!ALL && !rp[ki]) continue;
         const char *row = rp[ki] + iw0 * C * esz;
-        __m256 wv[3];  /* the kernel row's weights (from L1: three loads per kernel row) */
+        __m256 wv[6];  /* the kernel row's weights (from L1: three loads per vector and row) */
 #pragma GCC unroll 3
-        for (int kj = 0; kj < 3; kj++) wv[kj] = op_dw8n_ld(wp, (ki * 3 + kj) * OC, m, nl, TAIL, 0);
+        for (int kj = 0; kj < 3; kj++)
+            for (int q = 0; q < NCV; q++)
+                wv[kj * NCV + q] = op_dw8n_ld(wp, (ki * 3 + kj) * OC + 8 * q, m, nl, TAIL, 0);
 #pragma GCC unroll 17
         for (int t = 0; t < NT; t++) {
             if (CHECK && (iw0 + t < 0 || iw0 + t >= W)) continue;
-            const __m256 v = op_dw8n_ld(row, t * C, m, nl, TAIL, BF16);
+#pragma GCC unroll 2
+            for (int q = 0; q < NCV; q++) {
+                const __m256 v = op_dw8n_ld(row, t * C + 8 * q, m, nl, TAIL, BF16);
 #pragma GCC unroll 8
-            for (int j = 0; j < NO; j++) {
-                const int kj = t - j * S;
-                if (kj >= 0 && kj < 3) acc[j] = _mm256_fmadd_ps(wv[kj], v, acc[j]);
+                for (int j = 0; j < NO; j++) {
+                    const int kj = t - j * S;
+                    if (kj >= 0 && kj < 3)
+                        acc[j * NCV + q] = _mm256_fmadd_ps(wv[kj * NCV + q], v, acc[j * NCV + q]);
+                }
             }
         }
     }
-    if (act != OP_ACT_NONE && act != OP_ACT_RELU)  /* (op_m256_act_n: at most 4 vectors) */
-        for (int j = 0; j < NO; j += 4) op_m256_act_n(NO - j < 4 ? NO - j : 4, acc + j, act);
+    if (act != OP_ACT_NONE && act != OP_ACT_RELU) {  /* (through a copy: acc's address not taken,
+                                                        so it stays in registers) */
+        __m256 t[OP_DW8N_OWB];
+        for (int j = 0; j < NO * NCV; j++) t[j] = acc[j];
+        op_dw8n_act(t, NO * NCV, act);
+        for (int j = 0; j < NO * NCV; j++) acc[j] = t[j];
+    }
 #pragma GCC unroll 8
-    for (int j = 0; j < NO; j++) op_dw8n_st(y + (ow0 + j) * OC, acc[j], m, act, TAIL);
+    for (int j = 0; j < NO; j++)
+        for (int q = 0; q < NCV; q++)
+            op_dw8n_st(y + (ow0 + j) * OC + 8 * q, acc[j * NCV + q], m, act, TAIL);
 }
 
-/* one output row for channels c0 .. c0 + 7 (nl of them); [lo, hi): the pixels whose taps are all
-   inside the input */
+/* one output row for channels c0 .. c0 + 8 NCV - 1 (with a tail: c0 .. c0 + nl - 1); [lo, hi):
+   the pixels whose taps are all inside the input */
 OP_INLINE void op_dw8n_span(const op_dw_ctx *c, const char *const *rp, float *y, int64_t lo,
-                            int64_t hi, int64_t c0, int nl, const int S, const int ALL,
-                            const int TAIL, const int BF16)
+                            int64_t hi, int64_t c0, int nl, const int NCV, const int S,
+                            const int ALL, const int TAIL, const int BF16)
 {
     const op_conv_desc *d = c->d;
     const int64_t C = d->c, W = d->w, pl = d->pl, OC = d->oc;
-    const int act = c->act;
+    const int act = c->act, NB = OP_DW8N_OWB / NCV;
     const __m256i m = op_lanes8(0, 0, nl);
     const float *wv = c->w + c0;
     const float *bv = c->bias ? c->bias + c0 : NULL;
     const int64_t OW = d->ow, e = hi;
     int64_t ow = 0;
-    for (; ow < lo; ow++)
-        op_dw8n_px(rp, C, W, pl, wv, bv, y, OC, act, ow, m, nl, 1, S, 1, ALL, TAIL, BF16);
-    for (; ow + OP_DW8N_OWB <= e; ow += OP_DW8N_OWB)
-        op_dw8n_px(rp, C, W, pl, wv, bv, y, OC, act, ow, m, nl, OP_DW8N_OWB, S, 0, ALL, TAIL, BF16);
-    if (ow + 4 <= e) {  /* the rest by 4, 2 and 1 pixels */
-        op_dw8n_px(rp, C, W, pl, wv, bv, y, OC, act, ow, m, nl, 4, S, 0, ALL, TAIL, BF16);
+#define OP_DW8N_PX(NO, CHECK) \
+    op_dw8n_px(rp, C, W, pl, wv, bv, y, OC, act, ow, m, nl, NO, NCV, S, CHECK, ALL, TAIL, BF16)
+    for (; ow < lo; ow++) OP_DW8N_PX(1, 1);
+    for (; ow + NB <= e; ow += NB) OP_DW8N_PX(NB, 0);
+    if (NB > 4 && ow + 4 <= e) {  /* the rest by 4, 2 and 1 pixels */
+        OP_DW8N_PX(4, 0);
         ow += 4;
     }
     if (ow + 2 <= e) {
-        op_dw8n_px(rp, C, W, pl, wv, bv, y, OC, act, ow, m, nl, 2, S, 0, ALL, TAIL, BF16);
+        OP_DW8N_PX(2, 0);
         ow += 2;
     }
-    for (; ow < e; ow++)
-        op_dw8n_px(rp, C, W, pl, wv, bv, y, OC, act, ow, m, nl, 1, S, 0, ALL, TAIL, BF16);
-    for (; ow < OW; ow++)
-        op_dw8n_px(rp, C, W, pl, wv, bv, y, OC, act, ow, m, nl, 1, S, 1, ALL, TAIL, BF16);
+    for (; ow < e; ow++) OP_DW8N_PX(1, 0);
+    for (; ow < OW; ow++) OP_DW8N_PX(1, 1);
+#undef OP_DW8N_PX
 }
 
 /* one output row (task row r = n * OH + oh); buf: OW * OC floats (bfloat16 output) */
@@ -2361,23 +2384,30 @@ OP_INLINE void op_dw8n_row(const op_dw_ctx *c, int64_t r, float *buf, const int 
     const int64_t nb = op_cdiv64(C, 8), pfs = op_roundup64(op_cdiv64(pfn, nb), 64);
     const char *yp = !c->ybf16 && r + 1 < d->n * d->oh ? (const char *)(y + OW * d->oc) : NULL;
     const int64_t ypn = OW * d->oc * 4, yps = op_roundup64(op_cdiv64(ypn, nb), 64);
-    for (int64_t c0 = 0; c0 < C; c0 += 8) {
+    for (int64_t c0 = 0; c0 < C;) {
+        const int nv = c0 + 16 <= cv ? 2 : 1;  /* channel vectors of this sweep */
         if (pf) {
-            const int64_t o0 = (c0 / 8) * pfs, o1 = op_min64(pfn, o0 + pfs);
+            const int64_t o0 = (c0 / 8) * pfs, o1 = op_min64(pfn, o0 + pfs * nv);
             for (int64_t o = o0; o < o1; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
         }
         if (yp) {
-            const int64_t o0 = (c0 / 8) * yps, o1 = op_min64(ypn, o0 + yps);
+            const int64_t o0 = (c0 / 8) * yps, o1 = op_min64(ypn, o0 + yps * nv);
             for (int64_t o = o0; o < o1; o += 64) _mm_prefetch(yp + o, _MM_HINT_T1);
         }
         const char *rc[3];
         for (int ki = 0; ki < 3; ki++) rc[ki] = rp[ki] ? rp[ki] + c0 * esz : NULL;
-        if (c0 < cv && all)
-            op_dw8n_span(c, rc, y + c0, lo, hi, c0, 8, S, 1, 0, BF16);
-        else if (c0 < cv)
-            op_dw8n_span(c, rc, y + c0, lo, hi, c0, 8, S, 0, 0, BF16);
-        else
-            op_dw8n_span(c, rc, y + c0, lo, hi, c0, (int)(C - cv), S, 0, 1, BF16);
+        if (nv == 2) {  /* two channel vectors: a whole cache line per pixel */
+            if (all) op_dw8n_span(c, rc, y + c0, lo, hi, c0, 8, 2, S, 1, 0, BF16);
+            else op_dw8n_span(c, rc, y + c0, lo, hi, c0, 8, 2, S, 0, 0, BF16);
+            c0 += 16;
+        } else if (c0 < cv) {
+            if (all) op_dw8n_span(c, rc, y + c0, lo, hi, c0, 8, 1, S, 1, 0, BF16);
+            else op_dw8n_span(c, rc, y + c0, lo, hi, c0, 8, 1, S, 0, 0, BF16);
+            c0 += 8;
+        } else {
+            op_dw8n_span(c, rc, y + c0, lo, hi, c0, (int)(C - cv), 1, S, 0, 1, BF16);
+            c0 = C;
+        }
     }
     if (c->ybf16) op_dw_put_bf16(c, yoff, buf, OW * d->oc);
 }
