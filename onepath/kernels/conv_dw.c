@@ -2252,11 +2252,6 @@ OP_INLINE void op_dw8n_st(float *p, __m256 v, __m256i m, int act, const int TAIL
     else _mm256_storeu_ps(p, v);
 }
 
-/* Output pixels ow0 .. ow0 + NO - 1 of one row, channels c0 .. c0 + 7 (lanes m, nl of them).
-   rp[ki]: kernel row ki's input row at column 0, channel c0 (NULL: a row in the padding; ALL: none
-   is); y: output pixel 0, channel c0. CHECK: test each tap column against the input (border
-   pixels). Everything the loops read is in arguments (a store to y could alias a field of the
-   context: the compiler reloaded them after each store). */
 /* an activation other than ReLU on n vectors (out of line: inlined into every pixel block, its
    temporaries made the compiler spill the blocks' accumulators) */
 static OP_NOINLINE void op_dw8n_act(__m256 *v, int n, int act)
@@ -2266,6 +2261,12 @@ static OP_NOINLINE void op_dw8n_act(__m256 *v, int n, int act)
     for (; j < n; j++) op_m256_act_n(1, v + j, act);
 }
 
+/* Output pixels ow0 .. ow0 + NO - 1 of one row, channels c0 .. c0 + 8 NCV - 1 (TAIL: NCV 1, lanes
+   m, nl of them). rp[ki]: kernel row ki's input row at column 0, channel c0 (NULL: a row in the
+   padding; ALL: none is); wp, bp: the weights (KH, KW, OC) and the bias (or NULL) at channel c0;
+   y: output pixel 0, channel c0. CHECK: test each tap column against the input (border pixels).
+   Everything the loops read is in arguments (a store to y could alias a field of the context: the
+   compiler reloaded them after each store). */
 OP_INLINE void op_dw8n_px(const char *const *rp, int64_t C, int64_t W, int64_t pl, const float *wp,
                           const float *bp, float *y, int64_t OC, int act, int64_t ow0, __m256i m,
                           int nl, const int NO, const int NCV, const int S, const int CHECK,
