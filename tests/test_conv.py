@@ -1148,3 +1148,26 @@ def test_nhwc_brg_skip_one_nonfinite_panel():
             assert np.isfinite(np.delete(out[1][1], 37, axis=1)).all()
     finally:
         lib.op_conv_f32_options(old)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", [np.float32, bfloat16])
+@pytest.mark.parametrize("groups", [1, 32], ids=["dense", "depthwise"])
+def test_large_results_start_on_a_cache_line(level, layout, dtype, groups):
+    """conv2d's docstring: an accelerated result of 1 MiB or more starts on a 64-byte boundary
+    (the depthwise route and the dense route's bfloat16 write-out allocated with np.empty, 16 bytes
+    past a line: found by the fresh-user review), and is the same array as the float64 check."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 32, 128, 128)).astype(np.float32).astype(dtype)  # bf16 out: 1 MiB
+    w = rng.standard_normal((32, 32 // groups, 3, 3)).astype(np.float32).astype(dtype)
+    xin = np.ascontiguousarray(x.transpose(0, 2, 3, 1)) if layout == "NHWC" else x
+    y = onepath.conv2d(xin, w, None, 1, 1, 1, groups, layout=layout)
+    assert y.dtype == dtype and y.nbytes >= 1 << 20
+    assert y.ctypes.data % 64 == 0, (layout, np.dtype(dtype).name, groups, y.ctypes.data % 64)
+    got = np.asarray(y, np.float64)
+    if layout == "NHWC":
+        got = got.transpose(0, 3, 1, 2)
+    ref = reference_conv2d(np.asarray(x, np.float64), np.asarray(w, np.float64), None, (1, 1),
+                           ((1, 1), (1, 1)), (1, 1), groups)
+    np.testing.assert_allclose(got, ref, rtol=2e-2 if dtype is bfloat16 else 1e-4,
+                               atol=5e-2 if dtype is bfloat16 else 1e-4)

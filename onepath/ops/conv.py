@@ -596,7 +596,7 @@ def _run_dw(pl, x, w, b):
         wk = np.ascontiguousarray(wk)
     ffi = pl.ffi
     ybf16 = pl.dw_ybf16
-    y = np.empty(pl.yshape, np.uint16 if ybf16 else _F32)
+    y = _empty_out(pl.yshape, np.uint16 if ybf16 else _F32)
     verbose = _verbose.enabled()
     t0 = time.perf_counter() if verbose else 0.0
     used = pl.fn(pl.desc, ffi.from_buffer(xk), pl.x_bf16, ffi.from_buffer(wk), pl.dw_wbits,
@@ -654,7 +654,7 @@ def _run_plan(pl, x, w, b):
     if y_bf16:
         y = y.view(_BF16)
     elif pl.out_dt == _BF16:
-        yb = np.empty(pl.yshape, np.uint16)
+        yb = _empty_out(pl.yshape, np.uint16)
         pl.lib.op_conv_f32_to_bf16(yp, ffi.from_buffer("uint16_t[]", yb), pl.ysize, nthreads)
         y = yb.view(_BF16)
     if verbose:
