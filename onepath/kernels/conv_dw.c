@@ -2329,21 +2329,21 @@ OP_INLINE void op_dw8n_span(const op_dw_ctx *c, const char *const *rp, float *y,
     const __m256i m = op_lanes8(0, 0, nl);
     const float *wv = c->w + c0;
     const float *bv = c->bias ? c->bias + c0 : NULL;
-    const int64_t OW = d->ow, e = hi;
+    const int64_t OW = d->ow;
     int64_t ow = 0;
 #define OP_DW8N_PX(NO, CHECK) \
     op_dw8n_px(rp, C, W, pl, wv, bv, y, OC, act, ow, m, nl, NO, NCV, S, CHECK, ALL, TAIL, BF16)
     for (; ow < lo; ow++) OP_DW8N_PX(1, 1);
-    for (; ow + NB <= e; ow += NB) OP_DW8N_PX(NB, 0);
-    if (NB > 4 && ow + 4 <= e) {  /* the rest by 4, 2 and 1 pixels */
+    for (; ow + NB <= hi; ow += NB) OP_DW8N_PX(NB, 0);
+    if (NB > 4 && ow + 4 <= hi) {  /* the rest by 4, 2 and 1 pixels */
         OP_DW8N_PX(4, 0);
         ow += 4;
     }
-    if (ow + 2 <= e) {
+    if (ow + 2 <= hi) {
         OP_DW8N_PX(2, 0);
         ow += 2;
     }
-    for (; ow < e; ow++) OP_DW8N_PX(1, 0);
+    for (; ow < hi; ow++) OP_DW8N_PX(1, 0);
     for (; ow < OW; ow++) OP_DW8N_PX(1, 1);
 #undef OP_DW8N_PX
 }
