@@ -542,7 +542,7 @@ def test_small_bfloat16_matmul(level, m, k, n, caplog, verbose_on):
 def test_nt_form_limits(level, threads, caplog, verbose_on, monkeypatch):
     """Past this host's NT_DOTS_LIMITS (here a made-up 1000) at one thread, a float32 nt-form
     product the small kernel would take as dot products (linear; matmul with B = W.T; fewer than
-    NT_NN[0] rows) runs the packed GEMM; its transposed nn form (from NT_NN[0] rows), the nn form
+    NT_NN's rows) runs the packed GEMM; its transposed nn form (from NT_NN's rows), the nn form
     itself, and every product at two threads keep LIMITS (and the thin rule). Every answer close."""
     from onepath.dispatch.cpu import probe
     row = _small.row_for("matmul", level)
@@ -551,7 +551,8 @@ def test_nt_form_limits(level, threads, caplog, verbose_on, monkeypatch):
     old = onepath.get_num_threads()
     onepath.set_num_threads(threads)
     try:
-        for m, k in ((3, 20), (2, 20), (1, 20), (_small.NT_NN[0], 20), (_small.NT_NN[0], 4)):
+        mn = _small.NT_NN.get(row.level, (16, 0))[0]
+        for m, k in ((3, 20), (2, 20), (1, 20), (mn, 20), (mn, 4)):
             x, w = rand(m, k), rand(20, k)
             dots = _small.nt_dots(m, k, row.level)
             small = threads > 1 or m * 20 * k <= 1000 or not dots
@@ -866,21 +867,24 @@ def test_nt_nn_constants_match_the_kernel(level):
     level."""
     row = _small.row_for("matmul", level)
     lib = load(row.level).lib
-    mn, kx = _small.NT_NN
-    for m, k in ((mn - 1, 8), (mn, 8), (mn, kx), (mn, kx + 1), (1, 1), (200, 512), (200, 600)):
+    mn, kx = _small.NT_NN.get(row.level, (16, 512))
+    for m, k in ((mn - 1, 8), (mn, 8), (mn, kx), (mn, kx + 1), (1, 1), (200, 512), (200, 600),
+                 (200, 4096), (200, 4097)):
         nn = bool(lib.op_gemm_f32_small_nt_nn(m, k))
         assert nn is not _small.nt_dots(m, k, row.level), (m, k)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_nt_form_transposed_strips(level, threads, small_mt_on):
-    """The nt form's transposed-strip route (16+ rows, K <= 512) against float64 at every strip and
-    K edge (N 1..70, K 1..512 and one past it), with bias and activation, through linear and matmul
-    with B = W.T; the same bits at 1 and 2 threads."""
+    """The nt form's transposed-strip route (from NT_NN's rows, K up to its depth: 16 and 512 at
+    avx512_core, 12 and 4096 at avx2) against float64 at every strip and K edge (N 1..70, K 1..the
+    depth and one past it), with bias and activation, through linear and matmul with B = W.T; the
+    same bits at 1 and 2 threads."""
+    mn, kx = _small.NT_NN.get(_small.row_for("matmul", level).level, (16, 512))
     old = onepath.get_num_threads()
     try:
-        for m, k, n in ((16, 1, 1), (16, 15, 17), (17, 16, 31), (24, 17, 32), (33, 100, 33),
-                        (40, 512, 70), (16, 513, 20), (64, 64, 64)):
+        for m, k, n in ((mn, 1, 1), (mn, 15, 17), (mn + 1, 16, 31), (24, 17, 32), (33, 100, 33),
+                        (40, 512, 70), (mn, kx, 20), (mn, kx + 1, 20), (64, 64, 64), (mn, 9, 7)):
             x, w, bias = rand(m, k), rand(n, k), rand(n)
             res = []
             for t in (1, threads):

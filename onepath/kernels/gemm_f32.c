@@ -655,6 +655,16 @@ static void op_ukr_f32(int64_t kc, const void *a, const void *b, int64_t ldb, fl
 
 /* ---------------------------------------------------------------- f32 packing */
 
+/* The packs of a transposed B (B = W^T, rsb == 1: each column a contiguous row of W, often a power
+   of two bytes apart) read 16 rows of W at a time, 64 bytes each (AVX2: 8 rows, 32 bytes), and
+   transpose them in registers; each row is prefetched into L2 this many elements ahead (256: 512
+   bytes of bfloat16, 1 KiB of float32). Without it the transposes wait on every load: Zen 4 (EPYC VM, 1 thread, W 4096 x 4096
+   packed through op_pack_b in blocks of 128 rows, old and new build in alternate processes,
+   2026-12-02), bfloat16 k32 panels (2048 deep) 6.4-6.5 -> 9.3-10.9 GB/s (with the 16-row halves of
+   op_pack_b_k32), float32 panels (512 deep) 7.6-7.9 -> 8.9-9.6 GB/s. The transposes alone run ~26
+   GB/s from L2, a plain read of W ~21 GB/s from memory. */
+#define OP_PACK_WT_PF 256
+
 #if defined(OP_HAS_AVX512)
 /* In-register transpose of a 16 x 16 matrix of dwords (r[i] = row i): four stages of 2 x 2 block
    swaps, block size s = 8, 4, 2, 1: rows i and i + s ((i & s) == 0) exchange their off-diagonal
@@ -672,15 +682,6 @@ static const int32_t op_tr16_idx[4][2][16] OP_ALIGNED(64) = {
      {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}},
 };
 
-/* The packs of a transposed B (B = W^T, rsb == 1: each column a contiguous row of W, often a power
-   of two bytes apart) read 16 rows of W at a time, 64 bytes each, and transpose them in registers;
-   each row is prefetched into L2 this many elements ahead (256: 512 bytes of bfloat16, 1 KiB of
-   float32). Without it the transposes wait on every load: Zen 4 (EPYC VM, 1 thread, W 4096 x 4096
-   packed through op_pack_b in blocks of 128 rows, old and new build in alternate processes,
-   2026-12-02), bfloat16 k32 panels (2048 deep) 6.4-6.5 -> 9.3-10.9 GB/s (with the 16-row halves of
-   op_pack_b_k32), float32 panels (512 deep) 7.6-7.9 -> 8.9-9.6 GB/s. The transposes alone run ~26
-   GB/s from L2, a plain read of W ~21 GB/s from memory. */
-#define OP_PACK_WT_PF 256
 
 OP_INLINE void op_transpose16_epi32(__m512i r[16])
 {
@@ -702,6 +703,10 @@ OP_INLINE void op_transpose16_epi32(__m512i r[16])
 #endif
 
 #if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
+static const int32_t op_mask8_src[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+/* lanes [0, n) set, n in 0..8 (for VMASKMOVPS; AMD runs masked stores slowly: whole vectors plain) */
+OP_INLINE __m256i op_mask8(int n) { return _mm256_loadu_si256((const __m256i *)(op_mask8_src + 8 - n)); }
+
 /* r[i] lane j -> r[j] lane i (8 x 8 floats) */
 OP_INLINE void op_transpose8_ps(__m256 *r)
 {
@@ -899,6 +904,29 @@ static void op_pack_b_f32(const op_gemm_args *g, int64_t bi, int64_t p0, int64_t
                         }
                     }
                     op_tr16_store_f32(r, d + pc * NR + 16 * h, NR, nt, (__mmask16)0xFFFF);
+                }
+#elif defined(OP_HAS_AVX2)
+            /* 8 x 8 transposes in registers, columns >= nr zero. The element loop (one float
+               stored per 64 bytes) was 6.5% of a linear 512^3 at 1 thread. zen3 (AMD EPYC Zen 3
+               VM, 2026-12-06, 1 thread, x @ W.T through op_gemm_f32 alone, alternated in one
+               process with numpy, x numpy before -> after): 128 x 768 x 3072 0.74 -> 0.87, 256 x
+               1024 x 1024 0.91 -> 1.00, 512^3 0.94 -> 0.97, 384^3 / 1024^3 within 2% */
+            for (int h = 0; h < NR / 8; h++)
+                for (int64_t pc = 0; pc < kc; pc += 8) {
+                    const int nt = (int)op_min64(8, kc - pc);
+                    __m256 r[8];
+                    for (int jj = 0; jj < 8; jj++) {
+                        const int j = 8 * h + jj;
+                        if (j >= nr) {
+                            r[jj] = _mm256_setzero_ps();
+                            continue;
+                        }
+                        const float *s = src + j * csb + pc;
+                        _mm_prefetch((const char *)(s + OP_PACK_WT_PF), _MM_HINT_T1);
+                        r[jj] = nt == 8 ? _mm256_loadu_ps(s) : _mm256_maskload_ps(s, op_mask8(nt));
+                    }
+                    op_transpose8_ps(r);
+                    for (int t = 0; t < nt; t++) _mm256_storeu_ps(d + (pc + t) * NR + 8 * h, r[t]);
                 }
 #else
             for (int j = 0; j < nr; j++) {

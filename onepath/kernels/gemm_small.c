@@ -277,20 +277,24 @@ OP_INLINE void op_small_nt_tile(const int R, const int S, int64_t k, const float
 
 #elif defined(OP_HAS_AVX2)
 
-static const int32_t op_small_mask_src[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-/* lanes [0, n) set, n in 0..8 */
-OP_INLINE __m256i op_small_mask8(int n) { return _mm256_loadu_si256((const __m256i *)(op_small_mask_src + 8 - n)); }
 
-OP_INLINE void op_small_nn_tile(const int MR, const int TWO, int64_t k, const float *a, int64_t rsa,
-                                int64_t csa, const float *b, int64_t rsb, float *c, int64_t rsc,
-                                __m256i m0, __m256i m1)
+/* MR x (8 or 16) tile of the nn form; MR, TWO and FULL are constants at every call site. FULL:
+   every column of the tile is in C (plain loads / stores); else masked. With masks everywhere the
+   masked loads and stores (slow on AMD) and the masks, reloaded from the stack, held the loop:
+   zen3 (AMD EPYC Zen 3 VM, 2026-12-06, 1 thread, the kernel alone alternated in one process with
+   numpy, x numpy masked -> this): 64^3 0.53 -> 0.62, 96^3 0.70 -> 0.86, 128^3 0.73-0.77 ->
+   0.75-0.87, 200^3 0.77-0.92 -> 0.94-1.03, 256^3 0.64-0.85 -> 0.77-0.87. */
+OP_INLINE void op_small_nn_tile(const int MR, const int TWO, const int FULL, int64_t k, const float *a,
+                                int64_t rsa, int64_t csa, const float *b, int64_t rsb, float *c,
+                                int64_t rsc, __m256i m0, __m256i m1)
 {
     __m256 acc0[OP_SMALL_MR], acc1[OP_SMALL_MR];
     for (int r = 0; r < MR; r++) { acc0[r] = _mm256_setzero_ps(); acc1[r] = _mm256_setzero_ps(); }
     for (int64_t p = 0; p < k; p++) {
         const float *bp = b + p * rsb;
-        const __m256 b0 = _mm256_maskload_ps(bp, m0);
-        const __m256 b1 = TWO ? _mm256_maskload_ps(bp + 8, m1) : _mm256_setzero_ps();
+        const __m256 b0 = FULL ? _mm256_loadu_ps(bp) : _mm256_maskload_ps(bp, m0);
+        const __m256 b1 = !TWO ? _mm256_setzero_ps() : FULL ? _mm256_loadu_ps(bp + 8)
+                                                            : _mm256_maskload_ps(bp + 8, m1);
         const float *ap = a + p * csa;
         for (int r = 0; r < MR; r++) {
             const __m256 av = _mm256_broadcast_ss(ap + r * rsa);
@@ -299,25 +303,30 @@ OP_INLINE void op_small_nn_tile(const int MR, const int TWO, int64_t k, const fl
         }
     }
     for (int r = 0; r < MR; r++) {
-        _mm256_maskstore_ps(c + r * rsc, m0, acc0[r]);
-        if (TWO) _mm256_maskstore_ps(c + r * rsc + 8, m1, acc1[r]);
+        if (FULL) {
+            _mm256_storeu_ps(c + r * rsc, acc0[r]);
+            if (TWO) _mm256_storeu_ps(c + r * rsc + 8, acc1[r]);
+        } else {
+            _mm256_maskstore_ps(c + r * rsc, m0, acc0[r]);
+            if (TWO) _mm256_maskstore_ps(c + r * rsc + 8, m1, acc1[r]);
+        }
     }
 }
-
 static void op_small_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, int64_t csa,
                         const float *b, int64_t rsb, float *c, int64_t rsc)
 {
     for (int64_t j0 = 0; j0 < n; j0 += 16) {
         const int nb = (int)op_min64(16, n - j0);
-        const __m256i m0 = op_small_mask8(nb >= 8 ? 8 : nb);
-        const __m256i m1 = op_small_mask8(nb > 8 ? nb - 8 : 0);
+        const __m256i m0 = op_mask8(nb >= 8 ? 8 : nb);
+        const __m256i m1 = op_mask8(nb > 8 ? nb - 8 : 0);
         const float *bj = b + j0;
         for (int64_t i0 = 0; i0 < m; i0 += OP_SMALL_MR) {
             const int mr = (int)op_min64(OP_SMALL_MR, m - i0);
             const float *ai = a + i0 * rsa;
             float *ci = c + i0 * rsc + j0;
-#define OP_NN(R) (nb > 8 ? op_small_nn_tile(R, 1, k, ai, rsa, csa, bj, rsb, ci, rsc, m0, m1)     \
-                         : op_small_nn_tile(R, 0, k, ai, rsa, csa, bj, rsb, ci, rsc, m0, m1))
+#define OP_NN_T(R, TWO, FULL) op_small_nn_tile(R, TWO, FULL, k, ai, rsa, csa, bj, rsb, ci, rsc, m0, m1)
+#define OP_NN(R) (nb == 16 ? OP_NN_T(R, 1, 1) : nb > 8 ? OP_NN_T(R, 1, 0)                        \
+                  : nb == 8 ? OP_NN_T(R, 0, 1) : OP_NN_T(R, 0, 0))
             switch (mr) {
             case 6: OP_NN(6); break;
             case 5: OP_NN(5); break;
@@ -327,6 +336,7 @@ static void op_small_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t
             default: OP_NN(1); break;
             }
 #undef OP_NN
+#undef OP_NN_T
         }
     }
 }
@@ -347,7 +357,7 @@ OP_INLINE void op_small_nt_tile(const int R, const int S, int64_t k, const float
         for (int s = 0; s < S; s++) acc[r][s] = _mm256_setzero_ps();
     int64_t p = 0;
     for (; p < k; p += 8) {
-        const __m256i mk = op_small_mask8(k - p >= 8 ? 8 : (int)(k - p));
+        const __m256i mk = op_mask8(k - p >= 8 ? 8 : (int)(k - p));
         __m256 bv[4];
         for (int s = 0; s < S; s++) bv[s] = _mm256_maskload_ps(b + s * csb + p, mk);
         for (int r = 0; r < R; r++) {
@@ -359,6 +369,44 @@ OP_INLINE void op_small_nt_tile(const int R, const int S, int64_t k, const float
         for (int s = 0; s < S; s++) c[r * rsc + s * csc] = op_small_hsum8(acc[r][s]);
 }
 #define OP_SMALL_NT_R 2
+/* The nt form through the nn form, as the AVX-512 op_small_nt_nn: B in strips of OP_SMALL_NR (16)
+   columns transposed into bt (k rows of 16 floats; 8 x 8 blocks in registers), op_small_nn over
+   each strip with B's rows whole. The 2 x 4 dot tiles read A's rows and B's columns once per 8
+   outputs and reduce every sum across lanes: 0.5-0.8x numpy from 12 rows on, where this runs
+   0.9-1.1x (zen3, 1 thread: ops/_small.py's NT_NN, with the measurements); fewer rows keep them.
+   bt is at most 256 KiB (K 4096). Returns 0 when its malloc fails (the dot tiles run). */
+#define OP_SMALL_NT_MAX_K 4096
+#define OP_SMALL_NT_NN_MIN_M 12
+static int op_small_nt_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa,
+                          const float *b, int64_t csb, float *c, int64_t rsc)
+{
+    float *bt = (float *)aligned_alloc(64, sizeof(float) * OP_SMALL_NR * (size_t)op_roundup64(k, 8));
+    if (!bt) return 0;
+    for (int64_t j0 = 0; j0 < n; j0 += OP_SMALL_NR) {
+        const int nb = (int)op_min64(OP_SMALL_NR, n - j0);
+        for (int h = 0; h * 8 < nb; h++) {
+            const int cols = nb - 8 * h < 8 ? nb - 8 * h : 8;
+            const float *bh = b + (j0 + 8 * h) * csb;
+            for (int64_t p0 = 0; p0 < k; p0 += 8) {
+                const int pn = k - p0 < 8 ? (int)(k - p0) : 8;
+                __m256 r[8];
+                if (pn == 8) {
+                    for (int i = 0; i < 8; i++)
+                        r[i] = i < cols ? _mm256_loadu_ps(bh + i * csb + p0) : _mm256_setzero_ps();
+                } else {
+                    const __m256i mk = op_mask8(pn);
+                    for (int i = 0; i < 8; i++)
+                        r[i] = i < cols ? _mm256_maskload_ps(bh + i * csb + p0, mk) : _mm256_setzero_ps();
+                }
+                op_transpose8_ps(r);
+                for (int q = 0; q < pn; q++) _mm256_store_ps(bt + (p0 + q) * OP_SMALL_NR + 8 * h, r[q]);
+            }
+        }
+        op_small_nn(m, nb, k, a, rsa, 1, bt, OP_SMALL_NR, c + j0, rsc);
+    }
+    free(bt);
+    return 1;
+}
 
 #else  /* portable C */
 
@@ -464,7 +512,7 @@ static int op_small_run(int64_t m, int64_t n, int64_t k, const void *av, int64_t
     } else if (csb == 1 && csc == 1) {
         op_small_nn(m, n, k, a, rsa, csa, b, rsb, c, rsc);
     } else if (csa == 1 && rsb == 1) {
-#if defined(OP_HAS_AVX512)
+#if defined(OP_HAS_AVX2)
         if (!(csc == 1 && m >= OP_SMALL_NT_NN_MIN_M && k <= OP_SMALL_NT_MAX_K
               && op_small_nt_nn(m, n, k, a, rsa, b, csb, c, rsc)))
 #endif
@@ -599,7 +647,7 @@ int op_gemm_f32_small_batch(int64_t nbatch, int64_t m, int64_t n, int64_t k,
 
 int op_gemm_f32_small_nt_nn(int64_t m, int64_t k)
 {
-#if defined(OP_HAS_AVX512)
+#if defined(OP_HAS_AVX2)
     return m >= OP_SMALL_NT_NN_MIN_M && k <= OP_SMALL_NT_MAX_K;
 #else
     (void)m; (void)k;

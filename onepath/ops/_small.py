@@ -166,18 +166,25 @@ _uarch_limits: dict = {}  # level of the small row -> LIMITS_UARCH's value on th
 # unmeasured; its VDPBF16PS GEMM ran 2x this kernel's rate at 512^3 and above.
 BF16_LIMITS: dict = {"avx512_core_amx": (80 ** 3, 16), "avx512_core_bf16": (96 ** 3, 32),
                      "avx512_core": (96 ** 3, 32)}
-# float32's nt form (linear's x @ W.T, matmul's B = W.T). From NT_NN[0] rows with K up to NT_NN[1]
-# the AVX-512 small kernel runs it as the nn form on B transposed in strips (gemm_small.c's
-# op_small_nt_nn, whose constants these mirror; op_gemm_f32_small_nt_nn answers the same); with
-# fewer rows or a deeper K it takes dot products, which trail the packed GEMM on larger products:
-# NT_DOTS_LIMITS, per (uarch, level of the small row), holds the largest M*N*K of that form at one
-# thread (more threads: LIMITS and the thin rule alone). sapphirerapids (the Intel AMX VM,
-# 2026-12-05, linear, 1 thread, small kernel / GEMM time, best of 3 x 5 blocks alternated in one
-# process): dot products 1 x 768 x 768 0.80, 8 x 512 x 512 0.79, 12 x 384 x 384 0.80, 4 x 768 x 768
-# 1.01, 12 x 384 x 1536 1.00, 32 x 768 x 256 1.12, 64 x 1024 x 128 1.07, 16 x 1024 x 1024 1.39;
-# the transposed nn form 128^3 0.73, 256^3 0.97, 16 x 256 x 256 0.61, 64 x 64 x 256 0.66 (2 threads
-# 0.37-0.92). zen4: unmeasured (no row: LIMITS alone, as before).
-NT_NN = (16, 512)
+# float32's nt form (linear's x @ W.T, matmul's B = W.T). From NT_NN[level][0] rows with K up to
+# NT_NN[level][1] the small kernel of that level (its small row's) runs it as the nn form on B
+# transposed in strips (gemm_small.c's op_small_nt_nn, whose constants these mirror;
+# op_gemm_f32_small_nt_nn answers the same); with fewer rows or a deeper K it takes dot products,
+# which trail the packed GEMM on larger products: NT_DOTS_LIMITS, per (uarch, level of the small
+# row), holds the largest M*N*K of that form at one thread (more threads: LIMITS and the thin rule
+# alone). sapphirerapids (the Intel AMX VM, 2026-12-05, linear, 1 thread, small kernel / GEMM time,
+# best of 3 x 5 blocks alternated in one process): dot products 1 x 768 x 768 0.80, 8 x 512 x 512
+# 0.79, 12 x 384 x 384 0.80, 4 x 768 x 768 1.01, 12 x 384 x 1536 1.00, 32 x 768 x 256 1.12, 64 x
+# 1024 x 128 1.07, 16 x 1024 x 1024 1.39; the transposed nn form 128^3 0.73, 256^3 0.97, 16 x 256 x
+# 256 0.61, 64 x 64 x 256 0.66 (2 threads 0.37-0.92). zen4: unmeasured (no row: LIMITS alone, as
+# before). avx2 (zen3, AMD EPYC Zen 3 VM, 2026-12-06, 1 thread, the kernel alone alternated in one
+# process with numpy, x numpy dot products -> transposed nn form): 64^3 0.51 -> 0.69, 128^3 0.61 ->
+# 0.94, 256^3 0.81 -> 1.05, 16 x 256 x 256 0.81 -> 1.00, 12 x 384 x 384 0.81 -> 1.13, 12 x 1536 x
+# 384 0.93 -> 1.09, 128 x 1536 x 384 0.59 -> 0.93, 64 x 2048 x 64 0.57 -> 0.94; 8 rows even (8 x
+# 256 x 256 0.98 / 0.96, 8 x 768 x 768 1.18 / 1.25), 4 rows and fewer lost (4 x 256 x 256 1.27 ->
+# 1.10, 1 x 256 x 256 0.40 -> 0.28). Levels without a row take dot products.
+NT_NN: dict = {"avx512_core": (16, 512), "avx2": (12, 4096)}
+NT_K_DOTS = 1 << 62  # an nt_k (use_small) past every NT_NN depth: dot products (C's rows strided)
 # Neither the nn nor the nt form (A and B both column-major, C's rows strided, ...): the small
 # kernel's scalar reference loop (op_small_any), which the packed GEMM beats from about 16^3
 # (sapphirerapids, 2026-12-05, 1 thread, under load: 8^3 12 against 28 us, 16^3 27 against 16,
@@ -189,9 +196,10 @@ _nt_limits: dict = {}  # level of the small row -> NT_DOTS_LIMITS' value on this
 
 def nt_dots(m: int, k: int, level: str) -> bool:
     """True when the small kernel of ``level`` (its small row's) takes dot products for an nt-form
-    product of ``m`` rows and depth ``k`` (NT_NN; avx512_core is the only level with the
-    transposed form)."""
-    return level != "avx512_core" or m < NT_NN[0] or k > NT_NN[1]
+    product of ``m`` rows and depth ``k`` (NT_NN: from its rows, up to its depth, the transposed nn
+    form; a level without a row, dot products)."""
+    lim = NT_NN.get(level)
+    return lim is None or m < lim[0] or k > lim[1]
 
 
 _off: contextvars.ContextVar[bool] = contextvars.ContextVar("onepath_small_off", default=False)
@@ -288,7 +296,7 @@ def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
         lim = BF16_LIMITS.get(isa)
         if lim is not None and mnk > lim[0] and (m is None or m >= lim[1]):
             return False
-    nt_ok = nt_k is None or not nt_dots(m or NT_NN[0], nt_k, level) or _nt_fits(mnk, level)
+    nt_ok = nt_k is None or not nt_dots(m or 1 << 62, nt_k, level) or _nt_fits(mnk, level)
     return ((fits(mnk, level, kn, m) and nt_ok)
             or (m is not None and dtype == "float32" and thin(m, kn, level, nt_k is None)))
 

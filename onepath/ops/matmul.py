@@ -265,7 +265,7 @@ def _matmul_f32(a, b, out):
     nn = csb == 1 and csc == 1
     nt = not nn and csa == 1 and rsb == 1
     m, n = a2.shape[-2], b2.shape[-1]
-    nt_k = None if not nt else k if csc == 1 else _small.NT_NN[1] + 1
+    nt_k = None if not nt else k if csc == 1 else _small.NT_K_DOTS
     # neither form (e.g. A and B both column-major, or C's rows strided): the small kernel's
     # reference loop, only for the tiniest products (_small.ANY_MAX)
     if target is c and (nn or nt or m * n * k <= _small.ANY_MAX) and (
