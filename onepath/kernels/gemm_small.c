@@ -573,27 +573,31 @@ int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
     }
     if (nthreads <= 1 || m <= 0 || k <= 0)   /* (op_gemm_f32_small: no range arithmetic) */
         return op_small_run(m, n, k, av, rsa, csa, bv, rsb, csb, cv, rsc, csc, epi);
-    /* ranges start at multiples of 32 columns: of every form's column tile (nn: OP_SMALL_NR, nt and
-       the loop: 4) and of the epilogue's activation vectors (op_act_row: whole vectors from a row's
-       start, the tail on its own), so every tile and every activated element, and so every bit,
-       is the one-thread call's */
-    const int64_t q = 32;
-    const int64_t chunk = op_roundup64(op_cdiv64(n > 0 ? n : 1, nthreads), q);
-    /* Too few columns for two ranges (n <= 32): ranges of rows (from 8 tiles' worth), for the nn
-       form (B and C rows contiguous), whose tiles are OP_SMALL_MR rows of one row's FMAs each: at
-       multiples of OP_SMALL_MR every tile is the one-thread call's, and so is every bit. The
-       epilogue's bias along rows moves with the range; activations act per row. sapphirerapids,
-       2026-12-06, 2 threads, median of 5 alternated in one process, x numpy (OpenBLAS) one thread
-       -> two: 512 x 64 x 32 0.79 -> 1.18, 1024 x 128 x 16 0.77 -> 1.27 (256 x 384 x 32, the packed
-       GEMM before ops/_small.py's mt_fits: 0.49-0.54 -> 1.22) */
-    if (n <= chunk && csb == 1 && csc == 1 && m >= 8 * OP_SMALL_MR) {
+    /* Too few columns for two ranges of 32 (n <= 32 at 2 threads): ranges of rows (from 8 tiles'
+       worth), for the nn form (B and C rows contiguous), whose tiles are OP_SMALL_MR rows of one
+       row's FMAs each: at multiples of OP_SMALL_MR every tile is the one-thread call's, and so is
+       every bit. The epilogue's bias along rows moves with the range; activations act per row.
+       sapphirerapids, 2026-12-06, 2 threads, median of 5 alternated in one process, x numpy
+       (OpenBLAS) one thread -> two: 512 x 64 x 32 0.79 -> 1.18, 1024 x 128 x 16 0.77 -> 1.27 (256 x
+       384 x 32, the packed GEMM before ops/_small.py's mt_fits: 0.49-0.54 -> 1.22) */
+    const int64_t chunk32 = op_roundup64(op_cdiv64(n > 0 ? n : 1, nthreads), 32);
+    if (n <= chunk32 && csb == 1 && csc == 1 && m >= 8 * OP_SMALL_MR) {
         const int64_t rchunk = op_roundup64(op_cdiv64(m, nthreads), OP_SMALL_MR);
         op_small_mt_ctx x = {m, n, k, rsa, csa, rsb, csb, rsc, csc, rchunk,
                              (const float *)av, (const float *)bv, (float *)cv, epi, 1};
         return op_parallel_for_short(nthreads, op_cdiv64(m, rchunk), op_small_mt_task, &x);
     }
-    if (n <= chunk)
+    if (n <= chunk32)
         return op_small_run(m, n, k, av, rsa, csa, bv, rsb, csb, cv, rsc, csc, epi);
+    /* Else ranges of columns starting at multiples of q: of every form's column tile (nn:
+       OP_SMALL_NR, nt and the loop: 4) and of the epilogue's activation vectors (op_act_row: 16
+       floats from a row's start, the tail on its own), so every tile and every activated element,
+       and so every bit, is the one-thread call's. q is 16 below AVX-512 (32 there): 96 or 192
+       columns at 2 threads in two equal ranges, not 64 + 32 or 128 + 64 (by the arithmetic: a
+       third less time for the slower range; on the Zen 3 VM the 2-thread timings of these
+       products moved more than that from run to run, both libraries alike) */
+    const int64_t q = OP_SMALL_NR > 16 ? OP_SMALL_NR : 16;
+    const int64_t chunk = op_roundup64(op_cdiv64(n, nthreads), q);
     op_small_mt_ctx x = {m, n, k, rsa, csa, rsb, csb, rsc, csc, chunk,
                          (const float *)av, (const float *)bv, (float *)cv, epi, 0};
     return op_parallel_for_short(nthreads, op_cdiv64(n, chunk), op_small_mt_task, &x);
