@@ -1055,3 +1055,37 @@ def test_off_holds_after_a_small_product(level):
                 assert o.tobytes() == g.tobytes()
     finally:
         onepath.set_num_threads(saved)
+
+
+def test_nt_nn_limits_one_thread(level, caplog, verbose_on, monkeypatch):
+    """Past LIMITS, within this host's NT_NN_LIMITS (here set to 200^3), a raw-weight nt-form
+    product the small kernel takes in its transposed nn form (NT_NN's rows and depth) runs the
+    small kernel at one thread; at two threads, with fewer rows (dot products), past the limit, or
+    B past B_MAX, the packed GEMM. Every answer close to float64."""
+    from onepath.dispatch.cpu import probe
+    row = _small.row_for("matmul", level)
+    if row.level not in _small.NT_NN:
+        pytest.skip(f"no transposed nn form at {row.level}")
+    mn, kx = _small.NT_NN[row.level]
+    monkeypatch.setitem(_small.NT_NN_LIMITS, (probe().uarch, row.level), 200 ** 3)
+    monkeypatch.setitem(_small.LIMITS_UARCH, (probe().uarch, row.level), (16 ** 3, 16 ** 3))
+    _small.reset()
+    old = onepath.get_num_threads()
+    try:
+        for (m, k, n), threads, small in (((200, 200, 200), 1, True), ((200, 200, 200), 2, False),
+                                          ((mn - 1, 200, 200), 1, False),
+                                          ((210, 200, 200), 1, False), ((mn, 300, 500), 1, False)):
+            onepath.set_num_threads(threads)
+            x, w = rand(m, k), rand(n, k)
+            for name, got in (("linear", lambda: onepath.linear(x, w)),
+                              ("matmul", lambda: onepath.matmul(x, w.T))):
+                caplog.clear()
+                with caplog.at_level(logging.INFO, logger="onepath"):
+                    y = got()
+                assert (row.name in caplog.text) is small, (m, k, n, threads, name, caplog.text)
+                np.testing.assert_allclose(y, x.astype(np.float64) @ w.T.astype(np.float64),
+                                           rtol=2e-5, atol=2e-5 * np.sqrt(k))
+    finally:
+        onepath.set_num_threads(old)
+        monkeypatch.undo()
+        _small.reset()

@@ -192,6 +192,14 @@ NT_K_DOTS = 1 << 62  # an nt_k (use_small) past every NT_NN depth: dot products 
 ANY_MAX = 12 ** 3
 NT_DOTS_LIMITS: dict = {("sapphirerapids", "avx512_core"): 160 ** 3}
 _nt_limits: dict = {}  # level of the small row -> NT_DOTS_LIMITS' value on this host, or None
+# At one thread the transposed nn form (NT_NN) of a raw-weight nt product (linear's x @ W.T,
+# matmul's B = W.T; B within B_MAX) runs the small kernel up to this M*N*K per (uarch, level of
+# the small row), past LIMITS: the packed GEMM packs the transposed B every call. zen3 (AMD EPYC
+# Zen 3 VM, 2026-12-06, linear, 1 thread, both paths forced and alternated in one process with
+# numpy, median of 11, x numpy small kernel / GEMM): 160^3 0.96 / 0.75, 192^3 1.00 / 0.85, 224^3
+# 0.94 / 0.83, 256^3 1.01 / 0.91, 320^3 0.79 / 0.90. Two threads keep LIMITS (the GEMM splits).
+NT_NN_LIMITS: dict = {("zen3", "avx2"): 256 ** 3}
+_nt_nn_limits: dict = {}  # level of the small row -> NT_NN_LIMITS' value on this host, or None
 
 
 def nt_dots(m: int, k: int, level: str) -> bool:
@@ -281,13 +289,27 @@ def _nt_fits(mnk: int, level: str) -> bool:
     return lim is None or mnk <= lim or _threads.get_num_threads() != 1
 
 
+def _nt_nn_fits(mnk: int, level: str, kn: int, m: int | None, nt_k: int | None) -> bool:
+    """True when an nt-form product (M*N*K = ``mnk``, K*N = ``kn``, ``m`` rows, depth ``nt_k``)
+    takes the small kernel's transposed nn form past LIMITS at one thread (NT_NN_LIMITS)."""
+    if nt_k is None or m is None or kn > B_MAX or _threads.get_num_threads() != 1 or _off.get():
+        return False
+    try:
+        lim = _nt_nn_limits[level]
+    except KeyError:
+        from ..dispatch.cpu import probe
+        lim = _nt_nn_limits[level] = NT_NN_LIMITS.get((probe().uarch, level))
+    return (lim is not None and mnk <= lim and limits(level)[0] >= 0
+            and not nt_dots(m, nt_k, level))
+
+
 def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
               m: int | None = None, nt_k: int | None = None) -> bool:
     """True when a product of M*N*K = ``mnk`` of (op, dtype) takes the small path at the level in
     force (given ``m``, its rows, also a thin float32 product: ``thin``; a bfloat16 one within
     ``BF16_LIMITS`` of that level: ``m`` None counts as many rows; ``nt_k``, the depth K of a
     float32 nt-form product (B = W.T), within ``NT_DOTS_LIMITS`` where the small kernel would take
-    it as dot products: ``nt_dots``)."""
+    it as dot products: ``nt_dots``; at one thread its transposed nn form up to ``NT_NN_LIMITS``)."""
     isa = _cap.isa()
     level = row_for(op, isa, dtype).level
     if _on.get():
@@ -298,6 +320,7 @@ def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
             return False
     nt_ok = nt_k is None or not nt_dots(m or 1 << 62, nt_k, level) or _nt_fits(mnk, level)
     return ((fits(mnk, level, kn, m) and nt_ok)
+            or (dtype == "float32" and _nt_nn_fits(mnk, level, kn, m, nt_k))
             or (m is not None and dtype == "float32" and thin(m, kn, level, nt_k is None)))
 
 
@@ -318,6 +341,7 @@ def reset() -> None:
         cache.clear()
     _bound_bf16.clear()
     _nt_limits.clear()
+    _nt_nn_limits.clear()
     _uarch_limits.clear()
 
 
