@@ -658,11 +658,11 @@ static void op_ukr_f32(int64_t kc, const void *a, const void *b, int64_t ldb, fl
 /* The packs of a transposed B (B = W^T, rsb == 1: each column a contiguous row of W, often a power
    of two bytes apart) read 16 rows of W at a time, 64 bytes each (AVX2: 8 rows, 32 bytes), and
    transpose them in registers; each row is prefetched into L2 this many elements ahead (256: 512
-   bytes of bfloat16, 1 KiB of float32). Without it the transposes wait on every load: Zen 4 (EPYC VM, 1 thread, W 4096 x 4096
-   packed through op_pack_b in blocks of 128 rows, old and new build in alternate processes,
-   2026-12-02), bfloat16 k32 panels (2048 deep) 6.4-6.5 -> 9.3-10.9 GB/s (with the 16-row halves of
-   op_pack_b_k32), float32 panels (512 deep) 7.6-7.9 -> 8.9-9.6 GB/s. The transposes alone run ~26
-   GB/s from L2, a plain read of W ~21 GB/s from memory. */
+   bytes of bfloat16, 1 KiB of float32). Without it the transposes wait on every load: Zen 4 (EPYC
+   VM, 1 thread, W 4096 x 4096 packed through op_pack_b in blocks of 128 rows, old and new build in
+   alternate processes, 2026-12-02), bfloat16 k32 panels (2048 deep) 6.4-6.5 -> 9.3-10.9 GB/s (with
+   the 16-row halves of op_pack_b_k32), float32 panels (512 deep) 7.6-7.9 -> 8.9-9.6 GB/s. The
+   transposes alone run ~26 GB/s from L2, a plain read of W ~21 GB/s from memory. */
 #define OP_PACK_WT_PF 256
 
 #if defined(OP_HAS_AVX512)
@@ -681,7 +681,6 @@ static const int32_t op_tr16_idx[4][2][16] OP_ALIGNED(64) = {
     {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
      {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}},
 };
-
 
 OP_INLINE void op_transpose16_epi32(__m512i r[16])
 {
@@ -704,8 +703,11 @@ OP_INLINE void op_transpose16_epi32(__m512i r[16])
 
 #if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
 static const int32_t op_mask8_src[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-/* lanes [0, n) set, n in 0..8 (for VMASKMOVPS; AMD runs masked stores slowly: whole vectors plain) */
-OP_INLINE __m256i op_mask8(int n) { return _mm256_loadu_si256((const __m256i *)(op_mask8_src + 8 - n)); }
+/* lanes [0, n) set, n in 0..8, for VMASKMOVPS (slow on AMD: whole vectors take plain loads) */
+OP_INLINE __m256i op_mask8(int n)
+{
+    return _mm256_loadu_si256((const __m256i *)(op_mask8_src + 8 - n));
+}
 
 /* r[i] lane j -> r[j] lane i (8 x 8 floats) */
 OP_INLINE void op_transpose8_ps(__m256 *r)

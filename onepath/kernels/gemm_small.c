@@ -277,16 +277,15 @@ OP_INLINE void op_small_nt_tile(const int R, const int S, int64_t k, const float
 
 #elif defined(OP_HAS_AVX2)
 
-
 /* MR x (8 or 16) tile of the nn form; MR, TWO and FULL are constants at every call site. FULL:
    every column of the tile is in C (plain loads / stores); else masked. With masks everywhere the
    masked loads and stores (slow on AMD) and the masks, reloaded from the stack, held the loop:
    zen3 (AMD EPYC Zen 3 VM, 2026-12-06, 1 thread, the kernel alone alternated in one process with
    numpy, x numpy masked -> this): 64^3 0.53 -> 0.62, 96^3 0.70 -> 0.86, 128^3 0.73-0.77 ->
    0.75-0.87, 200^3 0.77-0.92 -> 0.94-1.03, 256^3 0.64-0.85 -> 0.77-0.87. */
-OP_INLINE void op_small_nn_tile(const int MR, const int TWO, const int FULL, int64_t k, const float *a,
-                                int64_t rsa, int64_t csa, const float *b, int64_t rsb, float *c,
-                                int64_t rsc, __m256i m0, __m256i m1)
+OP_INLINE void op_small_nn_tile(const int MR, const int TWO, const int FULL, int64_t k,
+                                const float *a, int64_t rsa, int64_t csa, const float *b,
+                                int64_t rsb, float *c, int64_t rsc, __m256i m0, __m256i m1)
 {
     __m256 acc0[OP_SMALL_MR], acc1[OP_SMALL_MR];
     for (int r = 0; r < MR; r++) { acc0[r] = _mm256_setzero_ps(); acc1[r] = _mm256_setzero_ps(); }
@@ -312,6 +311,7 @@ OP_INLINE void op_small_nn_tile(const int MR, const int TWO, const int FULL, int
         }
     }
 }
+
 static void op_small_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa, int64_t csa,
                         const float *b, int64_t rsb, float *c, int64_t rsc)
 {
@@ -324,7 +324,8 @@ static void op_small_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t
             const int mr = (int)op_min64(OP_SMALL_MR, m - i0);
             const float *ai = a + i0 * rsa;
             float *ci = c + i0 * rsc + j0;
-#define OP_NN_T(R, TWO, FULL) op_small_nn_tile(R, TWO, FULL, k, ai, rsa, csa, bj, rsb, ci, rsc, m0, m1)
+#define OP_NN_T(R, TWO, FULL)                                                                    \
+    op_small_nn_tile(R, TWO, FULL, k, ai, rsa, csa, bj, rsb, ci, rsc, m0, m1)
 #define OP_NN(R) (nb == 16 ? OP_NN_T(R, 1, 1) : nb > 8 ? OP_NN_T(R, 1, 0)                        \
                   : nb == 8 ? OP_NN_T(R, 0, 1) : OP_NN_T(R, 0, 0))
             switch (mr) {
@@ -380,7 +381,8 @@ OP_INLINE void op_small_nt_tile(const int R, const int S, int64_t k, const float
 static int op_small_nt_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa,
                           const float *b, int64_t csb, float *c, int64_t rsc)
 {
-    float *bt = (float *)aligned_alloc(64, sizeof(float) * OP_SMALL_NR * (size_t)op_roundup64(k, 8));
+    float *bt = (float *)aligned_alloc(64, sizeof(float) * OP_SMALL_NR
+                                               * (size_t)op_roundup64(k, 8));
     if (!bt) return 0;
     for (int64_t j0 = 0; j0 < n; j0 += OP_SMALL_NR) {
         const int nb = (int)op_min64(OP_SMALL_NR, n - j0);
@@ -390,16 +392,15 @@ static int op_small_nt_nn(int64_t m, int64_t n, int64_t k, const float *a, int64
             for (int64_t p0 = 0; p0 < k; p0 += 8) {
                 const int pn = k - p0 < 8 ? (int)(k - p0) : 8;
                 __m256 r[8];
-                if (pn == 8) {
-                    for (int i = 0; i < 8; i++)
-                        r[i] = i < cols ? _mm256_loadu_ps(bh + i * csb + p0) : _mm256_setzero_ps();
-                } else {
-                    const __m256i mk = op_mask8(pn);
-                    for (int i = 0; i < 8; i++)
-                        r[i] = i < cols ? _mm256_maskload_ps(bh + i * csb + p0, mk) : _mm256_setzero_ps();
+                const __m256i mk = op_mask8(pn);
+                for (int i = 0; i < 8; i++) {
+                    const float *src = bh + i * csb + p0;
+                    r[i] = i >= cols ? _mm256_setzero_ps()
+                           : pn == 8 ? _mm256_loadu_ps(src) : _mm256_maskload_ps(src, mk);
                 }
                 op_transpose8_ps(r);
-                for (int q = 0; q < pn; q++) _mm256_store_ps(bt + (p0 + q) * OP_SMALL_NR + 8 * h, r[q]);
+                for (int q = 0; q < pn; q++)
+                    _mm256_store_ps(bt + (p0 + q) * OP_SMALL_NR + 8 * h, r[q]);
             }
         }
         op_small_nn(m, nb, k, a, rsa, 1, bt, OP_SMALL_NR, c + j0, rsc);

@@ -309,7 +309,8 @@ def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
     force (given ``m``, its rows, also a thin float32 product: ``thin``; a bfloat16 one within
     ``BF16_LIMITS`` of that level: ``m`` None counts as many rows; ``nt_k``, the depth K of a
     float32 nt-form product (B = W.T), within ``NT_DOTS_LIMITS`` where the small kernel would take
-    it as dot products: ``nt_dots``; at one thread its transposed nn form up to ``NT_NN_LIMITS``)."""
+    it as dot products: ``nt_dots``; at one thread, its transposed nn form up to
+    ``NT_NN_LIMITS``)."""
     isa = _cap.isa()
     level = row_for(op, isa, dtype).level
     if _on.get():
