@@ -1057,36 +1057,37 @@ def test_off_holds_after_a_small_product(level):
         onepath.set_num_threads(saved)
 
 
-def test_nt_nn_limits_one_thread(level, caplog, verbose_on, monkeypatch):
-    """Past LIMITS, within this host's NT_NN_LIMITS (here set to 200^3), a raw-weight nt-form
-    product the small kernel takes in its transposed nn form (NT_NN's rows and depth) runs the
-    small kernel at one thread; at two threads, with fewer rows (dot products), past the limit, or
-    B past B_MAX, the packed GEMM. Every answer close to float64."""
-    from onepath.dispatch.cpu import probe
-    row = _small.row_for("matmul", level)
-    if row.level not in _small.NT_NN:
-        pytest.skip(f"no transposed nn form at {row.level}")
-    mn, kx = _small.NT_NN[row.level]
-    monkeypatch.setitem(_small.NT_NN_LIMITS, (probe().uarch, row.level), 200 ** 3)
-    monkeypatch.setitem(_small.LIMITS_UARCH, (probe().uarch, row.level), (16 ** 3, 16 ** 3))
-    _small.reset()
+
+def test_same_bits_at_one_and_two_threads_past_the_first_limit(level):
+    """Products past LIMITS' first value (within its second) that give no row count (a batched
+    matmul, a PackedWeight's linear past NT_MAX_M rows) keep LIMITS' first value at every thread
+    count: the same path, so the same bits, at 1 and 2 threads (they took the small kernel at one
+    thread and the packed GEMM at two). And x @ W.T with fewer than 8 columns, whose transposed nn
+    form needs 8 at avx2: the same bits at 1 and 2 threads where the 2-thread ranges are narrower.
+    Every answer close to float64."""
+    lim, lim1t = _small.limits(_small.row_for("matmul", level).level)
+    if lim < 0 or lim1t <= lim:
+        pytest.skip(f"no one-thread extension of LIMITS at {level}")
+    k = 1000  # deeper than every KC: the packed GEMM then sums K in blocks, the small kernel not
+    m = n = int(round(((lim + lim1t) / 2 / k) ** 0.5))
+    assert lim < m * n * k <= lim1t and k * n <= _small.B_MAX
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((2, m, k), dtype=np.float32)
+    b = rng.standard_normal((2, k, n), dtype=np.float32)
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    w = rng.standard_normal((n, k), dtype=np.float32)
+    xs, ws = rand(40, 300), rand(36, 300)   # 36 columns: ranges of 32 + 4 at 2 threads
     old = onepath.get_num_threads()
+    got = []
     try:
-        for (m, k, n), threads, within in (((200, 200, 200), 1, True), ((200, 200, 200), 2, True),
-                                           ((mn - 1, 200, 200), 1, False),
-                                           ((210, 200, 200), 1, False), ((mn, 300, 500), 1, False)):
-            onepath.set_num_threads(threads)
-            small = within and onepath.get_num_threads() == 1  # (a 1-CPU host runs one thread)
-            x, w = rand(m, k), rand(n, k)
-            for name, got in (("linear", lambda: onepath.linear(x, w)),
-                              ("matmul", lambda: onepath.matmul(x, w.T))):
-                caplog.clear()
-                with caplog.at_level(logging.INFO, logger="onepath"):
-                    y = got()
-                assert (row.name in caplog.text) is small, (m, k, n, threads, name, caplog.text)
-                np.testing.assert_allclose(y, x.astype(np.float64) @ w.T.astype(np.float64),
-                                           rtol=2e-5, atol=2e-5 * np.sqrt(k))
+        for t in (1, 2):
+            onepath.set_num_threads(t)
+            got.append((onepath.matmul(a, b), onepath.linear(x, onepath.prepack(w)),
+                        onepath.linear(xs, ws)))
     finally:
         onepath.set_num_threads(old)
-        monkeypatch.undo()
-        _small.reset()
+    refs = (a.astype(np.float64) @ b, x.astype(np.float64) @ w.T.astype(np.float64),
+            xs.astype(np.float64) @ ws.T.astype(np.float64))
+    for one, two, ref in zip(got[0], got[1], refs):
+        assert one.tobytes() == two.tobytes()
+        np.testing.assert_allclose(one, ref, rtol=1e-4, atol=1e-4 * np.sqrt(k))

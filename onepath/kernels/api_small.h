@@ -37,7 +37,8 @@ int op_gemm_f32_small_batch(int64_t nbatch, int64_t m, int64_t n, int64_t k,
 
 /* 1 when the nt form (A's and C's rows contiguous, B's columns contiguous: x @ W.T) of m rows and
    depth k runs as the nn form on B transposed strip by strip (gemm_small.c's op_small_nt_nn), 0
-   when it runs the dot-product tiles. */
+   when it runs the dot-product tiles. (AVX2 also needs 8 or more columns in the whole product:
+   fewer take the dot-product tiles.) */
 int op_gemm_f32_small_nt_nn(int64_t m, int64_t k);
 
 /* Register tile of the nn form (rows x columns of C) and the kernel's name. */

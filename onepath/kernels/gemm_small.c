@@ -201,6 +201,7 @@ OP_INLINE void op_small_tr16(__m512 r[16])
 #define OP_SMALL_NT_STRIP 32
 #define OP_SMALL_NT_MAX_K 512
 #define OP_SMALL_NT_NN_MIN_M 16
+#define OP_SMALL_NT_NN_MIN_N 1
 static int op_small_nt_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa,
                           const float *b, int64_t csb, float *c, int64_t rsc)
 {
@@ -374,10 +375,14 @@ OP_INLINE void op_small_nt_tile(const int R, const int S, int64_t k, const float
    columns transposed into bt (k rows of 16 floats; 8 x 8 blocks in registers), op_small_nn over
    each strip with B's rows whole. The 2 x 4 dot tiles read A's rows and B's columns once per 8
    outputs and reduce every sum across lanes: 0.5-0.8x numpy from 12 rows on, where this runs
-   0.9-1.1x (zen3, 1 thread: ops/_small.py's NT_NN, with the measurements); fewer rows keep them.
-   bt is at most 256 KiB (K 4096). Returns 0 when its malloc fails (the dot tiles run). */
+   0.9-1.1x (zen3, 1 thread: ops/_small.py's NT_NN, with the measurements); fewer rows keep them,
+   and so do fewer than 8 columns, whose strips would be mostly zeros (zen3, 1 thread, the kernel
+   alone, x numpy dots / this: 1000 x 1000 x 2 1.81 / 0.94, x 4 1.81 / 1.13, 64 x 2048 x 4 1.32 /
+   0.86; x 8 1.06 / 1.30, 64 x 2048 x 8 0.78 / 0.92, 300 x 1000 x 16 0.90 / 1.26). bt is at most
+   256 KiB (K 4096). Returns 0 when its malloc fails (the dot tiles run). */
 #define OP_SMALL_NT_MAX_K 4096
 #define OP_SMALL_NT_NN_MIN_M 12
+#define OP_SMALL_NT_NN_MIN_N 8
 static int op_small_nt_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa,
                           const float *b, int64_t csb, float *c, int64_t rsc)
 {
@@ -499,10 +504,11 @@ static const op_epilogue *op_small_epi_t(const op_epilogue *epi, op_epilogue *e)
 }
 
 /* op_gemm_f32_small as given (no OP_SMALL_MATVEC turn: the ranges of op_gemm_f32_small_mt, whose
-   one-column pieces are the whole call's columns) */
+   one-column pieces are the whole call's columns). nall: the whole call's columns (n: this
+   range's), which choose the nt form's tiles, so every range computes as the one-thread call. */
 static int op_small_run(int64_t m, int64_t n, int64_t k, const void *av, int64_t rsa, int64_t csa,
                         const void *bv, int64_t rsb, int64_t csb, void *cv, int64_t rsc,
-                        int64_t csc, const op_epilogue *epi)
+                        int64_t csc, const op_epilogue *epi, int64_t nall)
 {
     const float *a = (const float *)av, *b = (const float *)bv;
     float *c = (float *)cv;
@@ -515,7 +521,7 @@ static int op_small_run(int64_t m, int64_t n, int64_t k, const void *av, int64_t
     } else if (csa == 1 && rsb == 1) {
 #if defined(OP_HAS_AVX2)
         if (!(csc == 1 && m >= OP_SMALL_NT_NN_MIN_M && k <= OP_SMALL_NT_MAX_K
-              && op_small_nt_nn(m, n, k, a, rsa, b, csb, c, rsc)))
+              && nall >= OP_SMALL_NT_NN_MIN_N && op_small_nt_nn(m, n, k, a, rsa, b, csb, c, rsc)))
 #endif
             op_small_nt(m, n, k, a, rsa, b, csb, c, rsc, csc);
     } else {
@@ -559,7 +565,7 @@ static void op_small_mt_task(void *ctx, int64_t task, int tid)
     }
     op_small_run(x->rows ? len : x->m, x->rows ? x->n : len, x->k, x->a + i0 * x->rsa, x->rsa,
                  x->csa, x->b + j0 * x->csb, x->rsb, x->csb, x->c + i0 * x->rsc + j0 * x->csc,
-                 x->rsc, x->csc, ep);
+                 x->rsc, x->csc, ep, x->n);
 }
 
 int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
@@ -573,7 +579,7 @@ int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
                                     op_small_epi_t(epi, &e), nthreads);
     }
     if (nthreads <= 1 || m <= 0 || k <= 0)   /* (op_gemm_f32_small: no range arithmetic) */
-        return op_small_run(m, n, k, av, rsa, csa, bv, rsb, csb, cv, rsc, csc, epi);
+        return op_small_run(m, n, k, av, rsa, csa, bv, rsb, csb, cv, rsc, csc, epi, n);
     /* Too few columns for two ranges of 32 (n <= 32 at 2 threads): ranges of rows (from 8 tiles'
        worth), for the nn form (B and C rows contiguous), whose tiles are OP_SMALL_MR rows of one
        row's FMAs each: at multiples of OP_SMALL_MR every tile is the one-thread call's, and so is
@@ -589,7 +595,7 @@ int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
         return op_parallel_for_short(nthreads, op_cdiv64(m, rchunk), op_small_mt_task, &x);
     }
     if (n <= chunk32)
-        return op_small_run(m, n, k, av, rsa, csa, bv, rsb, csb, cv, rsc, csc, epi);
+        return op_small_run(m, n, k, av, rsa, csa, bv, rsb, csb, cv, rsc, csc, epi, n);
     /* Else ranges of columns starting at multiples of q: of every form's column tile (nn:
        OP_SMALL_NR, nt and the loop: 4) and of the epilogue's activation vectors (op_act_row: 16
        floats from a row's start, the tail on its own), so every tile and every activated element,

@@ -182,7 +182,9 @@ BF16_LIMITS: dict = {"avx512_core_amx": (80 ** 3, 16), "avx512_core_bf16": (96 *
 # 0.94, 256^3 0.81 -> 1.05, 16 x 256 x 256 0.81 -> 1.00, 12 x 384 x 384 0.81 -> 1.13, 12 x 1536 x
 # 384 0.93 -> 1.09, 128 x 1536 x 384 0.59 -> 0.93, 64 x 2048 x 64 0.57 -> 0.94; 8 rows even (8 x
 # 256 x 256 0.98 / 0.96, 8 x 768 x 768 1.18 / 1.25), 4 rows and fewer lost (4 x 256 x 256 1.27 ->
-# 1.10, 1 x 256 x 256 0.40 -> 0.28). Levels without a row take dot products.
+# 1.10, 1 x 256 x 256 0.40 -> 0.28). Levels without a row take dot products. At avx2 the kernel
+# also keeps the dot products below 8 columns (gemm_small.c; not mirrored here: no NT_DOTS_LIMITS
+# row at avx2 reads it).
 NT_NN: dict = {"avx512_core": (16, 512), "avx2": (12, 4096)}
 NT_K_DOTS = 1 << 62  # an nt_k (use_small) past every NT_NN depth: dot products (C's rows strided)
 # Neither the nn nor the nt form (A and B both column-major, C's rows strided, ...): the small
@@ -192,14 +194,6 @@ NT_K_DOTS = 1 << 62  # an nt_k (use_small) past every NT_NN depth: dot products 
 ANY_MAX = 12 ** 3
 NT_DOTS_LIMITS: dict = {("sapphirerapids", "avx512_core"): 160 ** 3}
 _nt_limits: dict = {}  # level of the small row -> NT_DOTS_LIMITS' value on this host, or None
-# At one thread the transposed nn form (NT_NN) of a raw-weight nt product (linear's x @ W.T,
-# matmul's B = W.T; B within B_MAX) runs the small kernel up to this M*N*K per (uarch, level of
-# the small row), past LIMITS: the packed GEMM packs the transposed B every call. zen3 (AMD EPYC
-# Zen 3 VM, 2026-12-06, linear, 1 thread, both paths forced and alternated in one process with
-# numpy, median of 11, x numpy small kernel / GEMM): 160^3 0.96 / 0.75, 192^3 1.00 / 0.85, 224^3
-# 0.94 / 0.83, 256^3 1.01 / 0.91, 320^3 0.79 / 0.90. Two threads keep LIMITS (the GEMM splits).
-NT_NN_LIMITS: dict = {("zen3", "avx2"): 256 ** 3}
-_nt_nn_limits: dict = {}  # level of the small row -> NT_NN_LIMITS' value on this host, or None
 
 
 def nt_dots(m: int, k: int, level: str) -> bool:
@@ -259,10 +253,13 @@ def limits(row_level: str) -> tuple[int, int]:
 def fits(mnk: int, row_level: str, kn: int = 0, m: int | None = None) -> bool:
     """True when M*N*K = ``mnk`` (B of ``kn`` = K*N elements, ``m`` rows: None counts as many) is
     small enough for the small row of level ``row_level`` (and the small path is not switched off
-    by ``off()``): within LIMITS' first value, or its second with B within B_MAX at one thread or
-    (the threaded small kernel on) where ``mt_fits``."""
+    by ``off()``): within LIMITS' first value, or, given ``m``, its second with B within B_MAX at
+    one thread or (the threaded small kernel on) where ``mt_fits``. Without ``m`` (batched
+    products, a PackedWeight's linear past NT_MAX_M rows) the first value alone, at any thread
+    count: they took the small kernel at one thread and the packed GEMM at two, other bits (found
+    by the fresh-user review)."""
     lim, lim1t = limits(row_level)
-    return ((mnk <= lim or (mnk <= lim1t and kn <= B_MAX
+    return ((mnk <= lim or (mnk <= lim1t and kn <= B_MAX and m is not None
                             and (_threads.get_num_threads() == 1 or mt_fits(mnk, m))))
             and not _off.get())
 
@@ -289,28 +286,13 @@ def _nt_fits(mnk: int, level: str) -> bool:
     return lim is None or mnk <= lim or _threads.get_num_threads() != 1
 
 
-def _nt_nn_fits(mnk: int, level: str, kn: int, m: int | None, nt_k: int | None) -> bool:
-    """True when an nt-form product (M*N*K = ``mnk``, K*N = ``kn``, ``m`` rows, depth ``nt_k``)
-    takes the small kernel's transposed nn form past LIMITS at one thread (NT_NN_LIMITS)."""
-    if nt_k is None or m is None or kn > B_MAX or _threads.get_num_threads() != 1 or _off.get():
-        return False
-    try:
-        lim = _nt_nn_limits[level]
-    except KeyError:
-        from ..dispatch.cpu import probe
-        lim = _nt_nn_limits[level] = NT_NN_LIMITS.get((probe().uarch, level))
-    return (lim is not None and mnk <= lim and limits(level)[0] >= 0
-            and not nt_dots(m, nt_k, level))
-
-
 def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
               m: int | None = None, nt_k: int | None = None) -> bool:
     """True when a product of M*N*K = ``mnk`` of (op, dtype) takes the small path at the level in
     force (given ``m``, its rows, also a thin float32 product: ``thin``; a bfloat16 one within
     ``BF16_LIMITS`` of that level: ``m`` None counts as many rows; ``nt_k``, the depth K of a
     float32 nt-form product (B = W.T), within ``NT_DOTS_LIMITS`` where the small kernel would take
-    it as dot products: ``nt_dots``; at one thread, its transposed nn form up to
-    ``NT_NN_LIMITS``)."""
+    it as dot products: ``nt_dots``)."""
     isa = _cap.isa()
     level = row_for(op, isa, dtype).level
     if _on.get():
@@ -321,7 +303,6 @@ def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
             return False
     nt_ok = nt_k is None or not nt_dots(m or 1 << 62, nt_k, level) or _nt_fits(mnk, level)
     return ((fits(mnk, level, kn, m) and nt_ok)
-            or (dtype == "float32" and _nt_nn_fits(mnk, level, kn, m, nt_k))
             or (m is not None and dtype == "float32" and thin(m, kn, level, nt_k is None)))
 
 
@@ -342,7 +323,6 @@ def reset() -> None:
         cache.clear()
     _bound_bf16.clear()
     _nt_limits.clear()
-    _nt_nn_limits.clear()
     _uarch_limits.clear()
 
 
