@@ -187,8 +187,9 @@ OP_INLINE void op_small_tr16(__m512 r[16])
     for (int i = 0; i < 16; i++) r[i] = t[i];
 }
 
-/* The nt form (B's columns contiguous along k: x @ W.T) through the nn form: B in strips of
-   OP_SMALL_NT_STRIP columns transposed into bt (k rows of the strip's columns, contiguous; 16 x 16
+/* The nt form (B's columns contiguous along k: x @ W.T) through the nn form (op_small_nt_nn,
+   after the level blocks, with this level's op_small_tblock): B in strips of OP_SMALL_NT_STRIP
+   columns transposed into bt (k rows of the strip's columns, contiguous; 16 x 16
    blocks in registers), then op_small_nn over the strip. The nt tile reads every A row and B
    column once per 4 x 4 outputs and reduces each dot product across lanes at the end; the nn
    tile reads B once per 8 rows and keeps its sums in lanes. C rows contiguous (rsc, csc 1);
@@ -202,33 +203,18 @@ OP_INLINE void op_small_tr16(__m512 r[16])
 #define OP_SMALL_NT_MAX_K 512
 #define OP_SMALL_NT_NN_MIN_M 16
 #define OP_SMALL_NT_NN_MIN_N 1
-static int op_small_nt_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa,
-                          const float *b, int64_t csb, float *c, int64_t rsc)
+#define OP_SMALL_TB 16  /* the transposed block: OP_SMALL_TB columns x OP_SMALL_TB depths */
+/* columns bh + i * csb (i < cols), depths p0 .. p0 + pn - 1, transposed into pn rows of
+   OP_SMALL_TB floats at dst + q * ld (columns past cols zero) */
+OP_INLINE void op_small_tblock(const float *bh, int64_t csb, int64_t p0, int cols, int pn,
+                               float *dst, int64_t ld)
 {
-    float *bt = (float *)aligned_alloc(64, sizeof(float) * OP_SMALL_NT_STRIP
-                                               * (size_t)op_roundup64(k, 16));
-    if (!bt) return 0;
-    for (int64_t j0 = 0; j0 < n; j0 += OP_SMALL_NT_STRIP) {
-        const int nb = (int)op_min64(OP_SMALL_NT_STRIP, n - j0);
-        for (int h = 0; h * 16 < nb; h++) {
-            const int rows = nb - 16 * h < 16 ? nb - 16 * h : 16;
-            const float *bh = b + (j0 + 16 * h) * csb;
-            for (int64_t p0 = 0; p0 < k; p0 += 16) {
-                const int pn = k - p0 < 16 ? (int)(k - p0) : 16;
-                const __mmask16 mk = (__mmask16)(pn == 16 ? 0xffffu : (1u << pn) - 1u);
-                __m512 r[16];
-                for (int i = 0; i < 16; i++)
-                    r[i] = i < rows ? _mm512_maskz_loadu_ps(mk, bh + i * csb + p0)
-                                    : _mm512_setzero_ps();
-                op_small_tr16(r);
-                for (int q = 0; q < pn; q++)
-                    _mm512_store_ps(bt + (p0 + q) * OP_SMALL_NT_STRIP + 16 * h, r[q]);
-            }
-        }
-        op_small_nn(m, nb, k, a, rsa, 1, bt, OP_SMALL_NT_STRIP, c + j0, rsc);
-    }
-    free(bt);
-    return 1;
+    const __mmask16 mk = (__mmask16)(pn == 16 ? 0xffffu : (1u << pn) - 1u);
+    __m512 r[16];
+    for (int i = 0; i < 16; i++)
+        r[i] = i < cols ? _mm512_maskz_loadu_ps(mk, bh + i * csb + p0) : _mm512_setzero_ps();
+    op_small_tr16(r);
+    for (int q = 0; q < pn; q++) _mm512_store_ps(dst + q * ld, r[q]);
 }
 
 /* The 16 horizontal sums of v[0..15] in one vector, in three shuffle-and-add rounds (45 operations
@@ -371,11 +357,11 @@ OP_INLINE void op_small_nt_tile(const int R, const int S, int64_t k, const float
         for (int s = 0; s < S; s++) c[r * rsc + s * csc] = op_small_hsum8(acc[r][s]);
 }
 #define OP_SMALL_NT_R 2
-/* The nt form through the nn form, as the AVX-512 op_small_nt_nn: B in strips of OP_SMALL_NR (16)
-   columns transposed into bt (k rows of 16 floats; 8 x 8 blocks in registers), op_small_nn over
-   each strip with B's rows whole. The 2 x 4 dot tiles read A's rows and B's columns once per 8
-   outputs and reduce every sum across lanes: 0.5-0.8x numpy from 12 rows on, where this runs
-   0.9-1.1x (zen3, 1 thread: ops/_small.py's NT_NN, with the measurements); fewer rows keep them,
+/* The nt form through the nn form (op_small_nt_nn, after the level blocks): B in strips of
+   OP_SMALL_NR (16) columns transposed into bt (k rows of 16 floats; 8 x 8 blocks in registers,
+   op_small_tblock), op_small_nn over each strip with B's rows whole. The 2 x 4 dot tiles read
+   A's rows and B's columns once per 8 outputs and reduce every sum across lanes: 0.5-0.8x numpy
+   from 12 rows on, where this runs 0.9-1.1x (zen3, 1 thread: ops/_small.py's NT_NN, with the measurements); fewer rows keep them,
    and so do fewer than 8 columns, whose strips would be mostly zeros (zen3, 1 thread, the kernel
    alone, x numpy dots / this: 1000 x 1000 x 2 1.81 / 0.94, x 4 1.81 / 1.13, 64 x 2048 x 4 1.32 /
    0.86; x 8 1.06 / 1.30, 64 x 2048 x 8 0.78 / 0.92, 300 x 1000 x 16 0.90 / 1.26). bt is at most
@@ -383,35 +369,20 @@ OP_INLINE void op_small_nt_tile(const int R, const int S, int64_t k, const float
 #define OP_SMALL_NT_MAX_K 4096
 #define OP_SMALL_NT_NN_MIN_M 12
 #define OP_SMALL_NT_NN_MIN_N 8
-static int op_small_nt_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa,
-                          const float *b, int64_t csb, float *c, int64_t rsc)
+#define OP_SMALL_NT_STRIP OP_SMALL_NR
+#define OP_SMALL_TB 8
+OP_INLINE void op_small_tblock(const float *bh, int64_t csb, int64_t p0, int cols, int pn,
+                               float *dst, int64_t ld)
 {
-    float *bt = (float *)aligned_alloc(64, sizeof(float) * OP_SMALL_NR
-                                               * (size_t)op_roundup64(k, 8));
-    if (!bt) return 0;
-    for (int64_t j0 = 0; j0 < n; j0 += OP_SMALL_NR) {
-        const int nb = (int)op_min64(OP_SMALL_NR, n - j0);
-        for (int h = 0; h * 8 < nb; h++) {
-            const int cols = nb - 8 * h < 8 ? nb - 8 * h : 8;
-            const float *bh = b + (j0 + 8 * h) * csb;
-            for (int64_t p0 = 0; p0 < k; p0 += 8) {
-                const int pn = k - p0 < 8 ? (int)(k - p0) : 8;
-                __m256 r[8];
-                const __m256i mk = op_mask8(pn);
-                for (int i = 0; i < 8; i++) {
-                    const float *src = bh + i * csb + p0;
-                    r[i] = i >= cols ? _mm256_setzero_ps()
-                           : pn == 8 ? _mm256_loadu_ps(src) : _mm256_maskload_ps(src, mk);
-                }
-                op_transpose8_ps(r);
-                for (int q = 0; q < pn; q++)
-                    _mm256_store_ps(bt + (p0 + q) * OP_SMALL_NR + 8 * h, r[q]);
-            }
-        }
-        op_small_nn(m, nb, k, a, rsa, 1, bt, OP_SMALL_NR, c + j0, rsc);
+    const __m256i mk = op_mask8(pn);
+    __m256 r[8];
+    for (int i = 0; i < 8; i++) {
+        const float *src = bh + i * csb + p0;
+        r[i] = i >= cols ? _mm256_setzero_ps()
+               : pn == 8 ? _mm256_loadu_ps(src) : _mm256_maskload_ps(src, mk);
     }
-    free(bt);
-    return 1;
+    op_transpose8_ps(r);
+    for (int q = 0; q < pn; q++) _mm256_store_ps(dst + q * ld, r[q]);
 }
 
 #else  /* portable C */
@@ -448,6 +419,34 @@ OP_INLINE void op_small_nt_tile(const int R, const int S, int64_t k, const float
 }
 #define OP_SMALL_NT_R 1
 
+#endif
+
+#if defined(OP_HAS_AVX2)
+/* The nt form through the nn form (the AVX-512 and AVX2 comments above): B in strips of
+   OP_SMALL_NT_STRIP columns transposed into bt (k rows of the strip's columns, contiguous;
+   OP_SMALL_TB x OP_SMALL_TB blocks in registers: op_small_tblock), then op_small_nn over the
+   strip. The strip comes from malloc, not the stack (a Python thread's stack may be 32 KiB);
+   returns 0 when that fails (the caller then takes the dot products). */
+static int op_small_nt_nn(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa,
+                          const float *b, int64_t csb, float *c, int64_t rsc)
+{
+    float *bt = (float *)aligned_alloc(64, sizeof(float) * OP_SMALL_NT_STRIP
+                                               * (size_t)op_roundup64(k, OP_SMALL_TB));
+    if (!bt) return 0;
+    for (int64_t j0 = 0; j0 < n; j0 += OP_SMALL_NT_STRIP) {
+        const int nb = (int)op_min64(OP_SMALL_NT_STRIP, n - j0);
+        for (int h = 0; h * OP_SMALL_TB < nb; h++) {
+            const int cols = (int)op_min64(OP_SMALL_TB, nb - OP_SMALL_TB * h);
+            for (int64_t p0 = 0; p0 < k; p0 += OP_SMALL_TB)
+                op_small_tblock(b + (j0 + OP_SMALL_TB * h) * csb, csb, p0, cols,
+                                k - p0 < OP_SMALL_TB ? (int)(k - p0) : OP_SMALL_TB,
+                                bt + p0 * OP_SMALL_NT_STRIP + OP_SMALL_TB * h, OP_SMALL_NT_STRIP);
+        }
+        op_small_nn(m, nb, k, a, rsa, 1, bt, OP_SMALL_NT_STRIP, c + j0, rsc);
+    }
+    free(bt);
+    return 1;
+}
 #endif
 
 static void op_small_nt(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa,
