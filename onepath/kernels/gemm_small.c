@@ -359,13 +359,13 @@ OP_INLINE void op_small_nt_tile(const int R, const int S, int64_t k, const float
 #define OP_SMALL_NT_R 2
 /* The nt form through the nn form (op_small_nt_nn, after the level blocks): B in strips of
    OP_SMALL_NR (16) columns transposed into bt (k rows of 16 floats; 8 x 8 blocks in registers,
-   op_small_tblock), op_small_nn over each strip with B's rows whole. The 2 x 4 dot tiles read
-   A's rows and B's columns once per 8 outputs and reduce every sum across lanes: 0.5-0.8x numpy
-   from 12 rows on, where this runs 0.9-1.1x (zen3, 1 thread: ops/_small.py's NT_NN, with the measurements); fewer rows keep them,
-   and so do fewer than 8 columns, whose strips would be mostly zeros (zen3, 1 thread, the kernel
-   alone, x numpy dots / this: 1000 x 1000 x 2 1.81 / 0.94, x 4 1.81 / 1.13, 64 x 2048 x 4 1.32 /
-   0.86; x 8 1.06 / 1.30, 64 x 2048 x 8 0.78 / 0.92, 300 x 1000 x 16 0.90 / 1.26). bt is at most
-   256 KiB (K 4096). Returns 0 when its malloc fails (the dot tiles run). */
+   op_small_tblock), op_small_nn over each strip with B's rows whole. The 2 x 4 dot tiles read A's
+   rows and B's columns once per 8 outputs and reduce every sum across lanes: 0.5-0.8x numpy from 12
+   rows on, where this runs 0.9-1.1x (zen3, 1 thread: ops/_small.py's NT_NN, with the measurements);
+   fewer rows keep them, and so do fewer than 8 columns, whose strips would be mostly zeros (zen3, 1
+   thread, the kernel alone, x numpy dots / this: 1000 x 1000 x 2 1.81 / 0.94, x 4 1.81 / 1.13, 64 x
+   2048 x 4 1.32 / 0.86; x 8 1.06 / 1.30, 64 x 2048 x 8 0.78 / 0.92, 300 x 1000 x 16 0.90 / 1.26).
+   bt is at most 256 KiB (K 4096). Returns 0 when its malloc fails (the dot tiles run). */
 #define OP_SMALL_NT_MAX_K 4096
 #define OP_SMALL_NT_NN_MIN_M 12
 #define OP_SMALL_NT_NN_MIN_N 8
