@@ -1735,8 +1735,8 @@ OP_INLINE void op_dw8x_blk(const float *const *rp, int64_t t, int64_t W, const _
 /* Stride 1, OP_DW8_R output rows as op_dw8x_blk, whole vectors j0 .. j1 - 1 (steps of 8) that
    read no column outside the input row, out of line: inlined into the plane loop with its
    edge and row-count variants, this loop kept its row pointers on the stack (Zen 3, 1 thread,
-   float32, x the inlined loop in one process, 2026-12-07: 112 x 112 planes 1.12-1.21, 56 x 56
-   1.05-1.10) */
+   float32, x the inlined loop in one process, 2026-12-07: 112 x 112 planes 1.10-1.21, 56 x 56
+   1.05-1.10; 2 threads about even) */
 #define OP_DW8X_MID(NAME, RELU)                                                                   \
     static OP_NOINLINE void NAME(const float *const *rp, int64_t W, int64_t pl, const __m256 *wv, \
                                  __m256 bv, float *y, int64_t yp, int64_t ylen, int64_t j0,       \
