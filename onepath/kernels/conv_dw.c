@@ -1743,7 +1743,7 @@ OP_INLINE void op_dw8x_blk(const float *const *rp, int64_t t, int64_t W, const _
                                  int64_t j1)                                                      \
     {                                                                                             \
         for (; j0 < j1; j0 += 8)                                                                  \
-            op_dw8x_blk(rp, j0 - pl, W, wv, bv, y, yp, ylen, j0, OP_DW8_R, 1, 0, RELU);             \
+            op_dw8x_blk(rp, j0 - pl, W, wv, bv, y, yp, ylen, j0, OP_DW8_R, 1, 0, RELU);           \
     }
 OP_DW8X_MID(op_dw8x_mid, 0)
 OP_DW8X_MID(op_dw8x_mid_relu, 1)
@@ -2032,9 +2032,9 @@ OP_INLINE void op_dw8f(const op_dw_ctx *c, int64_t p0, int64_t p1, float *OP_RES
         if (ilv) {
             /* (as op_dw8f_copy: the copy as a loop of its own before the blocks stalled on its
                input loads, perf: 27% of the time for 28 x 28 planes; Zen 3, float32, x the copy
-               first, in one process, 2026-12-07: 28 x 28 and 14 x 14 planes 1.07-1.18 at 1 and
-               2 threads, 7 x 7 even; the same for stride 2's phase copy, two of its steps per
-               block, measured 0.6-0.9) */
+               first, in one process, 2026-12-07: 28 x 28 and 14 x 14 planes 1.15-1.27 at 1
+               thread, 1.05-1.19 at 2, 7 x 7 even; the same for stride 2's phase copy, two of its
+               steps per block or a row pair per output row, measured 0.5-0.9) */
             const float *xn = (const float *)c->x + xp1 * OHW;
             float *qn = s + ((p + 1 - p0) & 1) * ce + lead;
             for (; g + 8 <= OHW; g += 8, k = k + 1 == P ? 0 : k + 1) {
