@@ -151,6 +151,31 @@ def test_fault_padding_far_larger_than_kernel(layout):
         assert np.all(y[0, o][border] == b[o])
 
 
+@pytest.mark.parametrize("groups", [1, 4], ids=["dense", "depthwise"])
+@pytest.mark.parametrize("stride", [7, 2**31, 2**62, 2**63 - 1, 2**70])
+def test_fault_stride_past_the_input(level, stride, groups):
+    """A stride past the input leaves one output row and column: the top-left window. A depthwise
+    stride of 2**62 crashed (a buffer sized by it overflowed) and 2**63 - 1 gave wrong values."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 4 // groups, 3, 3)).astype(np.float32)
+    ref = reference_conv2d(x.astype(np.float64), w.astype(np.float64), None, (1, 1), ((0, 0), (0, 0)),
+                           (1, 1), groups, None)[:, :, :1, :1]
+    for layout in ("NCHW", "NHWC"):
+        xin = x if layout == "NCHW" else x.transpose(0, 2, 3, 1)
+        y = onepath.conv2d(xin, w, stride=stride, groups=groups, layout=layout)
+        y = y if layout == "NCHW" else y.transpose(0, 3, 1, 2)
+        assert y.shape == (2, 4, 1, 1)
+        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_padding_past_64_bit_indexing_is_an_error():
+    x = np.ones((1, 2, 4, 4), np.float32)
+    w = np.ones((2, 1, 3, 3), np.float32)
+    with pytest.raises(ValueError, match=r"padded input of 1 x 2 x .* 64-bit index arithmetic"):
+        onepath.conv2d(x, w, groups=2, stride=2**61, padding=2**40, dilation=2**39)
+
+
 # ---------------------------------------------------------------- semantics
 
 

@@ -317,6 +317,11 @@ def _native(a):
     return a if a is None or a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
+# Padded input elements (N * C * padded H * padded W) from which conv2d raises ValueError: the
+# kernels index the padded planes with 64-bit integers (2**60 floats would be 4 EiB anyway)
+_PADDED_MAX = 1 << 60
+
+
 def _conv(input, weight, bias, stride, padding, dilation, groups, layout, activation, dtype, nd):
     key = _plan_key(input, weight, bias, stride, padding, dilation, groups, layout, activation,
                     dtype, nd)
@@ -409,8 +414,15 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, layout, activa
                              f"({ekh} x {ekw}). Kernel size can't be greater than actual input size")
         raise ValueError(f"Calculated padded input size per channel: ({pw}). Kernel size: ({ekw}). "
                          "Kernel size can't be greater than actual input size")
+    if max(n, 1) * max(c, 1) * ph * pw >= _PADDED_MAX:
+        raise ValueError(f"padded input of {max(n, 1)} x {max(c, 1)} x {ph} x {pw} elements (padding "
+                         f"{[list(p) for p in pads]}) is past the kernels' 64-bit index arithmetic "
+                         f"(at most {_PADDED_MAX - 1} elements)")
     oh = (ph - ekh) // st[0] + 1
     ow = (pw - ekw) // st[1] + 1
+    # a stride past the (padded) input moves to no second output row or column: 1 there, so that no
+    # kernel sizes a buffer by it (a depthwise stride of 2**62 overflowed one, found by a review)
+    st = (st[0] if oh > 1 else 1, st[1] if ow > 1 else 1)
 
     if out_dt == _F64:
         xr = x if not nhwc else x.transpose(0, 3, 1, 2)
