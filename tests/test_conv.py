@@ -159,8 +159,8 @@ def test_fault_stride_past_the_input(level, stride, groups):
     rng = np.random.default_rng(2)
     x = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
     w = rng.standard_normal((4, 4 // groups, 3, 3)).astype(np.float32)
-    ref = reference_conv2d(x.astype(np.float64), w.astype(np.float64), None, (1, 1), ((0, 0), (0, 0)),
-                           (1, 1), groups, None)[:, :, :1, :1]
+    ref = reference_conv2d(x.astype(np.float64), w.astype(np.float64), None, (1, 1),
+                           ((0, 0), (0, 0)), (1, 1), groups, None)[:, :, :1, :1]
     for layout in ("NCHW", "NHWC"):
         xin = x if layout == "NCHW" else x.transpose(0, 2, 3, 1)
         y = onepath.conv2d(xin, w, stride=stride, groups=groups, layout=layout)

@@ -415,9 +415,9 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, layout, activa
         raise ValueError(f"Calculated padded input size per channel: ({pw}). Kernel size: ({ekw}). "
                          "Kernel size can't be greater than actual input size")
     if max(n, 1) * max(c, 1) * ph * pw >= _PADDED_MAX:
-        raise ValueError(f"padded input of {max(n, 1)} x {max(c, 1)} x {ph} x {pw} elements (padding "
-                         f"{[list(p) for p in pads]}) is past the kernels' 64-bit index arithmetic "
-                         f"(at most {_PADDED_MAX - 1} elements)")
+        raise ValueError(f"padded input of {max(n, 1)} x {max(c, 1)} x {ph} x {pw} elements "
+                         f"(padding {[list(p) for p in pads]}) is past the kernels' 64-bit index "
+                         f"arithmetic (at most {_PADDED_MAX - 1} elements)")
     oh = (ph - ekh) // st[0] + 1
     ow = (pw - ekw) // st[1] + 1
     # a stride past the (padded) input moves to no second output row or column: 1 there, so that no
