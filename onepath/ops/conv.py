@@ -244,7 +244,8 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
         into a buffer 64 bytes longer (``y.base``; ``y.resize`` raises as for any view).
     Raises:
         ValueError: wrong ranks, channel/group mismatches, kernel larger than the padded input,
-            stride/dilation < 1, negative padding, "same" with stride > 1 (shapes in the message).
+            stride/dilation < 1, negative padding, "same" with stride > 1, a padded input of 2**60
+            elements or more (shapes in the message).
         TypeError: unsupported dtypes (the message names the supported ones).
     """
     if _repro_on():  # onepath.reproducible(): ops/_repro.py
