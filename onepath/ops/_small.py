@@ -21,12 +21,12 @@ all. The C-contiguous entry (``op_gemm_f32_small_cc``) has six arguments and che
 
 ``LIMITS``: per level of the small row, the largest M*N*K this path runs whatever the thread count,
 and the largest when the packed GEMM would use one thread only: one thread allowed, or (``mt_fits``)
-M*N*K below MT_GEMM_ONE (``use_small``), for products with a row count (``fits``). Measured on
-Zen 4 with one thread (best of alternated runs, the packed GEMM of main as of 2026-11-30):
-AVX-512, the small kernel takes 38.6 / 134 / 313 us at 128^3 / 192^3 / 256^3 where the packed
-GEMM takes 47.0 / 143 / 327 (numpy 43.5 / 139 / 325), and with 2 threads the packed GEMM wins from about 192^3 on (118 us against 141); AVX2 (6 x 16), the
-small kernel wins up to 96^3 (22.9 against 26.9 us) and loses at 128^3 (54.5 against 52.4); portable
-C, it wins up to 32^3 (7.1 against 11.0 us) and ties at 48^3.
+M*N*K below MT_GEMM_ONE (``use_small``), for products with a row count (``fits``). Measured on Zen 4
+with one thread (best of alternated runs, the packed GEMM of main as of 2026-11-30): AVX-512, the
+small kernel takes 38.6 / 134 / 313 us at 128^3 / 192^3 / 256^3 where the packed GEMM takes 47.0 /
+143 / 327 (numpy 43.5 / 139 / 325), and with 2 threads the packed GEMM wins from about 192^3 on (118
+us against 141); AVX2 (6 x 16), the small kernel wins up to 96^3 (22.9 against 26.9 us) and loses at
+128^3 (54.5 against 52.4); portable C, it wins up to 32^3 (7.1 against 11.0 us) and ties at 48^3.
 
 ``B_MAX``: the small kernel reads B in place, a strip of columns at a time, so a product whose B is
 far larger than L2 (K x N float32 elements above ``B_MAX``, 512 KiB; the thin decode shapes such as
