@@ -951,8 +951,6 @@ const char *op_gemm_bf16_kernel_name(void) { return OP_BF16_KERNEL_NAME; }
                                    (prefetcht0) the single far-ahead stream held Zen 4's L1 miss
                                    buffers: 18 GB/s at m = 1 against 25-28 into L2 (the raw-weight
                                    NK loop runs 17-26 there) */
-#define OP_SM_PF8 384           /* avx2, OP_SM_NK, m = 1: prefetch distance along each W row
-                                   (elements), into L1 */
 #define OP_SM_XCH 4096          /* avx2, OP_SM_NK, m >= 2: floats of x per depth chunk (16 KiB, in
                                    L1 while a tile of W passes; all of K: x (m * 16 KiB at K = 4096)
                                    re-read from L2 per JV rows of W) */
@@ -1471,8 +1469,12 @@ OP_INLINE void op_sm_nk8_body(const int MRV, const int JV, const op_sm_ctx *x, i
                 for (int q = 0; q < JV; q++) w[q] = W + op_min64(jc + jj + q, n - 1) * ldw;
                 /* m >= 2: prefetch into L2 what the next group of JV rows reads at the same depths
                    (after a tile's last group: the next chunk of its first rows, or the next
-                   tile's); m = 2 / 3 ran 17 / 13 -> 23 / 19 GB/s against the m = 1 prefetch along
-                   the rows, which m = 1 keeps (28 against 14 with this one) */
+                   tile's); m = 2 / 3 ran 17 / 13 -> 23 / 19 GB/s against a prefetch along the
+                   rows (m = 1: 28 against 14 with this one). m = 1 prefetches nothing: its JV = 8
+                   rows are 8 sequential streams the hardware prefetchers follow, and a prefetch
+                   384 elements along each row into L1 cost time (Zen 3, 1 x 4096 x 4096, paired in
+                   one process, 2026-12-07: x1.06-1.20 without it at 1 thread over four runs,
+                   1.10-1.17 at 2 threads; K = N = 1024 / 8192: 1.08-1.11 / 1.14-1.18) */
                 const int64_t pfo = jj + JV < nr ? JV * ldw
                                     : lastc ? (32 - jj) * ldw - p0 : kch - jj * ldw;
                 __m256 acc[8][OP_SM_MAX_M];
@@ -1484,10 +1486,7 @@ OP_INLINE void op_sm_nk8_body(const int MRV, const int JV, const op_sm_ctx *x, i
                 for (int64_t p = p0; p < p1; p += 32) {
 #pragma GCC unroll 8
                     for (int q = 0; q < JV; q++)
-                        if (MRV == 1)
-                            _mm_prefetch((const char *)(w[q] + p + OP_SM_PF8), _MM_HINT_T0);
-                        else
-                            _mm_prefetch((const char *)(w[q] + p + pfo), _MM_HINT_T1);
+                        if (MRV > 1) _mm_prefetch((const char *)(w[q] + p + pfo), _MM_HINT_T1);
                     op_sm_nk8_step(MRV, JV, acc, w, p, xa + p * MRV);
                 }
                 if (lastc && kfull < k) {
