@@ -330,9 +330,17 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
     # res4a_branch2b 0.91 -> 1.07, res3_branch2b 1.04 -> 1.08, res3a_branch2b (784 pixels,
     # strided) 0.96 -> 1.04, res2_branch2b 0.85 -> 0.86; batch 1 res5a_branch2b 1.02 -> 1.36,
     # res5_branch2b 1.05 -> 1.20, res4a_branch2b 0.92 -> 1.01, res2_branch2b 0.87 -> 0.93, but
-    # res3a_branch2b 0.92 -> 0.90 (1.24 -> 1.10 at 2 threads): strided planes over 196 pixels stay
-    # NCHW at batch 1. The 1x1 layers lose through NHWC (res2a_branch2a 1.11 -> 0.48): absent.
-    ("zen3", "avx2"): {"kxk": 196, "kxk_stride1": 3136, "kxk_batch": 3136},
+    # res3a_branch2b 0.92 -> 0.90 (1.24 -> 1.10 at 2 threads): strided planes over 196 pixels
+    # stayed NCHW at batch 1, and the 1x1 layers lost through NHWC (res2a_branch2a 1.11 -> 0.48).
+    # Those ran the float32 transposes element by element; with them in AVX2 register blocks
+    # (conv_f32.c, op_conv_tr_task; 2026-12-07, same VM, 2 threads) `python -m onepath tune --op
+    # conv2d` chose "kxk" 784 (strided 3x3 with 784-pixel outputs, NCHW time / NHWC time 1.02-1.03;
+    # res3a_branch2b batch 1 paired with torch in three alternated runs: 133-144 -> 147-152 GFLOP/s),
+    # "1x1_stride" 49 (res5a_branch1 1.22: 91 -> 107 GFLOP/s beside torch) and "1x1_single" 49
+    # (res5_branch2a 1.23: 107 -> 115, res5_branch2c 1.05: 85 -> 105); "1x1_batch" stays absent
+    # (0.55-1.00: batch 8 keeps the NCHW GEMM and the joint one).
+    ("zen3", "avx2"): {"kxk": 784, "kxk_stride1": 3136, "kxk_batch": 3136, "1x1_stride": 49,
+                       "1x1_single": 49},
     ("zen4", "avx512_core"): {"kxk": 784, "kxk_stride1": 3136, "1x1_batch": 49, "1x1_stride": 784,
                               "1x1_single": 49},
     # sapphirerapids float32: zen4's limits with zen4's float32 options (CONV_F32_OPTIONS, below),
