@@ -335,12 +335,12 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
     # Those ran the float32 transposes element by element; with them in AVX2 register blocks
     # (conv_f32.c, op_conv_tr_task; 2026-12-07, same VM, 2 threads) `python -m onepath tune --op
     # conv2d` chose "kxk" 784 (strided 3x3 with 784-pixel outputs, NCHW time / NHWC time 1.02-1.03;
-    # res3a_branch2b batch 1 paired with torch in three alternated runs: 133-144 -> 147-152 GFLOP/s),
-    # "1x1_stride" 49 (res5a_branch1 1.22: 91 -> 107 GFLOP/s beside torch) and "1x1_single" 49
-    # (res5_branch2a 1.23: 107 -> 115, res5_branch2c 1.05: 85 -> 105); "1x1_batch" stays absent
-    # (0.55-1.00: batch 8 keeps the NCHW GEMM and the joint one).
-    ("zen3", "avx2"): {"kxk": 784, "kxk_stride1": 3136, "kxk_batch": 3136, "1x1_stride": 49,
-                       "1x1_single": 49},
+    # res3a_branch2b batch 1 paired with torch in three alternated runs: 133-144 -> 147-152 GFLOP/s)
+    # and "1x1_single" 49 (res5_branch2a 1.23: 107 -> 115 GFLOP/s beside torch, res5_branch2c 1.05:
+    # 85 -> 105). "1x1_batch" stays absent (0.55-1.00), and so does "1x1_stride" (res5a_branch1 at
+    # batch 1 1.22: 91 -> 107, but its NHWC GEMM's sums differ in the last bit from those of the
+    # joint GEMM, which takes the strided 1x1 problems from batch 2 and gives the NCHW GEMM's bits).
+    ("zen3", "avx2"): {"kxk": 784, "kxk_stride1": 3136, "kxk_batch": 3136, "1x1_single": 49},
     ("zen4", "avx512_core"): {"kxk": 784, "kxk_stride1": 3136, "1x1_batch": 49, "1x1_stride": 784,
                               "1x1_single": 49},
     # sapphirerapids float32: zen4's limits with zen4's float32 options (CONV_F32_OPTIONS, below),
