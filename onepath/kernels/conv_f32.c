@@ -1732,7 +1732,9 @@ static void op_conv_tr_task(void *ctx, int64_t task, int tid)
             }
 #elif defined(OP_HAS_AVX2)
             /* four 8 x 8 transposes in registers, where the element loop below took 15% of an
-               NCHW res2_branch2b at batch 8 through the NHWC kernel (Zen 3, 2 threads) */
+               NCHW res2_branch2b at batch 8 through the NHWC kernel and slowed the kernel after
+               it (Zen 3, 2 threads, 2026-12-07: 111 -> 157 GFLOP/s in a loop; paired with torch
+               2.13, 0.87-0.88 -> 1.04x) */
             if (ni == 16 && nj == 16) {
                 for (int i8 = 0; i8 < 16; i8 += 8)
                     for (int j8 = 0; j8 < 16; j8 += 8) {
