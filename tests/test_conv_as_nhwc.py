@@ -109,3 +109,28 @@ def test_small_planes_same_bits_alone_and_in_a_batch_nchw(level):
         yb = onepath.conv2d(x, w, **kw)
         ys = np.concatenate([onepath.conv2d(x[i:i + 1], w, **kw) for i in range(4)])
         np.testing.assert_array_equal(yb, ys, err_msg=str((h, s, p)))
+
+
+# (h, kernel, stride, padding): float32 NCHW planes on both sides of every CONV_NCHW_AS_NHWC limit
+# the shipped rows use (49, 196, 784, 3136 output pixels), 3x3 and 1x1, stride 1 and 2
+_BOUNDARY_CASES = [(h, 3, 1, 1) for h in (7, 8, 14, 15, 28, 29, 56, 57)] + \
+                  [(h, 3, 2, 1) for h in (14, 16, 28, 30, 56, 58, 80, 112, 114)] + \
+                  [(h, 1, 1, 0) for h in (7, 8, 14, 15, 28)] + \
+                  [(h, 1, 2, 0) for h in (14, 16, 28, 30, 56, 58)]
+
+
+@pytest.mark.parametrize("case", _BOUNDARY_CASES, ids=lambda c: "h%dk%ds%d" % c[:3])
+def test_same_bits_alone_and_in_a_batch_f32(level, case):
+    """With this host's own rules (CONV_NCHW_AS_NHWC, and the kernels' options that replace the
+    NHWC formulation from batch 2), every image of an NCHW float32 batch gets the same bits alone as
+    inside the batch, as onepath.dask's batch chunks promise: the zen3 row once sent a strided plane
+    of 785-3136 pixels, and with "1x1_single" a 7 x 7 1x1, NCHW alone and NHWC or the joint GEMM in
+    a batch (found by review)."""
+    h, k, s, p = case
+    rng = np.random.default_rng(h * 10 + k + s)
+    x = rng.standard_normal((2, 16, h, h)).astype(np.float32)
+    w = (rng.standard_normal((8, 16, k, k)) / 4).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    yb = onepath.conv2d(x, w, b, stride=s, padding=p)
+    ys = np.concatenate([onepath.conv2d(x[i:i + 1], w, b, stride=s, padding=p) for i in range(2)])
+    np.testing.assert_array_equal(yb, ys)

@@ -273,7 +273,7 @@ def prepacked_row(row: Kernel) -> Kernel:
 #   "kxk_stride1" the same with stride 1 (the larger of the two limits applies);
 #   "1x1_batch"   1x1 kernels, stride 1, batch of 2 or more;
 #   "1x1_stride"  1x1 kernels with a stride > 1, any batch;
-#   "1x1_single"  1x1 kernels, stride 1, batch 1 (no `tune` choice: shipped rows only);
+#   "1x1_single"  1x1 kernels, stride 1, batch 1;
 #   "kxk_batch"   kernels larger than 1x1 at a batch of 2 or more (the largest of the k x k limits
 #                 applies; no `tune` choice: shipped rows only, kept beside a tuning file's classes).
 # At small planes the NCHW GEMM's N = OH*OW leaves a ragged last micro-panel (196 pixels fill 6.1
@@ -335,12 +335,15 @@ CONV_NCHW_AS_NHWC: dict[tuple[str, str], dict[str, int]] = {
     # Those ran the float32 transposes element by element; with them in AVX2 register blocks
     # (conv_f32.c, op_conv_tr_task; 2026-12-07, same VM, 2 threads) `python -m onepath tune --op
     # conv2d` chose "kxk" 784 (strided 3x3 with 784-pixel outputs, NCHW time / NHWC time 1.02-1.03;
-    # res3a_branch2b batch 1 paired with torch in three alternated runs: 133-144 -> 147-152 GFLOP/s)
-    # and "1x1_single" 49 (res5_branch2a 1.23: 107 -> 115 GFLOP/s beside torch, res5_branch2c 1.05:
-    # 85 -> 105). "1x1_batch" stays absent (0.55-1.00), and so does "1x1_stride" (res5a_branch1 at
-    # batch 1 1.22: 91 -> 107, but its NHWC GEMM's sums differ in the last bit from those of the
-    # joint GEMM, which takes the strided 1x1 problems from batch 2 and gives the NCHW GEMM's bits).
-    ("zen3", "avx2"): {"kxk": 784, "kxk_stride1": 3136, "kxk_batch": 3136, "1x1_single": 49},
+    # res3a_branch2b batch 1 paired with torch in three alternated runs: 133-144 -> 147-152
+    # GFLOP/s). The row is one limit, 3136, for every k x k problem at any batch: with "kxk_batch"
+    # (3136) beside a smaller "kxk", a strided plane between the two ran NCHW alone and NHWC in a
+    # batch, and the two formulations' sums differ, so an image's bits depended on its batch (and on
+    # onepath.dask's chunks; found by review). No 1x1 class, for the same reason: tune chose
+    # "1x1_single" 49 (res5_branch2a 1.23, res5_branch2c 1.05 at batch 1) and "1x1_stride" 49
+    # (res5a_branch1 1.22), but from batch 2 those problems run the joint GEMM (CONV_F32_OPTIONS),
+    # which keeps the NCHW GEMM's bits, and "1x1_batch" measured 0.55-1.00.
+    ("zen3", "avx2"): {"kxk": 3136},
     ("zen4", "avx512_core"): {"kxk": 784, "kxk_stride1": 3136, "1x1_batch": 49, "1x1_stride": 784,
                               "1x1_single": 49},
     # sapphirerapids float32: zen4's limits with zen4's float32 options (CONV_F32_OPTIONS, below),
