@@ -293,6 +293,41 @@ def test_conv2d_along_n_bit_identical(client, level):
     _assert_same(got, onepath.conv2d(xb, wb, stride=2))
 
 
+@pytest.fixture
+def batch_only_as_nhwc(monkeypatch):
+    """Every level of this host's uarch sends NCHW k x k and stride-1 1x1 convolutions through the
+    NHWC formulation from a batch of 2 only (CONV_NCHW_AS_NHWC "kxk_batch" / "1x1_batch"; a shipped
+    row, zen4's bfloat16 one, has such classes): an image alone runs the NCHW GEMM."""
+    from onepath.dispatch import LEVELS, registry
+    from onepath.dispatch.cpu import probe
+    from onepath.ops import conv as _conv
+    table = {(probe().uarch, lv): {"kxk_batch": 1 << 30, "1x1_batch": 1 << 30} for lv in LEVELS}
+    monkeypatch.setattr(registry, "CONV_NCHW_AS_NHWC", table)
+    _conv._PLANS.clear()
+    yield
+    _conv._PLANS.clear()
+
+
+@pytest.mark.parametrize("dt", [F32, BF16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("k,h", [(3, 14), (3, 9), (1, 7)], ids=["3x3h14", "3x3h9", "1x1h7"])
+def test_conv2d_chunks_of_one_image_take_the_batch_route(batch_only_as_nhwc, level, dt, k, h):
+    """Chunks of one image give the in-memory call's bits where the registry's choice of
+    formulation differs between one image and a batch (ops.conv.route_batch): without it each chunk
+    ran the NCHW GEMM and the in-memory batch the NHWC formulation, whose sums differ. In-process
+    (synchronous scheduler), so that the monkeypatched row is the one the blocks see."""
+    rng = np.random.default_rng(k * 100 + h)
+    x = _rand(rng, (3, 24, h, h), dt)
+    w = (_rand(rng, (16, 24, k, k), F32) / 8).astype(dt)
+    bias = rng.standard_normal(16).astype(np.float32)
+    kw = dict(padding=k // 2, dtype=np.float32)
+    want = onepath.conv2d(x, w, bias, **kw)
+    alone = np.concatenate([onepath.conv2d(x[i:i + 1], w, bias, **kw) for i in range(3)])
+    if k > 1:   # the two routes sum a k x k window in different orders: the test can fail here
+        assert (_bits(alone) != _bits(want)).any()
+    got = odask.conv2d(da.from_array(x, chunks=(1,) + x.shape[1:]), w, bias, **kw).compute(scheduler="sync")
+    _assert_same(got, want)
+
+
 @pytest.mark.parametrize("kw,ref", CONVS, ids=["s1p1", "s2", "dil2", "s3d2"])
 def test_conv2d_along_h_with_halo(client, level, kw, ref):
     rng = np.random.default_rng(6)

@@ -27,6 +27,7 @@ import onepath
 from ..dispatch import LEVELS
 from ..dtypes import BF16, F32, to_bfloat16
 from ..ops import _small
+from ..ops.conv import route_batch
 
 # > every MR of the registry (float32 14, bfloat16 AMX 32) and > the rows of the dot-product paths
 # (4; a raw or prepacked bfloat16 weight with VDPBF16PS: OP_SM_NKDP_MAX_M and OP_SM_PKDP_MAX_M = 48
@@ -350,7 +351,8 @@ def _h_plan(chunks, pt, pb, sh, reach, oh):
 
 def _conv_block(x, *, w, b, h_ax, hplan, block_id=None, out_shape, out_dtype, kw, level, full_n):
     """One block of conv2d: the rows of the plan for this H block, its padding, the batch padded
-    (zero images) to the in-memory problem's GEMM path when the block has few output pixels."""
+    (zero images) to the in-memory problem's GEMM path when the block has few output pixels, and
+    the in-memory batch's choice of formulation (ops.conv.route_batch)."""
     plan = hplan[block_id[h_ax]]
     if plan is None:
         shape = list(out_shape)
@@ -366,8 +368,10 @@ def _conv_block(x, *, w, b, h_ax, hplan, block_id=None, out_shape, out_dtype, kw
         ohw = max(1, kw["ohw"])
         need = min(full_n, -(-_PAD_ROWS // ohw))
         extra = need - n if 0 < n < need else 0
-        y = onepath.conv2d(_padded(xs, 0, extra), w, b, kw["stride"], pads, kw["dilation"], kw["groups"],
-                           layout=kw["layout"], activation=kw["activation"], dtype=kw["dtype"])
+        with route_batch(full_n):   # the NCHW / NHWC formulation of the whole batch's call
+            y = onepath.conv2d(_padded(xs, 0, extra), w, b, kw["stride"], pads, kw["dilation"],
+                               kw["groups"], layout=kw["layout"], activation=kw["activation"],
+                               dtype=kw["dtype"])
         return y[:n] if extra else y
 
 

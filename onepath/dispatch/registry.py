@@ -318,6 +318,8 @@ def prepacked_row(row: Kernel) -> Kernel:
 # GEMM, 0.87-0.90 -> 0.97-0.99x torch (numbers at CONV_BF16_OPTIONS; not the same bits: the NHWC depth
 # order). At batch 1 it stays on the NCHW GEMM ("kxk_stride1" 784, above). With more threads than
 # images the whole-batch route runs instead (unmeasured at 56x56: the plan does not depend on threads).
+# So on zen4 an image's bfloat16 bits alone and in a batch can differ (README, documented
+# differences); onepath.dask's blocks choose with the whole batch (ops.conv.route_batch).
 # Hosts without a row keep the NCHW formulation (the Intel AMX class at avx512_core_bf16: `tune`
 # found no class worth it there; its AMX level: the row below, since "amx_s1"). float32 1x1
 # problems at batch >= 2 that CONV_F32_OPTIONS's "nchw1x1_joint" takes (zen4, sapphirerapids) run that
@@ -493,7 +495,9 @@ def conv_nchw_as_nhwc(row: Kernel, n: int, pixels: int, strided: bool = False,
                       uarch: str | None = None) -> bool:
     """Whether an NCHW convolution (batch ``n``, ``pixels`` output pixels OH*OW per image, a
     stride > 1 when ``strided``) on conv ``row`` runs in the NHWC formulation on ``uarch`` (default:
-    this host's, where a tuning file's ``conv_as_nhwc`` choice wins), per ``CONV_NCHW_AS_NHWC``."""
+    this host's, where a tuning file's ``conv_as_nhwc`` choice wins), per ``CONV_NCHW_AS_NHWC``.
+    ``n`` is the batch whose route is chosen: for a block of onepath.dask's, the whole array's
+    (ops.conv.route_batch), so that the block gives the whole call's bits."""
     if row.algorithm not in ("implicit_gemm", "1x1_gemm"):
         return False
     lim, _ = conv_as_nhwc_limits(row.level, row.dtype, uarch)

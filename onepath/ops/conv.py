@@ -13,6 +13,8 @@ Every algorithm has a registry row per ISA level (``onepath.dispatch.registry._C
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import numbers
 import time
@@ -275,6 +277,26 @@ _LAYOUTS = {1: {"NCL": False, "NCW": False, "NLC": True, "NWC": True},
 # checks, selection and descriptor set-up. Bounded: cleared when full.
 _PLANS: dict = {}
 _PLANS_MAX = 512
+# The batch whose rules choose an NCHW convolution's formulation (registry.conv_nchw_as_nhwc: a row
+# may send a plane through the NHWC formulation from a batch of 2 only, and the two formulations sum
+# in different orders). None: the call's own batch. onepath.dask sets it to the whole array's batch
+# around each chunk (route_batch), so that a chunk of images takes the in-memory call's route and
+# gives its bits.
+_ROUTE_BATCH: contextvars.ContextVar = contextvars.ContextVar("onepath_conv_route_batch",
+                                                             default=None)
+
+
+@contextlib.contextmanager
+def route_batch(n: int):
+    """Within the block, NCHW convolutions choose between the NCHW and the NHWC formulation as for a
+    batch of ``n`` images (int >= 1) whatever their own batch: ``onepath.dask.conv2d`` runs each
+    chunk of a batch so, which gives every image the bits of the call on the whole batch. The
+    results are the same convolution either way. Per thread (a ``contextvars`` variable)."""
+    tok = _ROUTE_BATCH.set(int(n))
+    try:
+        yield
+    finally:
+        _ROUTE_BATCH.reset(tok)
 registry.on_clear(_select_conv.cache_clear)
 registry.on_clear(_PLANS.clear)  # plans hold a blocking: dropped when the tuning in force changes
 
@@ -310,7 +332,8 @@ def _plan_key(x, w, b, stride, padding, dilation, groups, layout, activation, dt
     if not (x.dtype.isnative and w.dtype.isnative and (b is None or b.dtype.isnative)):
         return None  # byte-swapped operands are converted on the full path (_native)
     return (nd, x.shape, x.dtype, w.shape, w.dtype, None if b is None else (b.shape, b.dtype),
-            stride, padding, dilation, groups, layout, activation, dtype, _cap.isa())
+            stride, padding, dilation, groups, layout, activation, dtype, _cap.isa(),
+            _ROUTE_BATCH.get())
 
 
 def _native(a):
@@ -528,7 +551,9 @@ def _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc
     d.pt, d.pl = pads[0][0], pads[1][0]
     d.dh, d.dw = dl
     d.groups = groups
-    d.nhwc = 1 if nhwc else (2 if registry.conv_nchw_as_nhwc(row, n, oh * ow, st != (1, 1)) else 0)
+    route_n = _ROUTE_BATCH.get() or n   # onepath.dask: the whole batch's route (route_batch)
+    as_nhwc = registry.conv_nchw_as_nhwc(row, route_n, oh * ow, st != (1, 1))
+    d.nhwc = 1 if nhwc else (2 if as_nhwc else 0)
     # NCHW 1x1 float32 over all images' pixels (zen4 CONV_F32_OPTIONS "nchw1x1_joint"): the kernel
     # decides (op_conv2d_f32_joint); it replaces the NHWC formulation, so the plan says "joint"
     joint = (not nhwc and not native and algo == "1x1_gemm" and not x_bf16
@@ -536,6 +561,12 @@ def _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc
     route = ",joint" if joint else ""
     if joint:
         d.nhwc = 0
+    elif route_n != n and d.nhwc == 2 and algo == "1x1_gemm" and not native and not x_bf16:
+        # a chunk of a batch (route_batch) whose whole batch runs the joint GEMM, which sums as the
+        # NCHW GEMM does: the chunk runs the NCHW GEMM
+        whole = ffi.new("op_conv_desc *", {**_desc_fields(d), "n": route_n})
+        if lib.op_conv2d_f32_joint(whole, 0):
+            d.nhwc = 0
     # NCHW 1x1 float32 with the weight read in place (zen4 CONV_F32_OPTIONS "nchw1x1_a_in_place"), or
     # with 49 output pixels in their own kernel ("nchw1x1_n49"): the kernel decides
     # (op_conv2d_f32_a_in_place, op_conv2d_f32_n49); it replaces the NHWC formulation
@@ -674,6 +705,11 @@ def _run_plan(pl, x, w, b):
         _verbose.emit("conv2d", pl.dts, pl.row.level, f"{pl.row.name}({pl.algo})", pl.text, used,
                       time.perf_counter() - t0)
     return y
+
+
+def _desc_fields(d) -> dict:
+    """The fields of an ``op_conv_desc`` as a dict (a copy to change one of them in)."""
+    return {f: getattr(d, f) for f in dir(d)}
 
 
 def describe(d) -> str:
