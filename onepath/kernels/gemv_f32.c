@@ -395,7 +395,7 @@ typedef struct {
     int64_t kparts, kchunk; /* K split (OP_GEMV_KSPLIT, one batch entry): parts of kchunk B rows */
     int64_t lda;            /* row stride of a partial-sum buffer */
     float *acc;             /* per thread (per task with a K split): m x lda floats + OP_KN_SKEW */
-    float **accp;           /* K split: where each K part left its partial sums */
+    float **accp;           /* K split: each K part's partial sums (all columns, row stride lda) */
     float *at;              /* A transposed, per batch entry k x m floats: A[i][p] at at[p * m + i] */
 } op_kn_ctx;
 
@@ -415,8 +415,13 @@ static void op_kn_task(void *vctx, int64_t task, int tid)
        multiple of 4 KiB apart, every B load otherwise shares its low 12 address bits with a recent
        store of the sums, and the loads wait on those stores (4K aliasing; Zen 4, K = N = 4096, m = 1:
        29 -> 31 GB/s, as fast as with B rows padded) */
-    float *acc = x->acc + (size_t)(x->kparts > 1 ? kp : tid) * (size_t)(m * lda + OP_KN_SKEW);
-    acc += (((uintptr_t)(B + 512) - (uintptr_t)acc) & 4095u) / 64u * 16u;
+    float *acc;
+    if (x->kparts > 1) {   /* K split: this part's buffer at the task's columns (placed as below) */
+        acc = x->accp[kp] + c0;
+    } else {
+        acc = x->acc + (size_t)tid * (size_t)(m * lda + OP_KN_SKEW);
+        acc += (((uintptr_t)(B + 512) - (uintptr_t)acc) & 4095u) / 64u * 16u;
+    }
     const int64_t kb = OP_KN_KB(m);
     /* M > 8: the FMAs per B element hide the memory latency; there the prefetches only added L2
        traffic (Zen 4, 2 threads, M = 12 and 16: 5-15% slower) */
@@ -458,10 +463,7 @@ static void op_kn_task(void *vctx, int64_t task, int tid)
             }
         }
     }
-    if (x->kparts > 1) {  /* K split: op_kn_reduce adds the parts and writes C */
-        x->accp[kp] = acc;
-        return;
-    }
+    if (x->kparts > 1) return;  /* K split: op_kn_reduce adds the parts and writes C */
     op_epilogue e, *ep = NULL;
     if (g->epi && (g->epi->bias || g->epi->act != OP_ACT_NONE)) {
         e = *g->epi;
@@ -502,6 +504,10 @@ static void op_kn_reduce(void *vctx, int64_t task, int tid)
 }
 
 #define OP_KN_KSPLIT_MAX_ACC (512 * 1024)  /* bytes of partial sums per K part (L2) */
+/* K parts of the split: a property of the problem, never of the thread count, so that a product
+   gives the same bits at any number of threads (the parts' sums are added in part order); more
+   threads than parts split the columns of each part too. 2: zen4's 2 threads measured it. */
+#define OP_KN_KSPLIT_PARTS 2
 
 /* The row-stream path for x W (returns threads used, -1 on allocation failure), else 0. */
 static int op_kn_f32(const op_gemm_args *g, int nthreads)
@@ -514,6 +520,7 @@ static int op_kn_f32(const op_gemm_args *g, int nthreads)
                                      OP_KN_MIN_BYTES_PER_THREAD);
         if (tb > T) T = tb;
     }
+    const int64_t want_threads = T;   /* the problem's, before the host's thread count */
     if (T > nthreads) T = nthreads;
     if (T < 1) T = 1;
     op_kn_ctx x;
@@ -521,14 +528,18 @@ static int op_kn_f32(const op_gemm_args *g, int nthreads)
     const int64_t kb = OP_KN_KB(g->m);
     x.kparts = 1;
     x.kchunk = g->k;
-    if ((op_gemv_opts & OP_GEMV_KSPLIT) && T > 1 && g->batch == 1 && g->k >= 2 * kb &&
+    if ((op_gemv_opts & OP_GEMV_KSPLIT) && want_threads > 1 && g->batch == 1 && g->k >= 2 * kb &&
         (double)g->m * (double)op_roundup64(g->n, OP_KN_CB) * 4.0 <= OP_KN_KSPLIT_MAX_ACC) {
-        /* each thread a contiguous range of whole B rows (one sequential region of memory) */
-        x.kchunk = op_roundup64(op_cdiv64(g->k, T), kb);
+        /* each thread a contiguous range of whole B rows (one sequential region of memory). The
+           parts are fixed by the problem (OP_KN_KSPLIT_PARTS), at one thread too: a split by the
+           thread count gave other bits at every count (zen3 with the option forced, 1 x 4096 x
+           2048: 1993 of 2048 outputs differed between 1 and 2 threads) */
+        x.kchunk = op_roundup64(op_cdiv64(g->k, OP_KN_KSPLIT_PARTS), kb);
         x.kparts = op_cdiv64(g->k, x.kchunk);
-        x.cols = op_roundup64(g->n, OP_KN_CB);
-        x.parts = 1;
-        T = x.kparts;
+        const int64_t cparts = op_max64(1, op_cdiv64(T, x.kparts));   /* columns: any split */
+        x.cols = op_roundup64(op_cdiv64(g->n, cparts), OP_KN_CB);
+        x.parts = op_cdiv64(g->n, x.cols);
+        T = op_min64(T, x.kparts * x.parts);
     } else {
         /* one column range per thread and batch entry (long row segments keep the prefetchers on) */
         const int64_t want = g->batch >= T ? 1 : op_cdiv64(T, g->batch);
@@ -536,7 +547,8 @@ static int op_kn_f32(const op_gemm_args *g, int nthreads)
         x.parts = op_cdiv64(g->n, x.cols);
         if (T > g->batch * x.parts) T = g->batch * x.parts;
     }
-    x.lda = op_roundup64(x.cols, 16) + 16;  /* +16: rows not a multiple of 4 KiB apart */
+    /* +16: rows not a multiple of 4 KiB apart; a K part's buffer holds all columns */
+    x.lda = op_roundup64(x.kparts > 1 ? x.parts * x.cols : x.cols, 16) + 16;
     const int64_t nbuf = x.kparts > 1 ? x.kparts : T;
     x.acc = (float *)op_aligned_alloc((size_t)(nbuf * (g->m * x.lda + OP_KN_SKEW)) * sizeof(float));
     x.at = (float *)op_aligned_alloc((size_t)(g->batch * g->k * g->m) * sizeof(float));
@@ -552,6 +564,12 @@ static int op_kn_f32(const op_gemm_args *g, int nthreads)
         float *d = x.at + bi * g->k * g->m;
         for (int64_t i = 0; i < g->m; i++)
             for (int64_t p = 0; p < g->k; p++) d[p * g->m + i] = A[i * g->rsa + p * g->csa];
+    }
+    for (int64_t kp = 0; kp < x.kparts && x.kparts > 1; kp++) {
+        /* the partial sums half a 4 KiB page away from B's columns (see op_kn_task) */
+        float *a = x.acc + (size_t)kp * (size_t)(g->m * x.lda + OP_KN_SKEW);
+        const float *b0 = (const float *)g->b + (g->b_off ? g->b_off[0] : 0);
+        x.accp[kp] = a + (((uintptr_t)(b0 + 512) - (uintptr_t)a) & 4095u) / 64u * 16u;
     }
     int used = op_parallel_for((int)T, g->batch * x.parts * x.kparts, op_kn_task, &x);
     if (x.kparts > 1) {
