@@ -297,6 +297,8 @@ def route_batch(n: int):
         yield
     finally:
         _ROUTE_BATCH.reset(tok)
+
+
 registry.on_clear(_select_conv.cache_clear)
 registry.on_clear(_PLANS.clear)  # plans hold a blocking: dropped when the tuning in force changes
 
