@@ -12,8 +12,9 @@
    (csb == 1, M <= OP_KN_MAX_M): W's rows are streamed once, in blocks of a few rows swept across the
    thread's columns, into float32 partial sums of C kept in a per-thread buffer (L1/L2).
    Per microarchitecture (op_gemv_f32_options): the next block of streamed rows is prefetched into
-   L2 while the current one is read, and the row stream's threads may split K (each a contiguous
-   range of whole W rows, the partial sums added at the end) instead of N. */
+   L2 while the current one is read, and the row stream may split K in two parts (each a contiguous
+   range of whole W rows, the partial sums added at the end; the same two at any thread count), its
+   threads taking parts instead of column ranges. */
 
 #if defined(OP_HAS_AVX512)
 #define OP_DV_W 16
@@ -314,7 +315,7 @@ static void op_dot_task(void *vctx, int64_t task, int tid)
    one process, x numpy before -> after): 1 x 768 x 3072 0.47 -> 0.84, 1 x 1536 x 1536 0.45 ->
    0.78, 1 x 3072 x 768 0.55 -> 0.82, 1 x 1024 x 2048 0.87 -> 0.95; 8 rows lost (8 x 1024 x 1024
    2.11 -> 1.77) and keep the flop rule. Columns split as before: the same sums at any thread
-   count; where the K split runs (zen4's "ksplit"), the parts' sums added as for larger products. */
+   count; where the K split runs (zen4's "ksplit"), its two parts' sums too (OP_KN_KSPLIT_PARTS). */
 #define OP_KN_BYTES_MAX_M 4
 #define OP_KN_MIN_BYTES_PER_THREAD 1048576.0
 
