@@ -328,6 +328,38 @@ def test_conv2d_chunks_of_one_image_take_the_batch_route(batch_only_as_nhwc, lev
     _assert_same(got, want)
 
 
+def test_route_batch_picks_the_whole_batch_depthwise_kernel(monkeypatch, level):
+    """A depthwise row whose kernel choice depends on the batch (registry.DW_ROW_KERNELS
+    "_max_batch": zen4's wide float32 stride-1 rows at batch 1 only) is chosen for the whole batch
+    inside route_batch (onepath.dask's blocks): the plan of a one-image block asks for the kernel of
+    the batch of 8, not of one image. (The row kernels themselves are AVX-512 code: the plan's
+    request is what a host without them can check.)"""
+    from onepath.dispatch import registry
+    from onepath.dispatch.cpu import probe
+    from onepath.ops import conv as _conv
+    monkeypatch.setitem(registry.DW_ROW_KERNELS, (probe().uarch, level),
+                        {"s1_float32": 56, "s1_float32_max_batch": 1})
+    _conv._PLANS.clear()
+    x = _rand(np.random.default_rng(3), (1, 8, 56, 56), F32)
+    w = _rand(np.random.default_rng(4), (8, 1, 3, 3), F32)
+
+    def dw_rows():
+        plans = [p for p in _conv._PLANS.values() if p.algo == "depthwise"]
+        assert len(plans) == 1
+        return plans[0].desc.dw_rows
+
+    try:
+        want = onepath.conv2d(x, w, padding=1, groups=8)
+        assert dw_rows() == 1                       # an image alone: the batch-1 kernels
+        _conv._PLANS.clear()
+        with _conv.route_batch(8):
+            got = onepath.conv2d(x, w, padding=1, groups=8)
+        assert dw_rows() == 0                       # one image of a batch of 8: the batch's
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    finally:
+        _conv._PLANS.clear()
+
+
 @pytest.mark.parametrize("kw,ref", CONVS, ids=["s1p1", "s2", "dil2", "s3d2"])
 def test_conv2d_along_h_with_halo(client, level, kw, ref):
     rng = np.random.default_rng(6)

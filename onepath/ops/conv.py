@@ -279,7 +279,8 @@ _PLANS: dict = {}
 _PLANS_MAX = 512
 # The batch whose rules choose an NCHW convolution's formulation (registry.conv_nchw_as_nhwc: a row
 # may send a plane through the NHWC formulation from a batch of 2 only, and the two formulations sum
-# in different orders). None: the call's own batch. onepath.dask sets it to the whole array's batch
+# in different orders) and its depthwise kernel (registry.dw_row_flags: zen4's wide stride-1 row
+# kernels at batch 1 only). None: the call's own batch. onepath.dask sets it to the whole array's batch
 # around each chunk (route_batch), so that a chunk of images takes the in-memory call's route and
 # gives its bits.
 _ROUTE_BATCH: contextvars.ContextVar = contextvars.ContextVar("onepath_conv_route_batch",
@@ -288,10 +289,11 @@ _ROUTE_BATCH: contextvars.ContextVar = contextvars.ContextVar("onepath_conv_rout
 
 @contextlib.contextmanager
 def route_batch(n: int):
-    """Within the block, NCHW convolutions choose between the NCHW and the NHWC formulation as for a
-    batch of ``n`` images (int >= 1) whatever their own batch: ``onepath.dask.conv2d`` runs each
-    chunk of a batch so, which gives every image the bits of the call on the whole batch. The
-    results are the same convolution either way. Per thread (a ``contextvars`` variable)."""
+    """Within the block, NCHW convolutions choose between the NCHW and the NHWC formulation, and a
+    depthwise one its kernel, as for a batch of ``n`` images (int >= 1) whatever their own batch:
+    ``onepath.dask.conv2d`` runs each chunk of a batch so, which gives every image the bits of the
+    call on the whole batch. The results are the same convolution either way. Per thread (a
+    ``contextvars`` variable)."""
     tok = _ROUTE_BATCH.set(int(n))
     try:
         yield
@@ -577,7 +579,8 @@ def _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc
         d.nhwc = 0
         route = ",n49" if lib.op_conv2d_f32_n49(d, 0) else ",w_in_place"
     if algo == "depthwise" and not nhwc:
-        d.dw_rows = registry.dw_row_flags(row, st, wd, bool(x_bf16), n=n)
+        # (batch-dependent rows, zen4's wide float32 stride-1 ones: the whole batch's, as above)
+        d.dw_rows = registry.dw_row_flags(row, st, wd, bool(x_bf16), n=route_n)
     pl.desc = d
     pl.blk = ffi.new("op_blocking *", {"mc": row.mc, "kc": row.kc, "nc": row.nc})
     pl.wtype = "uint16_t[]" if native else "float[]"
