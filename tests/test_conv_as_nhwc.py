@@ -134,3 +134,20 @@ def test_same_bits_alone_and_in_a_batch_f32(level, case):
     yb = onepath.conv2d(x, w, b, stride=s, padding=p)
     ys = np.concatenate([onepath.conv2d(x[i:i + 1], w, b, stride=s, padding=p) for i in range(2)])
     np.testing.assert_array_equal(yb, ys)
+
+
+@pytest.mark.parametrize("oc", [1, 4, 6, 8, 14, 15])
+@pytest.mark.parametrize("c,h,s", [(33, 14, 1), (64, 7, 1), (64, 14, 2)],
+                         ids=["c33h14", "c64h7", "c64h14s2"])
+def test_narrow_1x1_same_bits_alone_and_in_a_batch_f32(level, oc, c, h, s):
+    """NCHW float32 1x1 convolutions with at most MR output channels: an image alone reads B in
+    place with KC 32 (the GEMM's direct path), so the joint GEMM over a batch's pixels (CONV_F32
+    options "nchw1x1_joint", shipped for zen3, zen4, sapphirerapids) summed K > 32 in other blocks:
+    4 x 33 x 14 x 14 at batch 2 differed in 142 of 1568 outputs (found by review). Such layers now
+    keep the per-image GEMM in a batch (op_conv_j1_fits)."""
+    rng = np.random.default_rng(oc * 100 + c + h)
+    x = rng.standard_normal((3, c, h, h)).astype(np.float32)
+    w = rng.standard_normal((oc, c, 1, 1)).astype(np.float32)
+    yb = onepath.conv2d(x, w, stride=s)
+    ys = np.concatenate([onepath.conv2d(x[i:i + 1], w, stride=s) for i in range(3)])
+    np.testing.assert_array_equal(yb.view(np.uint32), ys.view(np.uint32))

@@ -1905,7 +1905,12 @@ typedef struct {
 
 OP_INLINE int op_conv_j1_fits(const op_conv_desc *d)
 {
+    /* oc > OP_F32_MR: with at most MR output channels one image's GEMM reads B in place with KC
+       OP_GEMM_DIRECT_KC (gemm_f32.c), so K over 32 summed in other blocks than the joint GEMM's:
+       an image alone and in a batch differed (zen3, 4 x 33 x 14 x 14 at batch 2: 142 of 1568
+       outputs; found by review). Such narrow layers keep the per-image GEMM. */
     return d->groups == 1 && d->kh == 1 && d->kw == 1 && d->pt == 0 && d->pl == 0 && d->n >= 2 &&
+           d->oc > OP_F32_MR &&
            d->oh * d->ow <= OP_CONV_NCHW1X1_JOINT_MAXP && (d->oh - 1) * d->sh < d->h &&
            (d->ow - 1) * d->sw < d->w && d->n * d->c * d->h * d->w < ((int64_t)1 << 31) &&
            (!(op_conv_f32_opts & OP_CONV_NCHW1X1_JOINT_SMALL) || d->sh > 1 || d->sw > 1 ||
