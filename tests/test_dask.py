@@ -324,7 +324,8 @@ def test_conv2d_chunks_of_one_image_take_the_batch_route(batch_only_as_nhwc, lev
     alone = np.concatenate([onepath.conv2d(x[i:i + 1], w, bias, **kw) for i in range(3)])
     if k > 1:   # the two routes sum a k x k window in different orders: the test can fail here
         assert (_bits(alone) != _bits(want)).any()
-    got = odask.conv2d(da.from_array(x, chunks=(1,) + x.shape[1:]), w, bias, **kw).compute(scheduler="sync")
+    xd = da.from_array(x, chunks=(1,) + x.shape[1:])
+    got = odask.conv2d(xd, w, bias, **kw).compute(scheduler="sync")
     _assert_same(got, want)
 
 

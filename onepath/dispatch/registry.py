@@ -517,7 +517,8 @@ def conv_nchw_as_nhwc(row: Kernel, n: int, pixels: int, strided: bool = False,
 # "ksplit" gives each thread of the x @ W row stream a contiguous range of whole W rows (K), the
 # partial sums added at the end, instead of a column range (N); the K parts are the problem's (two),
 # at one thread too, so the bits do not depend on the thread count (gemv_f32.c,
-# OP_KN_KSPLIT_PARTS; a split by the thread count once made them). A host without a row runs neither.
+# OP_KN_KSPLIT_PARTS; a split by the thread count once made them). A host without a row runs
+# neither.
 # zen4: measured 2026-11-30 on an AMD EPYC Zen 4 VM (2 cores), K = N = 4096, paired in one process
 # against numpy (OpenBLAS 0.3.31), x numpy before -> after: 1 thread, prefetch_next: M = 1 x @ W
 # 0.99 -> 1.14-1.17, x @ W.T 1.11 -> 1.38-1.42, M = 4 x @ W 3.2 -> 4.3, x @ W.T 3.9 -> 4.8; 2 threads,

@@ -280,9 +280,9 @@ _PLANS_MAX = 512
 # The batch whose rules choose an NCHW convolution's formulation (registry.conv_nchw_as_nhwc: a row
 # may send a plane through the NHWC formulation from a batch of 2 only, and the two formulations sum
 # in different orders) and its depthwise kernel (registry.dw_row_flags: zen4's wide stride-1 row
-# kernels at batch 1 only). None: the call's own batch. onepath.dask sets it to the whole array's batch
-# around each chunk (route_batch), so that a chunk of images takes the in-memory call's route and
-# gives its bits.
+# kernels at batch 1 only). None: the call's own batch. onepath.dask sets it to the whole array's
+# batch around each chunk (route_batch), so that a chunk of images takes the in-memory call's route
+# and gives its bits.
 _ROUTE_BATCH: contextvars.ContextVar = contextvars.ContextVar("onepath_conv_route_batch",
                                                              default=None)
 
