@@ -293,7 +293,9 @@ def route_batch(n: int):
     depthwise one its kernel, as for a batch of ``n`` images (int >= 1) whatever their own batch:
     ``onepath.dask.conv2d`` runs each chunk of a batch so, which gives every image the bits of the
     call on the whole batch. The results are the same convolution either way. Per thread (a
-    ``contextvars`` variable)."""
+    ``contextvars`` variable). Raises ValueError for ``n`` not an int >= 1."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(f"route_batch: n must be an int >= 1, got {n!r}")
     tok = _ROUTE_BATCH.set(int(n))
     try:
         yield
