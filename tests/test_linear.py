@@ -209,3 +209,21 @@ def test_bf16_prepacked_decode_same_bits_as_raw(level, m):
         else:
             np.testing.assert_allclose(got.astype(np.float32), raw.astype(np.float32),
                                        rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "silu", "relu"])
+def test_activation_same_bits_in_every_column(level, act):
+    """A value's fused activation does not depend on where it falls in the output: the same values
+    through ``linear(x, I)`` (exact: one product by 1, the rest by 0) at widths 1-48, so that they
+    land in full tiles, edge columns, tails of rows and the small kernel's rows. Edge columns once
+    took libm's erff / tanhf / expf and full tiles the vector polynomial (act_f32.c)."""
+    rng = np.random.default_rng(7)
+    v = (rng.standard_normal(1680) * 3).astype(np.float32)
+    v[:8] = [0.0, 1e-30, -1e-30, 30.0, -30.0, 100.0, -100.0, 3e38]
+    got = {}
+    for n in (1, 5, 7, 16, 17, 24, 35, 48):
+        x = v[:v.size - v.size % n].reshape(-1, n)
+        got[n] = onepath.linear(x, np.eye(n, dtype=np.float32), activation=act).ravel()
+    for n, y in got.items():
+        np.testing.assert_array_equal(y.view(np.uint32), got[16][:y.size].view(np.uint32),
+                                      err_msg=str(n))

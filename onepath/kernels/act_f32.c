@@ -1,4 +1,5 @@
-/* act_f32.c: the activations of the GEMM/conv epilogue (OP_ACT_*), scalar and 16 lanes at a time.
+/* act_f32.c: the activations of the GEMM/conv epilogue (OP_ACT_*), 16 lanes at a time (fewer values
+   through a zero-padded copy of 16 lanes, so that every value gets the same bits wherever it falls).
    The vector forms use GCC vector extensions, so each level's build lowers them to its own
    registers (one zmm, two ymm, four xmm). Non-finite inputs follow the formulas in IEEE
    arithmetic, as torch does: NaN stays NaN, +Inf gives +Inf, and -Inf gives NaN (-Inf times a
@@ -8,24 +9,6 @@
    erf (for exact GELU): Abramowitz & Stegun, Handbook of Mathematical Functions, formula 7.1.26
    (absolute error <= 1.5e-7), evaluated as erfc(|z|) so that 1 + erf(z) has no cancellation for
    negative z. tanh-GELU is rewritten as x * sigmoid(2u), SiLU as x * sigmoid(x). */
-
-static inline float op_act_f32(float x, int act)
-{
-    switch (act) {
-    case OP_ACT_RELU:
-        return x < 0.0f ? 0.0f : x;  /* NaN stays NaN */
-    case OP_ACT_GELU:
-        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case OP_ACT_GELU_TANH: {
-        float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-        return 0.5f * x * (1.0f + tanhf(u));
-    }
-    case OP_ACT_SILU:
-        return x / (1.0f + expf(-x));
-    default:
-        return x;
-    }
-}
 
 typedef float op_v16f __attribute__((vector_size(64)));
 typedef int32_t op_v16i __attribute__((vector_size(64)));
@@ -281,10 +264,32 @@ OP_INLINE op_v16f op_v16_act(op_v16f x, int act)
 
 #endif
 
-/* In-place activation of n elements at stride cs (used after a vector row store). */
-static OP_NOINLINE void op_act_row(float *c, int64_t cs, int n, int act)
+/* Up to 16 values v[0..n-1] in place, through a zero-padded copy of 16 lanes: every value
+   takes the vector form's operations whatever its place, so a GEMM tile's edge columns, a row's
+   tail and a lone value give the bits its full vectors give (libm's erff / tanhf / expf, used here
+   before, differed in the last bits, and where a value fell in a tile depended on e.g. an image's
+   place in a batch). Lanes are independent: the padding does not change the others. */
+static void op_act_lanes(float *v, int n, int act)
 {
-    int j = 0;
+    if (act == OP_ACT_NONE) return;
+    if (act == OP_ACT_RELU) {   /* as the vector max(0, x): NaN stays NaN, -0 stays -0 */
+        for (int j = 0; j < n; j++) v[j] = v[j] < 0.0f ? 0.0f : v[j];
+        return;
+    }
+    float t[16] = {0};
+    memcpy(t, v, (size_t)n * sizeof *v);
+    op_v16f x;
+    memcpy(&x, t, sizeof x);
+    x = op_v16_act(x, act);
+    memcpy(t, &x, sizeof x);
+    memcpy(v, t, (size_t)n * sizeof *v);
+}
+
+/* In-place activation of n elements at stride cs (used after a vector row store): 16 at a time,
+   a strided or short rest gathered through op_act_lanes. */
+static OP_NOINLINE void op_act_row(float *c, int64_t cs, int64_t n, int act)
+{
+    int64_t j = 0;
     if (cs == 1) {
         for (; j + 16 <= n; j += 16) {
             op_v16f x, y;
@@ -293,7 +298,13 @@ static OP_NOINLINE void op_act_row(float *c, int64_t cs, int n, int act)
             memcpy(c + j, &y, sizeof y);
         }
     }
-    for (; j < n; j++) c[j * cs] = op_act_f32(c[j * cs], act);
+    for (; j < n; j += 16) {
+        const int w = n - j < 16 ? (int)(n - j) : 16;
+        float t[16];
+        for (int i = 0; i < w; i++) t[i] = c[(j + i) * cs];
+        op_act_lanes(t, w, act);
+        for (int i = 0; i < w; i++) c[(j + i) * cs] = t[i];
+    }
 }
 
 #if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)

@@ -77,7 +77,7 @@ OP_INLINE void op_dw_act_store(float *OP_RESTRICT y, int64_t n, int act)
     if (act == OP_ACT_RELU) {
         for (int64_t i = 0; i < n; i++) y[i] = y[i] < 0.0f ? 0.0f : y[i];
     } else if (act != OP_ACT_NONE) {
-        for (int64_t i = 0; i < n; i++) y[i] = op_act_f32(y[i], act);
+        op_act_row(y, 1, n, act);   /* the vector form's bits on every element (act_f32.c) */
     }
 }
 

@@ -440,7 +440,7 @@ OP_INLINE void op_y16_bias(const float *bias, int64_t oc, int64_t nc, __m256 *b)
     b[1] = _mm256_load_ps(bb + 8);
 }
 
-/* the activation of v[0..1]: ReLU as max(0, v) (NaN stays NaN, -0 stays -0, as op_act_f32), the
+/* the activation of v[0..1]: ReLU as max(0, v) (NaN stays NaN, -0 stays -0, as op_act_lanes), the
    others through op_v16_act (via memory: GCC keeps a 64-byte op_v16f there anyway) */
 OP_INLINE void op_y16_act(__m256 *v, int act)
 {

@@ -76,10 +76,13 @@
 
 /* ---------------------------------------------------------------- epilogue (portable part) */
 
-/* op_act_f32 (scalar) and op_act_row (vectorised rows) are in act_f32.c, included before this file. */
+/* op_act_lanes (up to 16 values) and op_act_row (rows) are in act_f32.c, included before this
+   file. */
 
 /* Write an mr x nr tile t (row stride ldt) to C through (rsc, csc): C = t, or C += t if acc; then the
-   epilogue (bias at tile origin, activation) if epi != NULL. Portable; used for edges/strided C. */
+   epilogue (bias at tile origin, activation) if epi != NULL. Portable; used for edges/strided C.
+   The activation takes 16 columns at a time through op_act_lanes, so an edge column gets the bits
+   a full tile's vector epilogue gives the same value. */
 static void op_tile_store(const float *t, int64_t ldt, int mr, int nr, float *c, int64_t rsc,
                           int64_t csc, int acc, const op_epilogue *epi)
 {
@@ -91,12 +94,17 @@ static void op_tile_store(const float *t, int64_t ldt, int mr, int nr, float *c,
         const float *tr = t + i * ldt;
         float *cr = c + i * rsc;
         const float rb = (bias && axis == 0) ? bias[i * bs] : 0.0f;
-        for (int j = 0; j < nr; j++) {
-            float v = tr[j];
-            if (acc) v = v + cr[j * csc];
-            if (bias) v = v + (axis == 0 ? rb : bias[j * bs]);
-            if (act != OP_ACT_NONE) v = op_act_f32(v, act);
-            cr[j * csc] = v;
+        for (int j0 = 0; j0 < nr; j0 += 16) {
+            const int w = nr - j0 < 16 ? nr - j0 : 16;
+            float v[16];
+            for (int j = 0; j < w; j++) {
+                float x = tr[j0 + j];
+                if (acc) x = x + cr[(j0 + j) * csc];
+                if (bias) x = x + (axis == 0 ? rb : bias[(j0 + j) * bs]);
+                v[j] = x;
+            }
+            op_act_lanes(v, w, act);
+            for (int j = 0; j < w; j++) cr[(j0 + j) * csc] = v[j];
         }
     }
 }
