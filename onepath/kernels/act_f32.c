@@ -1,5 +1,5 @@
-/* act_f32.c: the activations of the GEMM/conv epilogue (OP_ACT_*), 16 lanes at a time (fewer values
-   through a zero-padded copy of 16 lanes, so that every value gets the same bits wherever it falls).
+/* act_f32.c: the activations of the GEMM/conv epilogue (OP_ACT_*), 16 lanes at a time (fewer
+   values through a zero-padded copy of 16 lanes: every value gets the same bits wherever it falls).
    The vector forms use GCC vector extensions, so each level's build lowers them to its own
    registers (one zmm, two ymm, four xmm). Non-finite inputs follow the formulas in IEEE
    arithmetic, as torch does: NaN stays NaN, +Inf gives +Inf, and -Inf gives NaN (-Inf times a
