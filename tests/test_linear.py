@@ -91,8 +91,8 @@ def test_linear_nonfinite_activation(level):
 
 @pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "silu"])
 def test_linear_activation_far_below_zero(level, act):
-    """Finite inputs far below zero give -0 (the factor underflows), at every level and in every
-    lane of the vectorised write-out (16 columns) as in the scalar edge columns (3)."""
+    """Finite inputs far below zero give -0 (the factor underflows), at every level, in a full
+    16-column write-out and in edge columns (3, through a padded copy of 16 lanes)."""
     for xv in (-3e38, -1e31, -1e20, -200.0, -90.0):
         x = np.full((2, 1), xv, np.float32)
         for n in (16, 3):

@@ -81,8 +81,9 @@
 
 /* Write an mr x nr tile t (row stride ldt) to C through (rsc, csc): C = t, or C += t if acc; then the
    epilogue (bias at tile origin, activation) if epi != NULL. Portable; used for edges/strided C.
-   The activation takes 16 columns at a time through op_act_lanes, so an edge column gets the bits
-   a full tile's vector epilogue gives the same value. */
+   gelu / gelu_tanh / silu take the tile's values 16 at a time through op_act_lanes, gathered
+   across rows (an edge of 1-15 columns: one 16-lane evaluation per 16 values, not per row), so
+   every value gets the bits a full tile's vector epilogue gives it (lanes are independent). */
 static void op_tile_store(const float *t, int64_t ldt, int mr, int nr, float *c, int64_t rsc,
                           int64_t csc, int acc, const op_epilogue *epi)
 {
@@ -90,22 +91,35 @@ static void op_tile_store(const float *t, int64_t ldt, int mr, int nr, float *c,
     const int64_t bs = epi ? epi->bias_stride : 0;
     const int axis = epi ? epi->bias_axis : 0;
     const int act = epi ? epi->act : OP_ACT_NONE;
+    const int lanes = act != OP_ACT_NONE && act != OP_ACT_RELU;
+    float v[16];
+    float *dst[16];
+    int nv = 0;
     for (int i = 0; i < mr; i++) {
         const float *tr = t + i * ldt;
         float *cr = c + i * rsc;
         const float rb = (bias && axis == 0) ? bias[i * bs] : 0.0f;
-        for (int j0 = 0; j0 < nr; j0 += 16) {
-            const int w = nr - j0 < 16 ? nr - j0 : 16;
-            float v[16];
-            for (int j = 0; j < w; j++) {
-                float x = tr[j0 + j];
-                if (acc) x = x + cr[(j0 + j) * csc];
-                if (bias) x = x + (axis == 0 ? rb : bias[(j0 + j) * bs]);
-                v[j] = x;
+        for (int j = 0; j < nr; j++) {
+            float x = tr[j];
+            if (acc) x = x + cr[j * csc];
+            if (bias) x = x + (axis == 0 ? rb : bias[j * bs]);
+            if (!lanes) {
+                if (act == OP_ACT_RELU) op_act_lanes(&x, 1, act);
+                cr[j * csc] = x;
+                continue;
             }
-            op_act_lanes(v, w, act);
-            for (int j = 0; j < w; j++) cr[(j0 + j) * csc] = v[j];
+            v[nv] = x;
+            dst[nv++] = cr + j * csc;
+            if (nv == 16) {
+                op_act_lanes(v, 16, act);
+                for (int k = 0; k < 16; k++) *dst[k] = v[k];
+                nv = 0;
+            }
         }
+    }
+    if (nv) {
+        op_act_lanes(v, nv, act);
+        for (int k = 0; k < nv; k++) *dst[k] = v[k];
     }
 }
 

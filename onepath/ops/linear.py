@@ -100,8 +100,9 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
             dtype (float64, complex, integer, ...) sends the call to the numpy path below, whose
             result dtype it joins as numpy's ``+`` promotes.
         activation: None, "relu", "gelu" (exact, erf), "gelu_tanh" or "silu" (any letter case). The
-            vectorised write-out evaluates erf/exp with polynomials (kernels/act_f32.c; absolute
-            error below 5e-7).
+            kernels evaluate erf/exp with polynomials (kernels/act_f32.c), 16 lanes for every
+            element wherever it falls in the output; against float64 (measured, 640k values):
+            gelu within 4.2e-7 and gelu_tanh within 5.2e-7 absolute, silu within 4.2 ulp.
         dtype: result dtype, None for the promotion rules (bfloat16 x bfloat16 -> bfloat16 rounded
             once after the epilogue; a float32 operand -> float32), or float32 / bfloat16 (with
             float32 / bfloat16 operands; another dtype is a TypeError).
