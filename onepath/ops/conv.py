@@ -495,14 +495,13 @@ def weight_shape(w, nd):
 
 
 def _fill_bias(y, b, nhwc, activation, out_dt):
-    """Output of an empty reduction (C == 0 or an all-padding window): bias then activation."""
-    if b is None:
-        val = np.zeros(1)
-    else:
-        val = np.asarray(b, np.float64)
-    val = _act_np(val, activation)
+    """Output of an empty reduction (C, H or W == 0): the bias, activated as the kernels' write-out
+    activates it (``linear.kernel_activation``: the bits a sum of zeros plus that bias gets)."""
+    from .linear import kernel_activation
+    val = kernel_activation(np.zeros(1, _F32) if b is None else np.asarray(b, _F32).reshape(-1),
+                            activation)
     shape = (1, 1, 1, -1) if nhwc else (1, -1, 1, 1)
-    y[...] = (val.reshape(shape) if val.size > 1 else val[0]).astype(np.float32)
+    y[...] = val.reshape(shape) if val.size > 1 else val[0]
     return y.astype(out_dt) if out_dt != _F32 else y
 
 

@@ -42,6 +42,19 @@ def _erf(x):
 _ACT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
+def kernel_activation(v, activation):
+    """float32 values v (any shape) as the kernels' write-out activates them (kernels/act_f32.c:
+    the bits a value gets in any GEMM or convolution at this level and mode), for results with
+    nothing to sum (K == 0, a convolution over an empty input): act(0 + v), from a linear of K = 1
+    whose products are 0 (so -0 comes back +0, as every sum does). Returns float32, v's shape."""
+    v = np.asarray(v, F32)
+    flat = np.ascontiguousarray(v.reshape(-1))
+    if flat.size == 0:
+        return flat.reshape(v.shape)
+    y = linear(np.zeros((1, 1), F32), np.zeros((flat.size, 1), F32), flat, activation=activation)
+    return y.reshape(v.shape)
+
+
 def _act_numpy(y, activation):
     """The activation of ``linear``'s numpy path, as its docstring states: relu is
     ``np.maximum(y, 0)``; gelu, gelu_tanh and silu are evaluated on ``y.astype(np.float64)`` and
@@ -165,9 +178,8 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     if m == 0 or n == 0:
         return out.reshape(lead + (n,))
     both_bf16 = xa.dtype == BF16 and wdtype == BF16
-    if k == 0:
-        y = np.zeros((m, n), F32) + (b if b is not None else 0)
-        out[...] = _act_numpy(y, activation).astype(rd)
+    if k == 0:  # the bias, activated as the kernels' write-out activates it
+        out[...] = kernel_activation(b if b is not None else np.zeros(n, F32), activation).astype(rd)
         return out.reshape(lead + (n,))
     if (rd == F32 and xa.dtype == F32 and wdtype == F32
             and _small.use_small(m * n * k, "linear", "float32", n * k,
