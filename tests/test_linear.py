@@ -235,8 +235,9 @@ def test_empty_sum_takes_the_kernels_activation(level, act):
     activated with the kernels' bits: those of the same bias over a sum of zeros (K = 1, zero
     inputs); the float64 formula used before differed in 30 of 37 gelu values (found by review)."""
     b = (np.random.default_rng(9).standard_normal(37) * 3).astype(np.float32)
-    y0 = onepath.linear(np.zeros((2, 0), np.float32), np.zeros((37, 0), np.float32), b, activation=act)
-    y1 = onepath.linear(np.zeros((2, 1), np.float32), np.zeros((37, 1), np.float32), b, activation=act)
+    z = np.zeros
+    y0 = onepath.linear(z((2, 0), np.float32), z((37, 0), np.float32), b, activation=act)
+    y1 = onepath.linear(z((2, 1), np.float32), z((37, 1), np.float32), b, activation=act)
     np.testing.assert_array_equal(y0.view(np.uint32), y1.view(np.uint32))
     c0 = onepath.conv2d(np.zeros((1, 0, 3, 3), np.float32), np.zeros((37, 0, 1, 1), np.float32), b,
                         activation=act)

@@ -179,7 +179,8 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
         return out.reshape(lead + (n,))
     both_bf16 = xa.dtype == BF16 and wdtype == BF16
     if k == 0:  # the bias, activated as the kernels' write-out activates it
-        out[...] = kernel_activation(b if b is not None else np.zeros(n, F32), activation).astype(rd)
+        bias0 = b if b is not None else np.zeros(n, F32)
+        out[...] = kernel_activation(bias0, activation).astype(rd)
         return out.reshape(lead + (n,))
     if (rd == F32 and xa.dtype == F32 and wdtype == F32
             and _small.use_small(m * n * k, "linear", "float32", n * k,
