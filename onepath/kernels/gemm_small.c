@@ -598,9 +598,10 @@ int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
     /* Else ranges of columns starting at multiples of q: of every form's column tile (nn:
        OP_SMALL_NR, nt and the loop: 4), so every tile, and so every bit, is the one-thread call's
        (the activation gives a value the same bits wherever it falls: act_f32.c). q is 16 below
-       AVX-512 (32 there): 96 or 192 columns at 2 threads in two equal ranges, not 64 + 32 or 128 + 64 (by the arithmetic: a
-       third less time for the slower range; on the Zen 3 VM the 2-thread timings of these
-       products moved more than that from run to run, both libraries alike) */
+       AVX-512 (32 there): 96 or 192 columns at 2 threads in two equal ranges, not 64 + 32 or
+       128 + 64 (by the arithmetic: a third less time for the slower range; on the Zen 3 VM the
+       2-thread timings of these products moved more than that from run to run, both libraries
+       alike) */
     const int64_t q = OP_SMALL_NR > 16 ? OP_SMALL_NR : 16;
     const int64_t chunk = op_roundup64(op_cdiv64(n, nthreads), q);
     op_small_mt_ctx x = {m, n, k, rsa, csa, rsb, csb, rsc, csc, chunk,
