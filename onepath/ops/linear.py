@@ -46,7 +46,8 @@ def kernel_activation(v, activation):
     """float32 values v (any shape) as the kernels' write-out activates them (kernels/act_f32.c:
     the bits a value gets in any GEMM or convolution at this level and mode), for results with
     nothing to sum (K == 0, a convolution over an empty input): act(0 + v), from a linear of K = 1
-    whose products are 0 (so -0 comes back +0, as every sum does). Returns float32, v's shape."""
+    whose products are 0 (so -0 comes back +0, as the default mode's GEMM sums do; see the README's
+    signed-zeros row). Returns float32, v's shape."""
     v = np.asarray(v, F32)
     flat = np.ascontiguousarray(v.reshape(-1))
     if flat.size == 0:
