@@ -31,6 +31,7 @@ from ..dispatch.registry import algorithm_for
 from ..kernels import load
 from .._repro_mode import on as _repro_on
 from ._gemm import act_code, activation_name
+from .linear import kernel_activation
 
 try:  # ml_dtypes is a declared dependency; keep import errors readable
     from ml_dtypes import bfloat16 as _BF16_TYPE
@@ -497,7 +498,6 @@ def weight_shape(w, nd):
 def _fill_bias(y, b, nhwc, activation, out_dt):
     """Output of an empty reduction (C, H or W == 0): the bias, activated as the kernels' write-out
     activates it (``linear.kernel_activation``: the bits a sum of zeros plus that bias gets)."""
-    from .linear import kernel_activation
     val = kernel_activation(np.zeros(1, _F32) if b is None else np.asarray(b, _F32).reshape(-1),
                             activation)
     shape = (1, 1, 1, -1) if nhwc else (1, -1, 1, 1)
