@@ -4,10 +4,13 @@ Line format (comma separated): ``onepath,exec,<op>,<dtypes>,<level>,<kernel>,<sh
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 
 
 _enabled: bool | None = None
+_local = threading.local()  # .muted: depth of ``muted()`` blocks on this thread
 # functions called after every reload (caches of fast paths that hold "verbose is off")
 on_reload: list = []
 
@@ -27,8 +30,22 @@ def enabled() -> bool:
     return _enabled if _enabled is not None else reload()
 
 
+@contextlib.contextmanager
+def muted():
+    """No lines from the calls inside this block (this thread only): a call that runs another op
+    inside (``ops.linear.kernel_activation``) logs its own line, not the inner one's."""
+    _local.muted = getattr(_local, "muted", 0) + 1
+    try:
+        yield
+    finally:
+        _local.muted -= 1
+
+
 def emit(op: str, dtypes: str, level: str, kernel: str, shapes: str, threads: int, seconds: float) -> None:
-    """Log one verbose line; attaches a stderr handler if the application configured none."""
+    """Log one verbose line (none inside ``muted()``); attaches a stderr handler if the application
+    configured none."""
+    if getattr(_local, "muted", 0):
+        return
     import logging  # only when a line is written: keeps ``import onepath`` cheap
     logger = logging.getLogger("onepath")
     if not logger.hasHandlers():

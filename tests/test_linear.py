@@ -150,6 +150,7 @@ def test_prepack_cap_change():
     ref = _ref(x, w, bias, "gelu")
     p = onepath.prepack(w)
     strict = onepath.prepack(w, on_cap_change="error")
+    strict_k0 = onepath.prepack(np.ones((33, 0), np.float32), on_cap_change="error")
     top = p.level
     for low in levels[:-1]:
         with onepath.max_isa(low):
@@ -158,6 +159,14 @@ def test_prepack_cap_change():
             assert np.allclose(y, ref, rtol=1e-4, atol=1e-4)
             with pytest.raises(RuntimeError, match="max_isa"):
                 onepath.linear(x, strict, bias)
+            # the calls that read no packed buffer keep the rule too: no rows, float64 input
+            # (numpy's answer), and a weight with no input features
+            with pytest.raises(RuntimeError, match="max_isa"):
+                onepath.linear(x[:0], strict)
+            with pytest.raises(RuntimeError, match="max_isa"):
+                onepath.linear(x.astype(np.float64), strict)
+            with pytest.raises(RuntimeError, match="max_isa"):
+                onepath.linear(np.ones((3, 0), np.float32), strict_k0)
     assert p.repacks == len(levels) - 1
     y = onepath.linear(x, p, bias, activation="gelu", dtype=np.float32)
     assert p.level == top and np.allclose(y, ref, rtol=1e-4, atol=1e-4)
@@ -227,6 +236,22 @@ def test_activation_same_bits_in_every_column(level, act):
     for n, y in got.items():
         np.testing.assert_array_equal(y.view(np.uint32), got[16][:y.size].view(np.uint32),
                                       err_msg=str(n))
+
+
+def test_empty_sum_logs_the_callers_problem(level, caplog, verbose_on):
+    """ONEPATH_VERBOSE: a K == 0 linear and a convolution over an empty input log one line each,
+    with their own op and shapes, not the internal K = 1 linear that activates the bias."""
+    import logging
+    b = np.ones(37, np.float32)
+    with caplog.at_level(logging.INFO, logger="onepath"):
+        onepath.linear(np.zeros((2, 0), np.float32), np.zeros((37, 0), np.float32), b, activation="gelu")
+        onepath.conv2d(np.zeros((1, 0, 3, 3), BF16), np.zeros((37, 0, 1, 1), BF16), b, activation="silu")
+    lines = caplog.messages
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(f"onepath,exec,linear,f32:f32:f32,{level},bias_activation(no_reduction),"
+                               "2x0:37x0,threads=1,"), lines[0]
+    assert lines[1].startswith(f"onepath,exec,conv2d,bf16:f32:bf16,{level},bias_activation(no_reduction),"
+                               "(1, 0, 3, 3)*(37, 0, 1, 1),threads=1,"), lines[1]
 
 
 @pytest.mark.parametrize("act", [None, "relu", "gelu", "gelu_tanh", "silu"])

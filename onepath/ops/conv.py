@@ -470,7 +470,9 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, layout, activa
         if n == 0 or oh == 0 or ow == 0:
             y = np.empty(yshape, out_dt)
         elif c == 0 or h == 0 or wd == 0:  # nothing to reduce over: the output is the bias (activated)
-            y = _fill_bias(np.empty(yshape, _F32), b, nhwc, activation, out_dt)
+            y = _fill_bias(np.empty(yshape, _F32), b, nhwc, activation, out_dt,
+                           "bf16" if x.dtype == _BF16 else "f32",
+                           f"{x.shape}*{w.shape}" + (",nhwc" if nhwc else ""))
         else:
             plan = _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc,
                               code, out_dt, activation)
@@ -495,11 +497,14 @@ def weight_shape(w, nd):
     return w.shape if nd == 2 else (w.shape[0], w.shape[1], w.shape[3])
 
 
-def _fill_bias(y, b, nhwc, activation, out_dt):
+def _fill_bias(y, b, nhwc, activation, out_dt, x_tag, shapes):
     """Output of an empty reduction (C, H or W == 0): the bias, activated as the kernels' write-out
-    activates it (``linear.kernel_activation``: the bits a sum of zeros plus that bias gets)."""
+    activates it (``linear.kernel_activation``: the bits a sum of zeros plus that bias gets);
+    ``x_tag`` ("f32" / "bf16") and ``shapes``: the call's input and problem for its
+    ONEPATH_VERBOSE line."""
+    dts = f"{x_tag}:f32:" + ("bf16" if out_dt == _BF16 else "f32")
     val = kernel_activation(np.zeros(1, _F32) if b is None else np.asarray(b, _F32).reshape(-1),
-                            activation)
+                            activation, "conv2d", dts, shapes)
     shape = (1, 1, 1, -1) if nhwc else (1, -1, 1, 1)
     y[...] = val.reshape(shape) if val.size > 1 else val[0]
     return y.astype(out_dt) if out_dt != _F32 else y

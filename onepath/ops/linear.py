@@ -3,13 +3,16 @@ a ``PackedWeight`` (ops/packed.py)."""
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
+from .. import _verbose
 from ..dispatch import registry
+from ..dispatch.cap import isa
 from ..dtypes import BF16, F32, result_dtype, to_bfloat16, to_float32
 from . import _small
-from ._bf16 import run_gemm_bf16, run_gemm_packed
+from ._bf16 import _TAG, run_gemm_bf16, run_gemm_packed
 from .._repro_mode import on as _repro_on
 from ._gemm import act_code, activation_name, kernel_ready, run_gemm
 from .packed import PackedWeight, prepack  # noqa: F401  (prepack: also importable from here, its old home)
@@ -42,17 +45,24 @@ def _erf(x):
 _ACT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
-def kernel_activation(v, activation):
+def kernel_activation(v, activation, op: str, dtypes: str, shapes: str):
     """float32 values v (any shape) as the kernels' write-out activates them (kernels/act_f32.c:
     the bits a value gets in any GEMM or convolution at this level and mode), for results with
     nothing to sum (K == 0, a convolution over an empty input): act(0 + v), from a linear of K = 1
     whose products are 0 (so -0 comes back +0, as the default mode's GEMM sums do; see the README's
-    signed-zeros row). Returns float32, v's shape."""
+    signed-zeros row). Returns float32, v's shape. With ONEPATH_VERBOSE, one line for the caller's
+    call (``op``, ``dtypes``, ``shapes``: its own problem), kernel "bias_activation(no_reduction)",
+    instead of the inner linear's."""
     v = np.asarray(v, F32)
     flat = np.ascontiguousarray(v.reshape(-1))
     if flat.size == 0:
         return flat.reshape(v.shape)
-    y = linear(np.zeros((1, 1), F32), np.zeros((flat.size, 1), F32), flat, activation=activation)
+    t0 = time.perf_counter()
+    with _verbose.muted():
+        y = linear(np.zeros((1, 1), F32), np.zeros((flat.size, 1), F32), flat, activation=activation)
+    if _verbose.enabled():
+        _verbose.emit(op, dtypes, isa(), "bias_activation(no_reduction)", shapes, 1,
+                      time.perf_counter() - t0)
     return y.reshape(v.shape)
 
 
@@ -160,6 +170,8 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     if braw is not None and braw.dtype not in _KERNEL_BIAS:
         rd = None  # a float64, complex, integer, ... bias promotes: numpy's expression, exactly
     lead = xa.shape[:-1]
+    if packed is not None and (rd is None or k == 0 or math.prod(lead) == 0 or n == 0):
+        packed.current()  # on_cap_change holds on the paths that read no packed buffer too
     if rd is None:
         if dtype is not None and np.dtype(dtype) not in (F32, BF16) and xa.dtype in (F32, BF16):
             raise TypeError(f"linear: dtype must be float32 or bfloat16, got {np.dtype(dtype)}")
@@ -181,7 +193,9 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     both_bf16 = xa.dtype == BF16 and wdtype == BF16
     if k == 0:  # the bias, activated as the kernels' write-out activates it
         bias0 = b if b is not None else np.zeros(n, F32)
-        out[...] = kernel_activation(bias0, activation).astype(rd)
+        out[...] = kernel_activation(bias0, activation, "linear",
+                                     ":".join(_TAG.get(t, t.name) for t in (xa.dtype, wdtype, rd)),
+                                     shapes).astype(rd)
         return out.reshape(lead + (n,))
     if (rd == F32 and xa.dtype == F32 and wdtype == F32
             and _small.use_small(m * n * k, "linear", "float32", n * k,
