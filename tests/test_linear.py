@@ -167,6 +167,8 @@ def test_prepack_cap_change():
                 onepath.linear(x.astype(np.float64), strict)
             with pytest.raises(RuntimeError, match="max_isa"):
                 onepath.linear(np.ones((3, 0), np.float32), strict_k0)
+            with onepath.reproducible(), pytest.raises(RuntimeError, match="max_isa"):
+                onepath.linear(x, strict)
     assert p.repacks == len(levels) - 1
     y = onepath.linear(x, p, bias, activation="gelu", dtype=np.float32)
     assert p.level == top and np.allclose(y, ref, rtol=1e-4, atol=1e-4)

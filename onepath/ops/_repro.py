@@ -182,6 +182,8 @@ def linear(x, weight, bias=None, activation=None, dtype=None):
     from .linear import _KERNEL_BIAS, _act_numpy, bias_array
     from .packed import PackedWeight
     act_code(activation)
+    if isinstance(weight, PackedWeight) and weight.on_cap_change == "error":
+        weight.current()  # the default mode's rule (this mode reads the unpacked weight)
     w = weight.weight() if isinstance(weight, PackedWeight) else np.asarray(weight)
     xa = np.asarray(x)
     if xa.ndim < 1:

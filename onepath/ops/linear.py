@@ -170,8 +170,9 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     if braw is not None and braw.dtype not in _KERNEL_BIAS:
         rd = None  # a float64, complex, integer, ... bias promotes: numpy's expression, exactly
     lead = xa.shape[:-1]
-    if packed is not None and (rd is None or k == 0 or math.prod(lead) == 0 or n == 0):
-        packed.current()  # on_cap_change holds on the paths that read no packed buffer too
+    if (packed is not None and packed.on_cap_change == "error"
+            and (rd is None or k == 0 or math.prod(lead) == 0 or n == 0)):
+        packed.current()  # raises on the paths that read no packed buffer too (none to repack)
     if rd is None:
         if dtype is not None and np.dtype(dtype) not in (F32, BF16) and xa.dtype in (F32, BF16):
             raise TypeError(f"linear: dtype must be float32 or bfloat16, got {np.dtype(dtype)}")
