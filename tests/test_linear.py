@@ -246,13 +246,16 @@ def test_empty_sum_logs_the_callers_problem(level, caplog, verbose_on):
     import logging
     b = np.ones(37, np.float32)
     with caplog.at_level(logging.INFO, logger="onepath"):
-        onepath.linear(np.zeros((2, 0), np.float32), np.zeros((37, 0), np.float32), b, activation="gelu")
-        onepath.conv2d(np.zeros((1, 0, 3, 3), BF16), np.zeros((37, 0, 1, 1), BF16), b, activation="silu")
+        onepath.linear(np.zeros((2, 0), np.float32), np.zeros((37, 0), np.float32), b,
+                       activation="gelu")
+        onepath.conv2d(np.zeros((1, 0, 3, 3), BF16), np.zeros((37, 0, 1, 1), BF16), b,
+                       activation="silu")
     lines = caplog.messages
+    kernel = f"{level},bias_activation(no_reduction)"
     assert len(lines) == 2, lines
-    assert lines[0].startswith(f"onepath,exec,linear,f32:f32:f32,{level},bias_activation(no_reduction),"
-                               "2x0:37x0,threads=1,"), lines[0]
-    assert lines[1].startswith(f"onepath,exec,conv2d,bf16:f32:bf16,{level},bias_activation(no_reduction),"
+    assert lines[0].startswith(f"onepath,exec,linear,f32:f32:f32,{kernel},2x0:37x0,threads=1,"), \
+        lines[0]
+    assert lines[1].startswith(f"onepath,exec,conv2d,bf16:f32:bf16,{kernel},"
                                "(1, 0, 3, 3)*(37, 0, 1, 1),threads=1,"), lines[1]
 
 

@@ -59,7 +59,8 @@ def kernel_activation(v, activation, op: str, dtypes: str, shapes: str):
         return flat.reshape(v.shape)
     t0 = time.perf_counter()
     with _verbose.muted():
-        y = linear(np.zeros((1, 1), F32), np.zeros((flat.size, 1), F32), flat, activation=activation)
+        y = linear(np.zeros((1, 1), F32), np.zeros((flat.size, 1), F32), flat,
+                   activation=activation)
     if _verbose.enabled():
         _verbose.emit(op, dtypes, isa(), "bias_activation(no_reduction)", shapes, 1,
                       time.perf_counter() - t0)
