@@ -169,6 +169,13 @@ def test_prepack_cap_change():
                 onepath.linear(np.ones((3, 0), np.float32), strict_k0)
             with onepath.reproducible(), pytest.raises(RuntimeError, match="max_isa"):
                 onepath.linear(x, strict)
+            with onepath.reproducible(), pytest.raises(RuntimeError, match="max_isa"):
+                onepath.matmul(x, strict)
+            # a bfloat16 input with a float32 weight (or the reverse): the float32 GEMM of the
+            # unpacked weight
+            x_other = x.astype(np.float32) if strict.dtype == BF16 else x.astype(BF16)
+            with pytest.raises(RuntimeError, match="max_isa"):
+                onepath.linear(x_other, strict)
     assert p.repacks == len(levels) - 1
     y = onepath.linear(x, p, bias, activation="gelu", dtype=np.float32)
     assert p.level == top and np.allclose(y, ref, rtol=1e-4, atol=1e-4)
@@ -250,13 +257,32 @@ def test_empty_sum_logs_the_callers_problem(level, caplog, verbose_on):
                        activation="gelu")
         onepath.conv2d(np.zeros((1, 0, 3, 3), BF16), np.zeros((37, 0, 1, 1), BF16), b,
                        activation="silu")
+        onepath.linear(np.zeros((5, 0), np.float32), onepath.prepack(np.zeros((37, 0), np.float32)))
     lines = caplog.messages
     kernel = f"{level},bias_activation(no_reduction)"
-    assert len(lines) == 2, lines
+    assert len(lines) == 3, lines
+    assert lines[2].startswith(f"onepath,exec,linear,f32:packed:f32,{kernel},5x0:37x0,"), lines[2]
     assert lines[0].startswith(f"onepath,exec,linear,f32:f32:f32,{kernel},2x0:37x0,threads=1,"), \
         lines[0]
     assert lines[1].startswith(f"onepath,exec,conv2d,bf16:f32:bf16,{kernel},"
-                               "(1, 0, 3, 3)*(37, 0, 1, 1),threads=1,"), lines[1]
+                               "1x0x3x3*37x0x1x1,threads=1,"), lines[1]
+
+
+def test_numpy_and_empty_calls_log_one_line(caplog, verbose_on):
+    """ONEPATH_VERBOSE's one line per call holds for the calls no kernel runs: linear's numpy path
+    (a float64 operand) and products / convolutions with an empty output."""
+    import logging
+    with caplog.at_level(logging.INFO, logger="onepath"):
+        onepath.linear(np.zeros((2, 4)), np.zeros((3, 4), np.float32))
+        onepath.linear(np.zeros((0, 4), np.float32), np.zeros((3, 4), np.float32))
+        onepath.conv2d(np.zeros((0, 2, 4, 4), np.float32), np.zeros((3, 2, 3, 3), np.float32))
+    lines = caplog.messages
+    assert len(lines) == 3, lines
+    assert lines[0].startswith("onepath,exec,linear,float64:float32:float64,numpy,"
+                               "numpy(x @ weight.T),2x4:3x4,threads=0,"), lines[0]
+    assert lines[1].startswith("onepath,exec,linear,f32:f32:f32,none,empty_output,0x4:3x4,"), lines[1]
+    assert lines[2].startswith("onepath,exec,conv2d,f32:f32:f32,none,empty_output,"
+                               "0x2x4x4*3x2x3x3,"), lines[2]
 
 
 @pytest.mark.parametrize("act", [None, "relu", "gelu", "gelu_tanh", "silu"])

@@ -142,6 +142,7 @@ def matmul(a, b, out=None, dtype=None):
         raise TypeError("matmul: a PackedWeight is accepted as the right operand only "
                         "(matmul(x, packed) = x @ weight.T); unpack it with packed.weight()")
     if isinstance(b, PackedWeight):
+        b.check_cap()  # the default mode's rule (this mode reads the unpacked weight)
         b = b.weight().T
     if (_foreign(a) or _foreign(b)
             or (out is not None and (type(out) is not np.ndarray or not out.flags.writeable))):
@@ -182,8 +183,8 @@ def linear(x, weight, bias=None, activation=None, dtype=None):
     from .linear import _KERNEL_BIAS, _act_numpy, bias_array
     from .packed import PackedWeight
     act_code(activation)
-    if isinstance(weight, PackedWeight) and weight.on_cap_change == "error":
-        weight.current()  # the default mode's rule (this mode reads the unpacked weight)
+    if isinstance(weight, PackedWeight):
+        weight.check_cap()  # the default mode's rule (this mode reads the unpacked weight)
     w = weight.weight() if isinstance(weight, PackedWeight) else np.asarray(weight)
     xa = np.asarray(x)
     if xa.ndim < 1:

@@ -462,17 +462,21 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, layout, activa
         _stats.record("conv2d", "float64", "reference")
         if _verbose.enabled():
             _verbose.emit("conv2d", "f64:f64:f64", "reference", "conv_reference_f64(im2col_einsum)",
-                          f"{x.shape}*{w.shape}", 1, time.perf_counter() - t0)
+                          _shapes_text(x, w), 1, time.perf_counter() - t0)
         if nhwc:
             y = np.ascontiguousarray(y.transpose(0, 2, 3, 1))
     else:
         yshape = (n, oh, ow, oc) if nhwc else (n, oc, oh, ow)
         if n == 0 or oh == 0 or ow == 0:
             y = np.empty(yshape, out_dt)
+            if _verbose.enabled():
+                _verbose.emit("conv2d", ("bf16" if x.dtype == _BF16 else "f32") + ":f32:"
+                              + ("bf16" if out_dt == _BF16 else "f32"), "none", "empty_output",
+                              _shapes_text(x, w) + (",nhwc" if nhwc else ""), 0, 0.0)
         elif c == 0 or h == 0 or wd == 0:  # nothing to reduce over: the output is the bias (activated)
             y = _fill_bias(np.empty(yshape, _F32), b, nhwc, activation, out_dt,
                            "bf16" if x.dtype == _BF16 else "f32",
-                           f"{x.shape}*{w.shape}" + (",nhwc" if nhwc else ""))
+                           _shapes_text(x, w) + (",nhwc" if nhwc else ""))
         else:
             plan = _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc,
                               code, out_dt, activation)
@@ -495,6 +499,12 @@ def _unshape(y, nd, nhwc, unbatched):
 
 def weight_shape(w, nd):
     return w.shape if nd == 2 else (w.shape[0], w.shape[1], w.shape[3])
+
+
+def _shapes_text(x, w) -> str:
+    """A verbose line's problem for the calls with no kernel descriptor: "1x3x8x8*4x3x3x3" (no
+    commas: the line is comma-separated)."""
+    return "x".join(map(str, x.shape)) + "*" + "x".join(map(str, w.shape))
 
 
 def _fill_bias(y, b, nhwc, activation, out_dt, x_tag, shapes):

@@ -165,24 +165,30 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     n, k = wshape
     if xa.shape[-1] != k:
         raise ValueError(f"linear: x has {xa.shape[-1]} features, weight expects {k} (weight shape {wshape})")
+    if packed is not None:
+        packed.check_cap()  # every path, also those that read no packed buffer
     b = None
     braw = None if bias is None else bias_array(bias, n)
     rd = result_dtype(xa.dtype, wdtype, dtype)
     if braw is not None and braw.dtype not in _KERNEL_BIAS:
         rd = None  # a float64, complex, integer, ... bias promotes: numpy's expression, exactly
     lead = xa.shape[:-1]
-    if (packed is not None and packed.on_cap_change == "error"
-            and (rd is None or k == 0 or math.prod(lead) == 0 or n == 0)):
-        packed.current()  # raises on the paths that read no packed buffer too (none to repack)
     if rd is None:
         if dtype is not None and np.dtype(dtype) not in (F32, BF16) and xa.dtype in (F32, BF16):
             raise TypeError(f"linear: dtype must be float32 or bfloat16, got {np.dtype(dtype)}")
+        t0 = time.perf_counter()
         wv = packed.weight() if packed else w
         y = xa @ wv.T
         if bias is not None:
             y = y + bias  # as given: numpy's promotion (a Python scalar stays weak)
         y = _act_numpy(y, activation)
-        return y.astype(dtype) if dtype is not None else y
+        y = y.astype(dtype) if dtype is not None else y
+        if _verbose.enabled():
+            dts = ":".join(str(t) for t in (xa.dtype, wdtype, y.dtype))
+            shp = "x".join(map(str, xa.shape)) + ":" + "x".join(map(str, wshape))
+            _verbose.emit("linear", dts, "numpy", "numpy(x @ weight.T)", shp, 0,
+                          time.perf_counter() - t0)
+        return y
     if braw is not None:
         b = braw if braw.shape == (n,) else np.broadcast_to(braw.reshape(-1), (n,))
         b = np.ascontiguousarray(b, F32)
@@ -190,14 +196,18 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     m = x2.shape[0]
     out = np.empty((m, n), rd)
     shapes = f"{m}x{k}:{n}x{k}"
-    if m == 0 or n == 0:
-        return out.reshape(lead + (n,))
     both_bf16 = xa.dtype == BF16 and wdtype == BF16
-    if k == 0:  # the bias, activated as the kernels' write-out activates it
-        bias0 = b if b is not None else np.zeros(n, F32)
-        out[...] = kernel_activation(bias0, activation, "linear",
-                                     ":".join(_TAG.get(t, t.name) for t in (xa.dtype, wdtype, rd)),
-                                     shapes).astype(rd)
+    if m == 0 or n == 0 or k == 0:
+        tags = [_TAG.get(t, t.name) for t in (xa.dtype, wdtype, rd)]
+        if packed is not None:
+            tags[1] = "packed"  # as the packed GEMM's lines
+        if m == 0 or n == 0:
+            if _verbose.enabled():
+                _verbose.emit("linear", ":".join(tags), "none", "empty_output", shapes, 0, 0.0)
+        else:  # the bias, activated as the kernels' write-out activates it
+            bias0 = b if b is not None else np.zeros(n, F32)
+            out[...] = kernel_activation(bias0, activation, "linear", ":".join(tags),
+                                         shapes).astype(rd)
         return out.reshape(lead + (n,))
     if (rd == F32 and xa.dtype == F32 and wdtype == F32
             and _small.use_small(m * n * k, "linear", "float32", n * k,

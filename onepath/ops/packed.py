@@ -77,6 +77,14 @@ class PackedWeight:
         """The registry row to run with, repacking (or raising) if the level in force changed."""
         return self.current_packed()[0]
 
+    def check_cap(self) -> None:
+        """For the calls that read no packed buffer (the unpacked weight, numpy's path, an empty
+        product, reproducible mode): raise as ``current`` does when ``on_cap_change`` is "error"
+        and the ISA level in force differs from ``level``; nothing otherwise (no repack: nothing
+        reads the buffer). Raises RuntimeError."""
+        if self.on_cap_change == "error":
+            self.current_packed()
+
     def current_packed(self):
         """(registry row, packed buffer) to run with, read together: another thread whose cap
         differs may repack this weight for its own level while a call runs, and the call must keep
