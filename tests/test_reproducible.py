@@ -303,6 +303,15 @@ def test_verbose_and_info_show_the_mode(verbose_on, caplog):
     assert "reproducible mode on" in text
 
 
+def test_verbose_one_line_per_conv(verbose_on, caplog):
+    """A reproducible-mode conv2d logs its own line only (its argument check runs the default
+    conv on an empty batch, muted), with no comma inside a field's shapes."""
+    with onepath.reproducible(), caplog.at_level("INFO", logger="onepath"):
+        onepath.conv2d(np.ones((1, 2, 6, 6), np.float32), np.ones((5, 2, 3, 3), np.float32))
+    assert len(caplog.messages) == 1, caplog.messages
+    assert ",1x2x6x6*5x2x3x3,g1,nchw," in caplog.messages[0], caplog.messages[0]
+
+
 def test_golden_cli_write_check_and_mismatch(tmp_path, capsys):
     from onepath.__main__ import main
     path = tmp_path / "g.json"

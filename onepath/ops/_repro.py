@@ -252,7 +252,9 @@ def conv(input, weight, bias, stride, padding, dilation, groups, layout, activat
     unbatched = x.ndim == nd + 1
     xb = x[np.newaxis] if unbatched else x
     try:
-        probe = dc._conv(xb[:0], w, bias, stride, padding, dilation, groups, layout, activation, dtype, nd)
+        with _verbose.muted():  # (the argument check: no line of its own)
+            probe = dc._conv(xb[:0], w, bias, stride, padding, dilation, groups, layout, activation,
+                             dtype, nd)
     except (ValueError, TypeError) as exc:  # the message of the real input (its batch size), then this
         dc._conv(input, weight, bias, stride, padding, dilation, groups, layout, activation, dtype, nd)
         raise exc
@@ -298,5 +300,5 @@ def conv(input, weight, bias, stride, padding, dilation, groups, layout, activat
         y = epilogue(y32.reshape(n, oc, ohw), bias, 0, activation, out_dt, bd)
     y = y.reshape(yshape)
     _emit("conv2d", f"{_TAG[x4.dtype] if x4.dtype in _TAG else 'f32'}:{_TAG.get(w.dtype, 'f32')}:{_TAG[out_dt]}",
-          bd, f"{tuple(x4.shape)}*{tuple(w.shape)},g{g},{'nhwc' if nhwc else 'nchw'},im2col(c,kh,kw)", used, t0)
+          bd, f"{dc._shapes_text(x4, w)},g{g},{'nhwc' if nhwc else 'nchw'},im2col(c;kh;kw)", used, t0)
     return dc._unshape(y, nd, nhwc, unbatched)

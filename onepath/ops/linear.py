@@ -198,16 +198,16 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     shapes = f"{m}x{k}:{n}x{k}"
     both_bf16 = xa.dtype == BF16 and wdtype == BF16
     if m == 0 or n == 0 or k == 0:
-        tags = [_TAG.get(t, t.name) for t in (xa.dtype, wdtype, rd)]
-        if packed is not None:
-            tags[1] = "packed"  # as the packed GEMM's lines
+        dts = ""  # the verbose line's dtypes (packed: as the packed GEMM's lines)
+        if _verbose.enabled():
+            dts = ":".join(("packed" if packed is not None and i == 1 else _TAG.get(t, t.name))
+                           for i, t in enumerate((xa.dtype, wdtype, rd)))
         if m == 0 or n == 0:
-            if _verbose.enabled():
-                _verbose.emit("linear", ":".join(tags), "none", "empty_output", shapes, 0, 0.0)
+            if dts:
+                _verbose.emit("linear", dts, "none", "empty_output", shapes, 0, 0.0)
         else:  # the bias, activated as the kernels' write-out activates it
             bias0 = b if b is not None else np.zeros(n, F32)
-            out[...] = kernel_activation(bias0, activation, "linear", ":".join(tags),
-                                         shapes).astype(rd)
+            out[...] = kernel_activation(bias0, activation, "linear", dts, shapes).astype(rd)
         return out.reshape(lead + (n,))
     if (rd == F32 and xa.dtype == F32 and wdtype == F32
             and _small.use_small(m * n * k, "linear", "float32", n * k,
