@@ -467,16 +467,18 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, layout, activa
             y = np.ascontiguousarray(y.transpose(0, 2, 3, 1))
     else:
         yshape = (n, oh, ow, oc) if nhwc else (n, oc, oh, ow)
-        if n == 0 or oh == 0 or ow == 0:
+        empty_out, no_sum = n == 0 or oh == 0 or ow == 0, c == 0 or h == 0 or wd == 0
+        dts = shapes = ""  # the verbose line of a call no kernel runs
+        if (empty_out or no_sum) and _verbose.enabled():
+            dts = (("bf16" if x.dtype == _BF16 else "f32") + ":f32:"
+                   + ("bf16" if out_dt == _BF16 else "f32"))
+            shapes = _shapes_text(x, w) + (",nhwc" if nhwc else "")
+        if empty_out:
             y = np.empty(yshape, out_dt)
-            if _verbose.enabled():
-                _verbose.emit("conv2d", ("bf16" if x.dtype == _BF16 else "f32") + ":f32:"
-                              + ("bf16" if out_dt == _BF16 else "f32"), "none", "empty_output",
-                              _shapes_text(x, w) + (",nhwc" if nhwc else ""), 0, 0.0)
-        elif c == 0 or h == 0 or wd == 0:  # nothing to reduce over: the output is the bias (activated)
-            y = _fill_bias(np.empty(yshape, _F32), b, nhwc, activation, out_dt,
-                           "bf16" if x.dtype == _BF16 else "f32",
-                           _shapes_text(x, w) + (",nhwc" if nhwc else ""))
+            if dts:
+                _verbose.emit("conv2d", dts, "none", "empty_output", shapes, 0, 0.0)
+        elif no_sum:  # nothing to reduce over: the output is the bias (activated)
+            y = _fill_bias(np.empty(yshape, _F32), b, nhwc, activation, out_dt, dts, shapes)
         else:
             plan = _make_plan(x, w, n, c, h, wd, oc, kh, kw, oh, ow, st, pads, dl, groups, nhwc,
                               code, out_dt, activation)
@@ -507,12 +509,10 @@ def _shapes_text(x, w) -> str:
     return "x".join(map(str, x.shape)) + "*" + "x".join(map(str, w.shape))
 
 
-def _fill_bias(y, b, nhwc, activation, out_dt, x_tag, shapes):
+def _fill_bias(y, b, nhwc, activation, out_dt, dts, shapes):
     """Output of an empty reduction (C, H or W == 0): the bias, activated as the kernels' write-out
     activates it (``linear.kernel_activation``: the bits a sum of zeros plus that bias gets);
-    ``x_tag`` ("f32" / "bf16") and ``shapes``: the call's input and problem for its
-    ONEPATH_VERBOSE line."""
-    dts = f"{x_tag}:f32:" + ("bf16" if out_dt == _BF16 else "f32")
+    ``dts`` and ``shapes``: the call's dtypes and problem for its ONEPATH_VERBOSE line."""
     val = kernel_activation(np.zeros(1, _F32) if b is None else np.asarray(b, _F32).reshape(-1),
                             activation, "conv2d", dts, shapes)
     shape = (1, 1, 1, -1) if nhwc else (1, -1, 1, 1)
