@@ -171,7 +171,7 @@ def test_small_products_same_bits_at_any_thread_count(level, mt, request):
     """A product within the small kernel's limits gives the same bits at 1 and 2 threads (the
     threaded call splits C's columns at whole tiles), through matmul's fast entry, its ``out=``
     entry, its strided path (B column-major: the nt form) and linear; a misaligned C-contiguous
-    operand (the fast entry's threaded call does not check) gives the product too."""
+    operand or ``out`` (the fast entries' threaded call does not check) gives the product too."""
     if mt:
         request.getfixturevalue("small_mt_on")
     old = onepath.get_num_threads()
@@ -189,6 +189,8 @@ def test_small_products_same_bits_at_any_thread_count(level, mt, request):
             mis[...] = a
             assert not mis.flags.aligned and mis.flags.c_contiguous
             assert_gemm_close(onepath.matmul(mis, a), a, a)
+            assert onepath.matmul(a, a, out=mis) is mis
+            assert_gemm_close(mis, a, a)
         for x, y in zip(*res):
             assert np.array_equal(x.view(np.uint32), y.view(np.uint32))
     finally:
