@@ -76,6 +76,28 @@ def test_linear_mixed_and_shapes(level):
         onepath.linear(x, w, activation="tanh")
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_batched_x_same_bits_as_its_rows(level, packed):
+    """float32 x of any rank (the small entry folds a C-contiguous x's batch axes into rows; other
+    layouts and ranks take the checked path): the bits of the 2-D call on the folded rows, with
+    bias and activation, for a raw and a prepacked weight; 1-D x and empty batches too."""
+    rng = np.random.default_rng(11)
+    w = (rng.standard_normal((48, 40)) / math.sqrt(40)).astype(np.float32)
+    bias = rng.standard_normal(48).astype(np.float32)
+    wt = onepath.prepack(w) if packed else w
+    for lead in [(3, 5), (2, 2, 7), (1,), (40,), (0, 3)]:
+        x = rng.standard_normal(lead + (40,)).astype(np.float32)
+        want = onepath.linear(x.reshape(-1, 40), wt, bias, activation="silu")
+        for xv in (x, np.asfortranarray(x)):  # C-contiguous, and a layout the entry leaves
+            y = onepath.linear(xv, wt, bias, activation="silu")
+            assert y.shape == lead + (48,) and y.dtype == F32
+            assert np.array_equal(y.reshape(-1, 48).view(np.uint32), want.view(np.uint32)), lead
+    v = rng.standard_normal(40).astype(np.float32)
+    y1 = onepath.linear(v, wt, bias)
+    assert y1.shape == (48,)
+    assert np.array_equal(y1.view(np.uint32), onepath.linear(v[None], wt, bias)[0].view(np.uint32))
+
+
 def test_linear_nonfinite_activation(level):
     x = np.array([[np.inf], [-np.inf], [np.nan], [0.0]], np.float32)
     w = np.ones((1, 1), np.float32)

@@ -461,14 +461,20 @@ def linear(x, w, out, bias, code: int, shapes: str, wt=None) -> bool:
 
 
 def linear_fast(x, w, bias, code, packed):
-    """``linear``'s first try: x (m, k) and w (n, k) float32 C-contiguous ndarrays, bias None or a
-    float32 C-contiguous (n,) ndarray, ``code`` an OP_ACT_* (None: an activation name to check),
-    a small problem, verbose off; ``packed``: the PackedWeight ``w`` is the weight of (None for a
-    raw weight), whose transposed copy (``small_b``) then runs the nn form above ``NT_MAX_M``
-    rows. Returns the (m, n)
+    """``linear``'s first try: x (m, k) (or (..., k), its batch axes taken as rows) and w (n, k)
+    float32 C-contiguous ndarrays, bias None or a float32 C-contiguous (n,) ndarray, ``code`` an
+    OP_ACT_* (None: an activation name to check), a small problem, verbose off; ``packed``: the
+    PackedWeight ``w`` is the weight of (None for a raw weight), whose transposed copy
+    (``small_b``) then runs the nn form above ``NT_MAX_M`` rows. Returns the (m, n) (or (..., n))
     result, or None for the checked path."""
     if code is None or type(w) is not _ND or w.dtype is not _F32 or _verbose._enabled is not False:
         return None
+    lead = None
+    if x.ndim != 2:  # (..., k): a C-contiguous x's batch axes fold into rows (a view)
+        if x.ndim == 0 or not x.shape[-1] or not x.flags.c_contiguous:
+            return None
+        lead = x.shape[:-1]
+        x = x.reshape(-1, x.shape[-1])
     try:
         (m, k), (n, k2) = x.shape, w.shape
     except ValueError:
@@ -506,4 +512,4 @@ def linear_fast(x, w, bias, code, packed):
         b.mt(m, n, k, xp, k, 1, wp, n, 1, op, n, 1, epi, t)
     else:
         b.mt(m, n, k, xp, k, 1, wp, 1, k, op, n, 1, epi, t)
-    return out
+    return out if lead is None else out.reshape(lead + (n,))
