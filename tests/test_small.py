@@ -914,8 +914,12 @@ def test_bfloat16_small_limits_per_level(level, caplog, verbose_on):
     mnk, rows = lim
     side = round(mnk ** (1 / 3))
     small_row = _small.row_for("matmul", level, "bfloat16")
-    cases = [((side, side, side), True), ((side + 16,) * 3, False), ((rows, 256, 256), False),
-             ((rows - 1, 256, 256), True)]
+    kn = 256
+    while rows * kn * kn <= mnk:  # (few rows: a K and N that take the product past the limit)
+        kn *= 2
+    cases = [((side, side, side), True), ((side + 16,) * 3, False), ((rows, kn, kn), False)]
+    if rows > 1:  # (a row from 1 row on: every row count)
+        cases.append(((rows - 1, kn, kn), True))
     for (m, k, n), small in cases:
         assert _small.use_small(m * n * k, "matmul", "bfloat16", k * n, m) is small, (m, k, n)
         a, b = rand(m, k).astype(BF16), rand(k, n).astype(BF16)

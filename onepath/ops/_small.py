@@ -163,9 +163,14 @@ _uarch_limits: dict = {}  # level of the small row -> LIMITS_UARCH's value on th
 # 32 x 128 x 128 1.46, 128 x 64 x 64 1.54; capped at avx512_core_bf16 88^3 0.90, 96^3 0.98, 128^3
 # 1.30, 256^3 1.79, 24 x 256 x 256 0.95, 32 x 256 x 256 1.01, 64 x 64 x 256 1.18; capped at
 # avx512_core 96^3 1.01, 128^3 1.26, 32 x 256 x 256 1.22, 8 x 256 x 256 0.71. Zen 4 (no AMX):
-# unmeasured; its VDPBF16PS GEMM ran 2x this kernel's rate at 512^3 and above.
+# unmeasured; its VDPBF16PS GEMM ran 2x this kernel's rate at 512^3 and above. avx2 (zen3, AMD EPYC
+# Zen 3 VM, 2026-12-07, small kernel / GEMM time, best of 7 alternated in one process, 1 / 2
+# threads): 16^3 3.7 / 2.8, 48^3 1.13 / 1.18, 56^3 0.94 / 1.22, 64^3 0.88 / 0.87, 128^3 0.38 / 0.39
+# (335 against 127 us: 128^3 had taken 2.6x as long as 160^3), 64 x 48 x 64 0.79 / 0.86; thin
+# ones too: 1 x 512 x 256 1.36 / 1.37, 8 x 128 x 128 1.16 / 1.63, 16 x 96 x 96 0.96 / 0.98, 8 x
+# 256 x 256 0.74 / 0.76, 1 x 1024 x 1024 0.70 / 0.62: past 56^3 the GEMM at any row count.
 BF16_LIMITS: dict = {"avx512_core_amx": (80 ** 3, 16), "avx512_core_bf16": (96 ** 3, 32),
-                     "avx512_core": (96 ** 3, 32)}
+                     "avx512_core": (96 ** 3, 32), "avx2": (56 ** 3, 1)}
 # float32's nt form (linear's x @ W.T, matmul's B = W.T). From NT_NN[level][0] rows with K up to
 # NT_NN[level][1] the small kernel of that level (its small row's) runs it as the nn form on B
 # transposed in strips (gemm_small.c's op_small_nt_nn, whose constants these mirror;
