@@ -266,7 +266,8 @@ def _matmul_f32(a, b, out):
     target = c if direct else np.empty(shape, _F32)
     # the small kernel's nt form (op_gemm_f32_small: B's rows strided, its columns contiguous, A's
     # rows contiguous): its depth for use_small; C's rows strided: the dot products at any depth
-    (rsa, csa), (rsb, csb), (rsc, csc) = (_core_strides(x) for x in (a2, b2, c))
+    strides = (rsa, csa), (rsb, csb), (rsc, csc) = (_core_strides(a2), _core_strides(b2),
+                                                    _core_strides(c))
     nn = csb == 1 and csc == 1
     nt = not nn and csa == 1 and rsb == 1
     m, n = a2.shape[-2], b2.shape[-1]
@@ -279,7 +280,7 @@ def _matmul_f32(a, b, out):
         if batch:
             _small_batch(a2, b2, c)  # each core product small: the small kernel on each
         else:
-            _small_strided("matmul", a2, b2, c)
+            _small_strided(a2, b2, c, strides)
     else:
         run_gemm("matmul", a2, b2, target)
     if target is not c:
@@ -374,22 +375,22 @@ def _small_batch(a, b, c):
         _small.emit("matmul", bd, _shape_text(a, b), t0, used)
 
 
-def _small_strided(op, a, b, c, epi=None):
-    """The small kernel on 2-D float32 views with any (whole-element) strides."""
-    bd = _small.bound(op)
+def _small_strided(a, b, c, strides):
+    """The small kernel on 2-D float32 views a (m, k), b (k, n) into c (m, n) with any
+    (whole-element) strides; ``strides``: their (row, column) strides by ``_core_strides``."""
+    bd = _small.bound("matmul")
     ffi = bd.ffi
     m, k = a.shape
     n = b.shape[1]
     t0 = time.perf_counter()
-    (rsa, csa), (rsb, csb), (rsc, csc) = (_core_strides(x) for x in (a, b, c))
+    (rsa, csa), (rsb, csb), (rsc, csc) = strides
     t = _small.mt_threads(m, m * n * k, csb == 1 and csc == 1)
     fb = bd.fb
-    if (t == 1 and epi is None and a.flags.c_contiguous and b.flags.c_contiguous
-            and c.flags.c_contiguous):
+    if t == 1 and a.flags.c_contiguous and b.flags.c_contiguous and c.flags.c_contiguous:
         # the contiguous entry takes untyped buffers: far cheaper than three ctypes.data casts
         if bd.cc(m, n, k, fb(a), fb(b), fb(c)):
             if _verbose.enabled():
-                _small.emit(op, bd, _shape_text(a, b), t0)
+                _small.emit("matmul", bd, _shape_text(a, b), t0)
             return
 
     def ptr(x):  # (all three are kernel_ready: aligned, whole-element strides)
@@ -398,10 +399,9 @@ def _small_strided(op, a, b, c, epi=None):
             return fb(x)
         # an F-contiguous x (B = W.T): its transpose is C-contiguous and starts at the same byte
         return fb(x.T) if fl.f_contiguous else ffi.cast("float *", x.ctypes.data)
-    used = bd.mt(m, n, k, ptr(a), rsa, csa, ptr(b), rsb, csb, ptr(c), rsc, csc,
-                 ffi.NULL if epi is None else epi, t)
+    used = bd.mt(m, n, k, ptr(a), rsa, csa, ptr(b), rsb, csb, ptr(c), rsc, csc, bd.null, t)
     if _verbose.enabled():
-        _small.emit(op, bd, _shape_text(a, b), t0, used)
+        _small.emit("matmul", bd, _shape_text(a, b), t0, used)
 
 
 def _shape_text(a, b) -> str:
