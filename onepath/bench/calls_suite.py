@@ -2,7 +2,8 @@
 in microseconds, with numpy (and torch when installed) timed alternately beside it.
 
 Rows (float32): matmul M = N = K = 4, 16, 32, 64, 128, 256; ``linear`` x (8, 384) by W (384, 384)
-with the raw weight (numpy baseline ``x @ W.T``) and with ``onepath.prepack(W)``; conv2d
+with the raw weight (numpy baseline ``x @ W.T``) and with ``onepath.prepack(W)``, and the same rows
+as a 3-D x (2, 4, 384); conv2d
 (1, 16, 8, 8) * (16, 16, 3, 3), padding 1 (torch.nn.functional.conv2d baseline). Run it with one
 thread for the issue's bars: ``python -m onepath bench --suite calls --threads 1``. The ratio
 columns are baseline time / onepath time (> 1: onepath is faster).
@@ -47,16 +48,18 @@ def _matmul(s: int, rng, torch) -> Case:
                 kernel=_small_row("matmul", s ** 3))
 
 
-def _linear(rng, torch, packed: bool) -> Case:
-    m, k, n = 8, 384, 384
-    x = rng.standard_normal((m, k), dtype=np.float32)
+def _linear(rng, torch, packed: bool, lead: tuple = (8,)) -> Case:
+    """x (*lead, 384) by W (384, 384); ``lead`` (2, 4): the same 8 rows as a 3-D x (batch, tokens)."""
+    m, k, n = int(np.prod(lead)), 384, 384
+    x = rng.standard_normal(lead + (k,), dtype=np.float32)
     w = (rng.standard_normal((n, k), dtype=np.float32) / np.sqrt(k)).astype(np.float32)
     wt = onepath.prepack(w) if packed else w
     base = {"numpy": lambda: x @ w.T}
     if torch is not None:
         tx, tw = torch.from_numpy(x), torch.from_numpy(w)
         base["torch"] = lambda: torch.nn.functional.linear(tx, tw)
-    return Case(name=f"linear ({m},{k})x({n},{k}){' prepacked' if packed else ''}", group="linear f32",
+    xs = ",".join(map(str, lead + (k,)))
+    return Case(name=f"linear ({xs})x({n},{k}){' prepacked' if packed else ''}", group="linear f32",
                 op="linear", dtype="float32", flops=2.0 * m * k * n, bytes=4.0 * (m * k + k * n + m * n),
                 run=lambda: onepath.linear(x, wt), baselines=base, rtol=1e-4, memory_bound=False,
                 meta={"m": m, "k": k, "n": n, "prepacked": packed}, kernel=_small_row("linear", m * k * n))
@@ -89,4 +92,5 @@ def calls_suite(cfg: BenchConfig):
         yield _matmul(s, rng, torch)
     yield _linear(rng, torch, packed=False)
     yield _linear(rng, torch, packed=True)
+    yield _linear(rng, torch, packed=False, lead=(2, 4))
     yield _conv(rng, torch)
