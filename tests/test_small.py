@@ -185,6 +185,7 @@ def test_small_products_same_bits_at_any_thread_count(level, mt, request):
             o = np.empty((128, 96), np.float32)
             res.append([onepath.matmul(a, b), onepath.matmul(a, b, out=o),
                         onepath.matmul(a, np.asfortranarray(b)),
+                        onepath.matmul(np.asfortranarray(a), b),
                         onepath.linear(a, b.T.copy(), bias, activation="silu")])
             mis[...] = a
             assert not mis.flags.aligned and mis.flags.c_contiguous
@@ -193,6 +194,25 @@ def test_small_products_same_bits_at_any_thread_count(level, mt, request):
             assert_gemm_close(mis, a, a)
         for x, y in zip(*res):
             assert np.array_equal(x.view(np.uint32), y.view(np.uint32))
+    finally:
+        onepath.set_num_threads(old)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_transposed_a_fast_entry_same_bits_as_general_path(level, threads):
+    """matmul(X.T, B) (A F-contiguous, B C-contiguous): the fast entry's call gives the bits of the
+    general path's (_matmul_f32, the strided small kernel or the GEMM), on either side of the
+    threaded kernel's size and of the small limits."""
+    from onepath.ops import matmul as mm
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(threads)
+    try:
+        for m, k, n in [(5, 7, 9), (16, 16, 16), (40, 64, 48), (128, 128, 96), (200, 160, 120)]:
+            x, b = rand(k, m), rand(k, n)
+            got = onepath.matmul(x.T, b)
+            want = mm._matmul_f32(x.T, b, None)
+            assert_gemm_close(got, x.T, b)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (m, k, n)
     finally:
         onepath.set_num_threads(old)
 
