@@ -984,7 +984,8 @@ def test_reproducible_vector_product_is_numpys_scalar():
 
 
 @pytest.mark.parametrize("nb, m, k, n",
-                         [(3, 5, 7, 9), (8, 64, 64, 64), (2, 1, 1, 1), (4, 33, 17, 1)])
+                         [(3, 5, 7, 9), (8, 64, 64, 64), (2, 1, 1, 1), (4, 33, 17, 1),
+                          (4, 16, 32, 16), (2, 12, 64, 100)])
 def test_batched_3d_fast_path_same_bits(level, monkeypatch, nb, m, k, n):
     # matmul's fast path for C-contiguous 3-D float32 operands (ops/matmul.py, _batch3_fast) makes
     # the call the general path makes (out= takes the general path): the same bits
@@ -1006,8 +1007,22 @@ def test_batched_3d_fast_path_same_bits(level, monkeypatch, nb, m, k, n):
     assert np.array_equal(onepath.matmul(a, b).view(np.uint32), general.view(np.uint32))
     np.testing.assert_allclose(general, np.matmul(a.astype(np.float64), b), rtol=1e-4, atol=1e-4)
     assert mm._batch3_fast(a, b[:1]) is None                   # batch broadcast: general path
-    if k > 1 and n > 1:   # B's columns contiguous (not C order): general path
-        assert mm._batch3_fast(a, b.transpose(0, 2, 1).copy().transpose(0, 2, 1)) is None
+    # B's columns contiguous (W.transpose(0, 2, 1), attention's q @ k^T): the nt form, the same
+    # bits as the general path's (its out= entry); other strides: the general path
+    bt = b.transpose(0, 2, 1).copy().transpose(0, 2, 1)
+    general_t = onepath.matmul(a, bt, out=np.empty((nb, m, n), np.float32))
+    fast_t = mm._batch3_fast(a, bt)
+    if _small.use_small_batched(m * n * k, n * k, m, k if k > 1 and n > 1 else None):
+        assert fast_t is not None
+        assert np.array_equal(fast_t.view(np.uint32), general_t.view(np.uint32))
+    else:
+        assert fast_t is None
+    assert np.array_equal(onepath.matmul(a, bt).view(np.uint32), general_t.view(np.uint32))
+    np.testing.assert_allclose(general_t, np.matmul(a.astype(np.float64), b), rtol=1e-4, atol=1e-4)
+    wide = np.zeros((nb, k, 2 * n), np.float32)
+    wide[:, :, :n] = b
+    if k > 1:  # rows strided (a column slice of a wider B): the general path
+        assert mm._batch3_fast(a, wide[:, :, :n]) is None
 
 
 def test_uarch_limits_apply_to_their_host_only(monkeypatch):

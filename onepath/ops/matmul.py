@@ -336,7 +336,8 @@ def _walked(x, bshape):
 
 
 def _batch3_fast(a, b):
-    """matmul of C-contiguous, aligned 3-D float32 a (B, M, K) and b (B, K, N), B >= 2, whose
+    """matmul of C-contiguous, aligned 3-D float32 a (B, M, K) and b (B, K, N) (C-contiguous, or
+    the transpose of its last two axes is: ``W.transpose(0, 2, 1)``), B >= 2, whose
     core products take the small kernel (``_small.use_small_batched``): the kernel call
     ``_small_batch`` makes for them (the same arguments, the same bits) without the general path's
     checks (~9 of the 46 us of 8 x 64^3 at 1 thread); None for anything else. Like the 2-D fast
@@ -346,14 +347,20 @@ def _batch3_fast(a, b):
         return None
     (nb, m, k), (nb2, k2, n) = a.shape, b.shape
     if (nb2 != nb or k2 != k or nb < 2 or not (m and n and k)
-            or not (a.flags.c_contiguous and b.flags.c_contiguous
-                    and a.flags.aligned and b.flags.aligned)
-            or not _small.use_small_batched(m * n * k, n * k, m)):
+            or not (a.flags.c_contiguous and a.flags.aligned and b.flags.aligned)):
+        return None
+    if b.flags.c_contiguous:
+        bc, rsb, csb, nt_k = b, n, 1, None
+    else:  # B = W.transpose(0, 2, 1) of a C-contiguous W (attention's q @ k^T): the nt form
+        bc, rsb, csb, nt_k = b.transpose(0, 2, 1), 1, k, k
+        if not bc.flags.c_contiguous:
+            return None
+    if not _small.use_small_batched(m * n * k, n * k, m, nt_k):
         return None
     bd = _small.bound("matmul")
     fb = bd.fb
     c = _empty((nb, m, n), _F32)
-    bd.batch(nb, m, n, k, fb(a), m * k, k, 1, fb(b), k * n, n, 1, fb(c), m * n, n, 1,
+    bd.batch(nb, m, n, k, fb(a), m * k, k, 1, fb(bc), k * n, rsb, csb, fb(c), m * n, n, 1,
              _small.mt_threads(m, nb * m * n * k, False))
     return c
 
