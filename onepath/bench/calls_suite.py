@@ -3,7 +3,8 @@ in microseconds, with numpy (and torch when installed) timed alternately beside 
 
 Rows (float32): matmul M = N = K = 4, 16, 32, 64, 128, 256; ``linear`` x (8, 384) by W (384, 384)
 with the raw weight (numpy baseline ``x @ W.T``) and with ``onepath.prepack(W)``, and the same rows
-as a 3-D x (2, 4, 384); conv2d
+as a 3-D x (2, 4, 384); transposed operands at 64^3: ``x.T @ dy`` and 8 entries of ``q @
+k.transpose(0, 2, 1)``; conv2d
 (1, 16, 8, 8) * (16, 16, 3, 3), padding 1 (torch.nn.functional.conv2d baseline). Run it with one
 thread for the issue's bars: ``python -m onepath bench --suite calls --threads 1``. The ratio
 columns are baseline time / onepath time (> 1: onepath is faster).
@@ -48,6 +49,27 @@ def _matmul(s: int, rng, torch) -> Case:
                 kernel=_small_row("matmul", s ** 3))
 
 
+def _matmul_t(s: int, rng, torch, batch: int = 0) -> Case:
+    """Transposed operands: ``x.T @ dy`` (2-D, A transposed: a weight gradient) or, with ``batch``
+    entries, ``q @ k.transpose(0, 2, 1)`` (B transposed in each entry: attention scores)."""
+    x = rng.standard_normal((batch, s, s) if batch else (s, s), dtype=np.float32)
+    y = rng.standard_normal(x.shape, dtype=np.float32)
+    if batch:
+        a, b, name = x, y.transpose(0, 2, 1), f"matmul {batch}x({s}x{s}) @ ({s}x{s}).T"
+    else:
+        a, b, name = x.T, y, f"matmul ({s}x{s}).T @ {s}x{s}"
+    base = {"numpy": lambda: np.matmul(a, b)}
+    if torch is not None:
+        tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+        base["torch"] = ((lambda: torch.matmul(tx, ty.transpose(1, 2))) if batch
+                         else (lambda: torch.matmul(tx.T, ty)))
+    nb = max(batch, 1)
+    return Case(name=name, group="matmul f32", op="matmul", dtype="float32",
+                flops=2.0 * nb * s ** 3, bytes=4.0 * 3 * nb * s * s,
+                run=lambda: onepath.matmul(a, b), baselines=base, rtol=1e-4, memory_bound=False,
+                meta={"m": s, "k": s, "n": s}, kernel=_small_row("matmul", s ** 3))
+
+
 def _linear(rng, torch, packed: bool, lead: tuple = (8,)) -> Case:
     """x (*lead, 384) by W (384, 384); ``lead`` (2, 4): the same 8 rows as a 3-D x (batch, tokens)."""
     m, k, n = int(np.prod(lead)), 384, 384
@@ -90,6 +112,8 @@ def calls_suite(cfg: BenchConfig):
     torch = _torch()
     for s in cfg.shapes or (QUICK_SQUARES if cfg.quick else SQUARES):
         yield _matmul(s, rng, torch)
+    yield _matmul_t(64, rng, torch)
+    yield _matmul_t(64, rng, torch, batch=8)
     yield _linear(rng, torch, packed=False)
     yield _linear(rng, torch, packed=True)
     yield _linear(rng, torch, packed=False, lead=(2, 4))
