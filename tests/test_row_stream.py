@@ -139,10 +139,35 @@ def test_thin_options_same_bits_at_any_thread_count(gemv_opts, cpus):
         onepath.set_num_threads(old)
 
 
+def test_ksplit_row_counts(level):
+    """The K split ("ksplit") sums K in two parts where it runs: up to 4 rows in the AVX2 build (16
+    rows lost there, zen3), up to 16 in the AVX-512 builds; elsewhere the bits of the options off.
+    Seen through the bits: with it on, a split product differs from the unsplit one somewhere."""
+    from onepath.dispatch import registry
+    from onepath.kernels import load
+    row = registry.select("matmul", "float32")
+    if row.level not in ("avx2", "avx512_core"):
+        pytest.skip(f"{row.level}: the row stream's K split is measured for avx2 and avx512_core")
+    lib = load(row.level).lib
+    old = lib.op_gemv_f32_options(0)
+    try:
+        for m, split in ((1, True), (4, True), (16, row.level != "avx2")):
+            a, w = rand(m, 2048), rand(2048, 2048)   # 16 MiB of B: the problem wants two threads
+            lib.op_gemv_f32_options(0)
+            off = onepath.matmul(a, w)
+            lib.op_gemv_f32_options(registry.GEMV_F32_FLAGS["ksplit"])
+            on = onepath.matmul(a, w)
+            assert_gemm_close(on, a, w)
+            assert (not np.array_equal(on.view(np.uint32), off.view(np.uint32))) is split, m
+    finally:
+        lib.op_gemv_f32_options(old)
+
+
 def test_thin_options_table():
     from onepath.dispatch import registry
     assert registry.gemv_f32_flags("avx512_core", uarch="zen4") == 3
     assert registry.gemv_f32_flags("avx512_core", uarch="sapphirerapids") == 1
     assert registry.gemv_f32_flags("avx512_core", uarch="skylake") == 0
     assert registry.gemv_f32_flags("avx2", uarch="zen4") == 0
+    assert registry.gemv_f32_flags("avx2", uarch="zen3") == 2
     assert all(o in registry.GEMV_F32_FLAGS for v in registry.GEMV_F32_OPTIONS.values() for o in v)

@@ -532,7 +532,14 @@ def conv_nchw_as_nhwc(row: Kernel, n: int, pixels: int, strided: bool = False,
 # prefetch_next alternated in one process with numpy, K = N = 4096, GB/s of W): M = 1 x @ W 24.1
 # -> 25.1, x @ W.T 23.2 -> 25.5 (numpy 23.4), M = 4 16.7 -> 23.2 and 16.8 -> 23.7; at 2 threads
 # M = 1 x @ W.T 45.5 -> 48.0 (numpy 47.9), M = 4 43.3 -> 46.3 and 38.8 -> 45.2. ksplit: no gain.
+# zen3 (AMD EPYC Zen 3 VM, avx2, 2026-12-07, K = N = 4096, off / ksplit alternated in one process
+# with numpy, GB/s of W best / median): 2 threads M = 1 x @ W 18.5 / 11.8 -> 21.1 / 13.8 and, in
+# two more runs, 22.8 / 17.2 -> 29.9 / 19.5 and 22.0 / 14.8 -> 25.3 / 17.3 (numpy 26-30 / 13-23),
+# M = 4 13.7 / 9.5 -> 20.7 / 10.5; 1 thread within noise. The AVX2 build splits K only up to 4 rows
+# (M = 16 lost: gemv_f32.c, OP_KN_KSPLIT_MAX_M). prefetch_next lost there (1 thread M = 1 x @ W
+# 17.3 -> 11.4 GB/s).
 GEMV_F32_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("zen3", "avx2"): ("ksplit",),
     ("zen4", "avx512_core"): ("prefetch_next", "ksplit"),
     ("sapphirerapids", "avx512_core"): ("prefetch_next",),
 }

@@ -509,6 +509,17 @@ static void op_kn_reduce(void *vctx, int64_t task, int tid)
    gives the same bits at any number of threads (the parts' sums are added in part order); more
    threads than parts split the columns of each part too. 2: zen4's 2 threads measured it. */
 #define OP_KN_KSPLIT_PARTS 2
+/* Rows of A up to which the K split runs. AVX2 (zen3, AMD EPYC Zen 3 VM, 2026-12-07, x @ W, K = N
+   = 4096, the options off / "ksplit" alternated in one process with numpy, GB/s of W best / median
+   of 15): 2 threads M = 1 18.5 / 11.8 -> 21.1 / 13.8 (numpy 28.6 / 13.1), M = 4 13.7 / 9.5 -> 20.7
+   / 10.5, but M = 16 8.2 / 7.0 -> 7.8 / 5.5 (numpy 7.3 / 6.1): the memory-bound row counts only.
+   1 thread within noise (M = 1 14.2 / 11.4 -> 13.9 / 11.8, M = 4 11.7 / 10.0 -> 13.9 / 10.7). The
+   AVX-512 builds (zen4's row) keep every row count: not measured there. */
+#if defined(OP_HAS_AVX2) && !defined(OP_HAS_AVX512)
+#define OP_KN_KSPLIT_MAX_M OP_KN_BYTES_MAX_M
+#else
+#define OP_KN_KSPLIT_MAX_M OP_KN_MAX_M
+#endif
 
 /* The row-stream path for x W (returns threads used, -1 on allocation failure), else 0. */
 static int op_kn_f32(const op_gemm_args *g, int nthreads)
@@ -529,7 +540,8 @@ static int op_kn_f32(const op_gemm_args *g, int nthreads)
     const int64_t kb = OP_KN_KB(g->m);
     x.kparts = 1;
     x.kchunk = g->k;
-    if ((op_gemv_opts & OP_GEMV_KSPLIT) && want_threads > 1 && g->batch == 1 && g->k >= 2 * kb &&
+    if ((op_gemv_opts & OP_GEMV_KSPLIT) && g->m <= OP_KN_KSPLIT_MAX_M && want_threads > 1 &&
+        g->batch == 1 && g->k >= 2 * kb &&
         (double)g->m * (double)op_roundup64(g->n, OP_KN_CB) * 4.0 <= OP_KN_KSPLIT_MAX_ACC) {
         /* each thread a contiguous range of whole B rows (one sequential region of memory). The
            parts are fixed by the problem (OP_KN_KSPLIT_PARTS), at one thread too: a split by the
