@@ -225,7 +225,7 @@ def _kernel_of(case: Case):
             from ..dispatch.cap import isa
             from ..ops import _small  # a small product runs the small kernel, not the GEMM row
             m, k, n = meta["m"], meta["k"], meta["n"]
-            if _small.use_small(m * n * k, "matmul", "float32", k * n, m):
+            if _small.use_small(m * n * k, "matmul", "float32", k * n, m, n=n):
                 return _small.row_for("matmul", isa(), "float32")
         return select(case.op, case.dtype)
     except Exception:  # noqa: BLE001 - an op not in the registry just shows no kernel

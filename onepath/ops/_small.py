@@ -169,6 +169,25 @@ _uarch_limits: dict = {}  # level of the small row -> LIMITS_UARCH's value on th
 # (335 against 127 us: 128^3 had taken 2.6x as long as 160^3), 64 x 48 x 64 0.79 / 0.86; thin
 # ones too: 1 x 512 x 256 1.36 / 1.37, 8 x 128 x 128 1.16 / 1.63, 16 x 96 x 96 0.96 / 0.98, 8 x
 # 256 x 256 0.74 / 0.76, 1 x 1024 x 1024 0.70 / 0.62: past 56^3 the GEMM at any row count.
+# One-row float32 products with a row-major B (x @ W, vector @ matrix), per level of the small row:
+# (largest K*N, smallest N past which the row stream of the packed GEMM runs them, gemv_f32.c).
+# The small kernel sweeps B in column strips of its tile, each strip down every row: with one row
+# its FMAs wait on B. avx2 (zen3, AMD EPYC Zen 3 VM, 2026-12-07, small kernel / row stream time,
+# best of 7 alternated in one process, 1 thread; the row stream's time includes the general
+# path's ~12 us of Python): 256^2 2.79, 384^2 1.55, 448^2 1.47, 512^2 0.92-1.10, 1024 x 256 1.04,
+# 640^2 1.06, 768^2 0.80, 1024^2 0.35, 2048 x 256 0.78, 1536 x 384 0.46, and wide rows: 256 x
+# 1024 0.48, 384 x 1536 0.58, 256 x 2048 0.76 (K x N); 2 threads 384^2 2.06, 512^2 1.33, 768^2
+# 0.99, 1024^2 0.95, 1536 x 384 0.83. Levels without a row: LIMITS alone.
+ROW_LIMITS: dict = {"avx2": (1 << 18, 1024)}
+
+
+def row_fits(kn: int, n: int, level: str) -> bool:
+    """Whether a one-row float32 product with a row-major B of K*N = ``kn`` elements and ``n``
+    columns may take the small kernel of ``level`` (``ROW_LIMITS``)."""
+    lim = ROW_LIMITS.get(level)
+    return lim is None or (kn <= lim[0] and n < lim[1])
+
+
 BF16_LIMITS: dict = {"avx512_core_amx": (80 ** 3, 16), "avx512_core_bf16": (96 ** 3, 32),
                      "avx512_core": (96 ** 3, 32), "avx2": (56 ** 3, 1)}
 # float32's nt form (linear's x @ W.T, matmul's B = W.T). From NT_NN[level][0] rows with K up to
@@ -292,16 +311,20 @@ def _nt_fits(mnk: int, level: str) -> bool:
 
 
 def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
-              m: int | None = None, nt_k: int | None = None) -> bool:
+              m: int | None = None, nt_k: int | None = None, n: int | None = None) -> bool:
     """True when a product of M*N*K = ``mnk`` of (op, dtype) takes the small path at the level in
     force (given ``m``, its rows, also a thin float32 product: ``thin``; a bfloat16 one within
     ``BF16_LIMITS`` of that level: ``m`` None counts as many rows; ``nt_k``, the depth K of a
     float32 nt-form product (B = W.T), within ``NT_DOTS_LIMITS`` where the small kernel would take
-    it as dot products: ``nt_dots``)."""
+    it as dot products: ``nt_dots``; given ``n``, B's columns, a one-row float32 product with a
+    row-major B within ``ROW_LIMITS``)."""
     isa = _cap.isa()
     level = row_for(op, isa, dtype).level
     if _on.get():
         return True
+    if (m == 1 and n is not None and nt_k is None and dtype == "float32"
+            and not row_fits(kn, n, level)):
+        return False
     if dtype == "bfloat16":
         lim = BF16_LIMITS.get(isa)
         if lim is not None and mnk > lim[0] and (m is None or m >= lim[1]):
@@ -350,7 +373,8 @@ class Bound:
 
 _bound: dict = {"matmul": {}, "linear": {}}
 # The scoped cap (``cap._scoped``'s value: None outside ``with max_isa()`` blocks) -> (
-# op_gemm_f32_small_cc, from_buffer, op_gemm_f32_small_mt, NULL, limit, one-thread limit) of
+# op_gemm_f32_small_cc, from_buffer, op_gemm_f32_small_mt, NULL, limit, one-thread limit, and the
+# one-row product's ROW_LIMITS K*N and N) of
 # matmul's small row at the level in
 # force there. Filled by
 # ``bound`` while ONEPATH_VERBOSE is off; emptied when verbose is re-read or the process cap
@@ -371,8 +395,8 @@ def bound(op: str) -> Bound:
         _stats.record(op, "float32", b.row.level, "small")  # it runs right after this lookup
         cache[level] = b
     if op == "matmul" and _verbose.enabled() is False and not _repro_mode._ever:
-        fast_matmul[_cap._scoped.get()] = ((b.cc, b.fb, b.mt, b.null)
-                                           + limits(b.row.level))
+        fast_matmul[_cap._scoped.get()] = ((b.cc, b.fb, b.mt, b.null) + limits(b.row.level)
+                                           + ROW_LIMITS.get(b.row.level, (1 << 62, 1 << 62)))
     return b
 
 
