@@ -1036,28 +1036,20 @@ def test_batched_3d_fast_path_same_bits(level, monkeypatch, nb, m, k, n):
     rng = np.random.default_rng(nb * m + k * n)
     a = rng.standard_normal((nb, m, k)).astype(np.float32)
     b = rng.standard_normal((nb, k, n)).astype(np.float32)
-    general = onepath.matmul(a, b, out=np.empty((nb, m, n), np.float32))
-    fast = mm._batch3_fast(a, b)
-    if _small.use_small_batched(m * n * k, n * k, m):
-        assert fast is not None
-        assert np.array_equal(fast.view(np.uint32), general.view(np.uint32))
-    else:
-        assert fast is None
-    assert np.array_equal(onepath.matmul(a, b).view(np.uint32), general.view(np.uint32))
-    np.testing.assert_allclose(general, np.matmul(a.astype(np.float64), b), rtol=1e-4, atol=1e-4)
-    assert mm._batch3_fast(a, b[:1]) is None                   # batch broadcast: general path
-    # B's columns contiguous (W.transpose(0, 2, 1), attention's q @ k^T): the nt form, the same
-    # bits as the general path's (its out= entry); other strides: the general path
+    # B C-contiguous, and B's columns contiguous (W.transpose(0, 2, 1), attention's q @ k^T: the nt
+    # form): the fast entry gives the bits of the general path's (its out= entry)
     bt = b.transpose(0, 2, 1).copy().transpose(0, 2, 1)
-    general_t = onepath.matmul(a, bt, out=np.empty((nb, m, n), np.float32))
-    fast_t = mm._batch3_fast(a, bt)
-    if _small.use_small_batched(m * n * k, n * k, m, k if k > 1 and n > 1 else None):
-        assert fast_t is not None
-        assert np.array_equal(fast_t.view(np.uint32), general_t.view(np.uint32))
-    else:
-        assert fast_t is None
-    assert np.array_equal(onepath.matmul(a, bt).view(np.uint32), general_t.view(np.uint32))
-    np.testing.assert_allclose(general_t, np.matmul(a.astype(np.float64), b), rtol=1e-4, atol=1e-4)
+    for bb, nt_k in ((b, None), (bt, k if k > 1 and n > 1 else None)):
+        general = onepath.matmul(a, bb, out=np.empty((nb, m, n), np.float32))
+        fast = mm._batch3_fast(a, bb)
+        if _small.use_small_batched(m * n * k, n * k, m, nt_k):
+            assert fast is not None
+            assert np.array_equal(fast.view(np.uint32), general.view(np.uint32))
+        else:
+            assert fast is None
+        assert np.array_equal(onepath.matmul(a, bb).view(np.uint32), general.view(np.uint32))
+        np.testing.assert_allclose(general, np.matmul(a.astype(np.float64), b), rtol=1e-4, atol=1e-4)
+    assert mm._batch3_fast(a, b[:1]) is None                   # batch broadcast: general path
     wide = np.zeros((nb, k, 2 * n), np.float32)
     wide[:, :, :n] = b
     if k > 1:  # rows strided (a column slice of a wider B): the general path
