@@ -373,12 +373,10 @@ class Bound:
 
 _bound: dict = {"matmul": {}, "linear": {}}
 # The scoped cap (``cap._scoped``'s value: None outside ``with max_isa()`` blocks) -> (
-# op_gemm_f32_small_cc, from_buffer, op_gemm_f32_small_mt, NULL, limit, one-thread limit, and the
-# one-row product's ROW_LIMITS K*N and N) of
-# matmul's small row at the level in
-# force there. Filled by
-# ``bound`` while ONEPATH_VERBOSE is off; emptied when verbose is re-read or the process cap
-# changes. matmul's fast path reads it with one ContextVar read and one dict lookup.
+# op_gemm_f32_small_cc, from_buffer, op_gemm_f32_small_mt, NULL, limit, one-thread limit, the
+# one-row product's ROW_LIMITS K*N and N) of matmul's small row at the level in force there.
+# Filled by ``bound`` while ONEPATH_VERBOSE is off; emptied when verbose is re-read or the process
+# cap changes. matmul's fast path reads it with one ContextVar read and one dict lookup.
 fast_matmul: dict = {}
 _verbose.on_reload.append(fast_matmul.clear)
 _cap.on_change.append(fast_matmul.clear)
