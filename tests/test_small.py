@@ -218,42 +218,45 @@ def test_transposed_a_fast_entry_same_bits_as_general_path(level, threads):
 
 
 def test_one_row_products_past_row_limits_take_the_row_stream(level, caplog, verbose_on):
-    """x (1, K) @ W (K, N), W row-major: past the level's ROW_LIMITS (K*N, or N) the packed GEMM's
-    row stream, within them the small kernel; every entry (2-D, vector @ matrix, out=) the same
-    route, so the same bits as the general path's decision."""
-    from onepath.ops import matmul as mm
-    lim = _small.ROW_LIMITS.get(_small.row_for("matmul", level).level)
+    """x (1, K) @ W (K, N), W row-major: from this host's ROW_LIMITS (K*N and N both) the packed
+    GEMM's row stream, below either the small kernel (narrow N: the row stream takes N >= 128)."""
+    small_row = _small.row_for("matmul", level)
+    lim = _small.row_limits(small_row.level)
     if lim is None:
-        pytest.skip(f"no ROW_LIMITS row at {level}: LIMITS alone decide there")
+        pytest.skip(f"no ROW_LIMITS row for {small_row.level} on this host: LIMITS alone decide")
     kn, wide = lim
-    small_name = _small.row_for("matmul", level).name
-    for k, n, small in [(256, 256, True), (kn // 512, 512, True), (kn // 512 * 2, 512, False),
-                        (64, wide, False), (64, wide - 16, True)]:
+    for k, n, small in [(256, 256, True), (kn // 512, 512, False), (kn // 512 - 1, 512, True),
+                        (kn // wide, wide, False), (kn // wide, wide - 1, True), (kn + 1, 4, True),
+                        (kn, 1, True)]:
         x, w = rand(1, k), rand(k, n)
         assert _small.use_small(k * n, kn=k * n, m=1, n=n) is small, (k, n)
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="onepath"):
             y = onepath.matmul(x, w)
-        assert (small_name in caplog.text) is small, (k, n, caplog.text)
+        assert (small_row.name in caplog.text) is small, (k, n, caplog.text)
         assert_gemm_close(y, x, w)
 
 
 def test_one_row_fast_entries_route_as_the_general_path(level, monkeypatch):
-    """matmul's fast entries (2-D, vector @ matrix, out=) apply ROW_LIMITS as the general path does:
-    the same bits on both sides of the limits."""
+    """matmul's fast entries (2-D, vector @ matrix, out=) and a batch of one entry apply ROW_LIMITS
+    as the general path does: the same bits on both sides of the limits; a batch of two one-row
+    entries takes the same kernel per entry (close; the row stream's K split is a 2-D product's)."""
     from onepath import _repro_mode
     from onepath.ops import matmul as mm
     monkeypatch.setattr(_repro_mode, "_ever", False)  # (an earlier test's mode empties the entry)
     _small.fast_matmul.clear()
     _small.bound("matmul")   # fills the fast entry of the level in force
-    lim = _small.ROW_LIMITS.get(_small.row_for("matmul", level).level, (1 << 18, 1024))
-    kn, wide = lim
-    for k, n in [(256, 256), (kn // 512, 512), (kn // 512 * 2, 512), (64, wide), (64, wide - 16)]:
+    kn, wide = _small.row_limits(_small.row_for("matmul", level).level) or (1 << 18, 128)
+    for k, n in [(256, 256), (kn // 512, 512), (kn // 512 - 1, 512), (kn // wide, wide),
+                 (kn // wide, wide - 1), (kn + 1, 4)]:
         x, w = rand(1, k), rand(k, n)
         want = mm._matmul_f32(x, w, None)
         o = np.empty((1, n), np.float32)
-        for r in (onepath.matmul(x, w), onepath.matmul(x[0], w)[None], onepath.matmul(x, w, out=o)):
+        for r in (onepath.matmul(x, w), onepath.matmul(x[0], w)[None], onepath.matmul(x, w, out=o),
+                  onepath.matmul(x[None], w)[0], onepath.matmul(x[None], w[None])[0]):
             assert np.array_equal(r.view(np.uint32), want.view(np.uint32)), (k, n)
+        x2 = rand(2, 1, k)
+        assert_gemm_close(onepath.matmul(x2, w)[1], x2[1], w)
 
 
 def test_small_threaded_calls_from_several_python_threads(level, small_mt_on):

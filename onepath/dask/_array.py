@@ -172,7 +172,8 @@ def matmul(a, b):
     small = (a.dtype == b.dtype
              and (_small.use_small(mnk, "matmul", a.dtype.name, kn, a.shape[-2], n=b.shape[-1])
                   if nd == 2
-                  else a.dtype == F32 and _small.use_small_batched(mnk, kn, a.shape[-2])))
+                  else a.dtype == F32 and _small.use_small_batched(mnk, kn, a.shape[-2],
+                                                                     n=b.shape[-1])))
     parts = da.blockwise(_mm_block, out_ind, a, lhs, b, rhs, adjust_chunks={nd - 1: 1},
                          dtype=F32, concatenate=False, level=level, full_m=a.shape[-2], small=small,
                          meta=np.empty((0,) * (nd + 1), F32))

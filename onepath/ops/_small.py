@@ -164,28 +164,42 @@ _uarch_limits: dict = {}  # level of the small row -> LIMITS_UARCH's value on th
 # 1.30, 256^3 1.79, 24 x 256 x 256 0.95, 32 x 256 x 256 1.01, 64 x 64 x 256 1.18; capped at
 # avx512_core 96^3 1.01, 128^3 1.26, 32 x 256 x 256 1.22, 8 x 256 x 256 0.71. Zen 4 (no AMX):
 # unmeasured; its VDPBF16PS GEMM ran 2x this kernel's rate at 512^3 and above. avx2 (zen3, AMD EPYC
-# Zen 3 VM, 2026-12-07, small kernel / GEMM time, best of 7 alternated in one process, 1 / 2
-# threads): 16^3 3.7 / 2.8, 48^3 1.13 / 1.18, 56^3 0.94 / 1.22, 64^3 0.88 / 0.87, 128^3 0.38 / 0.39
+# Zen 3 VM, 2026-12-07, GEMM time / small kernel time (> 1: the small kernel is faster), best of 7
+# alternated in one process, 1 / 2 threads; other CPUs at avx2 not measured): 16^3 3.7 / 2.8, 48^3 1.13 / 1.18, 56^3 0.94 / 1.22, 64^3 0.88 / 0.87, 128^3 0.38 / 0.39
 # (335 against 127 us: 128^3 had taken 2.6x as long as 160^3), 64 x 48 x 64 0.79 / 0.86; thin
 # ones too: 1 x 512 x 256 1.36 / 1.37, 8 x 128 x 128 1.16 / 1.63, 16 x 96 x 96 0.96 / 0.98, 8 x
 # 256 x 256 0.74 / 0.76, 1 x 1024 x 1024 0.70 / 0.62: past 56^3 the GEMM at any row count.
-# One-row float32 products with a row-major B (x @ W, vector @ matrix), per level of the small row:
-# (largest K*N, smallest N past which the row stream of the packed GEMM runs them, gemv_f32.c).
-# The small kernel sweeps B in column strips of its tile, each strip down every row: with one row
-# its FMAs wait on B. avx2 (zen3, AMD EPYC Zen 3 VM, 2026-12-07, small kernel / row stream time,
-# best of 7 alternated in one process, 1 thread; the row stream's time includes the general
-# path's ~12 us of Python): 256^2 2.79, 384^2 1.55, 448^2 1.47, 512^2 0.92-1.10, 1024 x 256 1.04,
-# 640^2 1.06, 768^2 0.80, 1024^2 0.35, 2048 x 256 0.78, 1536 x 384 0.46, and wide rows: 256 x
-# 1024 0.48, 384 x 1536 0.58, 256 x 2048 0.76 (K x N); 2 threads 384^2 2.06, 512^2 1.33, 768^2
-# 0.99, 1024^2 0.95, 1536 x 384 0.83. Levels without a row: LIMITS alone.
-ROW_LIMITS: dict = {"avx2": (1 << 18, 1024)}
+# One-row float32 products with a row-major B (x @ W, vector @ matrix), per (uarch, level of the
+# small row): (K*N, N) from both of which on the packed GEMM's row stream (gemv_f32.c, which takes
+# N >= 128) runs them instead of the small kernel, which sweeps B in column strips of its tile,
+# each strip down every row: with one row its FMAs wait on B. zen3 (AMD EPYC Zen 3 VM, avx2,
+# 2026-12-07, row stream time / small kernel time (> 1: the small kernel is faster), best of 7
+# alternated in one process, 1 thread; the row stream's time includes the general path's ~12 us of
+# Python; K x N): 256^2 2.79, 384^2 1.55, 448^2 1.47, 512 x 384 1.49; from 2^18: 512^2 0.92-1.10,
+# 1024 x 256 1.04, 640^2 1.06, 768^2 0.80, 1024^2 0.35, 256 x 1024 0.48, 384 x 1536 0.58, 2048 x 256
+# 0.78, 256 x 2048 0.76, 1536 x 384 0.46; 2 threads 384^2 2.06, 512^2 1.33, 768^2 0.99, 1024^2
+# 0.95, 1536 x 384 0.83. Two rows keep the small kernel (2 x 512^2 1.34, 2 x 768^2 0.93). Other
+# hosts: LIMITS alone (not measured).
+ROW_LIMITS: dict = {("zen3", "avx2"): (1 << 18, 128)}
+_row_limits: dict = {}  # level of the small row -> ROW_LIMITS' value on this host, or None
+
+
+def row_limits(level: str) -> tuple[int, int] | None:
+    """ROW_LIMITS' (K*N, N) for the small row of ``level`` on this host (looked up at the first
+    use, as ``limits``), or None."""
+    try:
+        return _row_limits[level]
+    except KeyError:
+        from ..dispatch.cpu import probe
+        row = _row_limits[level] = ROW_LIMITS.get((probe().uarch, level))
+        return row
 
 
 def row_fits(kn: int, n: int, level: str) -> bool:
     """Whether a one-row float32 product with a row-major B of K*N = ``kn`` elements and ``n``
-    columns may take the small kernel of ``level`` (``ROW_LIMITS``)."""
-    lim = ROW_LIMITS.get(level)
-    return lim is None or (kn <= lim[0] and n < lim[1])
+    columns takes the small kernel of ``level`` on this host (``ROW_LIMITS``)."""
+    lim = row_limits(level)
+    return lim is None or kn < lim[0] or n < lim[1]
 
 
 BF16_LIMITS: dict = {"avx512_core_amx": (80 ** 3, 16), "avx512_core_bf16": (96 ** 3, 32),
@@ -334,12 +348,13 @@ def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
             or (m is not None and dtype == "float32" and thin(m, kn, level, nt_k is None)))
 
 
-def use_small_batched(mnk: int, kn: int, m: int, nt_k: int | None = None) -> bool:
+def use_small_batched(mnk: int, kn: int, m: int, nt_k: int | None = None,
+                      n: int | None = None) -> bool:
     """``use_small`` for a batched float32 matmul whose core products are M*N*K = ``mnk`` (``m``
-    rows, K*N = ``kn``, ``nt_k`` as there): within LIMITS (or ``on()``), never by the thin rule
-    alone (the batched entry splits whole entries over the threads, not a thin product's
+    rows, K*N = ``kn``, ``nt_k`` and ``n`` as there): within LIMITS (or ``on()``), never by the
+    thin rule alone (the batched entry splits whole entries over the threads, not a thin product's
     columns: measured 1.1-1.5x slower than the GEMM for 2-4 thin entries at 2 threads)."""
-    if not use_small(mnk, "matmul", "float32", kn, m, nt_k):
+    if not use_small(mnk, "matmul", "float32", kn, m, nt_k, n):
         return False
     return _on.get() or fits(mnk, row_for("matmul", _cap.isa()).level, kn)
 
@@ -352,6 +367,7 @@ def reset() -> None:
     _bound_bf16.clear()
     _nt_limits.clear()
     _uarch_limits.clear()
+    _row_limits.clear()
 
 
 class Bound:
@@ -374,7 +390,8 @@ class Bound:
 _bound: dict = {"matmul": {}, "linear": {}}
 # The scoped cap (``cap._scoped``'s value: None outside ``with max_isa()`` blocks) -> (
 # op_gemm_f32_small_cc, from_buffer, op_gemm_f32_small_mt, NULL, limit, one-thread limit, the
-# one-row product's ROW_LIMITS K*N and N) of matmul's small row at the level in force there.
+# one-row product's ROW_LIMITS K*N and N on this host) of matmul's small row at the level in force
+# there.
 # Filled by ``bound`` while ONEPATH_VERBOSE is off; emptied when verbose is re-read or the process
 # cap changes. matmul's fast path reads it with one ContextVar read and one dict lookup.
 fast_matmul: dict = {}
@@ -394,7 +411,7 @@ def bound(op: str) -> Bound:
         cache[level] = b
     if op == "matmul" and _verbose.enabled() is False and not _repro_mode._ever:
         fast_matmul[_cap._scoped.get()] = ((b.cc, b.fb, b.mt, b.null) + limits(b.row.level)
-                                           + ROW_LIMITS.get(b.row.level, (1 << 62, 1 << 62)))
+                                           + (row_limits(b.row.level) or (1 << 62, 1 << 62)))
     return b
 
 

@@ -88,9 +88,11 @@ def matmul(a, b, /, out=None, *, dtype=None):
     Small float32 products (M*N*K up to a per-level limit, ``ops._small.LIMITS``) run the
     registry's ``small`` kernel, reading A and B in place: on the calling thread, or on the pool
     from about 0.1 MFLOP (the same bits at any thread count; ``ops._small.MT_ON``); batched ones
-    whose core product is that small run it on every entry (entries over the threads). Small 2-D
-    bfloat16 products run the bfloat16 small kernel within both LIMITS and the level's
-    ``ops._small.BF16_LIMITS`` (past those the bfloat16 GEMM of the level in force is faster).
+    whose core product is that small run it on every entry (entries over the threads). One-row
+    products with a row-major B past the host's ``ops._small.ROW_LIMITS`` (Zen 3) run the packed
+    GEMM's row stream instead. Small 2-D bfloat16 products run the bfloat16 small kernel within
+    both LIMITS and the level's ``ops._small.BF16_LIMITS`` (past those the bfloat16 GEMM of the
+    level in force is faster).
     """
     if out is None and dtype is None and type(a) is type(b) is _ND and a.dtype is b.dtype is _F32:
         # the common case first: two float32 ndarrays, no options (each check here costs ~30 ns)
@@ -124,7 +126,7 @@ def matmul(a, b, /, out=None, *, dtype=None):
                 mnk = m * n * k
                 if (mnk <= lim or (mnk <= lim1t and k * n <= _B_MAX
                                    and (_nthreads() == 1 or _mt_fits(mnk, m)))) and (
-                        m != 1 or (k * n <= row_kn and n < row_n)):  # (_small.ROW_LIMITS)
+                        m != 1 or k * n < row_kn or n < row_n):  # (_small.ROW_LIMITS)
                     c = _empty(shape, _F32)
                     try:
                         if mnk < _MT0 or (m >= 8 and mnk < _MT8) or (t := _nthreads()) == 1:
@@ -164,7 +166,7 @@ def matmul(a, b, /, out=None, *, dtype=None):
             mnk = m * n * k
             if (mnk <= lim or (mnk <= lim1t and k * n <= _B_MAX
                                and (_nthreads() == 1 or _mt_fits(mnk, m)))) and (
-                    m != 1 or (k * n <= row_kn and n < row_n)):
+                    m != 1 or k * n < row_kn or n < row_n):
                 try:
                     if mnk < _MT0 or (m >= 8 and mnk < _MT8) or (t := _nthreads()) == 1:
                         if cc(m, n, k, fb(a), fb(b), fb(out)):
@@ -283,7 +285,7 @@ def _matmul_f32(a, b, out):
     # neither form (e.g. A and B both column-major, or C's rows strided): the small kernel's
     # reference loop, only for the tiniest products (_small.ANY_MAX)
     if target is c and (nn or nt or m * n * k <= _small.ANY_MAX) and (
-            _small.use_small_batched(m * n * k, n * k, m, nt_k) if batch
+            _small.use_small_batched(m * n * k, n * k, m, nt_k, n) if batch
             else _small.use_small(m * n * k, kn=n * k, m=m, nt_k=nt_k, n=n)):
         if batch:
             _small_batch(a2, b2, c)  # each core product small: the small kernel on each
@@ -357,7 +359,7 @@ def _batch3_fast(a, b):
         bc, rsb, csb, nt_k = b.transpose(0, 2, 1), 1, k, k
         if not bc.flags.c_contiguous:
             return None
-    if not _small.use_small_batched(m * n * k, n * k, m, nt_k):
+    if not _small.use_small_batched(m * n * k, n * k, m, nt_k, n):
         return None
     bd = _small.bound("matmul")
     fb = bd.fb
