@@ -84,6 +84,23 @@ def test_matmul_rows_bit_identical(client, level, dt):
     _assert_same(got, onepath.matmul(a3, b))
 
 
+def test_matmul_one_row_bit_identical(client, level):
+    """One-row products past the host's ROW_LIMITS (zen3: the row stream for a 2-D product or a
+    batch of one, the small kernel for larger batches) and below them: blocks split along the
+    batch axis, or a batch of one, give the in-memory bits."""
+    rng = np.random.default_rng(9)
+    w = _rand(rng, (1024, 1024), F32)
+    for shape, chunks in (((2, 1, 1024), (1, 1, 1024)), ((4, 1, 1024), (2, 1, 1024)),
+                          ((1, 1, 1024), (1, 1, 1024)), ((1, 1024), (1, 1024))):
+        x = _rand(rng, shape, F32)
+        got = client.compute(odask.matmul(da.from_array(x, chunks=chunks), w)).result()
+        _assert_same(got, onepath.matmul(x, w))
+        small = _rand(rng, shape[:-1] + (200,), F32)   # below the limits
+        got = client.compute(odask.matmul(da.from_array(small, chunks=chunks[:-1] + (200,)),
+                                          w[:200, :300])).result()
+        _assert_same(got, onepath.matmul(small, w[:200, :300]))
+
+
 def test_matmul_batched_small_bit_identical(client, level):
     """Batched float32 products whose core product is small: the blocks (split along the batch
     axes) and the in-memory call both run the small kernel, also where the whole operand's batch

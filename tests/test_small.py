@@ -218,16 +218,17 @@ def test_transposed_a_fast_entry_same_bits_as_general_path(level, threads):
 
 
 def test_one_row_products_past_row_limits_take_the_row_stream(level, caplog, verbose_on):
-    """x (1, K) @ W (K, N), W row-major: from this host's ROW_LIMITS (K*N and N both) the packed
-    GEMM's row stream, below either the small kernel (narrow N: the row stream takes N >= 128)."""
+    """x (1, K) @ W (K, N), W row-major: from this host's ROW_LIMITS (K*N, N and K all) the packed
+    GEMM's row stream, below any the small kernel (narrow N: the row stream takes N >= 128)."""
     small_row = _small.row_for("matmul", level)
     lim = _small.row_limits(small_row.level)
     if lim is None:
         pytest.skip(f"no ROW_LIMITS row for {small_row.level} on this host: LIMITS alone decide")
-    kn, wide = lim
+    kn, wide, deep = lim
     for k, n, small in [(256, 256, True), (kn // 512, 512, False), (kn // 512 - 1, 512, True),
                         (kn // wide, wide, False), (kn // wide, wide - 1, True), (kn + 1, 4, True),
-                        (kn, 1, True)]:
+                        (kn, 1, True), (deep, kn // deep, False),
+                        (deep - 1, kn // (deep - 1) + 1, True)]:
         x, w = rand(1, k), rand(k, n)
         assert _small.use_small(k * n, kn=k * n, m=1, n=n) is small, (k, n)
         caplog.clear()
@@ -240,15 +241,15 @@ def test_one_row_products_past_row_limits_take_the_row_stream(level, caplog, ver
 def test_one_row_fast_entries_route_as_the_general_path(level, monkeypatch):
     """matmul's fast entries (2-D, vector @ matrix, out=) and a batch of one entry apply ROW_LIMITS
     as the general path does: the same bits on both sides of the limits; a batch of two one-row
-    entries takes the same kernel per entry (close; the row stream's K split is a 2-D product's)."""
+    entries keeps the small kernel (the 2-D call's bits below the limits, close above them)."""
     from onepath import _repro_mode
     from onepath.ops import matmul as mm
     monkeypatch.setattr(_repro_mode, "_ever", False)  # (an earlier test's mode empties the entry)
     _small.fast_matmul.clear()
     _small.bound("matmul")   # fills the fast entry of the level in force
-    kn, wide = _small.row_limits(_small.row_for("matmul", level).level) or (1 << 18, 128)
+    kn, wide, deep = _small.row_limits(_small.row_for("matmul", level).level) or (1 << 18, 128, 32)
     for k, n in [(256, 256), (kn // 512, 512), (kn // 512 - 1, 512), (kn // wide, wide),
-                 (kn // wide, wide - 1), (kn + 1, 4)]:
+                 (kn // wide, wide - 1), (kn + 1, 4), (deep - 1, kn // (deep - 1) + 1)]:
         x, w = rand(1, k), rand(k, n)
         want = mm._matmul_f32(x, w, None)
         o = np.empty((1, n), np.float32)
@@ -256,7 +257,12 @@ def test_one_row_fast_entries_route_as_the_general_path(level, monkeypatch):
                   onepath.matmul(x[None], w)[0], onepath.matmul(x[None], w[None])[0]):
             assert np.array_equal(r.view(np.uint32), want.view(np.uint32)), (k, n)
         x2 = rand(2, 1, k)
-        assert_gemm_close(onepath.matmul(x2, w)[1], x2[1], w)
+        y2 = onepath.matmul(x2, w)
+        assert_gemm_close(y2[1], x2[1], w)
+        left = (_small.use_small(k * n, kn=k * n, m=1)
+                and not _small.use_small(k * n, kn=k * n, m=1, n=n))   # (by ROW_LIMITS)
+        if left:
+            assert _small.use_small_batched(k * n, k * n, 1)   # (a batch of two: the small kernel)
 
 
 def test_small_threaded_calls_from_several_python_threads(level, small_mt_on):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
 import threading
 
 import numpy as np
@@ -169,11 +170,11 @@ def matmul(a, b):
     # dtype (bfloat16 only without batch axes), and each core product's M*N*K within the small
     # kernel's limit
     mnk, kn = a.shape[-2] * b.shape[-1] * ka, b.shape[-1] * ka
+    one = nd == 2 or math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])) == 1
+    n = b.shape[-1] if one else None   # (ROW_LIMITS: a 2-D product or a batch of one)
     small = (a.dtype == b.dtype
-             and (_small.use_small(mnk, "matmul", a.dtype.name, kn, a.shape[-2], n=b.shape[-1])
-                  if nd == 2
-                  else a.dtype == F32 and _small.use_small_batched(mnk, kn, a.shape[-2],
-                                                                     n=b.shape[-1])))
+             and (_small.use_small(mnk, "matmul", a.dtype.name, kn, a.shape[-2], n=n) if nd == 2
+                  else a.dtype == F32 and _small.use_small_batched(mnk, kn, a.shape[-2], n=n)))
     parts = da.blockwise(_mm_block, out_ind, a, lhs, b, rhs, adjust_chunks={nd - 1: 1},
                          dtype=F32, concatenate=False, level=level, full_m=a.shape[-2], small=small,
                          meta=np.empty((0,) * (nd + 1), F32))

@@ -169,23 +169,27 @@ _uarch_limits: dict = {}  # level of the small row -> LIMITS_UARCH's value on th
 # (335 against 127 us: 128^3 had taken 2.6x as long as 160^3), 64 x 48 x 64 0.79 / 0.86; thin
 # ones too: 1 x 512 x 256 1.36 / 1.37, 8 x 128 x 128 1.16 / 1.63, 16 x 96 x 96 0.96 / 0.98, 8 x
 # 256 x 256 0.74 / 0.76, 1 x 1024 x 1024 0.70 / 0.62: past 56^3 the GEMM at any row count.
-# One-row float32 products with a row-major B (x @ W, vector @ matrix), per (uarch, level of the
-# small row): (K*N, N) from both of which on the packed GEMM's row stream (gemv_f32.c, which takes
-# N >= 128) runs them instead of the small kernel, which sweeps B in column strips of its tile,
+# One-row float32 products with a row-major B (x @ W, vector @ matrix; a 2-D product or a batch
+# of one), per (uarch, level of the small row): (K*N, N, K) from all of which on the packed GEMM's
+# row stream (gemv_f32.c, which takes N >= 128) runs them instead of the small kernel, which sweeps B in column strips of its tile,
 # each strip down every row: with one row its FMAs wait on B. zen3 (AMD EPYC Zen 3 VM, avx2,
 # 2026-12-07, row stream time / small kernel time (> 1: the small kernel is faster), best of 7
 # alternated in one process, 1 thread; the row stream's time includes the general path's ~12 us of
 # Python; K x N): 256^2 2.79, 384^2 1.55, 448^2 1.47, 512 x 384 1.49; from 2^18: 512^2 0.92-1.10,
 # 1024 x 256 1.04, 640^2 1.06, 768^2 0.80, 1024^2 0.35, 256 x 1024 0.48, 384 x 1536 0.58, 2048 x 256
 # 0.78, 256 x 2048 0.76, 1536 x 384 0.46; 2 threads 384^2 2.06, 512^2 1.33, 768^2 0.99, 1024^2
-# 0.95, 1536 x 384 0.83. Two rows keep the small kernel (2 x 512^2 1.34, 2 x 768^2 0.93). Other
-# hosts: LIMITS alone (not measured).
-ROW_LIMITS: dict = {("zen3", "avx2"): (1 << 18, 128)}
+# 0.95, 1536 x 384 0.83. Two rows keep the small kernel (2 x 512^2 1.34, 2 x 768^2 0.93); so do
+# depths below 32 (the review, 1 thread, row stream / small kernel time: 1 x 262144 4.2, 2 x
+# 131072 3.5, 8 x 32768 2.5, 16 x 16384 0.79-1.6, 32 x 8192 0.64-1.0, 64 x 4096 0.28) and batches
+# of two or more entries, whose row stream would not split K as the 2-D product's does (their
+# entries' bits then are the small kernel's, also in onepath.dask's blocks). Other hosts: LIMITS
+# alone (not measured).
+ROW_LIMITS: dict = {("zen3", "avx2"): (1 << 18, 128, 32)}
 _row_limits: dict = {}  # level of the small row -> ROW_LIMITS' value on this host, or None
 
 
-def row_limits(level: str) -> tuple[int, int] | None:
-    """ROW_LIMITS' (K*N, N) for the small row of ``level`` on this host (looked up at the first
+def row_limits(level: str) -> tuple[int, int, int] | None:
+    """ROW_LIMITS' (K*N, N, K) for the small row of ``level`` on this host (looked up at the first
     use, as ``limits``), or None."""
     try:
         return _row_limits[level]
@@ -199,7 +203,7 @@ def row_fits(kn: int, n: int, level: str) -> bool:
     """Whether a one-row float32 product with a row-major B of K*N = ``kn`` elements and ``n``
     columns takes the small kernel of ``level`` on this host (``ROW_LIMITS``)."""
     lim = row_limits(level)
-    return lim is None or kn < lim[0] or n < lim[1]
+    return lim is None or kn < lim[0] or n < lim[1] or kn < lim[2] * n
 
 
 BF16_LIMITS: dict = {"avx512_core_amx": (80 ** 3, 16), "avx512_core_bf16": (96 ** 3, 32),
@@ -351,8 +355,8 @@ def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
 def use_small_batched(mnk: int, kn: int, m: int, nt_k: int | None = None,
                       n: int | None = None) -> bool:
     """``use_small`` for a batched float32 matmul whose core products are M*N*K = ``mnk`` (``m``
-    rows, K*N = ``kn``, ``nt_k`` and ``n`` as there): within LIMITS (or ``on()``), never by the
-    thin rule alone (the batched entry splits whole entries over the threads, not a thin product's
+    rows, K*N = ``kn``, ``nt_k`` and ``n`` as there; ``n`` only for a batch of one entry:
+    ``ROW_LIMITS``): within LIMITS (or ``on()``), never by the thin rule alone (the batched entry splits whole entries over the threads, not a thin product's
     columns: measured 1.1-1.5x slower than the GEMM for 2-4 thin entries at 2 threads)."""
     if not use_small(mnk, "matmul", "float32", kn, m, nt_k, n):
         return False
@@ -390,8 +394,8 @@ class Bound:
 _bound: dict = {"matmul": {}, "linear": {}}
 # The scoped cap (``cap._scoped``'s value: None outside ``with max_isa()`` blocks) -> (
 # op_gemm_f32_small_cc, from_buffer, op_gemm_f32_small_mt, NULL, limit, one-thread limit, the
-# one-row product's ROW_LIMITS K*N and N on this host) of matmul's small row at the level in force
-# there.
+# one-row product's ROW_LIMITS K*N, N and K on this host) of matmul's small row at the level in
+# force there.
 # Filled by ``bound`` while ONEPATH_VERBOSE is off; emptied when verbose is re-read or the process
 # cap changes. matmul's fast path reads it with one ContextVar read and one dict lookup.
 fast_matmul: dict = {}
@@ -411,7 +415,7 @@ def bound(op: str) -> Bound:
         cache[level] = b
     if op == "matmul" and _verbose.enabled() is False and not _repro_mode._ever:
         fast_matmul[_cap._scoped.get()] = ((b.cc, b.fb, b.mt, b.null) + limits(b.row.level)
-                                           + (row_limits(b.row.level) or (1 << 62, 1 << 62)))
+                                           + (row_limits(b.row.level) or (1 << 62,) * 3))
     return b
 
 

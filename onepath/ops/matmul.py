@@ -122,11 +122,11 @@ def matmul(a, b, /, out=None, *, dtype=None):
             # the reproducible mode was ever used, so this path needs no test of that mode)
             fast = _fast.get(_scoped_get())
             if fast is not None and k2 == k and not _off_get():
-                cc, fb, mt, null, lim, lim1t, row_kn, row_n = fast
+                cc, fb, mt, null, lim, lim1t, row_kn, row_n, row_k = fast
                 mnk = m * n * k
                 if (mnk <= lim or (mnk <= lim1t and k * n <= _B_MAX
                                    and (_nthreads() == 1 or _mt_fits(mnk, m)))) and (
-                        m != 1 or k * n < row_kn or n < row_n):  # (_small.ROW_LIMITS)
+                        m != 1 or k * n < row_kn or n < row_n or k < row_k):  # (ROW_LIMITS)
                     c = _empty(shape, _F32)
                     try:
                         if mnk < _MT0 or (m >= 8 and mnk < _MT8) or (t := _nthreads()) == 1:
@@ -162,11 +162,11 @@ def matmul(a, b, /, out=None, *, dtype=None):
         (m, k), (k2, n) = a.shape, b.shape
         if (fast is not None and k2 == k and not _off_get() and out.shape == (m, n)
                 and out.flags.writeable and not _may_share(out, a) and not _may_share(out, b)):
-            cc, fb, mt, null, lim, lim1t, row_kn, row_n = fast
+            cc, fb, mt, null, lim, lim1t, row_kn, row_n, row_k = fast
             mnk = m * n * k
             if (mnk <= lim or (mnk <= lim1t and k * n <= _B_MAX
                                and (_nthreads() == 1 or _mt_fits(mnk, m)))) and (
-                    m != 1 or k * n < row_kn or n < row_n):
+                    m != 1 or k * n < row_kn or n < row_n or k < row_k):
                 try:
                     if mnk < _MT0 or (m >= 8 and mnk < _MT8) or (t := _nthreads()) == 1:
                         if cc(m, n, k, fb(a), fb(b), fb(out)):
@@ -285,7 +285,8 @@ def _matmul_f32(a, b, out):
     # neither form (e.g. A and B both column-major, or C's rows strided): the small kernel's
     # reference loop, only for the tiniest products (_small.ANY_MAX)
     if target is c and (nn or nt or m * n * k <= _small.ANY_MAX) and (
-            _small.use_small_batched(m * n * k, n * k, m, nt_k, n) if batch
+            _small.use_small_batched(m * n * k, n * k, m, nt_k,
+                                     n if math.prod(batch) == 1 else None) if batch
             else _small.use_small(m * n * k, kn=n * k, m=m, nt_k=nt_k, n=n)):
         if batch:
             _small_batch(a2, b2, c)  # each core product small: the small kernel on each
@@ -359,7 +360,7 @@ def _batch3_fast(a, b):
         bc, rsb, csb, nt_k = b.transpose(0, 2, 1), 1, k, k
         if not bc.flags.c_contiguous:
             return None
-    if not _small.use_small_batched(m * n * k, n * k, m, nt_k, n):
+    if not _small.use_small_batched(m * n * k, n * k, m, nt_k):   # (nb >= 2: no ROW_LIMITS)
         return None
     bd = _small.bound("matmul")
     fb = bd.fb
