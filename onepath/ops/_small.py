@@ -165,25 +165,30 @@ _uarch_limits: dict = {}  # level of the small row -> LIMITS_UARCH's value on th
 # avx512_core 96^3 1.01, 128^3 1.26, 32 x 256 x 256 1.22, 8 x 256 x 256 0.71. Zen 4 (no AMX):
 # unmeasured; its VDPBF16PS GEMM ran 2x this kernel's rate at 512^3 and above. avx2 (zen3, AMD EPYC
 # Zen 3 VM, 2026-12-07, GEMM time / small kernel time (> 1: the small kernel is faster), best of 7
-# alternated in one process, 1 / 2 threads; other CPUs at avx2 not measured): 16^3 3.7 / 2.8, 48^3 1.13 / 1.18, 56^3 0.94 / 1.22, 64^3 0.88 / 0.87, 128^3 0.38 / 0.39
-# (335 against 127 us: 128^3 had taken 2.6x as long as 160^3), 64 x 48 x 64 0.79 / 0.86; thin
-# ones too: 1 x 512 x 256 1.36 / 1.37, 8 x 128 x 128 1.16 / 1.63, 16 x 96 x 96 0.96 / 0.98, 8 x
-# 256 x 256 0.74 / 0.76, 1 x 1024 x 1024 0.70 / 0.62: past 56^3 the GEMM at any row count.
-# One-row float32 products with a row-major B (x @ W, vector @ matrix; a 2-D product or a batch
-# of one), per (uarch, level of the small row): (K*N, N, K) from all of which on the packed GEMM's
-# row stream (gemv_f32.c, which takes N >= 128) runs them instead of the small kernel, which sweeps B in column strips of its tile,
-# each strip down every row: with one row its FMAs wait on B. zen3 (AMD EPYC Zen 3 VM, avx2,
-# 2026-12-07, row stream time / small kernel time (> 1: the small kernel is faster), best of 7
-# alternated in one process, 1 thread; the row stream's time includes the general path's ~12 us of
-# Python; K x N): 256^2 2.79, 384^2 1.55, 448^2 1.47, 512 x 384 1.49; from 2^18: 512^2 0.92-1.10,
-# 1024 x 256 1.04, 640^2 1.06, 768^2 0.80, 1024^2 0.35, 256 x 1024 0.48, 384 x 1536 0.58, 2048 x 256
-# 0.78, 256 x 2048 0.76, 1536 x 384 0.46; 2 threads 384^2 2.06, 512^2 1.33, 768^2 0.99, 1024^2
-# 0.95, 1536 x 384 0.83. Two rows keep the small kernel (2 x 512^2 1.34, 2 x 768^2 0.93); so do
-# depths below 32 (the review, 1 thread, row stream / small kernel time: 1 x 262144 4.2, 2 x
-# 131072 3.5, 8 x 32768 2.5, 16 x 16384 0.79-1.6, 32 x 8192 0.64-1.0, 64 x 4096 0.28) and batches
-# of two or more entries, whose row stream would not split K as the 2-D product's does (their
-# entries' bits then are the small kernel's, also in onepath.dask's blocks). Other hosts: LIMITS
-# alone (not measured).
+# alternated in one process, 1 / 2 threads; other CPUs at avx2 not measured): 16^3 3.7 / 2.8, 48^3
+# 1.13 / 1.18, 56^3 0.94 / 1.22, 64^3 0.88 / 0.87, 128^3 0.38 / 0.39 (335 against 127 us: 128^3 had
+# taken 2.6x as long as 160^3), 64 x 48 x 64 0.79 / 0.86; thin ones too: 1 x 512 x 256 1.36 / 1.37,
+# 8 x 128 x 128 1.16 / 1.63, 16 x 96 x 96 0.96 / 0.98, 8 x 256 x 256 0.74 / 0.76, 1 x 1024 x 1024
+# 0.70 / 0.62: past 56^3 the GEMM at any row count.
+BF16_LIMITS: dict = {"avx512_core_amx": (80 ** 3, 16), "avx512_core_bf16": (96 ** 3, 32),
+                     "avx512_core": (96 ** 3, 32), "avx2": (56 ** 3, 1)}
+
+
+# One-row float32 products with a row-major B (x @ W, vector @ matrix; a 2-D product or a batch of
+# one), per (uarch, level of the small row): (K*N, N, K) from all of which on the packed GEMM's row
+# stream (gemv_f32.c, which takes N >= 128) runs them instead of the small kernel, which sweeps B in
+# column strips of its tile, each strip down every row: with one row its FMAs wait on B. zen3 (AMD
+# EPYC Zen 3 VM, avx2, 2026-12-07, row stream time / small kernel time (> 1: the small kernel is
+# faster), best of 7 alternated in one process, 1 thread; the row stream's time includes the general
+# path's ~12 us of Python; K x N): 256^2 2.79, 384^2 1.55, 448^2 1.47, 512 x 384 1.49; from 2^18:
+# 512^2 0.92-1.10, 1024 x 256 1.04, 640^2 1.06, 768^2 0.80, 1024^2 0.35, 256 x 1024 0.48, 384 x 1536
+# 0.58, 2048 x 256 0.78, 256 x 2048 0.76, 1536 x 384 0.46; 2 threads 384^2 2.06, 512^2 1.33, 768^2
+# 0.99, 1024^2 0.95, 1536 x 384 0.83. Two rows keep the small kernel (2 x 512^2 1.34, 2 x 768^2
+# 0.93); so do depths below 32 (the review, 1 thread, row stream / small kernel time: 1 x 262144
+# 4.2, 2 x 131072 3.5, 8 x 32768 2.5, 16 x 16384 0.79-1.6, 32 x 8192 0.64-1.0, 64 x 4096 0.28) and
+# batches of two or more entries, whose row stream would not split K as the 2-D product's does
+# (their entries' bits then are the small kernel's, also in onepath.dask's blocks). Other hosts:
+# LIMITS alone (not measured).
 ROW_LIMITS: dict = {("zen3", "avx2"): (1 << 18, 128, 32)}
 _row_limits: dict = {}  # level of the small row -> ROW_LIMITS' value on this host, or None
 
@@ -206,8 +211,6 @@ def row_fits(kn: int, n: int, level: str) -> bool:
     return lim is None or kn < lim[0] or n < lim[1] or kn < lim[2] * n
 
 
-BF16_LIMITS: dict = {"avx512_core_amx": (80 ** 3, 16), "avx512_core_bf16": (96 ** 3, 32),
-                     "avx512_core": (96 ** 3, 32), "avx2": (56 ** 3, 1)}
 # float32's nt form (linear's x @ W.T, matmul's B = W.T). From NT_NN[level][0] rows with K up to
 # NT_NN[level][1] the small kernel of that level (its small row's) runs it as the nn form on B
 # transposed in strips (gemm_small.c's op_small_nt_nn, whose constants these mirror;
@@ -356,8 +359,9 @@ def use_small_batched(mnk: int, kn: int, m: int, nt_k: int | None = None,
                       n: int | None = None) -> bool:
     """``use_small`` for a batched float32 matmul whose core products are M*N*K = ``mnk`` (``m``
     rows, K*N = ``kn``, ``nt_k`` and ``n`` as there; ``n`` only for a batch of one entry:
-    ``ROW_LIMITS``): within LIMITS (or ``on()``), never by the thin rule alone (the batched entry splits whole entries over the threads, not a thin product's
-    columns: measured 1.1-1.5x slower than the GEMM for 2-4 thin entries at 2 threads)."""
+    ``ROW_LIMITS``): within LIMITS (or ``on()``), never by the thin rule alone (the batched entry
+    splits whole entries over the threads, not a thin product's columns: measured 1.1-1.5x slower
+    than the GEMM for 2-4 thin entries at 2 threads)."""
     if not use_small(mnk, "matmul", "float32", kn, m, nt_k, n):
         return False
     return _on.get() or fits(mnk, row_for("matmul", _cap.isa()).level, kn)
