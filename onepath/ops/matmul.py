@@ -128,12 +128,13 @@ def matmul(a, b, /, out=None, *, dtype=None):
                                    and (_nthreads() == 1 or _mt_fits(mnk, m)))) and (
                         m != 1 or k * n < row_kn or n < row_n or k < row_k):  # (ROW_LIMITS)
                     c = _empty(shape, _F32)
+                    # threads: ops._small.mt_threads
+                    t = 1 if mnk < _MT0 or (m >= 8 and mnk < _MT8) else _nthreads()
                     try:
-                        if mnk < _MT0 or (m >= 8 and mnk < _MT8) or (t := _nthreads()) == 1:
+                        if t == 1:
                             if cc(m, n, k, fb(a), fb(b), fb(c)):
                                 return c
                         elif a.flags.aligned and b.flags.aligned:  # (cc checks; mt does not)
-                            # (threads: ops._small.mt_threads)
                             mt(m, n, k, fb(a), k, 1, fb(b), n, 1, fb(c), n, 1, null, t)
                             return c
                     except ValueError:  # not C-contiguous
@@ -141,7 +142,6 @@ def matmul(a, b, /, out=None, *, dtype=None):
                                 and a.flags.aligned and b.flags.aligned):
                             # A = X.T (e.g. x.T @ dy): the call _small_strided makes (the same
                             # bits), without the general path's ~12 us of Python (zen3, 64^3)
-                            t = 1 if mnk < _MT0 or (m >= 8 and mnk < _MT8) else _nthreads()
                             mt(m, n, k, fb(a.T), 1, m, fb(b), n, 1, fb(c), n, 1, null, t)
                             return c
         if a.ndim and b.ndim and not _repro_on():
@@ -167,8 +167,9 @@ def matmul(a, b, /, out=None, *, dtype=None):
             if (mnk <= lim or (mnk <= lim1t and k * n <= _B_MAX
                                and (_nthreads() == 1 or _mt_fits(mnk, m)))) and (
                     m != 1 or k * n < row_kn or n < row_n or k < row_k):
+                t = 1 if mnk < _MT0 or (m >= 8 and mnk < _MT8) else _nthreads()
                 try:
-                    if mnk < _MT0 or (m >= 8 and mnk < _MT8) or (t := _nthreads()) == 1:
+                    if t == 1:
                         if cc(m, n, k, fb(a), fb(b), fb(out)):
                             return out
                     elif a.flags.aligned and b.flags.aligned and out.flags.aligned:
