@@ -101,6 +101,18 @@ def test_matmul_one_row_bit_identical(client, level):
         _assert_same(got, onepath.matmul(small, w[:200, :300]))
 
 
+def test_matmul_narrow_b_bit_identical(client, level):
+    """A row-major B of 2-4 columns (2026-12-07: the small kernel's dot tiles from 16 rows, the
+    driver's dot path past the small limits, both on a copy of B's columns) and a matrix times a
+    vector: row blocks of every size, padded or not, give the in-memory bits on both routes."""
+    rng = np.random.default_rng(12)
+    for m, k, n in ((70, 300, 3), (1500, 300, 4), (1500, 300, 1), (40, 64, 2)):
+        a, b = _rand(rng, (m, k), F32), _rand(rng, (k, n), F32)
+        rows = (5, 17, m - 22)
+        got = client.compute(odask.matmul(da.from_array(a, chunks=(rows, k)), b)).result()
+        _assert_same(got, onepath.matmul(a, b))
+
+
 def test_matmul_batched_small_bit_identical(client, level):
     """Batched float32 products whose core product is small: the blocks (split along the batch
     axes) and the in-memory call both run the small kernel, also where the whole operand's batch

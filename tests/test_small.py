@@ -744,7 +744,8 @@ def test_one_row_stream_same_bits_as_tiles(level):
     """One row of C wider than a tile (kernels/gemm_small.c op_small_row: B's rows streamed in
     blocks across the whole row) gives the bits of the 32-column tiles, which still take every
     product of at most 32 columns: each strip of 32 computed alone, at 1 and 3 threads, A's row
-    contiguous or strided, K across several row blocks, ragged column tails."""
+    contiguous or strided, K across several row blocks, ragged column tails (a tail of one column
+    computed alone is a vector dot product, in op_small_dot's order: not compared)."""
     mod = load(_small.row_for("matmul", level).level)
     ffi, lib = mod.ffi, mod.lib
     rng = np.random.default_rng(11)
@@ -770,8 +771,10 @@ def test_one_row_stream_same_bits_as_tiles(level):
                                              ffi.from_buffer(bj), w, 1, ffi.from_buffer(cj), w, 1,
                                              ffi.NULL)
                 strips[j:j + w] = cj
+            same = slice(None) if n % 32 != 1 or csa != 1 else slice(0, n - 1)
             for c in rows:
-                assert np.array_equal(c.view(np.uint32), strips.view(np.uint32)), (k, n, csa)
+                assert np.array_equal(c[same].view(np.uint32), strips[same].view(np.uint32)), (
+                    k, n, csa)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -1172,3 +1175,96 @@ def test_same_bits_at_one_and_two_threads_past_the_first_limit(level):
     for one, two, ref in zip(got[0], got[1], refs):
         assert one.tobytes() == two.tobytes()
         np.testing.assert_allclose(one, ref, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+def test_vector_dot_and_narrow_b_in_the_small_kernel(level):
+    """kernels/gemm_small.c, 2026-12-07: a vector dot product (m = n = 1, both operands contiguous
+    along K: op_small_dot's four accumulators) and a row-major B of 2-4 columns from
+    OP_SMALL_NARROW_MIN_M (16) rows of the whole call (B's columns copied into rows, the nt form's
+    dot tiles): the product at K tails around every vector width, the same bits at 1, 2 and 3
+    threads (row ranges) and in row blocks of at least 16 rows (onepath.dask's padded blocks);
+    below 16 rows the nn form, also at any thread count."""
+    mod = load(_small.row_for("matmul", level).level)
+    ffi, lib = mod.ffi, mod.lib
+    rng = np.random.default_rng(21)
+
+    def small(a, b, t, rsb=None):
+        m, k = a.shape
+        n = b.shape[1]
+        c = np.full((m, n), np.nan, np.float32)
+        assert lib.op_gemm_f32_small_mt(m, n, k, ffi.from_buffer(a), k, 1, ffi.from_buffer(b),
+                                        n if rsb is None else rsb, 1, ffi.from_buffer(c), n, 1,
+                                        ffi.NULL, t)
+        return c
+
+    for k in (1, 7, 8, 9, 31, 32, 33, 63, 64, 65, 100, 4099, 70001):
+        a, b = rand(1, k), rand(k, 1)
+        dots = [small(a, b, t) for t in (1, 2)]
+        assert_gemm_close(dots[0], a, b)
+        assert np.array_equal(dots[0].view(np.uint32), dots[1].view(np.uint32)), k
+    for n in (2, 3, 4):
+        for m, k in ((15, 100), (16, 8), (16, 9), (40, 100), (97, 333), (200, 1000)):
+            a, b = rand(m, k), rand(k, n)
+            runs = [small(a, b, t) for t in (1, 2, 3)]
+            assert_gemm_close(runs[0], a, b)
+            for c in runs[1:]:
+                assert np.array_equal(runs[0].view(np.uint32), c.view(np.uint32)), (m, k, n)
+            if m >= 32:   # two row blocks of at least 16 rows
+                h = m // 2
+                halves = np.concatenate([small(a[:h].copy(), b, 1), small(a[h:].copy(), b, 1)])
+                assert np.array_equal(runs[0].view(np.uint32), halves.view(np.uint32)), (m, k, n)
+        # the whole call decides the form, not a thread's range of columns: a last range of 1 to
+        # 4 columns (33 to 36 columns at 2 threads) takes the one-thread call's form
+        for m in (1, 20):
+            a, b = rand(m, 50), rand(50, 32 + n)
+            assert np.array_equal(small(a, b, 1).view(np.uint32), small(a, b, 2).view(np.uint32))
+        a, v = rand(33, 50), rand(50, 1)   # matrix times vector: C^T, its last range one column
+        assert np.array_equal(small(a, v, 1).view(np.uint32), small(a, v, 2).view(np.uint32))
+        # a B whose rows are strided (a column slice of a wider matrix)
+        a, wide = rand(50, 64), rand(64, 9)
+        sl = np.ascontiguousarray(wide[:, :n])
+        c = np.full((50, n), np.nan, np.float32)
+        assert lib.op_gemm_f32_small_mt(50, n, 64, ffi.from_buffer(a), 64, 1, ffi.from_buffer(wide),
+                                        9, 1, ffi.from_buffer(c), n, 1, ffi.NULL, 2)
+        assert np.array_equal(c.view(np.uint32), small(a, sl, 1).view(np.uint32)), n
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_vector_dot_and_narrow_b_through_matmul(level, threads):
+    """The same products through onepath.matmul on both routes (the small kernel within its
+    limits; the packed GEMM's driver past them, whose dot path now takes a row-major B of 2-4
+    columns through a copy of its columns: kernels/gemv_f32.c op_dot_narrow): 1-D and 2-D forms of
+    a dot product give the same bits, a batch's entries the bits of their 2-D calls, row blocks the
+    bits of the whole product, and every result is the product."""
+    rng = np.random.default_rng(22)
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(threads)
+    try:
+        for k in (5, 1000, 262144):
+            u, v = rand(k), rand(k)
+            d = onepath.matmul(u, v)
+            assert np.array_equal(np.float32(d).view(np.uint32),
+                                  onepath.matmul(u[None], v[:, None])[0, 0].view(np.uint32))
+            assert_gemm_close(np.float32(d).reshape(1, 1), u[None], v[:, None])
+            batch = onepath.matmul(np.stack([u, v])[:, None, :], np.stack([v, u])[:, :, None])
+            assert np.array_equal(batch[0, 0, 0].view(np.uint32), np.float32(d).view(np.uint32))
+        for path in ("small", "gemm"):
+            ctx = _small.on() if path == "small" else _small.off()
+            with ctx:
+                for m, k, n in ((1, 3000, 2), (3, 777, 3), (20, 300, 4), (64, 2048, 2),
+                                (300, 129, 3)):
+                    a, b = rand(m, k), rand(k, n)
+                    c = onepath.matmul(a, b)
+                    assert_gemm_close(c, a, b)
+                    if m >= 40:
+                        h = m // 2
+                        halves = np.concatenate([onepath.matmul(a[:h], b),
+                                                 onepath.matmul(a[h:], b)])
+                        assert np.array_equal(c.view(np.uint32), halves.view(np.uint32)), (path, m)
+                    b3 = np.stack([b, b[::-1].copy()])
+                    c3 = onepath.matmul(np.stack([a, a]), b3)
+                    for i in range(2):
+                        assert np.array_equal(c3[i].view(np.uint32),
+                                              onepath.matmul(a, b3[i]).view(np.uint32)), (path, m)
+    finally:
+        onepath.set_num_threads(old)

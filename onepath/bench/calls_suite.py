@@ -4,8 +4,9 @@ in microseconds, with numpy (and torch when installed) timed alternately beside 
 Rows (float32): matmul M = N = K = 4, 16, 32, 64, 128, 256; ``linear`` x (8, 384) by W (384, 384)
 with the raw weight (numpy baseline ``x @ W.T``) and with ``onepath.prepack(W)``, and the same rows
 as a 3-D x (2, 4, 384); transposed operands at 64^3: ``x.T @ dy`` and 8 entries of ``q @
-k.transpose(0, 2, 1)``; conv2d
-(1, 16, 8, 8) * (16, 16, 3, 3), padding 1 (torch.nn.functional.conv2d baseline). Run it with one
+k.transpose(0, 2, 1)``; narrow products (``NARROW``): a vector dot product, matrix times vector,
+a row-major B of 2 and 4 columns; conv2d (1, 16, 8, 8) * (16, 16, 3, 3), padding 1
+(torch.nn.functional.conv2d baseline). Run it with one
 thread for the issue's bars: ``python -m onepath bench --suite calls --threads 1``. The ratio
 columns are baseline time / onepath time (> 1: onepath is faster).
 """
@@ -19,6 +20,9 @@ from .core import BenchConfig, Case, register_suite
 
 SQUARES = (4, 16, 32, 64, 128, 256)
 QUICK_SQUARES = (4, 32, 64, 128)
+# (m, k, n) of the narrow rows: a dot product, matrix times vector, B of 2 and of 4 columns (the
+# last past the small kernel's limits at avx2: the packed GEMM's driver)
+NARROW = ((1, 4096, 1), (1024, 1024, 1), (1024, 1024, 2), (4096, 1024, 4))
 
 
 def _torch():
@@ -87,6 +91,25 @@ def _linear(rng, torch, packed: bool, lead: tuple = (8,)) -> Case:
                 meta={"m": m, "k": k, "n": n, "prepacked": packed}, kernel=_small_row("linear", m * k * n))
 
 
+def _narrow(m: int, k: int, n: int, rng, torch) -> Case:
+    """A product with one or a few columns: a vector dot product (m = n = 1, both 1-D), a matrix
+    times a vector (n = 1, b 1-D) or a row-major B of n columns."""
+    a = rng.standard_normal((m, k) if m > 1 else (k,), dtype=np.float32)
+    b = rng.standard_normal((k, n) if n > 1 else (k,), dtype=np.float32)
+    base = {"numpy": lambda: np.matmul(a, b)}
+    if torch is not None:
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+        base["torch"] = lambda: torch.matmul(ta, tb)
+    name = "x".join(map(str, a.shape)) + " @ " + "x".join(map(str, b.shape))
+    from onepath.ops import _small
+    small = _small.use_small(m * n * k, "matmul", "float32", n * k, m, n=n)
+    return Case(name=f"matmul {name}", group="matmul f32 narrow", op="matmul", dtype="float32",
+                flops=2.0 * m * n * k, bytes=4.0 * (m * k + k * n + m * n),
+                run=lambda: onepath.matmul(a, b), baselines=base, rtol=1e-4, memory_bound=True,
+                meta={"m": m, "k": k, "n": n},
+                kernel=_small.row_for("matmul", onepath.isa()) if small else None)
+
+
 def _conv(rng, torch) -> Case:
     x = rng.standard_normal((1, 16, 8, 8), dtype=np.float32)
     w = (rng.standard_normal((16, 16, 3, 3), dtype=np.float32) / 12.0).astype(np.float32)
@@ -117,4 +140,6 @@ def calls_suite(cfg: BenchConfig):
     yield _linear(rng, torch, packed=False)
     yield _linear(rng, torch, packed=True)
     yield _linear(rng, torch, packed=False, lead=(2, 4))
+    for m, k, n in NARROW:
+        yield _narrow(m, k, n, rng, torch)
     yield _conv(rng, torch)

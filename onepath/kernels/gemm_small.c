@@ -262,6 +262,28 @@ OP_INLINE void op_small_nt_tile(const int R, const int S, int64_t k, const float
 }
 #define OP_SMALL_NT_R 4
 
+/* m == n == 1 (op_small_dot, after the level blocks): four accumulators over blocks of 64, the
+   blocks' remaining whole vectors into the first, the masked tail into the second; the four summed
+   pairwise, then across lanes */
+static float op_small_dot(int64_t k, const float *a, const float *b)
+{
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t p = 0;
+    for (; p + 64 <= k; p += 64) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + p), _mm512_loadu_ps(b + p), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + p + 16), _mm512_loadu_ps(b + p + 16), s1);
+        s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + p + 32), _mm512_loadu_ps(b + p + 32), s2);
+        s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + p + 48), _mm512_loadu_ps(b + p + 48), s3);
+    }
+    for (; p + 16 <= k; p += 16)
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + p), _mm512_loadu_ps(b + p), s0);
+    if (p < k) {
+        const __mmask16 mk = (__mmask16)((1u << (k - p)) - 1u);
+        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, a + p), _mm512_maskz_loadu_ps(mk, b + p), s1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+}
+
 #elif defined(OP_HAS_AVX2)
 
 /* MR x (8 or 16) tile of the nn form; MR, TWO and FULL are constants at every call site. FULL:
@@ -343,13 +365,22 @@ OP_INLINE void op_small_nt_tile(const int R, const int S, int64_t k, const float
     __m256 acc[2][4];
     for (int r = 0; r < R; r++)
         for (int s = 0; s < S; s++) acc[r][s] = _mm256_setzero_ps();
-    int64_t p = 0;
-    for (; p < k; p += 8) {
-        const __m256i mk = op_mask8(k - p >= 8 ? 8 : (int)(k - p));
+    /* plain loads, the mask for K's tail only (masked loads are slow on AMD: the nn tile above) */
+    const int64_t kv = k / 8 * 8;
+    for (int64_t p = 0; p < kv; p += 8) {
         __m256 bv[4];
-        for (int s = 0; s < S; s++) bv[s] = _mm256_maskload_ps(b + s * csb + p, mk);
+        for (int s = 0; s < S; s++) bv[s] = _mm256_loadu_ps(b + s * csb + p);
         for (int r = 0; r < R; r++) {
-            const __m256 av = _mm256_maskload_ps(a + r * rsa + p, mk);
+            const __m256 av = _mm256_loadu_ps(a + r * rsa + p);
+            for (int s = 0; s < S; s++) acc[r][s] = _mm256_fmadd_ps(av, bv[s], acc[r][s]);
+        }
+    }
+    if (kv < k) {
+        const __m256i mk = op_mask8((int)(k - kv));
+        __m256 bv[4];
+        for (int s = 0; s < S; s++) bv[s] = _mm256_maskload_ps(b + s * csb + kv, mk);
+        for (int r = 0; r < R; r++) {
+            const __m256 av = _mm256_maskload_ps(a + r * rsa + kv, mk);
             for (int s = 0; s < S; s++) acc[r][s] = _mm256_fmadd_ps(av, bv[s], acc[r][s]);
         }
     }
@@ -357,6 +388,28 @@ OP_INLINE void op_small_nt_tile(const int R, const int S, int64_t k, const float
         for (int s = 0; s < S; s++) c[r * rsc + s * csc] = op_small_hsum8(acc[r][s]);
 }
 #define OP_SMALL_NT_R 2
+
+/* m == n == 1 (op_small_dot, after the level blocks): four accumulators over blocks of 32, the
+   blocks' remaining whole vectors into the first, the masked tail into the second; the four summed
+   pairwise, then across lanes */
+static float op_small_dot(int64_t k, const float *a, const float *b)
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t p = 0;
+    for (; p + 32 <= k; p += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p), _mm256_loadu_ps(b + p), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p + 8), _mm256_loadu_ps(b + p + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p + 16), _mm256_loadu_ps(b + p + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p + 24), _mm256_loadu_ps(b + p + 24), s3);
+    }
+    for (; p + 8 <= k; p += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p), _mm256_loadu_ps(b + p), s0);
+    if (p < k) {
+        const __m256i mk = op_mask8((int)(k - p));
+        s1 = _mm256_fmadd_ps(_mm256_maskload_ps(a + p, mk), _mm256_maskload_ps(b + p, mk), s1);
+    }
+    return op_small_hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+}
 /* The nt form through the nn form (op_small_nt_nn, after the level blocks): B in strips of
    OP_SMALL_NR (16) columns transposed into bt (k rows of 16 floats; 8 x 8 blocks in registers,
    op_small_tblock), op_small_nn over each strip with B's rows whole. The 2 x 4 dot tiles read A's
@@ -418,6 +471,14 @@ OP_INLINE void op_small_nt_tile(const int R, const int S, int64_t k, const float
         }
 }
 #define OP_SMALL_NT_R 1
+
+/* m == n == 1: the nt tile's four scalar accumulators */
+static float op_small_dot(int64_t k, const float *a, const float *b)
+{
+    float v;
+    op_small_nt_tile(1, 1, k, a, 1, b, 1, &v, 1, 1);
+    return v;
+}
 
 #endif
 
@@ -503,18 +564,52 @@ static const op_epilogue *op_small_epi_t(const op_epilogue *epi, op_epilogue *e)
 }
 
 /* op_gemm_f32_small as given (no OP_SMALL_MATVEC turn: the ranges of op_gemm_f32_small_mt, whose
-   one-column pieces are the whole call's columns). nall: the whole call's columns (n: this
-   range's), which choose the nt form's tiles, so every range computes as the one-thread call. */
+   one-column pieces are the whole call's columns). nall, mall: the whole call's columns and rows
+   (n, m: this range's), which choose the form and the nt form's tiles, so every range computes as
+   the one-thread call. */
+/* From this many rows a row-major B of 2-4 columns (rows and columns of the whole call: mall, nall
+   of op_small_run) takes the nt form's
+   dot tiles through op_small_cols; fewer keep the nn form (the copy is then a large part of the
+   work). zen3 (AMD EPYC Zen 3 VM, 2026-12-07, 1 thread, x numpy nn -> cols): 1000 x 300 x 3 ->
+   2.15, 1024^2 x 2 0.73-1.09 -> 2.23, 256^2 x 2 0.84 -> 2.15, 256^2 x 4 -> 1.18, 16 x 1024 x 2 0.78
+   -> 1.23, 16 x 4096 x 3 1.38 -> 1.29; but 8 x 4096 x 4 1.23 -> 0.91, 2 x 16384 x 4 1.69 -> 0.59,
+   1 x 4096 x 4 0.64 -> 0.33. At most onepath.dask's block padding (_PAD_ROWS, 49), so its row
+   blocks take the form the whole product takes. */
+#define OP_SMALL_NARROW_MIN_M 16
+
+/* B's n columns (rows rsb apart, columns contiguous) copied into n rows roundup(k, 16) + 16 floats
+   apart (rows a multiple of 4 KiB apart would share L1 sets); NULL when malloc fails */
+static float *op_small_cols(int64_t n, int64_t k, const float *b, int64_t rsb)
+{
+    const int64_t ld = op_roundup64(k, 16) + 16;
+    float *bt = (float *)malloc(sizeof(float) * (size_t)(n * ld));
+    if (bt)
+        for (int64_t p = 0; p < k; p++)
+            for (int64_t j = 0; j < n; j++) bt[j * ld + p] = b[p * rsb + j];
+    return bt;
+}
+
 static int op_small_run(int64_t m, int64_t n, int64_t k, const void *av, int64_t rsa, int64_t csa,
                         const void *bv, int64_t rsb, int64_t csb, void *cv, int64_t rsc,
-                        int64_t csc, const op_epilogue *epi, int64_t nall)
+                        int64_t csc, const op_epilogue *epi, int64_t nall, int64_t mall)
 {
     const float *a = (const float *)av, *b = (const float *)bv;
-    float *c = (float *)cv;
+    float *c = (float *)cv, *bt;
     if (m <= 0 || n <= 0) return 1;
     if (k <= 0) {
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) c[i * rsc + j * csc] = 0.0f;
+    } else if (mall == 1 && nall == 1 && csa == 1 && rsb == 1) {
+        /* a vector dot product: the nn form's tile would use one lane, the nt form's one
+           accumulator, each FMA waiting on the last (zen3, 1 thread, x numpy: K 4096 0.25 -> 0.64,
+           the rest Python; K 262144 0.12 -> 0.91-1.02) */
+        c[0] = op_small_dot(k, a, b);
+    } else if (csb == 1 && nall >= 2 && nall <= 4 && csa == 1 && k >= 8 && mall >= OP_SMALL_NARROW_MIN_M
+               && (bt = op_small_cols(n, k, b, rsb))) {
+        /* 2-4 columns of a row-major B: copied into rows, then the nt form's dot tiles, which
+           use every lane (the nn tile 2-4 of its 8 or 16); the same bits in every row range */
+        op_small_nt(m, n, k, a, rsa, bt, op_roundup64(k, 16) + 16, c, rsc, csc);
+        free(bt);
     } else if (csb == 1 && csc == 1) {
         op_small_nn(m, n, k, a, rsa, csa, b, rsb, c, rsc);
     } else if (csa == 1 && rsb == 1) {
@@ -564,7 +659,7 @@ static void op_small_mt_task(void *ctx, int64_t task, int tid)
     }
     op_small_run(x->rows ? len : x->m, x->rows ? x->n : len, x->k, x->a + i0 * x->rsa, x->rsa,
                  x->csa, x->b + j0 * x->csb, x->rsb, x->csb, x->c + i0 * x->rsc + j0 * x->csc,
-                 x->rsc, x->csc, ep, x->n);
+                 x->rsc, x->csc, ep, x->n, x->m);
 }
 
 int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
@@ -578,7 +673,7 @@ int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
                                     op_small_epi_t(epi, &e), nthreads);
     }
     if (nthreads <= 1 || m <= 0 || k <= 0)   /* (op_gemm_f32_small: no range arithmetic) */
-        return op_small_run(m, n, k, av, rsa, csa, bv, rsb, csb, cv, rsc, csc, epi, n);
+        return op_small_run(m, n, k, av, rsa, csa, bv, rsb, csb, cv, rsc, csc, epi, n, m);
     /* Too few columns for two ranges of 32 (n <= 32 at 2 threads): ranges of rows (from 8 tiles'
        worth), for the nn form (B and C rows contiguous), whose tiles are OP_SMALL_MR rows of one
        row's FMAs each: at multiples of OP_SMALL_MR every tile is the one-thread call's, and so is
@@ -594,7 +689,7 @@ int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
         return op_parallel_for_short(nthreads, op_cdiv64(m, rchunk), op_small_mt_task, &x);
     }
     if (n <= chunk32)
-        return op_small_run(m, n, k, av, rsa, csa, bv, rsb, csb, cv, rsc, csc, epi, n);
+        return op_small_run(m, n, k, av, rsa, csa, bv, rsb, csb, cv, rsc, csc, epi, n, m);
     /* Else ranges of columns starting at multiples of q: of every form's column tile (nn:
        OP_SMALL_NR, nt and the loop: 4), so every tile, and so every bit, is the one-thread call's
        (the activation gives a value the same bits wherever it falls: act_f32.c). q is 16 below
