@@ -389,6 +389,59 @@ OP_INLINE void op_small_nt_tile(const int R, const int S, int64_t k, const float
 }
 #define OP_SMALL_NT_R 2
 
+/* One row of C from a B of N = 2..4 columns stored contiguously (m == 1, rsb == N: the nn form's
+   tile used 2-4 of its 8 lanes, one FMA chain): B read as one vector of K * N floats, eight of its
+   rows (N vectors) at a time against A's eight elements spread over the same lanes by a permute,
+   two blocks of eight rows in flight (2N accumulators); lane l of vector v holds column (8 v + l)
+   mod N. The sums: per column, accumulator after accumulator, lane after lane, then the rows of K's
+   tail in order. zen3 (AMD EPYC Zen 3 VM, 2026-12-07, 1 thread, x numpy nn -> this): 1 x 4096 x
+   2 0.51 -> 1.78, 1 x 4096 x 4 0.64 -> 1.54, 1 x 65536 x 2 0.41 -> 1.95, 1 x 65536 x 4 0.64 ->
+   1.86; past the small limits (gemv_f32.c op_dot_narrow, its copy -> this) 1 x 1048576 x 2 0.23
+   -> 1.48. The AVX-512 levels keep the nn form here (not measured). */
+OP_INLINE void op_small_row_narrow_n(const int N, int64_t k, const float *a, const float *b,
+                                     float *c)
+{
+    __m256 acc[8];
+    __m256i idx[4];
+    for (int v = 0; v < 2 * N; v++) acc[v] = _mm256_setzero_ps();
+    for (int v = 0; v < N; v++) {
+        int32_t ix[8];
+        for (int l = 0; l < 8; l++) ix[l] = (8 * v + l) / N;
+        idx[v] = _mm256_loadu_si256((const __m256i *)ix);
+    }
+    int64_t p = 0;
+    for (; p + 16 <= k; p += 16) {
+        const __m256 a0 = _mm256_loadu_ps(a + p), a1 = _mm256_loadu_ps(a + p + 8);
+        const float *bp = b + p * N;
+        for (int v = 0; v < N; v++) {
+            acc[v] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(a0, idx[v]),
+                                     _mm256_loadu_ps(bp + 8 * v), acc[v]);
+            acc[N + v] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(a1, idx[v]),
+                                         _mm256_loadu_ps(bp + 8 * N + 8 * v), acc[N + v]);
+        }
+    }
+    float lanes[64];
+    for (int v = 0; v < 2 * N; v++) _mm256_storeu_ps(lanes + 8 * v, acc[v]);
+    for (int j = 0; j < N; j++) {
+        float s = 0.0f;
+        for (int v = 0; v < 2 * N; v++)
+            for (int l = 0; l < 8; l++)
+                if ((8 * (v % N) + l) % N == j) s += lanes[8 * v + l];
+        for (int64_t q = p; q < k; q++) s += a[q] * b[q * N + j];
+        c[j] = s;
+    }
+}
+
+static void op_small_row_narrow(int64_t n, int64_t k, const float *a, const float *b, float *c)
+{
+    switch (n) {
+    case 2: op_small_row_narrow_n(2, k, a, b, c); break;
+    case 3: op_small_row_narrow_n(3, k, a, b, c); break;
+    default: op_small_row_narrow_n(4, k, a, b, c); break;
+    }
+}
+#define OP_SMALL_ROW_NARROW 1
+
 /* m == n == 1 (op_small_dot, after the level blocks): four accumulators over blocks of 32, the
    blocks' remaining whole vectors into the first, the masked tail into the second; the four summed
    pairwise, then across lanes */
@@ -604,6 +657,10 @@ static int op_small_run(int64_t m, int64_t n, int64_t k, const void *av, int64_t
            accumulator, each FMA waiting on the last (zen3, 1 thread, x numpy: K 4096 0.25 -> 0.64,
            the rest Python; K 262144 0.12 -> 0.91-1.02) */
         c[0] = op_small_dot(k, a, b);
+#if defined(OP_SMALL_ROW_NARROW)
+    } else if (mall == 1 && nall >= 2 && nall <= 4 && csa == 1 && csb == 1 && rsb == n) {
+        op_small_row_narrow(n, k, a, b, c);
+#endif
     } else if (csb == 1 && nall >= 2 && nall <= 4 && csa == 1 && k >= 8 && mall >= OP_SMALL_NARROW_MIN_M
                && (bt = op_small_cols(n, k, b, rsb))) {
         /* 2-4 columns of a row-major B: copied into rows, then the nt form's dot tiles, which

@@ -600,12 +600,27 @@ static int op_kn_f32(const op_gemm_args *g, int nthreads)
    the packed GEMM packed all of A for tiles with 2-4 of their 16 columns in use. zen3 (AMD EPYC Zen
    3 VM, 2026-12-07, 1 thread, x numpy packed GEMM -> this): 1024 x 1024 x 4 0.53 -> 1.40, 4096 x
    512 x 2 0.45 -> 2.04, 2048^2 x 2 0.64 -> 2.50, 16 x 65536 x 4 0.25 -> 0.81, 4 x 262144 x 4 0.18
-   -> 0.65, 1 x 1048576 x 2 0.06 -> 0.23 (there the copy is most of the traffic: still ahead). Its
-   bits are the dot path's (one vector accumulator per element, in K order) at any row count. */
+   -> 0.65. One row at AVX2 takes the small kernel's row form instead (below: reads B once, no
+   copy). Its bits are the dot path's (one vector accumulator per element, in K order) at any row
+   count from two, so every onepath.dask row block (padded to 49 rows) gives the whole's. */
 static int op_gemv_f32(const op_gemm_args *g, int nthreads);
 
 static int op_dot_narrow(const op_gemm_args *g, int nthreads)
 {
+#if defined(OP_SMALL_ROW_NARROW)
+    if (g->m == 1 && g->rsb == g->n) {
+        /* one row of A: the small kernel's row form (gemm_small.c op_small_row_narrow), which
+           reads B once in place, on each entry in turn; its bits on either route */
+        for (int64_t bi = 0; bi < g->batch; bi++) {
+            float t[4];
+            op_small_row_narrow(g->n, g->k, (const float *)g->a + (g->a_off ? g->a_off[bi] : 0),
+                                (const float *)g->b + (g->b_off ? g->b_off[bi] : 0), t);
+            op_tile_store(t, 4, 1, (int)g->n, g->c + (g->c_off ? g->c_off[bi] : 0), g->rsc,
+                          g->csc, 0, g->epi);
+        }
+        return 1;
+    }
+#endif
     const int64_t ld = op_roundup64(g->k, 16) + 16, per = g->n * ld;
     float *bt = (float *)op_aligned_alloc((size_t)(g->batch * per) * sizeof(float));
     int64_t *off = g->batch > 1 ? (int64_t *)malloc((size_t)g->batch * sizeof(int64_t)) : NULL;
