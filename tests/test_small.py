@@ -1248,9 +1248,14 @@ def test_vector_dot_and_narrow_b_through_matmul(level, threads):
     try:
         for k in (5, 1000, 262144):
             u, v = rand(k), rand(k)
-            d = onepath.matmul(u, v)
+            _small.fast_matmul.clear()
+            d = onepath.matmul(u, v)   # the general path (the fast entry empty), then the entry
+            assert type(d) is np.float32 and type(onepath.matmul(u, v)) is np.float32
+            assert np.array_equal(d.view(np.uint32), onepath.matmul(u, v).view(np.uint32))
             assert np.array_equal(np.float32(d).view(np.uint32),
                                   onepath.matmul(u[None], v[:, None])[0, 0].view(np.uint32))
+            w = rand(2 * k)[::2]   # strided: the general path
+            assert_gemm_close(np.float32(onepath.matmul(w, v)).reshape(1, 1), w[None], v[:, None])
             assert_gemm_close(np.float32(d).reshape(1, 1), u[None], v[:, None])
             batch = onepath.matmul(np.stack([u, v])[:, None, :], np.stack([v, u])[:, :, None])
             assert np.array_equal(batch[0, 0, 0].view(np.uint32), np.float32(d).view(np.uint32))

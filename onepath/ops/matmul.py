@@ -116,6 +116,19 @@ def matmul(a, b, /, out=None, *, dtype=None):
             r = _batch3_fast(a, b)
             if r is not None:
                 return r
+        elif na == 1 == nb:
+            # a vector dot product within the small limits: the 2-D call's kernel call (one
+            # thread at any count, as there: kernels/gemm_small.c op_small_dot), numpy's scalar
+            # (the general path cost ~15 us a call: zen3, K 4096, numpy 3)
+            fast = _fast.get(_scoped_get())
+            k = sa[0]
+            if fast is not None and 0 < k == sb[0] and k <= fast[4] and not _off_get():
+                c = _empty((), _F32)
+                try:
+                    if fast[0](1, 1, k, fast[1](a), fast[1](b), fast[1](c)):
+                        return c[()]
+                except ValueError:  # not contiguous
+                    pass
         if shape is not None:
             # small and C-contiguous (from_buffer refuses anything else): the small kernel,
             # found by the scoped cap in force (ops/_small.py; empty while verbose is on and once
