@@ -1240,8 +1240,10 @@ def test_vector_dot_and_narrow_b_through_matmul(level, threads):
     """The same products through onepath.matmul on both routes (the small kernel within its
     limits; the packed GEMM's driver past them, whose dot path now takes a row-major B of 2-4
     columns through a copy of its columns: kernels/gemv_f32.c op_dot_narrow): 1-D and 2-D forms of
-    a dot product give the same bits, a batch's entries the bits of their 2-D calls, row blocks the
-    bits of the whole product, and every result is the product."""
+    a dot product give the same bits, a batch's entries on the route of their 2-D calls those
+    calls' bits (also a broadcast B, and entries copied a few at a time past the small limits), row
+    blocks the bits of the whole product, an ``out=`` with a column stride (one row: found by the
+    review) numpy's placement, and every result is the product."""
     rng = np.random.default_rng(22)
     old = onepath.get_num_threads()
     onepath.set_num_threads(threads)
@@ -1277,5 +1279,22 @@ def test_vector_dot_and_narrow_b_through_matmul(level, threads):
                     for i in range(2):
                         assert np.array_equal(c3[i].view(np.uint32),
                                               onepath.matmul(a, b3[i]).view(np.uint32)), (path, m)
+                    big = np.full((m, 2 * n + 1), -7.0, np.float32)
+                    got = onepath.matmul(a, b, out=big[:, 1::2])
+                    assert np.shares_memory(got, big)
+                    np.testing.assert_array_equal(big[:, ::2], -7.0)
+                    assert_gemm_close(big[:, 1::2], a, b)
+        # past the small limits: a batch copied a few entries at a time (16 MiB of copied
+        # columns: 3 entries of K 300000 x 4), B broadcast or one per entry
+        k, n = 300000, 4
+        a, b = rand(7, 2, k), rand(k, n)
+        bs = rand(7, k, n)
+        for bb in (b, bs):
+            c = onepath.matmul(a, bb)
+            for i in range(7):
+                bi = bb if bb.ndim == 2 else bb[i]
+                assert np.array_equal(c[i].view(np.uint32),
+                                      onepath.matmul(a[i], bi).view(np.uint32)), (bb.ndim, i)
+                assert_gemm_close(c[i], a[i], bi)
     finally:
         onepath.set_num_threads(old)

@@ -9,6 +9,10 @@
    - "nt" form, A rows and B columns contiguous along K (csa == 1, rsb == 1, e.g. linear's
      x @ W.T with W (out, in) row-major): 4 x 4 (AVX-512, AVX2: 2 x 4) dot-product tiles with vector
      accumulators along K, reduced once per tile;
+   - narrow shapes (the whole call's): a vector dot product (m == n == 1) with four accumulators
+     (gemv_f32.c op_small_dot); a row-major B of 2-4 columns from OP_SMALL_NARROW_MIN_M rows,
+     copied into rows for the nt form's tiles; one row by such a B read in place with AVX2
+     (op_small_row_narrow); a matrix times a vector as C^T = B^T A^T (OP_SMALL_MATVEC);
    - anything else: a plain triple loop (any strides, also negative or zero).
    The epilogue (bias, then activation; op_epilogue of api_gemm.h) runs over each finished row of C.
    K == 0 writes zeros, then the epilogue. Accumulation is float32 in k order per lane.
@@ -262,28 +266,6 @@ OP_INLINE void op_small_nt_tile(const int R, const int S, int64_t k, const float
 }
 #define OP_SMALL_NT_R 4
 
-/* m == n == 1 (op_small_dot, after the level blocks): four accumulators over blocks of 64, the
-   blocks' remaining whole vectors into the first, the masked tail into the second; the four summed
-   pairwise, then across lanes */
-static float op_small_dot(int64_t k, const float *a, const float *b)
-{
-    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    int64_t p = 0;
-    for (; p + 64 <= k; p += 64) {
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + p), _mm512_loadu_ps(b + p), s0);
-        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + p + 16), _mm512_loadu_ps(b + p + 16), s1);
-        s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + p + 32), _mm512_loadu_ps(b + p + 32), s2);
-        s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + p + 48), _mm512_loadu_ps(b + p + 48), s3);
-    }
-    for (; p + 16 <= k; p += 16)
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + p), _mm512_loadu_ps(b + p), s0);
-    if (p < k) {
-        const __mmask16 mk = (__mmask16)((1u << (k - p)) - 1u);
-        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, a + p), _mm512_maskz_loadu_ps(mk, b + p), s1);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
-}
-
 #elif defined(OP_HAS_AVX2)
 
 /* MR x (8 or 16) tile of the nn form; MR, TWO and FULL are constants at every call site. FULL:
@@ -441,28 +423,6 @@ static void op_small_row_narrow(int64_t n, int64_t k, const float *a, const floa
     }
 }
 #define OP_SMALL_ROW_NARROW 1
-
-/* m == n == 1 (op_small_dot, after the level blocks): four accumulators over blocks of 32, the
-   blocks' remaining whole vectors into the first, the masked tail into the second; the four summed
-   pairwise, then across lanes */
-static float op_small_dot(int64_t k, const float *a, const float *b)
-{
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    int64_t p = 0;
-    for (; p + 32 <= k; p += 32) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p), _mm256_loadu_ps(b + p), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p + 8), _mm256_loadu_ps(b + p + 8), s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p + 16), _mm256_loadu_ps(b + p + 16), s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p + 24), _mm256_loadu_ps(b + p + 24), s3);
-    }
-    for (; p + 8 <= k; p += 8)
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p), _mm256_loadu_ps(b + p), s0);
-    if (p < k) {
-        const __m256i mk = op_mask8((int)(k - p));
-        s1 = _mm256_fmadd_ps(_mm256_maskload_ps(a + p, mk), _mm256_maskload_ps(b + p, mk), s1);
-    }
-    return op_small_hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-}
 /* The nt form through the nn form (op_small_nt_nn, after the level blocks): B in strips of
    OP_SMALL_NR (16) columns transposed into bt (k rows of 16 floats; 8 x 8 blocks in registers,
    op_small_tblock), op_small_nn over each strip with B's rows whole. The 2 x 4 dot tiles read A's
@@ -524,14 +484,6 @@ OP_INLINE void op_small_nt_tile(const int R, const int S, int64_t k, const float
         }
 }
 #define OP_SMALL_NT_R 1
-
-/* m == n == 1: the nt tile's four scalar accumulators */
-static float op_small_dot(int64_t k, const float *a, const float *b)
-{
-    float v;
-    op_small_nt_tile(1, 1, k, a, 1, b, 1, &v, 1, 1);
-    return v;
-}
 
 #endif
 
@@ -620,6 +572,8 @@ static const op_epilogue *op_small_epi_t(const op_epilogue *epi, op_epilogue *e)
    one-column pieces are the whole call's columns). nall, mall: the whole call's columns and rows
    (n, m: this range's), which choose the form and the nt form's tiles, so every range computes as
    the one-thread call. */
+static float op_small_dot(int64_t k, const float *a, const float *b);  /* gemv_f32.c */
+
 /* From this many rows a row-major B of 2-4 columns (rows and columns of the whole call: mall, nall
    of op_small_run) takes the nt form's
    dot tiles through op_small_cols; fewer keep the nn form (the copy is then a large part of the
@@ -658,7 +612,7 @@ static int op_small_run(int64_t m, int64_t n, int64_t k, const void *av, int64_t
            the rest Python; K 262144 0.12 -> 0.91-1.02) */
         c[0] = op_small_dot(k, a, b);
 #if defined(OP_SMALL_ROW_NARROW)
-    } else if (mall == 1 && nall >= 2 && nall <= 4 && csa == 1 && csb == 1 && rsb == n) {
+    } else if (mall == 1 && nall >= 2 && nall <= 4 && csa == 1 && csb == 1 && rsb == n && csc == 1) {
         op_small_row_narrow(n, k, a, b, c);
 #endif
     } else if (csb == 1 && nall >= 2 && nall <= 4 && csa == 1 && k >= 8 && mall >= OP_SMALL_NARROW_MIN_M

@@ -22,6 +22,7 @@ typedef __m512 op_dv;
 OP_INLINE op_dv op_dv_zero(void) { return _mm512_setzero_ps(); }
 OP_INLINE op_dv op_dv_load(const float *p) { return _mm512_loadu_ps(p); }
 OP_INLINE op_dv op_dv_fma(op_dv a, op_dv b, op_dv c) { return _mm512_fmadd_ps(a, b, c); }
+OP_INLINE op_dv op_dv_add(op_dv a, op_dv b) { return _mm512_add_ps(a, b); }
 OP_INLINE float op_dv_sum(op_dv v) { return _mm512_reduce_add_ps(v); }
 OP_INLINE op_dv op_dv_set1(float x) { return _mm512_set1_ps(x); }
 OP_INLINE void op_dv_store(float *p, op_dv v) { _mm512_storeu_ps(p, v); }
@@ -32,6 +33,7 @@ typedef __m256 op_dv;
 OP_INLINE op_dv op_dv_zero(void) { return _mm256_setzero_ps(); }
 OP_INLINE op_dv op_dv_load(const float *p) { return _mm256_loadu_ps(p); }
 OP_INLINE op_dv op_dv_fma(op_dv a, op_dv b, op_dv c) { return _mm256_fmadd_ps(a, b, c); }
+OP_INLINE op_dv op_dv_add(op_dv a, op_dv b) { return _mm256_add_ps(a, b); }
 OP_INLINE float op_dv_sum(op_dv v)
 {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -48,6 +50,7 @@ typedef float op_dv __attribute__((vector_size(16)));
 OP_INLINE op_dv op_dv_zero(void) { const op_dv z = {0.0f, 0.0f, 0.0f, 0.0f}; return z; }
 OP_INLINE op_dv op_dv_load(const float *p) { op_dv v; memcpy(&v, p, sizeof v); return v; }
 OP_INLINE op_dv op_dv_fma(op_dv a, op_dv b, op_dv c) { return a * b + c; }
+OP_INLINE op_dv op_dv_add(op_dv a, op_dv b) { return a + b; }
 OP_INLINE float op_dv_sum(op_dv v) { return (v[0] + v[2]) + (v[1] + v[3]); }
 OP_INLINE op_dv op_dv_set1(float x) { const op_dv v = {x, x, x, x}; return v; }
 OP_INLINE void op_dv_store(float *p, op_dv v) { memcpy(p, &v, sizeof v); }
@@ -71,6 +74,26 @@ int op_gemv_f32_options(int flags)
     const int old = op_gemv_opts;
     if (flags >= 0) op_gemv_opts = flags & (OP_GEMV_PF_NEXT | OP_GEMV_KSPLIT);
     return old;
+}
+
+/* The small kernel's vector dot product (gemm_small.c: a whole call of m == n == 1, both operands
+   contiguous along K): four accumulators over blocks of four vectors, so the FMA latency does not
+   bound it (one accumulator: an FMA per 4 cycles), the remaining whole vectors into the first; the
+   four summed pairwise, then across lanes, then K's scalar tail in order. */
+static float op_small_dot(int64_t k, const float *a, const float *b)
+{
+    op_dv s0 = op_dv_zero(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t p = 0;
+    for (; p + 4 * OP_DV_W <= k; p += 4 * OP_DV_W) {
+        s0 = op_dv_fma(op_dv_load(a + p), op_dv_load(b + p), s0);
+        s1 = op_dv_fma(op_dv_load(a + p + OP_DV_W), op_dv_load(b + p + OP_DV_W), s1);
+        s2 = op_dv_fma(op_dv_load(a + p + 2 * OP_DV_W), op_dv_load(b + p + 2 * OP_DV_W), s2);
+        s3 = op_dv_fma(op_dv_load(a + p + 3 * OP_DV_W), op_dv_load(b + p + 3 * OP_DV_W), s3);
+    }
+    for (; p + OP_DV_W <= k; p += OP_DV_W) s0 = op_dv_fma(op_dv_load(a + p), op_dv_load(b + p), s0);
+    float v = op_dv_sum(op_dv_add(op_dv_add(s0, s1), op_dv_add(s2, s3)));
+    for (; p < k; p++) v += a[p] * b[p];
+    return v;
 }
 
 /* acc[r][s] (+)= sum_p A[r, p] B[p, s] over p0 <= p < p1 (a multiple of OP_DV_W apart), one FMA per
@@ -595,14 +618,21 @@ static int op_kn_f32(const op_gemm_args *g, int nthreads)
     return used;
 }
 
-/* A narrow row-major B (csb == 1, N = 2..4: A @ W with W (K, N)): B's columns copied into rows
-   (roundup(K, 16) + 16 floats apart, as the tall form's A), then the dot path, which streams A once;
-   the packed GEMM packed all of A for tiles with 2-4 of their 16 columns in use. zen3 (AMD EPYC Zen
-   3 VM, 2026-12-07, 1 thread, x numpy packed GEMM -> this): 1024 x 1024 x 4 0.53 -> 1.40, 4096 x
-   512 x 2 0.45 -> 2.04, 2048^2 x 2 0.64 -> 2.50, 16 x 65536 x 4 0.25 -> 0.81, 4 x 262144 x 4 0.18
-   -> 0.65. One row at AVX2 takes the small kernel's row form instead (below: reads B once, no
-   copy). Its bits are the dot path's (one vector accumulator per element, in K order) at any row
-   count from two, so every onepath.dask row block (padded to 49 rows) gives the whole's. */
+/* A narrow row-major B (csb == 1, N = 2..4: A @ W with W (K, N)) with K from OP_DOT_NARROW_MIN_K:
+   B's columns copied into rows (roundup(K, 16) + 16 floats apart, as the tall form's A), then the
+   dot path, which streams A once; the packed GEMM packed all of A for tiles with 2-4 of their 16
+   columns in use. zen3 (AMD EPYC Zen 3 VM, 2026-12-07, 1 thread, x numpy packed GEMM -> this):
+   1024 x 1024 x 4 0.53 -> 1.40, 4096 x 512 x 2 0.45 -> 2.04, 2048^2 x 2 0.64 -> 2.50, 16 x 65536 x
+   4 0.25 -> 0.81, 4 x 262144 x 4 0.18 -> 0.65; a shorter K (the review's 100000 rows, K 12-23)
+   was up to 2x slower than the packed GEMM (a horizontal sum per element, 2-row tiles). The
+   entries of a batch go OP_DOT_NARROW_BUF bytes of copies at a time, an entry whose B is the last
+   one's (a broadcast B) sharing its copy; when even one entry's copy cannot be allocated the
+   packed GEMM runs. One row at AVX2 takes the small kernel's row form instead (reads B once, no
+   copy). The bits are the dot path's (one vector accumulator per element, in K order) at any row
+   count from two and any grouping of entries, so every onepath.dask row or batch block (rows
+   padded to 49) gives the whole's. */
+#define OP_DOT_NARROW_MIN_K 32
+#define OP_DOT_NARROW_BUF ((int64_t)16 << 20)
 static int op_gemv_f32(const op_gemm_args *g, int nthreads);
 
 static int op_dot_narrow(const op_gemm_args *g, int nthreads)
@@ -622,29 +652,39 @@ static int op_dot_narrow(const op_gemm_args *g, int nthreads)
     }
 #endif
     const int64_t ld = op_roundup64(g->k, 16) + 16, per = g->n * ld;
-    float *bt = (float *)op_aligned_alloc((size_t)(g->batch * per) * sizeof(float));
-    int64_t *off = g->batch > 1 ? (int64_t *)malloc((size_t)g->batch * sizeof(int64_t)) : NULL;
-    if (!bt || (g->batch > 1 && !off)) {
-        op_aligned_free(bt);
-        free(off);
-        return -1;
+    const int64_t group = op_min64(g->batch, op_max64(1, OP_DOT_NARROW_BUF / (per * 4)));
+    float *bt = (float *)op_aligned_alloc((size_t)(group * per) * sizeof(float));
+    int64_t *off = (int64_t *)malloc((size_t)group * sizeof(int64_t));
+    int used = 0;
+    for (int64_t b0 = 0; bt && off && b0 < g->batch; b0 += group) {
+        const int64_t gn = op_min64(group, g->batch - b0);
+        for (int64_t i = 0; i < gn; i++) {
+            const int64_t bo = g->b_off ? g->b_off[b0 + i] : 0;
+            if (i > 0 && bo == (g->b_off ? g->b_off[b0 + i - 1] : 0)) {
+                off[i] = off[i - 1];
+                continue;
+            }
+            const float *B = (const float *)g->b + bo;
+            float *T = bt + i * per;
+            for (int64_t p = 0; p < g->k; p++)
+                for (int64_t j = 0; j < g->n; j++) T[j * ld + p] = B[p * g->rsb + j];
+            off[i] = i * per;
+        }
+        op_gemm_args t = *g;
+        t.batch = gn;
+        t.a_off = g->a_off ? g->a_off + b0 : NULL;
+        t.c_off = g->c_off ? g->c_off + b0 : NULL;
+        t.b = bt;
+        t.b_off = off;
+        t.rsb = 1;
+        t.csb = ld;
+        const int u = op_gemv_f32(&t, nthreads);
+        if (u < 0) { used = u; break; }
+        used = u > used ? u : used;
     }
-    for (int64_t bi = 0; bi < g->batch; bi++) {
-        const float *B = (const float *)g->b + (g->b_off ? g->b_off[bi] : 0);
-        float *T = bt + bi * per;
-        for (int64_t p = 0; p < g->k; p++)
-            for (int64_t j = 0; j < g->n; j++) T[j * ld + p] = B[p * g->rsb + j];
-        if (off) off[bi] = bi * per;
-    }
-    op_gemm_args t = *g;
-    t.b = bt;
-    t.b_off = off;
-    t.rsb = 1;
-    t.csb = ld;
-    const int used = op_gemv_f32(&t, nthreads);
     op_aligned_free(bt);
     free(off);
-    return used;
+    return used;   /* 0 (nothing allocated): the packed GEMM */
 }
 
 /* The dot path when it applies (returns threads used), else 0: the caller runs the packed GEMM. */
@@ -652,8 +692,23 @@ static int op_gemv_f32(const op_gemm_args *g, int nthreads)
 {
     const int kn = op_kn_f32(g, nthreads);
     if (kn != 0) return kn;
-    if (g->csb == 1 && g->rsb != 1 && g->n >= 2 && g->n <= 4 && g->csa == 1 && g->k >= OP_DV_W)
-        return op_dot_narrow(g, nthreads);
+    if (g->m == 1 && g->n == 1 && g->csa == 1 && g->rsb == 1) {
+        /* a vector dot product: the small kernel's (op_small_dot above), on each entry in turn,
+           so that it gives the same bits on either route (the tiles' one accumulator ran
+           0.71-0.85x numpy past the small limits) */
+        for (int64_t bi = 0; bi < g->batch; bi++) {
+            const float t = op_small_dot(g->k, (const float *)g->a + (g->a_off ? g->a_off[bi] : 0),
+                                         (const float *)g->b + (g->b_off ? g->b_off[bi] : 0));
+            op_tile_store(&t, 1, 1, 1, g->c + (g->c_off ? g->c_off[bi] : 0), g->rsc, g->csc, 0,
+                          g->epi);
+        }
+        return 1;
+    }
+    if (g->csb == 1 && g->rsb != 1 && g->n >= 2 && g->n <= 4 && g->csa == 1
+        && g->k >= OP_DOT_NARROW_MIN_K) {
+        const int used = op_dot_narrow(g, nthreads);
+        if (used != 0) return used;
+    }
     if (g->csa != 1 || g->rsb != 1 || g->k < OP_DV_W || g->m < 1 || g->n < 1) return 0;
     op_dot_ctx x;
     x.g = g;
