@@ -575,24 +575,29 @@ static const op_epilogue *op_small_epi_t(const op_epilogue *epi, op_epilogue *e)
 static float op_small_dot(int64_t k, const float *a, const float *b);  /* gemv_f32.c */
 
 /* From this many rows a row-major B of 2-4 columns (rows and columns of the whole call: mall, nall
-   of op_small_run) takes the nt form's
-   dot tiles through op_small_cols; fewer keep the nn form (the copy is then a large part of the
-   work). zen3 (AMD EPYC Zen 3 VM, 2026-12-07, 1 thread, x numpy nn -> cols): 1000 x 300 x 3 ->
+   of op_small_run) takes the nt form's dot tiles through op_small_cols; fewer keep the nn form
+   (the copy is then a large part of the work). zen3 (AMD EPYC Zen 3 VM, 2026-12-07, 1 thread, x numpy nn -> cols): 1000 x 300 x 3 ->
    2.15, 1024^2 x 2 0.73-1.09 -> 2.23, 256^2 x 2 0.84 -> 2.15, 256^2 x 4 -> 1.18, 16 x 1024 x 2 0.78
    -> 1.23, 16 x 4096 x 3 1.38 -> 1.29; but 8 x 4096 x 4 1.23 -> 0.91, 2 x 16384 x 4 1.69 -> 0.59,
    1 x 4096 x 4 0.64 -> 0.33. At most onepath.dask's block padding (_PAD_ROWS, 49), so its row
    blocks take the form the whole product takes. */
 #define OP_SMALL_NARROW_MIN_M 16
 
-/* B's n columns (rows rsb apart, columns contiguous) copied into n rows roundup(k, 16) + 16 floats
-   apart (rows a multiple of 4 KiB apart would share L1 sets); NULL when malloc fails */
+/* B's n columns (rows rsb apart, columns contiguous) copied into n rows of dst OP_COLS_LD(k)
+   floats apart (rows a multiple of 4 KiB apart would share L1 sets); also gemv_f32.c's */
+#define OP_COLS_LD(k) (op_roundup64((k), 16) + 16)
+static void op_cols_copy(int64_t n, int64_t k, const float *b, int64_t rsb, float *dst)
+{
+    const int64_t ld = OP_COLS_LD(k);
+    for (int64_t p = 0; p < k; p++)
+        for (int64_t j = 0; j < n; j++) dst[j * ld + p] = b[p * rsb + j];
+}
+
+/* op_cols_copy into a new buffer (free it); NULL when malloc fails */
 static float *op_small_cols(int64_t n, int64_t k, const float *b, int64_t rsb)
 {
-    const int64_t ld = op_roundup64(k, 16) + 16;
-    float *bt = (float *)malloc(sizeof(float) * (size_t)(n * ld));
-    if (bt)
-        for (int64_t p = 0; p < k; p++)
-            for (int64_t j = 0; j < n; j++) bt[j * ld + p] = b[p * rsb + j];
+    float *bt = (float *)malloc(sizeof(float) * (size_t)(n * OP_COLS_LD(k)));
+    if (bt) op_cols_copy(n, k, b, rsb, bt);
     return bt;
 }
 
@@ -619,7 +624,7 @@ static int op_small_run(int64_t m, int64_t n, int64_t k, const void *av, int64_t
                && (bt = op_small_cols(n, k, b, rsb))) {
         /* 2-4 columns of a row-major B: copied into rows, then the nt form's dot tiles, which
            use every lane (the nn tile 2-4 of its 8 or 16); the same bits in every row range */
-        op_small_nt(m, n, k, a, rsa, bt, op_roundup64(k, 16) + 16, c, rsc, csc);
+        op_small_nt(m, n, k, a, rsa, bt, OP_COLS_LD(k), c, rsc, csc);
         free(bt);
     } else if (csb == 1 && csc == 1) {
         op_small_nn(m, n, k, a, rsa, csa, b, rsb, c, rsc);

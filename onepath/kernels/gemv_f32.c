@@ -619,7 +619,7 @@ static int op_kn_f32(const op_gemm_args *g, int nthreads)
 }
 
 /* A narrow row-major B (csb == 1, N = 2..4: A @ W with W (K, N)) with K from OP_DOT_NARROW_MIN_K:
-   B's columns copied into rows (roundup(K, 16) + 16 floats apart, as the tall form's A), then the
+   B's columns copied into rows (gemm_small.c op_cols_copy, as the tall form's A), then the
    dot path, which streams A once; the packed GEMM packed all of A for tiles with 2-4 of their 16
    columns in use. zen3 (AMD EPYC Zen 3 VM, 2026-12-07, 1 thread, x numpy packed GEMM -> this):
    1024 x 1024 x 4 0.53 -> 1.40, 4096 x 512 x 2 0.45 -> 2.04, 2048^2 x 2 0.64 -> 2.50, 16 x 65536 x
@@ -651,7 +651,7 @@ static int op_dot_narrow(const op_gemm_args *g, int nthreads)
         return 1;
     }
 #endif
-    const int64_t ld = op_roundup64(g->k, 16) + 16, per = g->n * ld;
+    const int64_t ld = OP_COLS_LD(g->k), per = g->n * ld;
     const int64_t group = op_min64(g->batch, op_max64(1, OP_DOT_NARROW_BUF / (per * 4)));
     float *bt = (float *)op_aligned_alloc((size_t)(group * per) * sizeof(float));
     int64_t *off = (int64_t *)malloc((size_t)group * sizeof(int64_t));
@@ -664,10 +664,7 @@ static int op_dot_narrow(const op_gemm_args *g, int nthreads)
                 off[i] = off[i - 1];
                 continue;
             }
-            const float *B = (const float *)g->b + bo;
-            float *T = bt + i * per;
-            for (int64_t p = 0; p < g->k; p++)
-                for (int64_t j = 0; j < g->n; j++) T[j * ld + p] = B[p * g->rsb + j];
+            op_cols_copy(g->n, g->k, (const float *)g->b + bo, g->rsb, bt + i * per);
             off[i] = i * per;
         }
         op_gemm_args t = *g;
