@@ -1261,11 +1261,14 @@ def test_vector_dot_and_narrow_b_through_matmul(level, threads):
             assert_gemm_close(np.float32(d).reshape(1, 1), u[None], v[:, None])
             batch = onepath.matmul(np.stack([u, v])[:, None, :], np.stack([v, u])[:, :, None])
             assert np.array_equal(batch[0, 0, 0].view(np.uint32), np.float32(d).view(np.uint32))
+            with _small.off():   # the driver's route takes the same dot (gemv_f32.c)
+                assert np.array_equal(np.float32(onepath.matmul(u, v)).view(np.uint32),
+                                      d.view(np.uint32)), k
         for path in ("small", "gemm"):
             ctx = _small.on() if path == "small" else _small.off()
             with ctx:
                 for m, k, n in ((1, 3000, 2), (1, 33, 4), (3, 777, 3), (20, 300, 4),
-                                (64, 2048, 2), (300, 129, 3)):
+                                (30, 20, 3), (64, 2048, 2), (300, 129, 3)):
                     a, b = rand(m, k), rand(k, n)
                     c = onepath.matmul(a, b)
                     assert_gemm_close(c, a, b)

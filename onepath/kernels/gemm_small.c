@@ -584,7 +584,8 @@ static float op_small_dot(int64_t k, const float *a, const float *b);  /* gemv_f
 #define OP_SMALL_NARROW_MIN_M 16
 
 /* B's n columns (rows rsb apart, columns contiguous) copied into n rows of dst OP_COLS_LD(k)
-   floats apart (rows a multiple of 4 KiB apart would share L1 sets); also gemv_f32.c's */
+   floats apart (rows a multiple of 4 KiB apart would share L1 sets; gemv_f32.c's copies of rows
+   keep that stride too) */
 #define OP_COLS_LD(k) (op_roundup64((k), 16) + 16)
 static void op_cols_copy(int64_t n, int64_t k, const float *b, int64_t rsb, float *dst)
 {

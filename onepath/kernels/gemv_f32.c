@@ -719,7 +719,7 @@ static int op_gemv_f32(const op_gemm_args *g, int nthreads)
            (sapphirerapids, M = 16, K = N = 4096, 1 thread: 91 -> 110 GFLOP/s) */
         x.rows_small = 1;
         x.big = g->n;
-        x.arsa = op_roundup64(g->k, 16) + 16;
+        x.arsa = OP_COLS_LD(g->k);
         acopy = (float *)op_aligned_alloc((size_t)(g->batch * g->m * x.arsa) * sizeof(float));
         if (!acopy) return -1;
         for (int64_t bi = 0; bi < g->batch; bi++) {
