@@ -818,10 +818,12 @@ def test_depthwise_bf16_output_is_rounded_f32_result(level, case, act, layout):
 
 
 @pytest.mark.parametrize("pads", [((0, 2), (1, 1)), ((2, 0), (1, 1)), ((3, 1), (1, 1))], ids=str)
-@pytest.mark.parametrize("w", [10, 33])
+@pytest.mark.parametrize("w", [9, 10, 16, 17, 25, 33])
 def test_depthwise_3x3_rows_top_bottom_padding(level, pads, w):
     """Stride-1 3x3 kernels with padding 1 along W and any padding along H (rows in the padding
-    load as zeros)."""
+    load as zeros). AVX2 builds: the row kernel's first and last vectors (one tap column shifted in
+    registers) meet (9, 16 columns), have one inner vector between them (17, 25) or overlap it (25,
+    33: 8 does not divide W)."""
     for dtype in (np.float32, bfloat16):
         run_case(1, 3, 8, w, 3, 3, 3, 1, pads, 1, 3, dtype=dtype)
         run_case(1, 3, 8, w, 6, 3, 3, 1, pads, 1, 3, dtype=dtype, activation="relu", seed=5)

@@ -1528,19 +1528,23 @@ static const op_dw3_fn op_dw3_kernels[2][3] = {
 /* ---------------------------------------------------------- NCHW 3x3, AVX2 builds (OP_DW_AVX2_3X3)
 
    3x3 undilated kernels at stride 1 or 2, any padding and channel multiplier. Output rows are
-   computed OP_DW8_R at a time (stride 2 in place: 5), one vector of 8 columns at a time: the R
-   accumulators and the nine weights stay in registers (16 ymm), and each input vector is loaded
-   once per tap column and feeds every output row of the block that reads it. Each output is one
+   computed OP_DW8_R at a time (float32 in place: OP_DW8X_R1, stride 2 5), one vector of 8 columns
+   at a time: the R accumulators and the nine weights stay in registers (16 ymm), and each input
+   vector is loaded once per tap column and feeds every output row of the block that reads it.
+   Float32 in place takes 5 rows at stride 1 too: at 6, 6 + 9 + 1 ymm left GCC no register for the
+   input vector, so it folded the load into each of its three FMAs (54 loads a block instead of
+   24; Zen 3, 2026-12-07, 1 thread, alternated processes, best of 40, MobileNet-v2 planes: 56 x 56
+   C144 1.15-1.54x, 112 x 112 C32 1.10-1.42x faster, the same bits). Each output is one
    FMA chain, bias first, then the taps in row-major order. The input rows come
-     - float32 (rows up to OP_DW8_ZROW columns): from the input in place, with masked loads for
-       the vectors that cross its left or right edge and a zero row for rows in the padding
-       (op_dw8x_blk);
+     - float32 (rows up to OP_DW8_ZROW columns): from the input in place, a zero row for rows
+       in the padding, and for the vectors that cross the row's left or right edge masked loads
+       or, at padding 1, one tap shifted in registers (op_dw8x_blk);
      - else (bfloat16 widened): through a ring of OP_DW8_RING zero-padded float32 rows, each row
        stored once, at stride 2 split into its even and odd columns, so that every tap is a
        unit-stride run (op_dw8_fill, op_dw8_blk).
    Measured on Zen 3 (2 threads, MobileNet-v2 layers, batch 1, x torch in one process,
    2026-12-06): from 0.45-1.24x (the compiler-vectorised generic kernel) to 2.1-3.8x. */
-enum { OP_DW8_R = 6, OP_DW8_RING = 32 };
+enum { OP_DW8_R = 6, OP_DW8_RING = 32, OP_DW8X_R1 = 5 };
 
 /* float32 input read in place (op_dw8_plane's INPLACE): rows above or below the input read this
    zero row, and vectors that cross the left or right edge load only their input columns */
@@ -1680,19 +1684,37 @@ OP_INLINE void op_dw8_rows(const float *ring, int64_t q, int64_t oh0, int64_t OW
 }
 
 /* Output rows oh0 .. oh0 + R - 1 (input rows rp[0 ..]), columns j0 .. j0 + 7, from float32 input
-   read in place; t = S j0 - pl, the input column of lane 0's first tap. EDGE: masked loads, only
-   columns inside [0, W). Stride 2 splits 16 input columns into even and odd ones in registers
+   read in place; t = S j0 - pl, the input column of lane 0's first tap. EDGE: OP_DW8X_MASK, masked
+   loads, only columns inside [0, W); stride 1 only, OP_DW8X_LEFT (t == -1) and OP_DW8X_RIGHT
+   (t + 9 == W): one tap column of the vector reads one column outside the row, so it is the middle
+   tap's vector shifted by one lane with a zero shifted in (VPERM2F128 + VPALIGNR), and the other
+   two are plain loads. The masked loads, each with its mask computed, had made the two edge vectors
+   of a 56-column row cost as much as its five inner ones on Zen 3 (perf, 1 thread, 2026-12-07). Stride 2 splits 16 input columns into even and odd ones in registers
    with one VSHUFPS per tap and no lane-crossing permute: the taps and the accumulators hold the
    columns in the order (0, 1, 4, 5, 2, 3, 6, 7), put right by one VPERMPD per output vector. */
+enum { OP_DW8X_MASK = 1, OP_DW8X_LEFT = 2, OP_DW8X_RIGHT = 3 };
+
 OP_INLINE __m256 op_dw8x_ld(const float *row, int64_t t, int o, int64_t W, const int EDGE)
 {
-    if (EDGE) return _mm256_maskload_ps(row + o, op_lanes8((int)t + o, 0, (int)W));
+    if (EDGE == OP_DW8X_MASK) return _mm256_maskload_ps(row + o, op_lanes8((int)t + o, 0, (int)W));
     return _mm256_loadu_ps(row + o);
+}
+
+/* [0, v0 .. v6] and [v1 .. v7, 0] */
+OP_INLINE __m256 op_dw8_shr1(__m256 v)
+{
+    const __m256i lo = _mm256_castps_si256(_mm256_permute2f128_ps(v, v, 0x08));  /* [0 | v.lo] */
+    return _mm256_castsi256_ps(_mm256_alignr_epi8(_mm256_castps_si256(v), lo, 12));
+}
+OP_INLINE __m256 op_dw8_shl1(__m256 v)
+{
+    const __m256i hi = _mm256_castps_si256(_mm256_permute2f128_ps(v, v, 0x81));  /* [v.hi | 0] */
+    return _mm256_castsi256_ps(_mm256_alignr_epi8(hi, _mm256_castps_si256(v), 4));
 }
 
 OP_INLINE void op_dw8x_blk(const float *const *rp, int64_t t, int64_t W, const __m256 *wv,
                            __m256 bv, float *y, int64_t yp, int64_t ylen, int64_t j0, const int R,
-                           const int S, const int EDGE, const int RELU)
+                           const int S, const int EDGE, const int RELU, const int FULL)
 {
     __m256 acc[OP_DW8_R];
 #pragma GCC unroll 6
@@ -1708,7 +1730,11 @@ OP_INLINE void op_dw8x_blk(const float *const *rp, int64_t t, int64_t W, const _
 #pragma GCC unroll 3
         for (int kj = 0; kj < 3; kj++) {
             __m256 x;
-            if (S == 1)
+            if (S == 1 && EDGE == OP_DW8X_LEFT)
+                x = kj == 0 ? op_dw8_shr1(_mm256_loadu_ps(row + 1)) : _mm256_loadu_ps(row + kj);
+            else if (S == 1 && EDGE == OP_DW8X_RIGHT)
+                x = kj == 2 ? op_dw8_shl1(_mm256_loadu_ps(row + 1)) : _mm256_loadu_ps(row + kj);
+            else if (S == 1)
                 x = op_dw8x_ld(row, t, kj, W, EDGE);
             else if (kj == 0)
                 x = _mm256_shuffle_ps(a, b, 0x88);  /* [t, t+2, t+8, t+10 | t+4, t+6, t+12, t+14] */
@@ -1730,7 +1756,8 @@ OP_INLINE void op_dw8x_blk(const float *const *rp, int64_t t, int64_t W, const _
         if (S == 2)  /* 64-bit pairs (0, 2, 1, 3): columns in order */
             o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), 0xD8));
         if (RELU) o = _mm256_max_ps(_mm256_setzero_ps(), o);
-        op_dw8_st(y + r * yp + j0, o, ylen - j0);
+        if (FULL) _mm256_storeu_ps(y + r * yp + j0, o);  /* (8 columns known to fit) */
+        else op_dw8_st(y + r * yp + j0, o, ylen - j0);
     }
 }
 
@@ -1745,7 +1772,7 @@ OP_INLINE void op_dw8x_blk(const float *const *rp, int64_t t, int64_t W, const _
                                  int64_t j1)                                                      \
     {                                                                                             \
         for (; j0 < j1; j0 += 8)                                                                  \
-            op_dw8x_blk(rp, j0 - pl, W, wv, bv, y, yp, ylen, j0, OP_DW8_R, 1, 0, RELU);           \
+            op_dw8x_blk(rp, j0 - pl, W, wv, bv, y, yp, ylen, j0, OP_DW8X_R1, 1, 0, RELU, 1);   \
     }
 OP_DW8X_MID(op_dw8x_mid, 0)
 OP_DW8X_MID(op_dw8x_mid_relu, 1)
@@ -1758,9 +1785,25 @@ OP_INLINE void op_dw8x_rows(const float *const *rp, int64_t W, int64_t pl, int64
        row (t = j0 - pl >= 0, t + 10 <= W) and stores 8 columns (j0 + 8 <= OW) out of line */
     const int64_t jl = op_min64(W + pl - 10, OW - 8);  /* (the last such j0, before rounding) */
     int64_t j0 = 0;
-    if (S == 1 && R == OP_DW8_R && pl <= 8 && jl >= 8) {
+    if (S == 1 && pl == 1 && OW == W && W >= 9) {
+        /* padding 1 both sides: the first vector (t = -1) and one that ends at the row's end
+           (t = W - 9, overlapping the one before it when 8 does not divide W; it stores the same
+           values) read one column outside the row each, every other vector none */
+        op_dw8x_blk(rp, -1, W, wv, bv, y, yp, ylen, 0, R, S, OP_DW8X_LEFT, RELU, 1);
+        const int64_t jm = W >= 17 ? (W - 9) / 8 * 8 + 8 : 8;  /* (past the last inner j0) */
+        if (R == OP_DW8X_R1 && jm > 8) {
+            if (RELU) op_dw8x_mid_relu(rp, W, pl, wv, bv, y, yp, ylen, 8, jm);
+            else op_dw8x_mid(rp, W, pl, wv, bv, y, yp, ylen, 8, jm);
+        } else {
+            for (j0 = 8; j0 < jm; j0 += 8)
+                op_dw8x_blk(rp, j0 - 1, W, wv, bv, y, yp, ylen, j0, R, S, 0, RELU, 1);
+        }
+        op_dw8x_blk(rp, W - 9, W, wv, bv, y, yp, ylen, W - 8, R, S, OP_DW8X_RIGHT, RELU, 1);
+        return;
+    }
+    if (S == 1 && R == OP_DW8X_R1 && pl <= 8 && jl >= 8) {
         const int64_t jm = jl / 8 * 8 + 8;
-        op_dw8x_blk(rp, -pl, W, wv, bv, y, yp, ylen, 0, R, S, 1, RELU);
+        op_dw8x_blk(rp, -pl, W, wv, bv, y, yp, ylen, 0, R, S, OP_DW8X_MASK, RELU, 0);
         if (RELU) op_dw8x_mid_relu(rp, W, pl, wv, bv, y, yp, ylen, 8, jm);
         else op_dw8x_mid(rp, W, pl, wv, bv, y, yp, ylen, 8, jm);
         j0 = jm;
@@ -1768,9 +1811,9 @@ OP_INLINE void op_dw8x_rows(const float *const *rp, int64_t W, int64_t pl, int64
     for (; j0 < OW; j0 += 8) {
         const int64_t t = S * j0 - pl;
         if (t >= 0 && t + 8 * S + 2 <= W)
-            op_dw8x_blk(rp, t, W, wv, bv, y, yp, ylen, j0, R, S, 0, RELU);
+            op_dw8x_blk(rp, t, W, wv, bv, y, yp, ylen, j0, R, S, 0, RELU, 0);
         else
-            op_dw8x_blk(rp, t, W, wv, bv, y, yp, ylen, j0, R, S, 1, RELU);
+            op_dw8x_blk(rp, t, W, wv, bv, y, yp, ylen, j0, R, S, OP_DW8X_MASK, RELU, 0);
     }
 }
 
@@ -1798,7 +1841,7 @@ OP_INLINE void op_dw8_plane(const op_dw_ctx *c, int64_t n, int64_t oc, float *bu
     /* straight to a float32 output (ReLU in registers), else through OP_DW8_R rows of ob */
     const int direct = !c->ybf16 && (c->act == OP_ACT_NONE || c->act == OP_ACT_RELU);
     const int relu = direct && c->act == OP_ACT_RELU;
-    const int64_t RB = INPLACE && S == 2 ? 5 : OP_DW8_R;  /* output rows per block */
+    const int64_t RB = INPLACE ? (S == 2 ? 5 : OP_DW8X_R1) : OP_DW8_R;  /* output rows per block */
     const int64_t yp = direct ? OW : q, ylen = direct ? OW : q;
     int64_t next = 0;  /* ring: the first padded row not yet in it */
     for (int64_t oh0 = 0; oh0 < OH; oh0 += RB) {
