@@ -104,9 +104,12 @@ def test_matmul_one_row_bit_identical(client, level):
 def test_matmul_narrow_b_bit_identical(client, level):
     """A row-major B of 2-4 columns (2026-12-07: the small kernel's dot tiles from 16 rows, the
     driver's dot path past the small limits, both on a copy of B's columns) and a matrix times a
-    vector: row blocks of every size, padded or not, give the in-memory bits on both routes."""
+    vector: row blocks of every size, padded or not, give the in-memory bits on both routes. So
+    does a B of 5-16 columns past the limits (ops._small.NARROW_NN: the small kernel on a host
+    with a row, e.g. Zen 3; else the packed GEMM)."""
     rng = np.random.default_rng(12)
-    for m, k, n in ((70, 300, 3), (1500, 300, 4), (1500, 300, 1), (40, 64, 2)):
+    for m, k, n in ((70, 300, 3), (1500, 300, 4), (1500, 300, 1), (40, 64, 2), (1500, 1000, 8),
+                    (700, 2000, 13)):
         a, b = _rand(rng, (m, k), F32), _rand(rng, (k, n), F32)
         rows = (5, 17, m - 22)
         got = client.compute(odask.matmul(da.from_array(a, chunks=(rows, k)), b)).result()

@@ -1301,3 +1301,82 @@ def test_vector_dot_and_narrow_b_through_matmul(level, threads):
                 assert_gemm_close(c[i], a[i], bi)
     finally:
         onepath.set_num_threads(old)
+
+
+def test_nn_form_eight_row_tiles_same_bits_as_single_rows(level):
+    """kernels/gemm_small.c, 2026-12-07: a column strip of at most 8 (AVX2: 8-row tiles, then the
+    6-row tiles for the last rows) gives each element the FMAs of its row alone, in k order: the
+    whole product equals its rows computed one at a time, bit for bit, at any row count, for full
+    and masked strips, A row- or column-major, and at 1 and 2 threads (row ranges)."""
+    mod = load(_small.row_for("matmul", level).level)
+    ffi, lib = mod.ffi, mod.lib
+
+    def small(a, b, t=1):
+        m, k = a.shape
+        n = b.shape[1]
+        rsa, csa = (a.strides[0] // 4, a.strides[1] // 4)
+        base = a if a.flags.c_contiguous else a.T
+        c = np.full((m, n), np.nan, np.float32)
+        assert lib.op_gemm_f32_small_mt(m, n, k, ffi.from_buffer(base), rsa, csa,
+                                        ffi.from_buffer(b), n, 1, ffi.from_buffer(c), n, 1,
+                                        ffi.NULL, t)
+        return c
+
+    for n in (5, 7, 8, 13, 21, 24):
+        for m, k in ((8, 33), (9, 7), (16, 100), (17, 64), (23, 5), (100, 257)):
+            a, b = rand(m, k), rand(k, n)
+            for av in (a, np.asfortranarray(a)):
+                whole = small(av, b)
+                assert_gemm_close(whole, a, b)
+                rows_ = np.concatenate([small(np.ascontiguousarray(a[i:i + 1]), b) for i in range(m)])
+                assert np.array_equal(whole.view(np.uint32), rows_.view(np.uint32)), (m, k, n)
+                assert np.array_equal(whole.view(np.uint32), small(av, b, 2).view(np.uint32))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_narrow_b_takes_the_small_kernel_at_any_size(level, threads, monkeypatch, caplog,
+                                                     verbose_on):
+    """ops._small.NARROW_NN (2026-12-07): a 2-D float32 matmul with a row-major B of 5 to the row's
+    columns, from its rows on, K*N within B_MAX, takes the small kernel past LIMITS, its bits those
+    of the small kernel forced (``_small.on``) at either thread count; fewer columns or rows, more
+    columns, a larger B, ``off()`` and batches keep the packed GEMM. The row is set for this host's
+    level here, so every level runs it."""
+    from onepath.dispatch import cpu
+    row_level = _small.row_for("matmul", level).level
+    monkeypatch.setattr(_small, "NARROW_NN", {(cpu.probe().uarch, row_level): (16, 64)})
+    _small.reset()
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(threads)
+    try:
+        def kernel(a, b):
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="onepath"):
+                c = onepath.matmul(a, b)
+            lines = [r.getMessage() for r in caplog.records if "matmul" in r.getMessage()]
+            return c, lines[-1]
+
+        lim1t = _small.limits(row_level)[1]
+        for m, k, n in ((300, 4000, 8), (4096, 256, 5), (128, 2048, 16), (64, 1000, 13)):
+            a, b = rand(m, k), rand(k, n)
+            c, line = kernel(a, b)
+            assert "small" in line, (m, k, n, line)
+            assert_gemm_close(c, a, b)
+            with _small.on():
+                forced = onepath.matmul(a, b)
+            assert np.array_equal(c.view(np.uint32), forced.view(np.uint32)), (m, k, n)
+        for m, k, n in ((300, 4000, 4), (300, 4000, 17), (63, 4000, 8), (600, 8200, 16)):
+            if m * n * k <= lim1t:
+                continue
+            a, b = rand(m, k), rand(k, n)
+            c, line = kernel(a, b)
+            assert "small" not in line, (m, k, n, line)
+            assert_gemm_close(c, a, b)
+        a, b = rand(300, 4000), rand(4000, 8)
+        with _small.off():
+            c, line = kernel(a, b)
+        assert "small" not in line
+        c, line = kernel(rand(2, 300, 4000), b)   # a batch: LIMITS alone
+        assert "small" not in line
+    finally:
+        onepath.set_num_threads(old)
+        _small.reset()

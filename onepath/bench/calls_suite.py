@@ -5,7 +5,7 @@ Rows (float32): matmul M = N = K = 4, 16, 32, 64, 128, 256; ``linear`` x (8, 384
 with the raw weight (numpy baseline ``x @ W.T``) and with ``onepath.prepack(W)``, and the same rows
 as a 3-D x (2, 4, 384); transposed operands at 64^3: ``x.T @ dy`` and 8 entries of ``q @
 k.transpose(0, 2, 1)``; narrow products (``NARROW``): a vector dot product, matrix times vector,
-a row-major B of 2 and 4 columns; conv2d (1, 16, 8, 8) * (16, 16, 3, 3), padding 1
+a row-major B of 2, 4 and 8 columns; conv2d (1, 16, 8, 8) * (16, 16, 3, 3), padding 1
 (torch.nn.functional.conv2d baseline). Run it with one
 thread for the issue's bars: ``python -m onepath bench --suite calls --threads 1``. The ratio
 columns are baseline time / onepath time (> 1: onepath is faster).
@@ -22,7 +22,7 @@ SQUARES = (4, 16, 32, 64, 128, 256)
 QUICK_SQUARES = (4, 32, 64, 128)
 # (m, k, n) of the narrow rows: a dot product, matrix times vector, B of 2 and of 4 columns (the
 # last past the small kernel's limits at avx2: the packed GEMM's driver)
-NARROW = ((1, 4096, 1), (1024, 1024, 1), (1024, 1024, 2), (4096, 1024, 4))
+NARROW = ((1, 4096, 1), (1024, 1024, 1), (1024, 1024, 2), (4096, 1024, 4), (4096, 512, 8))
 
 
 def _torch():

@@ -204,6 +204,37 @@ def row_limits(level: str) -> tuple[int, int, int] | None:
         return row
 
 
+# Products with a narrow row-major B (A @ W, W (K, N) with 5 <= N <= NARROW_NN's first value,
+# K*N within B_MAX, at least its second value of rows; matmul's nn form, 2-D), per (uarch, level of
+# the small row): the small kernel at any M*N*K, its rows split over the threads, instead of the
+# packed GEMM, which packs all of A for tiles of 16 columns (6 x 16 at avx2) that then run mostly
+# empty. (2-4 columns: the small kernel's and the driver's narrow copies; gemm_small.c, gemv_f32.c.)
+# zen3 (AMD EPYC Zen 3 VM, avx2, 2026-12-07, x numpy's OpenBLAS for the packed GEMM -> the small
+# kernel, best of 11 alternated in one process; 2 threads settle 0.12 s): 1 thread 4096 x 512 x 5
+# 0.71 -> 1.21, x 8 0.57-0.68 -> 1.41-1.46, x 12 0.85 -> 1.47, x 16 0.99-1.04 -> 1.60-1.70, 1024 x
+# 2048 x 8 0.53 -> 1.24, x 16 1.02 -> 1.52, 8192 x 128 x 12 0.53 -> 1.04, 300 x 4000 x 8 0.52 ->
+# 1.51, 2048^2 x 8 0.66 -> 1.46; 2 threads 4096 x 512 x 8 0.53-0.63 -> 0.90-1.19, x 12 0.67 ->
+# 1.30, x 16 0.78-0.93 -> 0.81-1.68, 1024 x 2048 x 8 0.54 -> 0.88, 4096^2 x 8 0.70 -> 1.35, 300 x
+# 4000 x 8 0.34 -> 0.87. From 20 columns even or mixed (4096 x 512 x 24 1 thread 0.77 -> 1.36, 2
+# threads 0.49 -> 0.53; x 32 1.03 -> 1.10, 0.69 -> 0.67). Batched products keep LIMITS (as the thin
+# rule). Other hosts: not measured (no row: the packed GEMM, as before).
+NARROW_NN: dict = {("zen3", "avx2"): (16, 64)}
+_narrow_nn: dict = {}  # level of the small row -> NARROW_NN's value on this host, or None
+
+
+def narrow_nn(m: int, n: int, kn: int, level: str) -> bool:
+    """Whether a 2-D float32 nn-form product of ``m`` rows and a row-major B of ``n`` columns and
+    K*N = ``kn`` elements takes the small kernel of ``level`` on this host whatever its M*N*K
+    (``NARROW_NN``; not with the small path off, by ``off()`` or by LIMITS below 0)."""
+    try:
+        lim = _narrow_nn[level]
+    except KeyError:
+        from ..dispatch.cpu import probe
+        lim = _narrow_nn[level] = NARROW_NN.get((probe().uarch, level))
+    return (lim is not None and 5 <= n <= lim[0] and m >= lim[1] and kn <= B_MAX
+            and limits(level)[0] >= 0 and not _off.get())
+
+
 def row_fits(kn: int, n: int, level: str) -> bool:
     """Whether a one-row float32 product with a row-major B of K*N = ``kn`` elements and ``n``
     columns takes the small kernel of ``level`` on this host (``ROW_LIMITS``)."""
@@ -338,7 +369,8 @@ def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
     ``BF16_LIMITS`` of that level: ``m`` None counts as many rows; ``nt_k``, the depth K of a
     float32 nt-form product (B = W.T), within ``NT_DOTS_LIMITS`` where the small kernel would take
     it as dot products: ``nt_dots``; given ``n``, B's columns, a one-row float32 product with a
-    row-major B within ``ROW_LIMITS``)."""
+    row-major B within ``ROW_LIMITS``, and a float32 matmul with a narrow row-major B at any size:
+    ``narrow_nn``)."""
     isa = _cap.isa()
     level = row_for(op, isa, dtype).level
     if _on.get():
@@ -352,7 +384,9 @@ def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
             return False
     nt_ok = nt_k is None or not nt_dots(m or 1 << 62, nt_k, level) or _nt_fits(mnk, level)
     return ((fits(mnk, level, kn, m) and nt_ok)
-            or (m is not None and dtype == "float32" and thin(m, kn, level, nt_k is None)))
+            or (m is not None and dtype == "float32" and thin(m, kn, level, nt_k is None))
+            or (op == "matmul" and dtype == "float32" and nt_k is None and m is not None
+                and n is not None and narrow_nn(m, n, kn, level)))
 
 
 def use_small_batched(mnk: int, kn: int, m: int, nt_k: int | None = None,
@@ -376,6 +410,7 @@ def reset() -> None:
     _nt_limits.clear()
     _uarch_limits.clear()
     _row_limits.clear()
+    _narrow_nn.clear()
 
 
 class Bound:
