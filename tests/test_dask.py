@@ -145,6 +145,19 @@ def test_linear_dot_product_limit_bit_identical(client):
         onepath.set_num_threads(old)
 
 
+def test_linear_narrow_weight_bit_identical(client, level):
+    """A linear of 5-16 outputs past the limits (ops._small.NARROW_NN: on a host with a row, the
+    small kernel's transposed nn form; else the packed GEMM): row blocks, with a bias and an
+    activation, give the in-memory bits."""
+    rng = np.random.default_rng(8)
+    for m, k, n in ((1500, 1000, 8), (700, 2000, 13)):
+        x, w = _rand(rng, (m, k), F32), _rand(rng, (n, k), F32)
+        bias = rng.standard_normal(n).astype(np.float32)
+        got = client.compute(odask.linear(da.from_array(x, chunks=((5, 17, m - 22), k)), w, bias,
+                                          activation="relu")).result()
+        _assert_same(got, onepath.linear(x, w, bias, activation="relu"))
+
+
 @pytest.mark.parametrize("dt", ["float32", "bfloat16"])
 def test_matmul_mnk_ragged(client, level, dt):
     dt = F32 if dt == "float32" else BF16

@@ -1339,8 +1339,9 @@ def test_narrow_b_takes_the_small_kernel_at_any_size(level, threads, monkeypatch
     """ops._small.NARROW_NN (2026-12-07): a 2-D float32 matmul with a row-major B of 5 to the row's
     columns, from its rows on, K*N within B_MAX, takes the small kernel past LIMITS, its bits those
     of the small kernel forced (``_small.on``) at either thread count; fewer columns or rows, more
-    columns, a larger B, ``off()`` and batches keep the packed GEMM. The row is set for this host's
-    level here, so every level runs it."""
+    columns, a larger B, ``off()`` and batches keep the packed GEMM. linear and matmul with B = W.T
+    alike where the small kernel runs the nt form as its transposed nn form. The row is set for
+    this host's level here, so every level runs it."""
     from onepath.dispatch import cpu
     row_level = _small.row_for("matmul", level).level
     monkeypatch.setattr(_small, "NARROW_NN", {(cpu.probe().uarch, row_level): (16, 64)})
@@ -1377,6 +1378,25 @@ def test_narrow_b_takes_the_small_kernel_at_any_size(level, threads, monkeypatch
         assert "small" not in line
         c, line = kernel(rand(2, 300, 4000), b)   # a batch: LIMITS alone
         assert "small" not in line
+        # the nt form (linear, and matmul with B = W.T) where the small kernel takes it as the
+        # transposed nn form (NT_NN: from its rows up to its depth); dot products keep the limits
+        nt_nn = _small.NT_NN.get(row_level)
+        for m, k, n in ((300, 4000, 8), (4096, 256, 5), (128, 2048, 16)):
+            x, w = rand(m, k), rand(n, k)
+            taken = nt_nn is not None and m >= nt_nn[0] and k <= nt_nn[1]
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="onepath"):
+                y = onepath.linear(x, w)
+            line = [r.getMessage() for r in caplog.records if ",linear," in r.getMessage()][-1]
+            assert ("small" in line) is taken or m * n * k <= lim1t, (m, k, n, line)
+            assert_gemm_close(y, x, w.T)
+            with _small.on():
+                forced = onepath.linear(x, w)
+            if taken:
+                assert np.array_equal(y.view(np.uint32), forced.view(np.uint32)), (m, k, n)
+                z, line = kernel(x, w.T)
+                assert "small" in line
+                assert np.array_equal(z.view(np.uint32), y.view(np.uint32)), (m, k, n)
     finally:
         onepath.set_num_threads(old)
         _small.reset()

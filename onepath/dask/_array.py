@@ -284,7 +284,7 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
                         small=(x.dtype == w.dtype == F32
                                and _small.use_small(full_m * w.shape[0] * w.shape[1], "linear",
                                                     "float32", w.shape[0] * w.shape[1], full_m,
-                                                    w.shape[1])),  # (the raw weight: nt form)
+                                                    w.shape[1], w.shape[0])),  # (raw weight: nt)
                         meta=np.empty((0,) * nd, meta.dtype))
 
 

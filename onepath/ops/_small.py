@@ -216,16 +216,23 @@ def row_limits(level: str) -> tuple[int, int, int] | None:
 # 1.51, 2048^2 x 8 0.66 -> 1.46; 2 threads 4096 x 512 x 8 0.53-0.63 -> 0.90-1.19, x 12 0.67 ->
 # 1.30, x 16 0.78-0.93 -> 0.81-1.68, 1024 x 2048 x 8 0.54 -> 0.88, 4096^2 x 8 0.70 -> 1.35, 300 x
 # 4000 x 8 0.34 -> 0.87. From 20 columns even or mixed (4096 x 512 x 24 1 thread 0.77 -> 1.36, 2
-# threads 0.49 -> 0.53; x 32 1.03 -> 1.10, 0.69 -> 0.67). Batched products keep LIMITS (as the thin
-# rule). Other hosts: not measured (no row: the packed GEMM, as before).
+# threads 0.49 -> 0.53; x 32 1.03 -> 1.10, 0.69 -> 0.67). The nt form alike (linear's x @ W.T,
+# W (N, K) row-major, matmul's B = W.T) where the small kernel takes it as the transposed nn form
+# (NT_NN: from its rows, up to its depth), not as dot products: linear 1 thread 4096 x 512 -> 8 0.50
+# -> 1.34, -> 16 1.01 -> 1.51, 1024 x 2048 -> 10 0.64 -> 1.04, 300 x 4000 -> 8 0.48 -> 1.41, 4096^2
+# -> 5 0.89 -> 2.09; 2 threads 0.50 -> 0.71, 0.60 -> 0.93, 0.48 -> 0.71, 0.51 -> 0.87, 0.75 -> 1.06
+# (x numpy's a @ W.T; at 2 threads this VM's timings moved up to 2x between runs). Batched
+# products and a PackedWeight past NT_MAX_M rows keep LIMITS (as the thin rule). Other hosts: not
+# measured (no row: the packed GEMM, as before).
 NARROW_NN: dict = {("zen3", "avx2"): (16, 64)}
 _narrow_nn: dict = {}  # level of the small row -> NARROW_NN's value on this host, or None
 
 
 def narrow_nn(m: int, n: int, kn: int, level: str) -> bool:
-    """Whether a 2-D float32 nn-form product of ``m`` rows and a row-major B of ``n`` columns and
-    K*N = ``kn`` elements takes the small kernel of ``level`` on this host whatever its M*N*K
-    (``NARROW_NN``; not with the small path off, by ``off()`` or by LIMITS below 0)."""
+    """Whether a 2-D float32 product of ``m`` rows and a B of ``n`` columns and K*N = ``kn``
+    elements (the nn form or the nt form's transposed nn form: ``use_small`` checks the form) takes
+    the small kernel of ``level`` on this host whatever its M*N*K (``NARROW_NN``; not with the small
+    path off, by ``off()`` or by LIMITS below 0)."""
     try:
         lim = _narrow_nn[level]
     except KeyError:
@@ -369,8 +376,8 @@ def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
     ``BF16_LIMITS`` of that level: ``m`` None counts as many rows; ``nt_k``, the depth K of a
     float32 nt-form product (B = W.T), within ``NT_DOTS_LIMITS`` where the small kernel would take
     it as dot products: ``nt_dots``; given ``n``, B's columns, a one-row float32 product with a
-    row-major B within ``ROW_LIMITS``, and a float32 matmul with a narrow row-major B at any size:
-    ``narrow_nn``)."""
+    row-major B within ``ROW_LIMITS``, and a float32 product with a narrow B at any size, in the
+    nn form or the nt form's transposed nn form: ``narrow_nn``)."""
     isa = _cap.isa()
     level = row_for(op, isa, dtype).level
     if _on.get():
@@ -385,8 +392,8 @@ def use_small(mnk: int, op: str = "matmul", dtype: str = "float32", kn: int = 0,
     nt_ok = nt_k is None or not nt_dots(m or 1 << 62, nt_k, level) or _nt_fits(mnk, level)
     return ((fits(mnk, level, kn, m) and nt_ok)
             or (m is not None and dtype == "float32" and thin(m, kn, level, nt_k is None))
-            or (op == "matmul" and dtype == "float32" and nt_k is None and m is not None
-                and n is not None and narrow_nn(m, n, kn, level)))
+            or (dtype == "float32" and m is not None and n is not None
+                and (nt_k is None or not nt_dots(m, nt_k, level)) and narrow_nn(m, n, kn, level)))
 
 
 def use_small_batched(mnk: int, kn: int, m: int, nt_k: int | None = None,
@@ -568,7 +575,7 @@ def linear_fast(x, w, bias, code, packed):
         return None
     if k2 != k or not k or not use_small(m * n * k, "linear", "float32", n * k,
                                          thin_rows(m, packed),
-                                         k if packed is None or m <= NT_MAX_M else None):
+                                         k if packed is None or m <= NT_MAX_M else None, n):
         return None
     if bias is not None and (bias.dtype is not _F32 or bias.shape != (n,)):
         return None

@@ -212,7 +212,7 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     if (rd == F32 and xa.dtype == F32 and wdtype == F32
             and _small.use_small(m * n * k, "linear", "float32", n * k,
                                  _small.thin_rows(m, packed),
-                                 k if packed is None or m <= _small.NT_MAX_M else None)):
+                                 k if packed is None or m <= _small.NT_MAX_M else None, n)):
         wv = w if packed is None else packed._weight
         if packed is not None:
             packed.current()  # the cap rules of a PackedWeight hold on this path too

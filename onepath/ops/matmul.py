@@ -89,8 +89,8 @@ def matmul(a, b, /, out=None, *, dtype=None):
     registry's ``small`` kernel, reading A and B in place: on the calling thread, or on the pool
     from about 0.1 MFLOP (the same bits at any thread count; ``ops._small.MT_ON``); batched ones
     whose core product is that small run it on every entry (entries over the threads); so do 2-D
-    products with a narrow row-major B at any size on hosts with a ``ops._small.NARROW_NN`` row
-    (Zen 3: 5-16 columns, from 64 rows). One-row
+    products with a narrow B at any size on hosts with a ``ops._small.NARROW_NN`` row (Zen 3:
+    5-16 columns, from 64 rows). One-row
     products with a row-major B past the host's ``ops._small.ROW_LIMITS`` (Zen 3) run the packed
     GEMM's row stream instead. Small 2-D bfloat16 products run the bfloat16 small kernel within
     both LIMITS and the level's ``ops._small.BF16_LIMITS`` (past those the bfloat16 GEMM of the
