@@ -1533,8 +1533,9 @@ static const op_dw3_fn op_dw3_kernels[2][3] = {
    vector is loaded once per tap column and feeds every output row of the block that reads it.
    Float32 in place takes 5 rows at stride 1 too: at 6, 6 + 9 + 1 ymm left GCC no register for the
    input vector, so it folded the load into each of its three FMAs (54 loads a block instead of
-   24; Zen 3, 2026-12-07, 1 thread, alternated processes, best of 40, MobileNet-v2 planes: 56 x 56
-   C144 1.15-1.54x, 112 x 112 C32 1.10-1.42x faster, the same bits). Each output is one
+   24; Zen 3, 2026-12-07, 1 thread, alternated processes, best of 40, MobileNet-v2 planes, with
+   the shifted edges below: 56 x 56 C144 1.15-1.54x, 112 x 112 C32 1.10-1.42x faster; 2 threads
+   1.09-1.56x and 1.16-1.34x; the same bits). Each output is one
    FMA chain, bias first, then the taps in row-major order. The input rows come
      - float32 (rows up to OP_DW8_ZROW columns): from the input in place, a zero row for rows
        in the padding, and for the vectors that cross the row's left or right edge masked loads
@@ -1688,10 +1689,13 @@ OP_INLINE void op_dw8_rows(const float *ring, int64_t q, int64_t oh0, int64_t OW
    loads, only columns inside [0, W); stride 1 only, OP_DW8X_LEFT (t == -1) and OP_DW8X_RIGHT
    (t + 9 == W): one tap column of the vector reads one column outside the row, so it is the middle
    tap's vector shifted by one lane with a zero shifted in (VPERM2F128 + VPALIGNR), and the other
-   two are plain loads. The masked loads, each with its mask computed, had made the two edge vectors
-   of a 56-column row cost as much as its five inner ones on Zen 3 (perf, 1 thread, 2026-12-07). Stride 2 splits 16 input columns into even and odd ones in registers
-   with one VSHUFPS per tap and no lane-crossing permute: the taps and the accumulators hold the
-   columns in the order (0, 1, 4, 5, 2, 3, 6, 7), put right by one VPERMPD per output vector. */
+   two are plain loads. The masked loads, each with its mask computed, had made the two edge
+   vectors of a 56-column row cost as much as its five inner ones on Zen 3 (perf, 1 thread,
+   2026-12-07). Stride 2 splits 16 input columns into even and odd ones in registers with one
+   VSHUFPS per tap and no lane-crossing permute: the taps and the accumulators hold the columns in
+   the order (0, 1, 4, 5, 2, 3, 6, 7), put right by one VPERMPD per output vector. (Stride 2 kept
+   its masked edges: the same shifts there, with 4 or 5 rows a block, measured even with the flat
+   kernel at 112 and 56 columns and 0.6-0.9x at 28 and 14, Zen 3, 2026-12-07.) */
 enum { OP_DW8X_MASK = 1, OP_DW8X_LEFT = 2, OP_DW8X_RIGHT = 3 };
 
 OP_INLINE __m256 op_dw8x_ld(const float *row, int64_t t, int o, int64_t W, const int EDGE)
@@ -1772,7 +1776,7 @@ OP_INLINE void op_dw8x_blk(const float *const *rp, int64_t t, int64_t W, const _
                                  int64_t j1)                                                      \
     {                                                                                             \
         for (; j0 < j1; j0 += 8)                                                                  \
-            op_dw8x_blk(rp, j0 - pl, W, wv, bv, y, yp, ylen, j0, OP_DW8X_R1, 1, 0, RELU, 1);   \
+            op_dw8x_blk(rp, j0 - pl, W, wv, bv, y, yp, ylen, j0, OP_DW8X_R1, 1, 0, RELU, 1);      \
     }
 OP_DW8X_MID(op_dw8x_mid, 0)
 OP_DW8X_MID(op_dw8x_mid_relu, 1)

@@ -221,7 +221,9 @@ def row_limits(level: str) -> tuple[int, int, int] | None:
 # (NT_NN: from its rows, up to its depth), not as dot products: linear 1 thread 4096 x 512 -> 8 0.50
 # -> 1.34, -> 16 1.01 -> 1.51, 1024 x 2048 -> 10 0.64 -> 1.04, 300 x 4000 -> 8 0.48 -> 1.41, 4096^2
 # -> 5 0.89 -> 2.09; 2 threads 0.50 -> 0.71, 0.60 -> 0.93, 0.48 -> 0.71, 0.51 -> 0.87, 0.75 -> 1.06
-# (x numpy's a @ W.T; at 2 threads this VM's timings moved up to 2x between runs). Batched
+# (x numpy's a @ W.T; at 2 threads this VM's timings moved up to 2x between runs); below 8 columns
+# the avx2 kernel takes dot products there (gemm_small.c), measured too: 1 thread 4096 x 512 -> 5
+# 0.69 -> 2.03, -> 7 0.87 -> 1.74, 16384 x 64 -> 6 0.53 -> 1.29, 2048 x 128 -> 7 0.68 -> 1.46. Batched
 # products and a PackedWeight past NT_MAX_M rows keep LIMITS (as the thin rule). Other hosts: not
 # measured (no row: the packed GEMM, as before).
 NARROW_NN: dict = {("zen3", "avx2"): (16, 64)}
