@@ -114,6 +114,13 @@ def test_matmul_narrow_b_bit_identical(client, level):
         rows = (5, 17, m - 22)
         got = client.compute(odask.matmul(da.from_array(a, chunks=(rows, k)), b)).result()
         _assert_same(got, onepath.matmul(a, b))
+    # B = W.T in memory (the nt form; past NT_NN's depth the narrow rule says no there, and the
+    # blocks, decided without the layout, say no too: the review's K 8192, 4097)
+    for m, k, n in ((64, 8192, 8), (100, 4097, 12), (100, 4096, 12), (300, 4000, 8)):
+        a, w = _rand(rng, (m, k), F32), _rand(rng, (n, k), F32)
+        got = client.compute(odask.matmul(da.from_array(a, chunks=((m // 2, m - m // 2), k)),
+                                          w.T)).result()
+        _assert_same(got, onepath.matmul(a, w.T))
 
 
 def test_matmul_batched_small_bit_identical(client, level):

@@ -1341,7 +1341,8 @@ def test_narrow_b_takes_the_small_kernel_at_any_size(level, threads, monkeypatch
     of the small kernel forced (``_small.on``) at either thread count; fewer columns or rows, more
     columns, a larger B, ``off()`` and batches keep the packed GEMM. linear and matmul with B = W.T
     alike where the small kernel runs the nt form as its transposed nn form. The row is set for
-    this host's level here, so every level runs it."""
+    this host's level here, so every level runs it (a level without an NT_NN row keeps the packed
+    GEMM: the rule holds K within NT_NN's depth in both forms)."""
     from onepath.dispatch import cpu
     row_level = _small.row_for("matmul", level).level
     monkeypatch.setattr(_small, "NARROW_NN", {(cpu.probe().uarch, row_level): (16, 64)})
@@ -1357,10 +1358,15 @@ def test_narrow_b_takes_the_small_kernel_at_any_size(level, threads, monkeypatch
             return c, lines[-1]
 
         lim1t = _small.limits(row_level)[1]
+        # (the rule holds K within NT_NN's depth in either form; a level without an NT_NN row, whose
+        # nt form always takes dot products, keeps the packed GEMM)
+        nt_nn = _small.NT_NN.get(row_level)
         for m, k, n in ((300, 4000, 8), (4096, 256, 5), (128, 2048, 16), (64, 1000, 13)):
             a, b = rand(m, k), rand(k, n)
             c, line = kernel(a, b)
-            assert "small" in line, (m, k, n, line)
+            assert ("small" in line) is (nt_nn is not None) or m * n * k <= lim1t, (m, k, n, line)
+            if nt_nn is None:
+                continue
             assert_gemm_close(c, a, b)
             with _small.on():
                 forced = onepath.matmul(a, b)
@@ -1376,11 +1382,15 @@ def test_narrow_b_takes_the_small_kernel_at_any_size(level, threads, monkeypatch
         with _small.off():
             c, line = kernel(a, b)
         assert "small" not in line
+        # the nn and nt forms answer alike (onepath.dask decides without knowing the layout)
+        for m, k, n in ((64, 4096, 8), (64, 4097, 8), (64, 8192, 8), (100, 16384, 8), (300, 2000, 16)):
+            nn_ans = _small.use_small(m * n * k, "matmul", "float32", n * k, m, None, n)
+            for op in ("matmul", "linear"):
+                assert _small.use_small(m * n * k, op, "float32", n * k, m, k, n) == nn_ans, (m, k, n, op)
         c, line = kernel(rand(2, 300, 4000), b)   # a batch: LIMITS alone
         assert "small" not in line
         # the nt form (linear, and matmul with B = W.T) where the small kernel takes it as the
         # transposed nn form (NT_NN: from its rows up to its depth); dot products keep the limits
-        nt_nn = _small.NT_NN.get(row_level)
         for m, k, n in ((300, 4000, 8), (4096, 256, 5), (128, 2048, 16)):
             x, w = rand(m, k), rand(n, k)
             taken = nt_nn is not None and m >= nt_nn[0] and k <= nt_nn[1]

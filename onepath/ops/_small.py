@@ -205,10 +205,10 @@ def row_limits(level: str) -> tuple[int, int, int] | None:
 
 
 # Products with a narrow row-major B (A @ W, W (K, N) with 5 <= N <= NARROW_NN's first value,
-# K*N within B_MAX, at least its second value of rows; matmul's nn form, 2-D), per (uarch, level of
-# the small row): the small kernel at any M*N*K, its rows split over the threads, instead of the
-# packed GEMM, which packs all of A for tiles of 16 columns (6 x 16 at avx2) that then run mostly
-# empty. (2-4 columns: the small kernel's and the driver's narrow copies; gemm_small.c, gemv_f32.c.)
+# K*N within B_MAX, K within NT_NN's depth, at least its second value of rows; matmul's nn form,
+# 2-D), per (uarch, level of the small row): the small kernel at any M*N*K, its rows split over
+# the threads, instead of the packed GEMM, which packs all of A for tiles of 16 columns (6 x 16 at
+# avx2) that then run mostly empty. (2-4 columns: the small kernel's and the driver's narrow copies; gemm_small.c, gemv_f32.c.)
 # zen3 (AMD EPYC Zen 3 VM, avx2, 2026-12-07, x numpy's OpenBLAS for the packed GEMM -> the small
 # kernel, best of 11 alternated in one process; 2 threads settle 0.12 s): 1 thread 4096 x 512 x 5
 # 0.71 -> 1.21, x 8 0.57-0.68 -> 1.41-1.46, x 12 0.85 -> 1.47, x 16 0.99-1.04 -> 1.60-1.70, 1024 x
@@ -240,8 +240,11 @@ def narrow_nn(m: int, n: int, kn: int, level: str) -> bool:
     except KeyError:
         from ..dispatch.cpu import probe
         lim = _narrow_nn[level] = NARROW_NN.get((probe().uarch, level))
+    # K within NT_NN's depth in either form: onepath.dask decides for its blocks without knowing
+    # whether B is W.T in memory (nt: past that depth the kernel takes dot products, and the rule
+    # says no), so the nn form answers alike (found by the review: x @ W.T at K 8192)
     return (lim is not None and 5 <= n <= lim[0] and m >= lim[1] and kn <= B_MAX
-            and limits(level)[0] >= 0 and not _off.get())
+            and not nt_dots(m, kn // n, level) and limits(level)[0] >= 0 and not _off.get())
 
 
 def row_fits(kn: int, n: int, level: str) -> bool:
