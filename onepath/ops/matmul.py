@@ -90,7 +90,7 @@ def matmul(a, b, /, out=None, *, dtype=None):
     from about 0.1 MFLOP (the same bits at any thread count; ``ops._small.MT_ON``); batched ones
     whose core product is that small run it on every entry (entries over the threads); so do 2-D
     products with a narrow B at any size on hosts with a ``ops._small.NARROW_NN`` row (Zen 3:
-    5-16 columns, from 64 rows). One-row
+    5-16 columns, from 64 rows, K up to 4096). One-row
     products with a row-major B past the host's ``ops._small.ROW_LIMITS`` (Zen 3) run the packed
     GEMM's row stream instead. Small 2-D bfloat16 products run the bfloat16 small kernel within
     both LIMITS and the level's ``ops._small.BF16_LIMITS`` (past those the bfloat16 GEMM of the
