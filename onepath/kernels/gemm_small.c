@@ -5,7 +5,8 @@
    - "nn" form, B rows contiguous (csb == 1) and C rows contiguous (csc == 1): register tiles of
      MR rows of C x NR columns; per k one row of the B panel is loaded and each A element is
      broadcast (AVX-512: 8 x 32, two zmm per row, masked column tails; AVX2: 6 x 16, two ymm per
-     row, maskload tails; portable C: one row at a time, the inner loop left to the compiler);
+     row, maskload tails, and 8 x 8 for a strip of at most 8 columns; portable C: one row at a
+     time, the inner loop left to the compiler);
    - "nt" form, A rows and B columns contiguous along K (csa == 1, rsb == 1, e.g. linear's
      x @ W.T with W (out, in) row-major): 4 x 4 (AVX-512, AVX2: 2 x 4) dot-product tiles with vector
      accumulators along K, reduced once per tile;
@@ -612,8 +613,8 @@ static float op_small_dot(int64_t k, const float *a, const float *b);  /* gemv_f
 
 /* From this many rows a row-major B of 2-4 columns (rows and columns of the whole call: mall, nall
    of op_small_run) takes the nt form's dot tiles through op_small_cols; fewer keep the nn form
-   (the copy is then a large part of the work). zen3 (AMD EPYC Zen 3 VM, 2026-12-07, 1 thread, x numpy nn -> cols): 1000 x 300 x 3 ->
-   2.15, 1024^2 x 2 0.73-1.09 -> 2.23, 256^2 x 2 0.84 -> 2.15, 256^2 x 4 -> 1.18, 16 x 1024 x 2 0.78
+   (the copy is then a large part of the work). zen3 (AMD EPYC Zen 3 VM, 2026-12-07, 1 thread, x
+   numpy nn -> cols): 1000 x 300 x 3 -> 2.15, 1024^2 x 2 0.73-1.09 -> 2.23, 256^2 x 2 0.84 -> 2.15, 256^2 x 4 -> 1.18, 16 x 1024 x 2 0.78
    -> 1.23, 16 x 4096 x 3 1.38 -> 1.29; but 8 x 4096 x 4 1.23 -> 0.91, 2 x 16384 x 4 1.69 -> 0.59,
    1 x 4096 x 4 0.64 -> 0.33. At most onepath.dask's block padding (_PAD_ROWS, 49), so its row
    blocks take the form the whole product takes. */
