@@ -123,6 +123,59 @@ def test_matmul_narrow_b_bit_identical(client, level):
         _assert_same(got, onepath.matmul(a, w.T))
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_matmul_layouts_bit_identical(client, level, threads, monkeypatch):
+    """The in-memory path depends on the operands' layout (ops.matmul.small_form): B = W.T (the
+    nt form), past this host's NT_DOTS_LIMITS (here a made-up 1000, as the Intel AMX host's row
+    sets) at one thread, takes the packed GEMM where a row-major B takes the small kernel, and an
+    A in Fortran order (a numpy one, a column-major view, a dask transpose) takes neither form.
+    The blocks keep their in-memory operand's layout, padded or not, and give its bits (before
+    2026-12-08 the blocks decided as if B were row-major: other bits at one thread)."""
+    from onepath.dispatch.cpu import probe
+    from onepath.ops import _small
+    row = _small.row_for("matmul", level)
+    monkeypatch.setitem(_small.NT_DOTS_LIMITS, (probe().uarch, row.level), 1000)
+    _small.reset()
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(threads)
+    rng = np.random.default_rng(13)
+    differs = 0
+    try:
+        for m, k, n in ((8, 300, 200), (4, 256, 256), (70, 64, 40), (1, 512, 512), (100, 40, 12)):
+            x, w = _rand(rng, (m, k), F32), _rand(rng, (n, k), F32)
+            differs += (_small.use_small(m * n * k, "matmul", "float32", n * k, m, n=n)
+                        != _small.use_small(m * n * k, "matmul", "float32", n * k, m, nt_k=k, n=n))
+            rows = ((m // 2, m - m // 2), k) if m > 1 else (1, k)
+            xd = da.from_array(x, chunks=rows)
+            wc, xf = np.ascontiguousarray(w.T), np.asfortranarray(x)
+            xdt = da.from_array(x.T.copy(), chunks=(k, rows[0])).T  # blocks: column-major views
+            for xa, b, xm, bm in ((xd, w.T, x, w.T), (xd, da.from_array(w, chunks=(n, k)).T, x, w.T),
+                                  (xd, wc, x, wc), (xf, w.T, xf, w.T), (xf, wc, xf, wc),
+                                  (xdt, w.T, xf, w.T)):
+                got = client.compute(odask.matmul(xa, b)).result()
+                _assert_same(got, onepath.matmul(xm, bm))
+        if threads == 1:
+            assert differs, "no shape here takes another path as nt than as nn: the test cannot fail"
+    finally:
+        onepath.set_num_threads(old)
+        monkeypatch.undo()
+        _small.reset()
+
+
+def test_linear_fortran_x_bit_identical(client, level):
+    """An x in Fortran order (numpy, or a dask transpose) runs the packed GEMM in memory (the small
+    kernel's linear reads contiguous rows); its blocks, padded or not, do too (before 2026-12-08
+    a padded block was C-ordered and could take the small kernel)."""
+    rng = np.random.default_rng(14)
+    for m, k, n in ((60, 300, 24), (64, 1000, 16), (130, 96, 40)):
+        x, w = _rand(rng, (m, k), F32), _rand(rng, (n, k), F32)
+        xf = np.asfortranarray(x)
+        want = onepath.linear(xf, w)
+        for xa in (xf, da.from_array(x.T.copy(), chunks=(k, (5, m - 5))).T):
+            got = client.compute(odask.linear(xa, w)).result()
+            _assert_same(got, want)
+
+
 def test_matmul_batched_small_bit_identical(client, level):
     """Batched float32 products whose core product is small: the blocks (split along the batch
     axes) and the in-memory call both run the small kernel, also where the whole operand's batch

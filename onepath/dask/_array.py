@@ -29,6 +29,7 @@ from ..dispatch import LEVELS
 from ..dtypes import BF16, F32, to_bfloat16
 from ..ops import _small
 from ..ops.conv import route_batch
+from ..ops.matmul import small_form
 
 # > every MR of the registry (float32 14, bfloat16 AMX 32) and > the rows of the dot-product paths
 # (4; a raw or prepacked bfloat16 weight with VDPBF16PS: OP_SM_NKDP_MAX_M and OP_SM_PKDP_MAX_M = 48
@@ -66,19 +67,42 @@ def _pad_rows(x: np.ndarray, axis: int, full: int) -> int:
 
 
 def _padded(x: np.ndarray, axis: int, extra: int) -> np.ndarray:
+    """``x`` with ``extra`` zero rows appended along ``axis``, in Fortran order when x's rows are
+    strided and its columns contiguous (a block of a Fortran-ordered operand): the padded block then
+    takes the path the in-memory operand's layout takes (``ops.matmul.small_form``; the small
+    linear and bfloat16 kernels read only contiguous rows)."""
     if not extra:
         return x
     shape = list(x.shape)
     shape[axis] = extra
-    return np.concatenate([x, np.zeros(shape, x.dtype)], axis=axis)
+    f_like = x.ndim >= 2 and x.shape[-1] > 1 and x.strides[-1] != x.itemsize \
+        and x.strides[-2] == x.itemsize
+    shape[axis] += x.shape[axis]
+    out = np.empty(shape, x.dtype, order="F" if f_like else "C")
+    shape[axis] = extra
+    return np.concatenate([x, np.zeros(shape, x.dtype)], axis=axis, out=out)
 
 
-def _as_dask(x, name: str):
+def _aligned(x: np.ndarray) -> np.ndarray:
+    """``x``, or an aligned copy in its own memory order where it arrived misaligned (a block
+    unpickled by distributed may be): matmul would copy it in C order and so take another form
+    of the small kernel than the aligned in-memory operand."""
+    return x if x.flags.aligned else np.array(x, order="K")
+
+
+def _as_dask(x, name: str, keep_columns: bool = False):
+    """``x`` as a dask array. ``keep_columns`` (a product's operand): an ndarray whose core
+    matrices have contiguous columns and strided rows (Fortran order, ``W.T``) gives blocks laid
+    out so too (dask copies what it wraps in C order), so a block takes the small kernel's form
+    the in-memory operand takes (``ops.matmul.small_form``)."""
     if isinstance(x, da.Array):
         return x
     if isinstance(x, onepath.PackedWeight):
         raise TypeError(f"onepath.dask: {name} must be an array, not a PackedWeight (pass the "
                         "unpacked weight; the workers prepack it themselves)")
+    if (keep_columns and isinstance(x, np.ndarray) and x.ndim >= 2 and x.shape[-1] > 1
+            and x.shape[-2] > 1 and x.strides[-2] == x.itemsize and x.strides[-1] != x.itemsize):
+        return da.asarray(np.swapaxes(x, -1, -2)).swapaxes(-1, -2)
     return da.asarray(x)
 
 
@@ -94,15 +118,20 @@ def _gemm_path(small: bool):
     return _small.on() if small else _small.off()
 
 
-def _mm_block(a, b, *, level, full_m, small=False):
+def _mm_block(a, b, *, level, full_m, small):
     """One (..., M_i, K_j) x (..., K_j, N_l) product in float32 (bfloat16 operands accumulate in
     float32 here; the result is rounded once after the contraction sum), with the contraction axis
-    put back as a size-1 axis for the reduction (as ``dask.array.matmul`` does)."""
-    with _capped(level), _gemm_path(small):
-        extra = _pad_rows(a, -2, full_m)
-        c = onepath.matmul(_padded(a, a.ndim - 2, extra), b, dtype=F32)
-        if extra:
-            c = c[..., : a.shape[-2], :]
+    put back as a size-1 axis for the reduction (as ``dask.array.matmul`` does). ``small``: the
+    whole problem's small-kernel decision per form of the float32 small kernel ("nn", "nt",
+    "any": ``ops.matmul.small_form``); the block's operands, blocks of the in-memory ones, pick."""
+    a, b = _aligned(a), _aligned(b)
+    rows = a.shape[-2]
+    ap = _padded(a, a.ndim - 2, _pad_rows(a, -2, full_m))
+    form = small_form(ap, b) if a.dtype == b.dtype == F32 else "nn"
+    with _capped(level), _gemm_path(small[form]):
+        c = onepath.matmul(ap, b, dtype=F32)
+        if ap is not a:
+            c = c[..., :rows, :]
     return c[..., np.newaxis, :]
 
 
@@ -142,7 +171,7 @@ def matmul(a, b):
     Chunks split only along M or the batch axes: bit-identical to ``onepath.matmul`` on the whole
     arrays; chunks along K: the sum order differs, within the float32 GEMM error bound.
     """
-    a, b = _as_dask(a, "a"), _as_dask(b, "b")
+    a, b = _as_dask(a, "a", True), _as_dask(b, "b", True)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"onepath.dask.matmul: scalar operands are not allowed (shapes {a.shape} and {b.shape})")
     ka, kb = a.shape[-1], b.shape[-2 if b.ndim > 1 else 0]
@@ -172,9 +201,16 @@ def matmul(a, b):
     mnk, kn = a.shape[-2] * b.shape[-1] * ka, b.shape[-1] * ka
     one = nd == 2 or math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])) == 1
     n = b.shape[-1] if one else None   # (ROW_LIMITS: a 2-D product or a batch of one)
-    small = (a.dtype == b.dtype
-             and (_small.use_small(mnk, "matmul", a.dtype.name, kn, a.shape[-2], n=n) if nd == 2
-                  else a.dtype == F32 and _small.use_small_batched(mnk, kn, a.shape[-2], n=n)))
+
+    def decide(nt_k):  # in memory, nt_k is K for the nt form (b = W.T), None for the others
+        return (a.dtype == b.dtype
+                and (_small.use_small(mnk, "matmul", a.dtype.name, kn, a.shape[-2], nt_k=nt_k, n=n)
+                     if nd == 2 else
+                     a.dtype == F32 and _small.use_small_batched(mnk, kn, a.shape[-2], nt_k, n=n)))
+    # the in-memory decision depends on the operands' layout (matmul's small_form), which the
+    # blocks have (blocks of the in-memory operands): decided here for each form, picked there
+    nn = decide(None)
+    small = {"nn": nn, "nt": decide(ka) if a.dtype == F32 else nn, "any": nn and mnk <= _small.ANY_MAX}
     parts = da.blockwise(_mm_block, out_ind, a, lhs, b, rhs, adjust_chunks={nd - 1: 1},
                          dtype=F32, concatenate=False, level=level, full_m=a.shape[-2], small=small,
                          meta=np.empty((0,) * (nd + 1), F32))
@@ -231,7 +267,7 @@ def _linear_block(x, w, b=None, *, wkey, activation, out_dtype, level, full_m, s
         else:
             wk = _packed_weight(wkey, w) if w.dtype in (F32, BF16) and x.dtype in (F32, BF16) else w
         lead = x.shape[:-1]
-        x2 = x.reshape(int(np.prod(lead)), x.shape[-1])  # (-1 is ambiguous when K == 0)
+        x2 = _aligned(x).reshape(int(np.prod(lead)), x.shape[-1])  # (-1: ambiguous when K == 0)
         extra = _pad_rows(x2, 0, full_m)
         y = onepath.linear(_padded(x2, 0, extra), wk, b, activation=activation, dtype=out_dtype)
         return y[: x2.shape[0]].reshape(lead + (y.shape[-1],))
@@ -259,7 +295,7 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
         ValueError: weight not 2-D, feature mismatch, bias shape, unknown activation (as
             ``onepath.linear``, checked when the graph is built). TypeError: a PackedWeight.
     """
-    x = _as_dask(x, "x")
+    x = _as_dask(x, "x", True)
     if isinstance(weight, onepath.PackedWeight):
         raise TypeError("onepath.dask.linear: weight must be an array (out_features, in_features), not "
                         "a PackedWeight: the workers prepack it themselves, once each")

@@ -292,10 +292,9 @@ def _matmul_f32(a, b, out):
     target = c if direct else np.empty(shape, _F32)
     # the small kernel's nt form (op_gemm_f32_small: B's rows strided, its columns contiguous, A's
     # rows contiguous): its depth for use_small; C's rows strided: the dot products at any depth
-    strides = (rsa, csa), (rsb, csb), (rsc, csc) = (_core_strides(a2), _core_strides(b2),
-                                                    _core_strides(c))
-    nn = csb == 1 and csc == 1
-    nt = not nn and csa == 1 and rsb == 1
+    strides = (_core_strides(a2), _core_strides(b2), _core_strides(c))
+    nn, nt = _forms(strides)
+    csc = strides[2][1]
     m, n = a2.shape[-2], b2.shape[-1]
     nt_k = None if not nt else k if csc == 1 else _small.NT_K_DOTS
     # neither form (e.g. A and B both column-major, or C's rows strided): the small kernel's
@@ -313,6 +312,26 @@ def _matmul_f32(a, b, out):
     if target is not c:
         c[...] = target
     return res[()] if out is None and not result else res  # 0-d: numpy's scalar
+
+
+def _forms(strides) -> tuple[bool, bool]:
+    """(nn, nt): whether the small kernel reads a product of these (row, column) strides of A, B
+    and C (``_core_strides``) in its nn form (B's and C's rows contiguous) or its nt form (B = W.T:
+    B's columns and A's rows contiguous); neither: its reference loop (``_small.ANY_MAX``)."""
+    (_, csa), (rsb, csb), (_, csc) = strides
+    nn = csb == 1 and csc == 1
+    return nn, not nn and csa == 1 and rsb == 1
+
+
+def small_form(a: np.ndarray, b: np.ndarray) -> str:
+    """"nn", "nt" or "any": the small kernel's form (``_forms``) for float32 ``a @ b`` into a new
+    C-ordered result, with the operands as ``matmul`` would read them (a copy of one the kernels
+    cannot read in place is C-ordered). ``onepath.dask`` decides a block's path by it: a block of
+    an in-memory operand has that operand's layout."""
+    sa = _core_strides(a) if kernel_ready(a) else (a.shape[-1], 1)
+    sb = _core_strides(b) if kernel_ready(b) else (b.shape[-1], 1)
+    nn, nt = _forms((sa, sb, (b.shape[-1], 1)))
+    return "nn" if nn else "nt" if nt else "any"
 
 
 def _core_strides(x):
