@@ -71,13 +71,16 @@ def test_small_linear(level, act, shape):
 
 @pytest.mark.parametrize("form", ["nn", "nt", "any"])
 @pytest.mark.parametrize("m,k,n", [(1, 7, 33), (5, 19, 70), (13, 64, 97), (16, 40, 3),
-                                   (9, 33, 200), (100, 33, 20), (257, 16, 32), (70, 24, 1)])
+                                   (9, 33, 200), (100, 33, 20), (257, 16, 32), (70, 24, 1),
+                                   (50, 33, 20), (66, 33, 20), (66, 600, 24), (49, 9, 13)])
 @pytest.mark.parametrize("bias_axis", [1, 0])
 def test_small_mt_same_bits_as_one_thread(level, form, m, k, n, bias_axis):
-    """op_gemm_f32_small_mt splits C's columns at whole tiles (the nn form with 32 columns or
-    fewer: its rows): bit for bit the one-thread call at 1-5 threads, with a bias along columns
-    or rows and an activation (each range its part of the bias), the output NaN-filled first so
-    that an element left unwritten fails."""
+    """op_gemm_f32_small_mt splits C's columns at whole tiles (the nn and nt forms with 32 columns
+    or fewer: their rows): bit for bit the one-thread call at 1-5 threads, with a bias along
+    columns or rows and an activation (each range its part of the bias), the output NaN-filled
+    first so that an element left unwritten fails. At 5 threads the last row range of 50 or 66
+    rows has 2, fewer than the nt form's transposed nn form takes (the whole call's rows choose
+    it); K 600 is past that form's depth at AVX-512 (dot tiles)."""
     mod = load(_small.row_for("matmul", level).level)
     ffi, lib = mod.ffi, mod.lib
     a = rand(m, k)

@@ -668,7 +668,7 @@ static int op_small_run(int64_t m, int64_t n, int64_t k, const void *av, int64_t
         op_small_nn(m, n, k, a, rsa, csa, b, rsb, c, rsc);
     } else if (csa == 1 && rsb == 1) {
 #if defined(OP_HAS_AVX2)
-        if (!(csc == 1 && m >= OP_SMALL_NT_NN_MIN_M && k <= OP_SMALL_NT_MAX_K
+        if (!(csc == 1 && mall >= OP_SMALL_NT_NN_MIN_M && k <= OP_SMALL_NT_MAX_K
               && nall >= OP_SMALL_NT_NN_MIN_N && op_small_nt_nn(m, n, k, a, rsa, b, csb, c, rsc)))
 #endif
             op_small_nt(m, n, k, a, rsa, b, csb, c, rsc, csc);
@@ -734,9 +734,17 @@ int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
        every bit. The epilogue's bias along rows moves with the range; activations act per row.
        sapphirerapids, 2026-12-06, 2 threads, median of 5 alternated in one process, x numpy
        (OpenBLAS) one thread -> two: 512 x 64 x 32 0.79 -> 1.18, 1024 x 128 x 16 0.77 -> 1.27 (256 x
-       384 x 32, the packed GEMM before ops/_small.py's mt_fits: 0.49-0.54 -> 1.22) */
+       384 x 32, the packed GEMM before ops/_small.py's mt_fits: 0.49-0.54 -> 1.22).
+       The nt form (x @ W.T: linear's raw weight) too: its dot tiles are OP_SMALL_NT_R rows (a
+       divisor of OP_SMALL_MR), the same at range starts that are multiples of OP_SMALL_MR, and its
+       transposed nn form is chosen by the whole call's rows (op_small_run's mall); each range
+       transposes B's strips itself. zen3 (AMD EPYC Zen 3 VM, 2026-12-07, linear, 2 threads, best
+       of 9 alternated in one process, one thread -> two, x numpy): 3000 x 40 x 30 0.68 -> 0.96,
+       512 x 768 x 10 0.82 -> 1.18, 1000 x 100 x 20 0.63 -> 0.94, 200 x 1000 x 8 0.93 -> 1.25,
+       128 x 384 x 32 0.69 -> 0.84, 256 x 256 x 16 0.89 -> 0.96, 64 x 512 x 16 1.05 -> 1.12 */
+    _Static_assert(OP_SMALL_MR % OP_SMALL_NT_R == 0, "row ranges must start on nt tile rows");
     const int64_t chunk32 = op_roundup64(op_cdiv64(n > 0 ? n : 1, nthreads), 32);
-    if (n <= chunk32 && csb == 1 && csc == 1 && m >= 8 * OP_SMALL_MR) {
+    if (n <= chunk32 && csc == 1 && (csb == 1 || (csa == 1 && rsb == 1)) && m >= 8 * OP_SMALL_MR) {
         const int64_t rchunk = op_roundup64(op_cdiv64(m, nthreads), OP_SMALL_MR);
         op_small_mt_ctx x = {m, n, k, rsa, csa, rsb, csb, rsc, csc, rchunk,
                              (const float *)av, (const float *)bv, (float *)cv, epi, 1};

@@ -3,7 +3,7 @@
 Products too small to pay for packing and scratch buffers run the registry's ``algorithm="small"``
 row of their (op, float32), reading A and B in place: on the calling thread, or, from
 MT_MIN_FLOPS / MT_MIN_FLOPS_NN on, on the thread pool with C's columns split (its rows for the nn
-form with 32 columns or fewer; ``mt_threads``; the same bits at any thread count). With more than
+and nt forms with 32 columns or fewer; ``mt_threads``; the same bits at any thread count). With more than
 one thread, thin products take it above the limits too (``thin``). ``MT_ON = False`` turns both
 off (one thread, the former thin paths).
 
@@ -107,8 +107,8 @@ THIN_NN_KN = 5 << 17
 # 64 and 32), 1024 x 128 x 128 0.94-0.98 -> 0.85-0.89: those keep the GEMM. Not measured on Zen 4
 # (the GEMM's one-thread rule is the same there). Batched products keep LIMITS (use_small_batched:
 # whole entries per thread). Where the small kernel cannot split C and runs one thread as the GEMM
-# did (found by the review): linear 3000 x 40 x 30 0.58 -> 0.92, matmul 63 x 1100 x 32 0.64 -> 1.09,
-# 20000 x 128 x 1 0.44 -> 0.50 (its rows split).
+# did (found by the review): linear 3000 x 40 x 30 0.58 -> 0.92 (since 2026-12-07 its rows split:
+# gemm_small.c), matmul 63 x 1100 x 32 0.64 -> 1.09, 20000 x 128 x 1 0.44 -> 0.50 (its rows split).
 MT_GEMM_ONE = 4_000_000   # M*N*K below which the packed GEMM runs one thread
 
 
@@ -357,7 +357,8 @@ def mt_fits(mnk: int, m: int | None) -> bool:
     the small kernel when more than one thread is allowed: below MT_GEMM_ONE, where the packed
     GEMM would run on one thread, so that LIMITS' one-thread value decides as at one thread; the
     small kernel then runs on the pool where it can split C (``mt_threads``; a few columns and
-    rows, or the nt form with 32 columns or fewer: one thread, as the GEMM). ``m`` None (no row
+    rows, or the nn / nt form's 32 columns or fewer with fewer than 8 tiles of rows: one thread,
+    as the GEMM). ``m`` None (no row
     count given: a linear on a PackedWeight past NT_MAX_M rows): no. (Batched products keep
     LIMITS' first value: ``use_small_batched`` asks ``fits`` without ``m``.)"""
     return MT_ON and m is not None and mnk < MT_GEMM_ONE
