@@ -241,6 +241,122 @@ def test_one_row_products_past_row_limits_take_the_row_stream(level, caplog, ver
         assert_gemm_close(y, x, w)
 
 
+def _c_entry(level, monkeypatch):
+    """The level's kernels/pyfast.inc function, as matmul's fast entry holds it."""
+    from onepath import _repro_mode
+    monkeypatch.setattr(_repro_mode, "_ever", False)  # (an earlier test's mode empties the entry)
+    _small.fast_matmul.clear()
+    _small.bound("matmul")   # fills the fast entry of the level in force
+    from onepath.dispatch import cap
+    f = _small.fast_matmul[cap._scoped.get()][9]   # (keyed by the scoped cap the fixture set)
+    assert f is not _small._no_pyfast, "the level module has no pyfast function"
+    return f
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_c_entry_same_bits_as_the_kernel_call(level, threads, monkeypatch):
+    """matmul's C entry (kernels/pyfast.inc) takes the tiniest 2-D products (one thread at any
+    count, within LIMITS' first value): bit for bit the small kernel's call that the out= entry
+    makes, on C-ordered float32 operands, read-only ones and ones inside larger buffers; it gives
+    up (None) where matmul would run more threads, past LIMITS' first value and for one-row
+    products past ROW_LIMITS."""
+    f = _c_entry(level, monkeypatch)
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(threads)
+    try:
+        lim = _small.limits(_small.row_for("matmul", level).level)[0]
+        mt0, mt8 = _small.mt_limits()
+        for m, k, n in [(1, 1, 1), (4, 4, 4), (3, 5, 7), (16, 16, 16), (7, 33, 9), (1, 300, 20),
+                        (8, 40, 40), (40, 40, 40), (64, 64, 64), (2, 1, 2), (100, 90, 90)]:
+            a, b = rand(m, k), rand(k, n)
+            a.setflags(write=False)
+            mnk = m * n * k
+            takes = mnk <= lim and (mnk < mt0 or (m >= 8 and mnk < mt8))
+            got = f(a, b)
+            assert (got is not None) is takes, (m, k, n, lim, mt0, mt8)
+            want = np.empty((m, n), np.float32)
+            onepath.matmul(a, b, out=want)   # (the out= entry: op_gemm_f32_small_cc)
+            y = onepath.matmul(a, b)
+            assert y.dtype == np.float32 and y.shape == (m, n) and y.flags.c_contiguous
+            np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32))
+            if takes:
+                np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+            assert_gemm_close(y, a, b)
+        # one row past ROW_LIMITS (where the host has them): the row stream, not this entry
+        row = _small.row_limits(_small.row_for("matmul", level).level)
+        if row is not None and row[0] <= lim:
+            k = max(row[2], 1)
+            n = max(row[1], -(-row[0] // k))
+            assert f(rand(1, k), rand(k, n)) is None
+    finally:
+        onepath.set_num_threads(old)
+
+
+def test_c_entry_follows_mt_on(level, monkeypatch):
+    """With the threaded small kernel off (MT_ON, then matmul.set_mt_limits), matmul runs one
+    thread at any size, and the C entry, made anew, takes every product within LIMITS' first
+    value; switched back on, products past mt0 are left to the threaded path again."""
+    from onepath.ops import matmul as mm
+    m, k, n = 4, 120, 120   # (M N K 57600: past mt0, fewer than 8 rows: two threads when allowed)
+    a, b = rand(m, k), rand(k, n)
+    assert _small.mt_limits()[0] <= m * n * k
+    assert _c_entry(level, monkeypatch)(a, b) is None
+    monkeypatch.setattr(_small, "MT_ON", False)
+    mm.set_mt_limits()
+    try:
+        assert not mm._fast
+        assert m * n * k > _small.limits(_small.row_for("matmul", level).level)[0] \
+            or _c_entry(level, monkeypatch)(a, b) is not None
+    finally:
+        monkeypatch.undo()
+        mm.set_mt_limits()
+    assert _c_entry(level, monkeypatch)(a, b) is None
+
+
+def test_c_entry_declines_what_it_does_not_take(level, monkeypatch):
+    """The C entry answers None, with no error set and nothing kept, for anything but two exact
+    2-D C-ordered native float32 ndarrays with a core match and no empty side; matmul then answers
+    as numpy does (values, shapes, errors)."""
+    import sys
+    f = _c_entry(level, monkeypatch)
+    a, b = rand(6, 5), rand(5, 4)
+
+    class Sub(np.ndarray):
+        pass
+
+    raw = bytearray(6 * 5 * 4 + 8)
+    off = 1 + (-np.frombuffer(raw, np.uint8).ctypes.data) % 4   # a start 1-3 bytes past alignment
+    misaligned = np.frombuffer(raw, np.float32, 6 * 5, off).reshape(6, 5)
+    misaligned[...] = a
+    assert not misaligned.flags.aligned
+    cases = [(a[:, ::-1], b), (a.T.copy().T, b), (a, b[:, :3]), (a.astype(np.float64), b),
+             (a.astype(">f4"), b), (a.view(Sub), b), (a[0], b), (a[None], b), (a, b[None]),
+             (a[:0], b), (a[:, :0], b[:0]), (a, rand(4, 4)), (a.tolist(), b), (a, 2.0),
+             (misaligned, b), (a.astype(BF16), b.astype(BF16)), (a, b.astype(np.float16))]
+    refs = [sys.getrefcount(x) for pair in cases for x in pair]
+    for x, y in cases:
+        for _ in range(100):   # (a reference kept per call would show below)
+            assert f(x, y) is None, (getattr(x, "shape", x), getattr(y, "shape", y))
+        try:
+            want = np.matmul(np.asarray(x, np.float64 if isinstance(x, list) else None), y)
+        except (ValueError, TypeError) as e:
+            with pytest.raises(type(e)):
+                onepath.matmul(x, y)
+            continue
+        got = onepath.matmul(x, y)
+        assert np.shape(got) == np.shape(want)
+        np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64),
+                                   rtol=1e-2, atol=1e-2)
+    del x, y
+    assert [sys.getrefcount(x) for pair in cases for x in pair] == refs
+    taken = rand(3, 3)
+    before = sys.getrefcount(taken)
+    for _ in range(100):
+        assert sys.getrefcount(f(taken, taken)) == 2   # (the result: its one reference, the call's)
+    assert sys.getrefcount(taken) == before
+    assert f(a) is None and f(a, b, b) is None and f() is None
+
+
 def test_one_row_fast_entries_route_as_the_general_path(level, monkeypatch):
     """matmul's fast entries (2-D, vector @ matrix, out=) and a batch of one entry apply ROW_LIMITS
     as the general path does: the same bits on both sides of the limits; a batch of two one-row

@@ -25,6 +25,14 @@ int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
    Returns 0 (nothing written) when a pointer is not float-aligned: the caller copies. */
 int op_gemm_f32_small_cc(int64_t m, int64_t n, int64_t k, const void *a, const void *b, void *c);
 
+/* matmul's tiniest products straight from Python (pyfast.inc, compiled into the cffi wrapper):
+   a new reference to a CPython function f(a, b) -> the product or None, as void * (the caller
+   owns it), for these limits: lim (M N K of the small kernel's first limit), mt0 / mt8 (M N K
+   from which matmul runs more than one thread: any rows / from 8 rows), row_kn / row_n / row_k
+   (ROW_LIMITS). NULL when numpy cannot be imported. */
+void *op_pyfast_matmul_new(int64_t lim, int64_t mt0, int64_t mt8, int64_t row_kn, int64_t row_n,
+                           int64_t row_k);
+
 /* nbatch products C_e = A_e B_e (e < nbatch; A_e at a + e * bsa elements, likewise B_e and C_e;
    a batch stride of 0 broadcasts), each as op_gemm_f32_small computes it (no epilogue), whole
    entries split over up to nthreads threads of the pool (fewer entries than threads: each

@@ -51,7 +51,7 @@ def _level_ffi(level):
     ffi.cdef(_api_cdef())
     ffi.set_source(
         f"onepath.kernels._op_{level}",
-        '#include "onepath_kernels.h"',
+        '#include "onepath_kernels.h"\n#include "pyfast.inc"',  # (pyfast.inc: Python's C API)
         sources=[os.path.join(REL, f"level_{level}.c")],
         include_dirs=[REL],
         depends=_kernel_sources(),

@@ -32,15 +32,14 @@ _mt_fits = _small.mt_fits
 
 
 def set_mt_limits() -> None:
-    """Re-read ops._small.MT_ON and its MT_MIN_FLOPS(_NN) into _MT0 / _MT8: the fast path's
-    one-thread call up to these M*N*K (nn form; above them, with more than one thread allowed, the
-    general path runs the small kernel on the pool: ops._small.mt_threads; MT_ON off: never). Call
-    it after changing MT_ON."""
+    """Re-read ops._small.MT_ON and its MT_MIN_FLOPS(_NN) into _MT0 / _MT8 (``_small.mt_limits``):
+    the fast path's one-thread call up to these M*N*K (nn form; above them, with more than one
+    thread allowed, the general path runs the small kernel on the pool: ops._small.mt_threads;
+    MT_ON off: never), and forget the fast entries, whose C function holds them too. Call it after
+    changing MT_ON."""
     global _MT0, _MT8
-    if _small.MT_ON:
-        _MT0, _MT8 = int(_small.MT_MIN_FLOPS // 2), int(_small.MT_MIN_FLOPS_NN // 2)
-    else:
-        _MT0 = _MT8 = 1 << 62
+    _MT0, _MT8 = _small.mt_limits()
+    _fast.clear()
 
 
 set_mt_limits()
@@ -96,6 +95,14 @@ def matmul(a, b, /, out=None, *, dtype=None):
     both LIMITS and the level's ``ops._small.BF16_LIMITS`` (past those the bfloat16 GEMM of the
     level in force is faster).
     """
+    if out is None and dtype is None:
+        # the tiniest 2-D float32 products: one C call (kernels/pyfast.inc: the kernel call below
+        # without its Python, the same bits; None for anything it does not take)
+        fast = _fast.get(_scoped_get())
+        if fast is not None and not _off_get():
+            c = fast[9](a, b)
+            if c is not None:
+                return c
     if out is None and dtype is None and type(a) is type(b) is _ND and a.dtype is b.dtype is _F32:
         # the common case first: two float32 ndarrays, no options (each check here costs ~30 ns)
         sa, sb = a.shape, b.shape
@@ -137,7 +144,7 @@ def matmul(a, b, /, out=None, *, dtype=None):
             # the reproducible mode was ever used, so this path needs no test of that mode)
             fast = _fast.get(_scoped_get())
             if fast is not None and k2 == k and not _off_get():
-                cc, fb, mt, null, lim, lim1t, row_kn, row_n, row_k = fast
+                cc, fb, mt, null, lim, lim1t, row_kn, row_n, row_k, _ = fast
                 mnk = m * n * k
                 if (mnk <= lim or (mnk <= lim1t and k * n <= _B_MAX
                                    and (_nthreads() == 1 or _mt_fits(mnk, m)))) and (
@@ -177,7 +184,7 @@ def matmul(a, b, /, out=None, *, dtype=None):
         (m, k), (k2, n) = a.shape, b.shape
         if (fast is not None and k2 == k and not _off_get() and out.shape == (m, n)
                 and out.flags.writeable and not _may_share(out, a) and not _may_share(out, b)):
-            cc, fb, mt, null, lim, lim1t, row_kn, row_n, row_k = fast
+            cc, fb, mt, null, lim, lim1t, row_kn, row_n, row_k, _ = fast
             mnk = m * n * k
             if (mnk <= lim or (mnk <= lim1t and k * n <= _B_MAX
                                and (_nthreads() == 1 or _mt_fits(mnk, m)))) and (
