@@ -267,7 +267,8 @@ def test_c_entry_same_bits_as_the_kernel_call(level, threads, monkeypatch):
         lim = _small.limits(_small.row_for("matmul", level).level)[0]
         mt0, mt8 = _small.mt_limits()
         for m, k, n in [(1, 1, 1), (4, 4, 4), (3, 5, 7), (16, 16, 16), (7, 33, 9), (1, 300, 20),
-                        (8, 40, 40), (40, 40, 40), (64, 64, 64), (2, 1, 2), (100, 90, 90)]:
+                        (8, 40, 40), (40, 40, 40), (64, 64, 64), (2, 1, 2), (100, 90, 90),
+                        (1, 4096, 1), (1, 513, 1), (9, 700, 1), (1, 700, 9), (120, 500, 1)]:
             a, b = rand(m, k), rand(k, n)
             a.setflags(write=False)
             mnk = m * n * k
@@ -282,6 +283,18 @@ def test_c_entry_same_bits_as_the_kernel_call(level, threads, monkeypatch):
             if takes:
                 np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
             assert_gemm_close(y, a, b)
+            # vector operands: their axis dropped, numpy's scalar for two vectors (a dot product
+            # within the first limit at any size); the 2-D call's bits
+            vecs = [(a, b[:, 0], want[:, 0], m * k * 1)] if n == 1 else []
+            vecs += [(a[0], b, want[0], k * n)] if m == 1 else []
+            vecs += [(a[0], b[:, 0], want[0, 0], k)] if m == n == 1 else []
+            for x, v, w, vmnk in vecs:
+                got = f(x, v)
+                dot = x.ndim == v.ndim == 1
+                assert (got is not None) is (vmnk <= lim and (dot or takes)), (x.shape, v.shape)
+                for r in ([got] if got is not None else []) + [onepath.matmul(x, v)]:
+                    assert type(r) is type(np.matmul(x, v)) and np.shape(r) == np.shape(w)
+                    assert np.asarray(r).view(np.uint32).tolist() == np.asarray(w).view(np.uint32).tolist()
         # one row past ROW_LIMITS (where the host has them): the row stream, not this entry
         row = _small.row_limits(_small.row_for("matmul", level).level)
         if row is not None and row[0] <= lim:
@@ -315,8 +328,8 @@ def test_c_entry_follows_mt_on(level, monkeypatch):
 
 def test_c_entry_declines_what_it_does_not_take(level, monkeypatch):
     """The C entry answers None, with no error set and nothing kept, for anything but two exact
-    2-D C-ordered native float32 ndarrays with a core match and no empty side; matmul then answers
-    as numpy does (values, shapes, errors)."""
+    1-D or 2-D C-ordered native float32 ndarrays with a core match and no empty side; matmul then
+    answers as numpy does (values, shapes, errors)."""
     import sys
     f = _c_entry(level, monkeypatch)
     a, b = rand(6, 5), rand(5, 4)
@@ -330,7 +343,7 @@ def test_c_entry_declines_what_it_does_not_take(level, monkeypatch):
     misaligned[...] = a
     assert not misaligned.flags.aligned
     cases = [(a[:, ::-1], b), (a.T.copy().T, b), (a, b[:, :3]), (a.astype(np.float64), b),
-             (a.astype(">f4"), b), (a.view(Sub), b), (a[0], b), (a[None], b), (a, b[None]),
+             (a.astype(">f4"), b), (a.view(Sub), b), (a[None], b), (a, b[None]), (a[0, :1], b),
              (a[:0], b), (a[:, :0], b[:0]), (a, rand(4, 4)), (a.tolist(), b), (a, 2.0),
              (misaligned, b), (a.astype(BF16), b.astype(BF16)), (a, b.astype(np.float16))]
     refs = [sys.getrefcount(x) for pair in cases for x in pair]
