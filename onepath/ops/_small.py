@@ -3,9 +3,9 @@
 Products too small to pay for packing and scratch buffers run the registry's ``algorithm="small"``
 row of their (op, float32), reading A and B in place: on the calling thread, or, from
 MT_MIN_FLOPS / MT_MIN_FLOPS_NN on, on the thread pool with C's columns split (its rows for the nn
-and nt forms with 32 columns or fewer; ``mt_threads``; the same bits at any thread count). With more than
-one thread, thin products take it above the limits too (``thin``). ``MT_ON = False`` turns both
-off (one thread, the former thin paths).
+and nt forms with 32 columns or fewer; ``mt_threads``; the same bits at any thread count). With
+more than one thread, thin products take it above the limits too (``thin``). ``MT_ON = False``
+turns both off (one thread, the former thin paths).
 
 Where a call's fixed cost goes (4 x 4 x 4 float32 matmul, Zen 4, 1 thread, perf_counter over
 500 x 200-call blocks, best block; numpy.matmul itself takes 0.95 us): the previous front end took
