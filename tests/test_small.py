@@ -370,6 +370,99 @@ def test_c_entry_declines_what_it_does_not_take(level, monkeypatch):
     assert f(a) is None and f(a, b, b) is None and f() is None
 
 
+def _c_linear(level, monkeypatch):
+    """The level's kernels/pyfast.inc linear function, as linear's fast entry holds it."""
+    from onepath import _repro_mode
+    from onepath.dispatch import cap
+    monkeypatch.setattr(_repro_mode, "_ever", False)
+    _small.reset()
+    _small.bound("linear")
+    f = _small.fast_linear[cap._scoped.get()]
+    assert f is not _small._no_pyfast, "the level module has no pyfast linear function"
+    return f
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_c_linear_same_bits_as_the_python_path(level, threads, monkeypatch):
+    """linear's C entry takes the tiniest calls with a raw weight (one thread, within LIMITS'
+    first value; dot products within NT_DOTS_LIMITS, here a made-up row): bit for bit the call of
+    linear's Python fast path (_small.linear_fast), with and without a bias, every activation, a
+    1-D or 2-D x; it leaves the rest to that path."""
+    from onepath.dispatch.cpu import probe
+    from onepath.ops.linear import _ACT_CODE
+    row = _small.row_for("linear", level)
+    monkeypatch.setitem(_small.NT_DOTS_LIMITS, (probe().uarch, row.level), 3000)
+    f = _c_linear(level, monkeypatch)
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(threads)
+    try:
+        lim = _small.limits(row.level)[0]
+        mt0 = _small.mt_limits()[0]
+        for m, k, n in [(1, 1, 1), (1, 64, 64), (3, 5, 7), (4, 30, 20), (16, 16, 16), (12, 20, 10),
+                        (20, 40, 30), (1, 300, 40), (50, 60, 20), (2, 1, 3)]:
+            x, w, bias = rand(m, k), rand(n, k), rand(n)
+            mnk = m * n * k
+            dots = _small.nt_dots(m, k, row.level)
+            takes = mnk <= lim and mnk < mt0 and (not dots or mnk <= 3000)
+            for act, code in _ACT_CODE.items():
+                for bb in (None, bias):
+                    for xx in ((x, x[0]) if m == 1 else (x,)):
+                        got = f(xx, w, bb, code)
+                        assert (got is not None) is takes, (m, k, n, lim, mt0, dots)
+                        x2 = xx.reshape(-1, k)
+                        want = _small.linear_fast(x2, w, bb, code, None)
+                        y = onepath.linear(xx, w, bb, activation=act)
+                        assert y.shape == xx.shape[:-1] + (n,) and y.dtype == np.float32
+                        if want is None:   # (the checked path: its answer)
+                            continue
+                        want = want.reshape(y.shape)
+                        for r in ([got] if got is not None else []) + [y]:
+                            assert r.shape == want.shape
+                            np.testing.assert_array_equal(r.view(np.uint32), want.view(np.uint32))
+    finally:
+        onepath.set_num_threads(old)
+
+
+def test_c_linear_declines_what_it_does_not_take(level, monkeypatch):
+    """linear's C entry answers None (no error set, nothing kept) for a PackedWeight, a weight or x
+    not C-ordered native float32 1-D / 2-D (a 3-D x: the Python path folds it), a bias of another
+    shape or dtype or layout, an activation code out of range or not an int; linear then answers
+    as its docstring says."""
+    import sys
+    f = _c_linear(level, monkeypatch)
+    x, w, bias = rand(5, 6), rand(4, 6), rand(4)
+    cases = [(x, onepath.prepack(w), None, 0), (x, np.asfortranarray(w), None, 0),
+             (np.asfortranarray(x), w, None, 0), (x[None], w, None, 0), (x, w[:, :5], None, 0),
+             (x, w, bias[:3], 0), (x, w, bias.astype(np.float64), 0), (x, w, bias[None], 0),
+             (x, w, np.float32(1.0), 0), (x, w, bias[::-1], 0), (x, w, None, 5), (x, w, None, -1),
+             (x, w, None, 1.0), (x, w, None, 2 ** 70), (x.astype(np.float64), w, None, 0),
+             (x, w.astype(BF16), None, 0), (x[:, :0], w[:, :0], None, 0), (x[:0], w, None, 0)]
+    arrays = [v for case in cases for v in case if isinstance(v, np.ndarray)]
+    refs = [sys.getrefcount(v) for v in arrays]
+    for case in cases:
+        for _ in range(50):
+            assert f(*case) is None, [getattr(v, "shape", v) for v in case]
+    for xx, ww, bb, code in cases:
+        if code != 0 or type(code) is not int:   # (the activations: test_linear)
+            continue
+        try:
+            y = onepath.linear(xx, ww, bb)
+        except ValueError:
+            continue
+        wu = ww.weight() if isinstance(ww, onepath.PackedWeight) else np.asarray(ww, np.float64)
+        want = np.asarray(xx, np.float64) @ wu.T + (0 if bb is None else np.asarray(bb, np.float64))
+        np.testing.assert_allclose(np.asarray(y, np.float64), want, rtol=1e-2, atol=1e-2,
+                                   err_msg=str([getattr(v, "shape", v) for v in (xx, ww, bb, code)]))
+    del case, xx, ww, bb
+    assert [sys.getrefcount(v) for v in arrays] == refs
+    taken = rand(3, 6)
+    before = sys.getrefcount(taken), sys.getrefcount(w), sys.getrefcount(bias)
+    for _ in range(100):
+        assert sys.getrefcount(f(taken, w, bias, 1)) == 2
+    assert (sys.getrefcount(taken), sys.getrefcount(w), sys.getrefcount(bias)) == before
+    assert f(x, w, None) is None and f() is None
+
+
 def test_one_row_fast_entries_route_as_the_general_path(level, monkeypatch):
     """matmul's fast entries (2-D, vector @ matrix, out=) and a batch of one entry apply ROW_LIMITS
     as the general path does: the same bits on both sides of the limits; a batch of two one-row

@@ -32,6 +32,11 @@ int op_gemm_f32_small_cc(int64_t m, int64_t n, int64_t k, const void *a, const v
    (ROW_LIMITS). NULL when numpy cannot be imported. */
 void *op_pyfast_matmul_new(int64_t lim, int64_t mt0, int64_t mt8, int64_t row_kn, int64_t row_n,
                            int64_t row_k);
+/* The same for linear's tiniest calls with a raw weight: f(x, w, bias, act) -> y or None, for lim
+   and mt0 as above and the nt form's dot products (NT_NN's rows nt_rows and depth nt_depth,
+   NT_DOTS_LIMITS' nt_lim). */
+void *op_pyfast_linear_new(int64_t lim, int64_t mt0, int64_t nt_rows, int64_t nt_depth,
+                           int64_t nt_lim);
 
 /* nbatch products C_e = A_e B_e (e < nbatch; A_e at a + e * bsa elements, likewise B_e and C_e;
    a batch stride of 0 broadcasts), each as op_gemm_f32_small computes it (no epilogue), whole

@@ -372,14 +372,20 @@ def mt_fits(mnk: int, m: int | None) -> bool:
     return MT_ON and m is not None and mnk < MT_GEMM_ONE
 
 
-def _nt_fits(mnk: int, level: str) -> bool:
-    """False when an nt-form product taking dot products (M*N*K = ``mnk``) is past this host's
-    NT_DOTS_LIMITS for ``level`` at one thread."""
+def nt_dots_limit(level: str) -> int | None:
+    """This host's NT_DOTS_LIMITS value for ``level`` (None: no row)."""
     try:
-        lim = _nt_limits[level]
+        return _nt_limits[level]
     except KeyError:
         from ..dispatch.cpu import probe
         lim = _nt_limits[level] = NT_DOTS_LIMITS.get((probe().uarch, level))
+        return lim
+
+
+def _nt_fits(mnk: int, level: str) -> bool:
+    """False when an nt-form product taking dot products (M*N*K = ``mnk``) is past this host's
+    NT_DOTS_LIMITS for ``level`` at one thread."""
+    lim = nt_dots_limit(level)
     return lim is None or mnk <= lim or _threads.get_num_threads() != 1
 
 
@@ -425,6 +431,7 @@ def use_small_batched(mnk: int, kn: int, m: int, nt_k: int | None = None,
 def reset() -> None:
     """Forget the bound rows and fast entries (after a change of ``LIMITS``; tests)."""
     fast_matmul.clear()
+    fast_linear.clear()
     for cache in _bound.values():
         cache.clear()
     _bound_bf16.clear()
@@ -437,7 +444,8 @@ def reset() -> None:
 class Bound:
     """A small-path registry row with its module's C functions (``fn`` any strides, ``cc`` the
     C-contiguous entry, ``mt`` threaded, ``batch`` a batch of products) and its cffi instance."""
-    __slots__ = ("row", "ffi", "fn", "cc", "mt", "batch", "fb", "null", "pyfast_new")
+    __slots__ = ("row", "ffi", "fn", "cc", "mt", "batch", "fb", "null", "pyfast_new",
+                 "pyfast_linear_new")
 
     def __init__(self, row):
         mod = load(row.level)
@@ -450,20 +458,35 @@ class Bound:
         self.fb = mod.ffi.from_buffer
         self.null = mod.ffi.NULL
         self.pyfast_new = getattr(mod.lib, "op_pyfast_matmul_new", None)
+        self.pyfast_linear_new = getattr(mod.lib, "op_pyfast_linear_new", None)
 
     def pyfast(self, lim: int, row: tuple) -> Callable:
-        """kernels/pyfast.inc's function f(a, b) -> the product or None for this row's module, made
-        for LIMITS' first value ``lim``, ``mt_limits()`` and ``row`` (ROW_LIMITS' K*N, N, K), or a
-        function that always answers None where the module has none (numpy not importable)."""
-        p = self.pyfast_new(lim, *mt_limits(), *row) if self.pyfast_new is not None else self.null
+        """kernels/pyfast.inc's matmul function f(a, b) -> the product or None for this row's
+        module, made for LIMITS' first value ``lim``, ``mt_limits()`` and ``row`` (ROW_LIMITS' K*N,
+        N, K), or a function that always answers None where the module has none."""
+        return self._made(self.pyfast_new, (lim, *mt_limits(), *row))
+
+    def pyfast_linear(self, lim: int) -> Callable:
+        """kernels/pyfast.inc's linear function f(x, w, bias, act) -> y or None for this row's
+        module, made for LIMITS' first value ``lim``, ``mt_limits()`` and this host's nt-form
+        limits (NT_NN, NT_DOTS_LIMITS), or a function that always answers None."""
+        rows, depth = NT_NN.get(self.row.level, (1 << 62, -1))   # (no row: dot products always)
+        nt_lim = nt_dots_limit(self.row.level)
+        return self._made(self.pyfast_linear_new, (lim, mt_limits()[0], rows, depth,
+                                                   1 << 62 if nt_lim is None else nt_lim))
+
+    def _made(self, new, args: tuple) -> Callable:
+        """The function C's ``new(*args)`` makes, its new reference (returned as ``void *``)
+        taken over; ``_no_pyfast`` where the module has no such constructor or it returned NULL."""
+        p = new(*args) if new is not None else self.null
         if p == self.null:
             return _no_pyfast
         f = ctypes.cast(int(self.ffi.cast("uintptr_t", p)), ctypes.py_object).value
-        ctypes.pythonapi.Py_DecRef(ctypes.py_object(f))  # the reference C returned is now f's
+        ctypes.pythonapi.Py_DecRef(ctypes.py_object(f))  # C's reference is now f's
         return f
 
 
-def _no_pyfast(a, b):
+def _no_pyfast(*args):
     return None
 
 
@@ -480,12 +503,16 @@ _bound: dict = {"matmul": {}, "linear": {}}
 # op_gemm_f32_small_cc, from_buffer, op_gemm_f32_small_mt, NULL, limit, one-thread limit, the
 # one-row product's ROW_LIMITS K*N, N and K on this host, Bound.pyfast's function) of matmul's
 # small row at the level in force there.
-# Filled by ``bound`` while ONEPATH_VERBOSE is off; emptied when verbose is re-read or the process
-# cap changes. matmul's fast path reads it with one ContextVar read and one dict lookup.
+# Filled by ``bound`` (once per key) while ONEPATH_VERBOSE is off; emptied when verbose is re-read,
+# the process cap changes, ``reset`` (after a change of the limits) and ``matmul.set_mt_limits``.
+# matmul's fast path reads it with one ContextVar read and one dict lookup.
 fast_matmul: dict = {}
-_verbose.on_reload.append(fast_matmul.clear)
-_cap.on_change.append(fast_matmul.clear)
-_repro_mode.on_first_use.append(fast_matmul.clear)  # matmul's fast path does not test the mode
+# The same for linear: the scoped cap -> Bound.pyfast_linear's function of linear's small row.
+fast_linear: dict = {}
+for _d in (fast_matmul, fast_linear):
+    _verbose.on_reload.append(_d.clear)
+    _cap.on_change.append(_d.clear)
+    _repro_mode.on_first_use.append(_d.clear)  # the fast paths do not test the mode
 
 
 def bound(op: str) -> Bound:
@@ -497,10 +524,15 @@ def bound(op: str) -> Bound:
         b = Bound(row_for(op, level))
         _stats.record(op, "float32", b.row.level, "small")  # it runs right after this lookup
         cache[level] = b
-    if op == "matmul" and _verbose.enabled() is False and not _repro_mode._ever:
-        lims, row = limits(b.row.level), row_limits(b.row.level) or (1 << 62,) * 3
-        fast_matmul[_cap._scoped.get()] = (b.cc, b.fb, b.mt, b.null) + lims + row + (
-            b.pyfast(lims[0], row),)
+    key = _cap._scoped.get()
+    if (key not in (fast_matmul if op == "matmul" else fast_linear)
+            and _verbose.enabled() is False and not _repro_mode._ever):
+        lims = limits(b.row.level)
+        if op == "matmul":
+            row = row_limits(b.row.level) or (1 << 62,) * 3
+            fast_matmul[key] = (b.cc, b.fb, b.mt, b.null) + lims + row + (b.pyfast(lims[0], row),)
+        else:
+            fast_linear[key] = b.pyfast_linear(lims[0])
     return b
 
 

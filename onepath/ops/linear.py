@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import _verbose
 from ..dispatch import registry
+from ..dispatch import cap as _cap
 from ..dispatch.cap import isa
 from ..dtypes import BF16, F32, result_dtype, to_bfloat16, to_float32
 from . import _small
@@ -23,6 +24,9 @@ _ACTS = (None, "relu", "gelu", "gelu_tanh", "silu")
 _KERNEL_BIAS = (F32, BF16, np.dtype(np.float16))
 _ACT_CODE = {a: act_code(a) for a in _ACTS}  # exact names only (the fast path); others are checked
 _ND = np.ndarray
+_fast_linear = _small.fast_linear  # the scoped cap -> kernels/pyfast.inc's linear (filled on use)
+_scoped_get = _cap._scoped.get
+_off_get = _small._off.get
 
 
 # A bfloat16 PackedWeight at these levels is float32 panels (twice the bytes of the weight: see
@@ -144,6 +148,17 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     the formulas ``0.5 z (1 + erf(z / sqrt 2))``, ``0.5 z (1 + tanh(sqrt(2 / pi) (z + 0.044715
     z^3)))``, ``z / (1 + exp(-z))`` on ``z = y.astype(np.float64)``, cast back to ``y.dtype``.
     """
+    if dtype is None:
+        # the tiniest float32 calls with a raw weight: one C call (kernels/pyfast.inc: the call of
+        # _small.linear_fast below without its Python, the same bits; None for anything else;
+        # empty while verbose is on and once the reproducible mode was ever used)
+        fast = _fast_linear.get(_scoped_get())
+        if fast is not None and not _off_get():
+            code = _ACT_CODE.get(activation)
+            if code is not None:
+                y = fast(x, weight, bias, code)
+                if y is not None:
+                    return y
     if _repro_on():  # onepath.reproducible(): ops/_repro.py
         from ._repro import linear as _rl
         return _rl(x, weight, bias, activation, dtype)

@@ -35,11 +35,12 @@ def set_mt_limits() -> None:
     """Re-read ops._small.MT_ON and its MT_MIN_FLOPS(_NN) into _MT0 / _MT8 (``_small.mt_limits``):
     the fast path's one-thread call up to these M*N*K (nn form; above them, with more than one
     thread allowed, the general path runs the small kernel on the pool: ops._small.mt_threads;
-    MT_ON off: never), and forget the fast entries, whose C function holds them too. Call it after
-    changing MT_ON."""
+    MT_ON off: never), and forget the fast entries (matmul's and linear's), whose C functions hold
+    them too. Call it after changing MT_ON."""
     global _MT0, _MT8
     _MT0, _MT8 = _small.mt_limits()
     _fast.clear()
+    _small.fast_linear.clear()
 
 
 set_mt_limits()
