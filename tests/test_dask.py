@@ -162,6 +162,25 @@ def test_matmul_layouts_bit_identical(client, level, threads, monkeypatch):
         _small.reset()
 
 
+def test_matmul_batch_layouts_bit_identical(client, level):
+    """Batched operands whose entries have contiguous columns (W.T per entry, numpy): when dask
+    re-cuts them along the batch axis to the other operand's chunks it copies the slices in C
+    order; the blocks are laid out again as the in-memory operand was and give its bits (found by
+    the review, 2026-12-07)."""
+    rng = np.random.default_rng(15)
+    b_, m, k, n = 2, 8, 300, 200
+    a, w = _rand(rng, (b_, m, k), F32), _rand(rng, (b_, n, k), F32)
+    wt = w.transpose(0, 2, 1)
+    got = client.compute(odask.matmul(da.from_array(a, chunks=(1, m, k)), wt)).result()
+    _assert_same(got, onepath.matmul(a, wt))
+    at = np.ascontiguousarray(a.transpose(0, 2, 1)).transpose(0, 2, 1)   # column-major entries
+    bb = _rand(rng, (b_, k, n), F32)
+    got = client.compute(odask.matmul(at, da.from_array(bb, chunks=(1, k, n)))).result()
+    _assert_same(got, onepath.matmul(at, bb))
+    got = client.compute(odask.matmul(at, da.from_array(w, chunks=(1, n, k)).transpose(0, 2, 1))).result()
+    _assert_same(got, onepath.matmul(at, wt))
+
+
 def test_linear_fortran_x_bit_identical(client, level):
     """An x in Fortran order (numpy, or a dask transpose) runs the packed GEMM in memory (the small
     kernel's linear reads contiguous rows); its blocks, padded or not, do too (before 2026-12-08

@@ -326,6 +326,47 @@ def test_c_entry_follows_mt_on(level, monkeypatch):
     assert _c_entry(level, monkeypatch)(a, b) is None
 
 
+@pytest.mark.parametrize("event", ["reproducible", "verbose", "cap"])
+def test_fast_entry_not_kept_when_its_state_changes_while_made(event, monkeypatch):
+    """Making a fast entry's C function lets other threads run (cffi releases the GIL); if one of
+    them turns verbose on, uses the reproducible mode for the first time or changes the process cap
+    meanwhile (each empties the tables), the entry is not kept (the review's race: a stale entry
+    then served reproducible() calls). Simulated here inside the constructor."""
+    from onepath import _repro_mode, _verbose
+    best = onepath.isa()
+    if event == "cap" and best == "generic":
+        pytest.skip("the host's best level is generic: no lower process cap to change to")
+    monkeypatch.setattr(_repro_mode, "_ever", False)
+
+    def meanwhile():
+        if event == "reproducible":
+            _repro_mode._mark_used()
+        elif event == "verbose":
+            monkeypatch.setenv("ONEPATH_VERBOSE", "1")
+            _verbose.reload()
+        else:
+            onepath.max_isa("generic")   # the process cap
+
+    for name in ("pyfast", "pyfast_linear"):
+        made = getattr(_small.Bound, name)
+        monkeypatch.setattr(_small.Bound, name,
+                            lambda self, *a, made=made: (meanwhile(), made(self, *a))[1])
+    try:
+        for op, table in (("matmul", _small.fast_matmul), ("linear", _small.fast_linear)):
+            onepath.max_isa(best)
+            monkeypatch.setattr(_repro_mode, "_ever", False)
+            monkeypatch.delenv("ONEPATH_VERBOSE", raising=False)
+            _verbose.reload()
+            _small.reset()
+            _small.bound(op)
+            assert not table, (op, event)
+    finally:
+        monkeypatch.undo()
+        onepath.max_isa(best)
+        _verbose.reload()
+        _small.reset()
+
+
 def test_c_entry_declines_what_it_does_not_take(level, monkeypatch):
     """The C entry answers None, with no error set and nothing kept, for anything but two exact
     1-D or 2-D C-ordered native float32 ndarrays with a core match and no empty side; matmul then
@@ -461,6 +502,16 @@ def test_c_linear_declines_what_it_does_not_take(level, monkeypatch):
         assert sys.getrefcount(f(taken, w, bias, 1)) == 2
     assert (sys.getrefcount(taken), sys.getrefcount(w), sys.getrefcount(bias)) == before
     assert f(x, w, None) is None and f() is None
+
+
+def test_linear_unhashable_activation_is_a_value_error(level, monkeypatch):
+    """An unhashable activation is linear's documented ValueError (unknown activation) for any x,
+    also once the C entry is filled (the review: its lookup raised TypeError first)."""
+    _c_linear(level, monkeypatch)
+    for x, w in ((rand(2, 3), rand(4, 3)), (np.ones((2, 3)), np.ones((4, 3))), ([[1.0] * 3], rand(4, 3))):
+        for act in (["relu"], {}, {"relu": 1}):
+            with pytest.raises(ValueError, match="activation"):
+                onepath.linear(x, w, activation=act)
 
 
 def test_one_row_fast_entries_route_as_the_general_path(level, monkeypatch):

@@ -66,21 +66,45 @@ def _pad_rows(x: np.ndarray, axis: int, full: int) -> int:
     return target - rows if 0 < rows < target else 0
 
 
-def _padded(x: np.ndarray, axis: int, extra: int) -> np.ndarray:
-    """``x`` with ``extra`` zero rows appended along ``axis``, in Fortran order when x's rows are
-    strided and its columns contiguous (a block of a Fortran-ordered operand): the padded block then
-    takes the path the in-memory operand's layout takes (``ops.matmul.small_form``; the small
-    linear and bfloat16 kernels read only contiguous rows)."""
+def _columns_contiguous(x) -> bool:
+    """True for an ndarray whose core matrices have contiguous columns and strided rows (Fortran
+    order, ``W.T``): ``ops.matmul.small_form`` sees another form than in C order."""
+    return (isinstance(x, np.ndarray) and x.ndim >= 2 and x.shape[-1] > 1 and x.shape[-2] > 1
+            and x.strides[-2] == x.itemsize and x.strides[-1] != x.itemsize)
+
+
+def _padded(x: np.ndarray, axis: int, extra: int, order: str = "C") -> np.ndarray:
+    """``x`` with ``extra`` zero rows appended along ``axis``, its core matrices in ``order`` ("F":
+    a block of an operand with contiguous columns, so that the padded block takes the path the
+    in-memory operand's layout takes: ``ops.matmul.small_form``; the small linear and bfloat16
+    kernels read only contiguous rows)."""
     if not extra:
         return x
     shape = list(x.shape)
-    shape[axis] = extra
-    f_like = x.ndim >= 2 and x.shape[-1] > 1 and x.strides[-1] != x.itemsize \
-        and x.strides[-2] == x.itemsize
-    shape[axis] += x.shape[axis]
-    out = np.empty(shape, x.dtype, order="F" if f_like else "C")
+    shape[axis] = x.shape[axis] + extra
+    out = np.empty(shape, x.dtype)
+    if order == "F":
+        out = np.swapaxes(np.empty(shape[:-2] + shape[:-3:-1], x.dtype), -1, -2)
     shape[axis] = extra
     return np.concatenate([x, np.zeros(shape, x.dtype)], axis=axis, out=out)
+
+
+def _in_order(x: np.ndarray, order: str | None) -> np.ndarray:
+    """A block ``x`` of an operand whose core order was ``order`` in memory ("C" or "F"; None:
+    unknown, a dask operand's blocks as they come), copied into that order if it arrived otherwise
+    (dask copies a slice it cuts from a block in C order: a batch axis re-cut to the other
+    operand's chunks, found by the review)."""
+    if order == "F" and x.ndim >= 2 and not _columns_contiguous(x) and x.size > 1:
+        return np.swapaxes(np.ascontiguousarray(np.swapaxes(x, -1, -2)), -1, -2)
+    if order == "C" and _columns_contiguous(x):
+        return np.ascontiguousarray(x)
+    return x
+
+
+def _order_of(x) -> str | None:
+    """The core order of an in-memory operand ("F": contiguous columns, strided rows; "C": any
+    other array_like, which matmul reads as C or copies so), None for a dask array."""
+    return None if isinstance(x, da.Array) else "F" if _columns_contiguous(x) else "C"
 
 
 def _aligned(x: np.ndarray) -> np.ndarray:
@@ -100,8 +124,7 @@ def _as_dask(x, name: str, keep_columns: bool = False):
     if isinstance(x, onepath.PackedWeight):
         raise TypeError(f"onepath.dask: {name} must be an array, not a PackedWeight (pass the "
                         "unpacked weight; the workers prepack it themselves)")
-    if (keep_columns and isinstance(x, np.ndarray) and x.ndim >= 2 and x.shape[-1] > 1
-            and x.shape[-2] > 1 and x.strides[-2] == x.itemsize and x.strides[-1] != x.itemsize):
+    if keep_columns and _columns_contiguous(x):
         return da.asarray(np.swapaxes(x, -1, -2)).swapaxes(-1, -2)
     return da.asarray(x)
 
@@ -118,15 +141,17 @@ def _gemm_path(small: bool):
     return _small.on() if small else _small.off()
 
 
-def _mm_block(a, b, *, level, full_m, small):
+def _mm_block(a, b, *, level, full_m, small, orders=(None, None)):
     """One (..., M_i, K_j) x (..., K_j, N_l) product in float32 (bfloat16 operands accumulate in
     float32 here; the result is rounded once after the contraction sum), with the contraction axis
     put back as a size-1 axis for the reduction (as ``dask.array.matmul`` does). ``small``: the
     whole problem's small-kernel decision per form of the float32 small kernel ("nn", "nt",
-    "any": ``ops.matmul.small_form``); the block's operands, blocks of the in-memory ones, pick."""
-    a, b = _aligned(a), _aligned(b)
+    "any": ``ops.matmul.small_form``); the block's operands, blocks of the in-memory ones in
+    their core ``orders`` (``_order_of``), pick."""
+    a, b = _in_order(_aligned(a), orders[0]), _in_order(_aligned(b), orders[1])
     rows = a.shape[-2]
-    ap = _padded(a, a.ndim - 2, _pad_rows(a, -2, full_m))
+    ap = _padded(a, a.ndim - 2, _pad_rows(a, -2, full_m),
+                 "F" if orders[0] == "F" or _columns_contiguous(a) else "C")
     form = small_form(ap, b) if a.dtype == b.dtype == F32 else "nn"
     with _capped(level), _gemm_path(small[form]):
         c = onepath.matmul(ap, b, dtype=F32)
@@ -171,6 +196,7 @@ def matmul(a, b):
     Chunks split only along M or the batch axes: bit-identical to ``onepath.matmul`` on the whole
     arrays; chunks along K: the sum order differs, within the float32 GEMM error bound.
     """
+    orders = (_order_of(a), _order_of(b))
     a, b = _as_dask(a, "a", True), _as_dask(b, "b", True)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"onepath.dask.matmul: scalar operands are not allowed (shapes {a.shape} and {b.shape})")
@@ -213,7 +239,7 @@ def matmul(a, b):
     small = {"nn": nn, "nt": decide(ka) if a.dtype == F32 else nn, "any": nn and mnk <= _small.ANY_MAX}
     parts = da.blockwise(_mm_block, out_ind, a, lhs, b, rhs, adjust_chunks={nd - 1: 1},
                          dtype=F32, concatenate=False, level=level, full_m=a.shape[-2], small=small,
-                         meta=np.empty((0,) * (nd + 1), F32))
+                         orders=orders, meta=np.empty((0,) * (nd + 1), F32))
     if parts.numblocks[-2] == 1:
         out = parts.squeeze(-2)
     else:
@@ -257,7 +283,8 @@ def _packed_weight(token: str, w: np.ndarray):
         return p
 
 
-def _linear_block(x, w, b=None, *, wkey, activation, out_dtype, level, full_m, small=False):
+def _linear_block(x, w, b=None, *, wkey, activation, out_dtype, level, full_m, small=False,
+                  order=None):
     with _capped(level), _gemm_path(small):
         # a whole problem of fewer than _PAD_ROWS rows runs the raw weight's small-M paths in memory
         # (dot products, whose sums differ from a prepacked weight's), and one the small kernel
@@ -267,9 +294,11 @@ def _linear_block(x, w, b=None, *, wkey, activation, out_dtype, level, full_m, s
         else:
             wk = _packed_weight(wkey, w) if w.dtype in (F32, BF16) and x.dtype in (F32, BF16) else w
         lead = x.shape[:-1]
-        x2 = _aligned(x).reshape(int(np.prod(lead)), x.shape[-1])  # (-1: ambiguous when K == 0)
+        # (x's core order as in memory: order, _order_of; -1 is ambiguous when K == 0)
+        x2 = _in_order(_aligned(x), order).reshape(int(np.prod(lead)), x.shape[-1])
         extra = _pad_rows(x2, 0, full_m)
-        y = onepath.linear(_padded(x2, 0, extra), wk, b, activation=activation, dtype=out_dtype)
+        y = onepath.linear(_padded(x2, 0, extra, "F" if _columns_contiguous(x2) else "C"), wk, b,
+                           activation=activation, dtype=out_dtype)
         return y[: x2.shape[0]].reshape(lead + (y.shape[-1],))
 
 
@@ -295,6 +324,7 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
         ValueError: weight not 2-D, feature mismatch, bias shape, unknown activation (as
             ``onepath.linear``, checked when the graph is built). TypeError: a PackedWeight.
     """
+    order = _order_of(x)
     x = _as_dask(x, "x", True)
     if isinstance(weight, onepath.PackedWeight):
         raise TypeError("onepath.dask.linear: weight must be an array (out_features, in_features), not "
@@ -317,6 +347,7 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     return da.blockwise(_linear_block, ind, x, ind, wd, None, *([bd, None] if bd is not None else []),
                         adjust_chunks={nd - 1: meta.shape[-1]}, wkey=f"{wd.key}-{w.dtype.str}",
                         activation=activation, out_dtype=dtype, level=_client_cap(), full_m=full_m,
+                        order=order,
                         small=(x.dtype == w.dtype == F32
                                and _small.use_small(full_m * w.shape[0] * w.shape[1], "linear",
                                                     "float32", w.shape[0] * w.shape[1], full_m,

@@ -524,15 +524,21 @@ def bound(op: str) -> Bound:
         b = Bound(row_for(op, level))
         _stats.record(op, "float32", b.row.level, "small")  # it runs right after this lookup
         cache[level] = b
-    key = _cap._scoped.get()
-    if (key not in (fast_matmul if op == "matmul" else fast_linear)
-            and _verbose.enabled() is False and not _repro_mode._ever):
+    key, table = _cap._scoped.get(), fast_matmul if op == "matmul" else fast_linear
+    if key not in table and _verbose.enabled() is False and not _repro_mode._ever:
         lims = limits(b.row.level)
         if op == "matmul":
             row = row_limits(b.row.level) or (1 << 62,) * 3
-            fast_matmul[key] = (b.cc, b.fb, b.mt, b.null) + lims + row + (b.pyfast(lims[0], row),)
+            table[key] = (b.cc, b.fb, b.mt, b.null) + lims + row + (b.pyfast(lims[0], row),)
         else:
-            fast_linear[key] = b.pyfast_linear(lims[0])
+            table[key] = b.pyfast_linear(lims[0])
+        # Making the C function lets other threads run (cffi releases the GIL): one of them may
+        # have turned verbose on, used the reproducible mode for the first time or changed the
+        # process cap, emptying the tables before the entry above was stored. Those set their
+        # state before emptying, so this check after the store sees it (found by the review: a
+        # stale entry served reproducible() calls).
+        if _verbose.enabled() is not False or _repro_mode._ever or _cap.isa() != level:
+            table.pop(key, None)
     return b
 
 

@@ -154,7 +154,8 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
         # empty while verbose is on and once the reproducible mode was ever used)
         fast = _fast_linear.get(_scoped_get())
         if fast is not None and not _off_get():
-            code = _ACT_CODE.get(activation)
+            code = (_ACT_CODE.get(activation) if activation is None or type(activation) is str
+                    else None)   # (an unhashable one: activation_name's ValueError below)
             if code is not None:
                 y = fast(x, weight, bias, code)
                 if y is not None:
@@ -164,8 +165,10 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
         return _rl(x, weight, bias, activation, dtype)
     if dtype is None and type(x) is _ND and x.dtype is F32 and (bias is None or type(bias) is _ND):
         # small float32 calls: the small kernel straight away (None: take the checked path)
+        code = (_ACT_CODE.get(activation) if activation is None or type(activation) is str
+                else None)
         y = _small.linear_fast(x, weight._weight if type(weight) is PackedWeight else weight, bias,
-                               _ACT_CODE.get(activation), weight if type(weight) is PackedWeight else None)
+                               code, weight if type(weight) is PackedWeight else None)
         if y is not None:
             return y
     activation = activation_name(activation)
