@@ -82,9 +82,8 @@ def _padded(x: np.ndarray, axis: int, extra: int, order: str = "C") -> np.ndarra
         return x
     shape = list(x.shape)
     shape[axis] = x.shape[axis] + extra
-    out = np.empty(shape, x.dtype)
-    if order == "F":
-        out = np.swapaxes(np.empty(shape[:-2] + shape[:-3:-1], x.dtype), -1, -2)
+    out = (np.swapaxes(np.empty(shape[:-2] + shape[:-3:-1], x.dtype), -1, -2) if order == "F"
+           else np.empty(shape, x.dtype))
     shape[axis] = extra
     return np.concatenate([x, np.zeros(shape, x.dtype)], axis=axis, out=out)
 

@@ -149,24 +149,23 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     z^3)))``, ``z / (1 + exp(-z))`` on ``z = y.astype(np.float64)``, cast back to ``y.dtype``.
     """
     if dtype is None:
+        # the kernels' activation code of an exact name (None: activation_name checks it below,
+        # an unhashable one included)
+        code = (_ACT_CODE.get(activation) if activation is None or type(activation) is str
+                else None)
         # the tiniest float32 calls with a raw weight: one C call (kernels/pyfast.inc: the call of
         # _small.linear_fast below without its Python, the same bits; None for anything else;
         # empty while verbose is on and once the reproducible mode was ever used)
         fast = _fast_linear.get(_scoped_get())
-        if fast is not None and not _off_get():
-            code = (_ACT_CODE.get(activation) if activation is None or type(activation) is str
-                    else None)   # (an unhashable one: activation_name's ValueError below)
-            if code is not None:
-                y = fast(x, weight, bias, code)
-                if y is not None:
-                    return y
+        if fast is not None and code is not None and not _off_get():
+            y = fast(x, weight, bias, code)
+            if y is not None:
+                return y
     if _repro_on():  # onepath.reproducible(): ops/_repro.py
         from ._repro import linear as _rl
         return _rl(x, weight, bias, activation, dtype)
     if dtype is None and type(x) is _ND and x.dtype is F32 and (bias is None or type(bias) is _ND):
         # small float32 calls: the small kernel straight away (None: take the checked path)
-        code = (_ACT_CODE.get(activation) if activation is None or type(activation) is str
-                else None)
         y = _small.linear_fast(x, weight._weight if type(weight) is PackedWeight else weight, bias,
                                code, weight if type(weight) is PackedWeight else None)
         if y is not None:
