@@ -255,11 +255,10 @@ def _c_entry(level, monkeypatch):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_c_entry_same_bits_as_the_kernel_call(level, threads, monkeypatch):
-    """matmul's C entry (kernels/pyfast.inc) takes the tiniest 2-D products (one thread at any
-    count, within LIMITS' first value): bit for bit the small kernel's call that the out= entry
-    makes, on C-ordered float32 operands, read-only ones and ones inside larger buffers; it gives
-    up (None) where matmul would run more threads, past LIMITS' first value and for one-row
-    products past ROW_LIMITS."""
+    """matmul's C entry (kernels/pyfast.inc) takes the tiniest 2-D products (within LIMITS' first
+    value, on the threads matmul runs them): bit for bit the small kernel's call that the out=
+    entry makes, on C-ordered float32 operands, read-only ones and ones inside larger buffers; it
+    gives up (None) past LIMITS' first value and for one-row products past ROW_LIMITS."""
     f = _c_entry(level, monkeypatch)
     old = onepath.get_num_threads()
     onepath.set_num_threads(threads)
@@ -272,7 +271,7 @@ def test_c_entry_same_bits_as_the_kernel_call(level, threads, monkeypatch):
             a, b = rand(m, k), rand(k, n)
             a.setflags(write=False)
             mnk = m * n * k
-            takes = mnk <= lim and (mnk < mt0 or (m >= 8 and mnk < mt8))
+            takes = mnk <= lim
             got = f(a, b)
             assert (got is not None) is takes, (m, k, n, lim, mt0, mt8)
             want = np.empty((m, n), np.float32)
@@ -291,7 +290,7 @@ def test_c_entry_same_bits_as_the_kernel_call(level, threads, monkeypatch):
             for x, v, w, vmnk in vecs:
                 got = f(x, v)
                 dot = x.ndim == v.ndim == 1
-                assert (got is not None) is (vmnk <= lim and (dot or takes)), (x.shape, v.shape)
+                assert (got is not None) is (vmnk <= lim), (x.shape, v.shape)
                 for r in ([got] if got is not None else []) + [onepath.matmul(x, v)]:
                     assert type(r) is type(np.matmul(x, v)) and np.shape(r) == np.shape(w)
                     assert np.asarray(r).view(np.uint32).tolist() == np.asarray(w).view(np.uint32).tolist()
@@ -306,24 +305,117 @@ def test_c_entry_same_bits_as_the_kernel_call(level, threads, monkeypatch):
 
 
 def test_c_entry_follows_mt_on(level, monkeypatch):
-    """With the threaded small kernel off (MT_ON, then matmul.set_mt_limits), matmul runs one
-    thread at any size, and the C entry, made anew, takes every product within LIMITS' first
-    value; switched back on, products past mt0 are left to the threaded path again."""
+    """The C entry carries the threaded small kernel's limits (MT_ON, mt_limits) it was made with:
+    matmul.set_mt_limits forgets it, and the entry made anew takes the product within LIMITS' first
+    value either way, with the bits of matmul's Python path into ``out``."""
     from onepath.ops import matmul as mm
     m, k, n = 4, 120, 120   # (M N K 57600: past mt0, fewer than 8 rows: two threads when allowed)
     a, b = rand(m, k), rand(k, n)
     assert _small.mt_limits()[0] <= m * n * k
-    assert _c_entry(level, monkeypatch)(a, b) is None
-    monkeypatch.setattr(_small, "MT_ON", False)
-    mm.set_mt_limits()
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(2)
     try:
-        assert not mm._fast
-        assert m * n * k > _small.limits(_small.row_for("matmul", level).level)[0] \
-            or _c_entry(level, monkeypatch)(a, b) is not None
-    finally:
-        monkeypatch.undo()
+        want = np.empty((m, n), np.float32)
+        onepath.matmul(a, b, out=want)
+        assert m * n * k <= _small.limits(_small.row_for("matmul", level).level)[0]
+        got = _c_entry(level, monkeypatch)(a, b)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+        monkeypatch.setattr(_small, "MT_ON", False)
         mm.set_mt_limits()
-    assert _c_entry(level, monkeypatch)(a, b) is None
+        try:
+            assert not mm._fast and not _small.fast_linear
+            assert _small.mt_limits()[0] > 1 << 40
+            got = _c_entry(level, monkeypatch)(a, b)
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+        finally:
+            monkeypatch.undo()
+            mm.set_mt_limits()
+    finally:
+        onepath.set_num_threads(old)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_c_entry_transposed_and_batched_same_bits(level, threads, monkeypatch):
+    """The C entry takes x.T @ dy (A Fortran-ordered), x @ W.T (B Fortran-ordered: the nt form)
+    and 3-D products of two or more entries (B C-ordered or W.transpose(0, 2, 1)) within LIMITS'
+    first value: bit for bit the Python path's call for each (matmul's strided-A call into
+    ``out``, _small.linear_fast, matmul._batch3_fast), at every thread count; it gives up on the
+    layouts those paths do not take."""
+    from onepath.ops import matmul as mm
+    f = _c_entry(level, monkeypatch)
+    old = onepath.get_num_threads()
+    onepath.set_num_threads(threads)
+    row = _small.row_for("matmul", level)
+    lim = _small.limits(row.level)[0]
+    try:
+        for m, k, n in [(2, 3, 2), (5, 7, 3), (16, 16, 16), (12, 40, 9), (64, 64, 64),
+                        (40, 100, 30), (3, 200, 50), (100, 90, 90)]:
+            mnk = m * n * k
+            x, dy, w = rand(k, m), rand(k, n), rand(n, k)
+            # A = X.T
+            want = np.empty((m, n), np.float32)
+            onepath.matmul(x.T, dy, out=want)
+            got = f(x.T, dy)
+            assert (got is not None) is (mnk <= lim), (m, k, n)
+            for r in ([got] if got is not None else []) + [onepath.matmul(x.T, dy)]:
+                np.testing.assert_array_equal(r.view(np.uint32), want.view(np.uint32))
+            # B = W.T
+            a = rand(m, k)
+            want = _small.linear_fast(a, w, None, 0, None)
+            got = f(a, w.T)
+            if want is None:
+                assert got is None, (m, k, n)
+            else:
+                assert got is not None or mnk > lim, (m, k, n)
+                for r in ([got] if got is not None else []) + [onepath.matmul(a, w.T)]:
+                    np.testing.assert_array_equal(r.view(np.uint32), want.view(np.uint32))
+            # batched
+            for nb in (2, 5):
+                a3, b3, w3 = rand(nb, m, k), rand(nb, k, n), rand(nb, n, k)
+                for bb in (b3, w3.transpose(0, 2, 1)):
+                    want = mm._batch3_fast(a3, bb)
+                    got = f(a3, bb)
+                    assert (got is None) is (want is None), (nb, m, k, n, bb.strides)
+                    if want is not None:
+                        assert got.shape == (nb, m, n) and got.flags.c_contiguous
+                        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+        # what those paths do not take: either operand with another layout, a batch of one,
+        # batches that differ or broadcast, 3-D against 2-D, a vector against W.T
+        a3, b3 = rand(3, 4, 5), rand(3, 5, 6)
+        for x, y in [(a3.transpose(0, 2, 1).copy().transpose(0, 2, 1), b3), (a3[:1], b3[:1]),
+                     (a3, b3[:2]), (a3, b3[:1]), (a3, b3[0]), (a3[0], b3), (a3[:, ::2], b3[:, ::2]),
+                     (rand(6, 4).T, rand(5, 6).T), (rand(5), rand(6, 5).T),
+                     (rand(5, 4).T, rand(5)), (rand(2, 3, 4, 5), rand(2, 3, 5, 6))]:
+            assert f(x, y) is None, (x.shape, x.strides, y.shape, y.strides)
+            try:
+                want = np.matmul(x, y)
+            except ValueError:   # (batches that differ)
+                with pytest.raises(ValueError):
+                    onepath.matmul(x, y)
+                continue
+            np.testing.assert_allclose(onepath.matmul(x, y), want, rtol=1e-4, atol=1e-4)
+    finally:
+        onepath.set_num_threads(old)
+
+
+def test_c_entry_thread_count_error_left_to_python(level, monkeypatch):
+    """A product the C entry would run on more than one thread asks onepath.get_num_threads();
+    where that raises (a bad ONEPATH_NUM_THREADS, no set_num_threads call), the entry gives up
+    with no error set and matmul raises it as before; a one-thread product is answered."""
+    from onepath import _threads
+    f = _c_entry(level, monkeypatch)
+    monkeypatch.setattr(_threads, "_num_threads", None)
+    monkeypatch.setattr(_threads, "_env_threads", None)
+    monkeypatch.setenv("ONEPATH_NUM_THREADS", "two")
+    lim = _small.limits(_small.row_for("matmul", level).level)[0]
+    mt0 = _small.mt_limits()[0]
+    a, b = rand(4, 120), rand(120, 120)   # (57600: past mt0, fewer than 8 rows)
+    if not mt0 <= 4 * 120 * 120 <= lim:
+        pytest.skip("4 x 120 x 120 is not within [mt0, LIMITS' first value] here")
+    assert f(a, b) is None
+    with pytest.raises(ValueError, match="ONEPATH_NUM_THREADS"):
+        onepath.matmul(a, b)
+    assert f(rand(4, 4), rand(4, 4)) is not None
 
 
 @pytest.mark.parametrize("event", ["reproducible", "verbose", "cap"])
@@ -369,8 +461,9 @@ def test_fast_entry_not_kept_when_its_state_changes_while_made(event, monkeypatc
 
 def test_c_entry_declines_what_it_does_not_take(level, monkeypatch):
     """The C entry answers None, with no error set and nothing kept, for anything but two exact
-    1-D or 2-D C-ordered native float32 ndarrays with a core match and no empty side; matmul then
-    answers as numpy does (values, shapes, errors)."""
+    native float32 ndarrays of the layouts it takes (1-D or 2-D C-ordered here; the transposed and
+    3-D ones: test_c_entry_transposed_and_batched_same_bits) with a core match and no empty side;
+    matmul then answers as numpy does (values, shapes, errors)."""
     import sys
     f = _c_entry(level, monkeypatch)
     a, b = rand(6, 5), rand(5, 4)
@@ -383,7 +476,7 @@ def test_c_entry_declines_what_it_does_not_take(level, monkeypatch):
     misaligned = np.frombuffer(raw, np.float32, 6 * 5, off).reshape(6, 5)
     misaligned[...] = a
     assert not misaligned.flags.aligned
-    cases = [(a[:, ::-1], b), (a.T.copy().T, b), (a, b[:, :3]), (a.astype(np.float64), b),
+    cases = [(a[:, ::-1], b), (a, b[:, :3]), (a.astype(np.float64), b),
              (a.astype(">f4"), b), (a.view(Sub), b), (a[None], b), (a, b[None]), (a[0, :1], b),
              (a[:0], b), (a[:, :0], b[:0]), (a, rand(4, 4)), (a.tolist(), b), (a, 2.0),
              (misaligned, b), (a.astype(BF16), b.astype(BF16)), (a, b.astype(np.float16))]
@@ -425,8 +518,9 @@ def _c_linear(level, monkeypatch):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_c_linear_same_bits_as_the_python_path(level, threads, monkeypatch):
-    """linear's C entry takes the tiniest calls with a raw weight (one thread, within LIMITS'
-    first value; dot products within NT_DOTS_LIMITS, here a made-up row): bit for bit the call of
+    """linear's C entry takes the tiniest calls with a raw weight (within LIMITS' first value, on
+    the threads linear runs them; dot products within NT_DOTS_LIMITS at one thread, here a made-up
+    row): bit for bit the call of
     linear's Python fast path (_small.linear_fast), with and without a bias, every activation, a
     1-D or 2-D x; it leaves the rest to that path."""
     from onepath.dispatch.cpu import probe
@@ -444,7 +538,7 @@ def test_c_linear_same_bits_as_the_python_path(level, threads, monkeypatch):
             x, w, bias = rand(m, k), rand(n, k), rand(n)
             mnk = m * n * k
             dots = _small.nt_dots(m, k, row.level)
-            takes = mnk <= lim and mnk < mt0 and (not dots or mnk <= 3000)
+            takes = mnk <= lim and (not dots or mnk <= 3000 or threads > 1)
             for act, code in _ACT_CODE.items():
                 for bb in (None, bias):
                     for xx in ((x, x[0]) if m == 1 else (x,)):

@@ -29,14 +29,14 @@ int op_gemm_f32_small_cc(int64_t m, int64_t n, int64_t k, const void *a, const v
    a new reference to a CPython function f(a, b) -> the product or None, as void * (the caller
    owns it), for these limits: lim (M N K of the small kernel's first limit), mt0 / mt8 (M N K
    from which matmul runs more than one thread: any rows / from 8 rows), row_kn / row_n / row_k
-   (ROW_LIMITS). NULL when numpy cannot be imported. */
+   (ROW_LIMITS), and for B = W.T (the nt form) its dot products (NT_NN's rows nt_rows and depth
+   nt_depth, NT_DOTS_LIMITS' nt_lim). NULL when numpy or onepath._threads cannot be imported. */
 void *op_pyfast_matmul_new(int64_t lim, int64_t mt0, int64_t mt8, int64_t row_kn, int64_t row_n,
-                           int64_t row_k);
-/* The same for linear's tiniest calls with a raw weight: f(x, w, bias, act) -> y or None, for lim
-   and mt0 as above and the nt form's dot products (NT_NN's rows nt_rows and depth nt_depth,
-   NT_DOTS_LIMITS' nt_lim). */
-void *op_pyfast_linear_new(int64_t lim, int64_t mt0, int64_t nt_rows, int64_t nt_depth,
-                           int64_t nt_lim);
+                           int64_t row_k, int64_t nt_rows, int64_t nt_depth, int64_t nt_lim);
+/* The same for linear's tiniest calls with a raw weight: f(x, w, bias, act) -> y or None (the
+   same limits; row_* and mt8 unused). */
+void *op_pyfast_linear_new(int64_t lim, int64_t mt0, int64_t mt8, int64_t row_kn, int64_t row_n,
+                           int64_t row_k, int64_t nt_rows, int64_t nt_depth, int64_t nt_lim);
 
 /* nbatch products C_e = A_e B_e (e < nbatch; A_e at a + e * bsa elements, likewise B_e and C_e;
    a batch stride of 0 broadcasts), each as op_gemm_f32_small computes it (no epilogue), whole

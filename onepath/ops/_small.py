@@ -18,8 +18,8 @@ untyped ``ffi.from_buffer`` 0.43 us (the C entry takes ``void *``; ``arr.ctypes.
 ~1 us each; a non-contiguous operand makes from_buffer raise and takes the general path), the C
 call 0.23 us (0.12 us of it is any cffi call: argument conversion and the GIL release): 1.35 us in
 all. The C-contiguous entry (``op_gemm_f32_small_cc``) has six arguments and checks alignment.
-Since 2026-12-07 the tiniest products (within LIMITS' first value, where matmul runs one thread)
-skip that Python and the three conversions: ``Bound.pyfast``, one CPython function per level
+Since 2026-12-07 the tiniest products (within LIMITS' first value; since 2026-12-08 at any thread
+count, transposed and 3-D operands too) skip that Python and the three conversions: ``Bound.pyfast``, one CPython function per level
 module (kernels/pyfast.inc) that checks the operands through the buffer protocol and makes the
 same kernel call (Zen 3 VM, 1 thread: 4^3 2.3 -> 1.2 us, numpy 1.7; 16^3 1.3 us, numpy 2.3), also
 for a vector operand (a K 4096 dot product 4.2 -> 1.7 us, numpy 1.7; 64 x 64 by a vector 1.2 us,
@@ -462,18 +462,24 @@ class Bound:
 
     def pyfast(self, lim: int, row: tuple) -> Callable:
         """kernels/pyfast.inc's matmul function f(a, b) -> the product or None for this row's
-        module, made for LIMITS' first value ``lim``, ``mt_limits()`` and ``row`` (ROW_LIMITS' K*N,
-        N, K), or a function that always answers None where the module has none."""
-        return self._made(self.pyfast_new, (lim, *mt_limits(), *row))
+        module, made for LIMITS' first value ``lim``, ``mt_limits()``, ``row`` (ROW_LIMITS' K*N,
+        N, K) and this host's nt-form limits (``_nt_cfg``: B = W.T), or a function that always
+        answers None where the module has none."""
+        return self._made(self.pyfast_new, (lim, *mt_limits(), *row, *self._nt_cfg()))
 
     def pyfast_linear(self, lim: int) -> Callable:
         """kernels/pyfast.inc's linear function f(x, w, bias, act) -> y or None for this row's
-        module, made for LIMITS' first value ``lim``, ``mt_limits()`` and this host's nt-form
-        limits (NT_NN, NT_DOTS_LIMITS), or a function that always answers None."""
-        rows, depth = NT_NN.get(self.row.level, (1 << 62, -1))   # (no row: dot products always)
+        module, made as ``pyfast``'s (no ROW_LIMITS: they do not apply to the nt form), or a
+        function that always answers None."""
+        return self._made(self.pyfast_linear_new,
+                          (lim, *mt_limits(), *(1 << 62,) * 3, *self._nt_cfg()))
+
+    def _nt_cfg(self) -> tuple:
+        """(rows, depth, dots limit): NT_NN's row of this level (none: dot products always) and
+        NT_DOTS_LIMITS' value on this host (none: no limit)."""
+        rows, depth = NT_NN.get(self.row.level, (1 << 62, -1))
         nt_lim = nt_dots_limit(self.row.level)
-        return self._made(self.pyfast_linear_new, (lim, mt_limits()[0], rows, depth,
-                                                   1 << 62 if nt_lim is None else nt_lim))
+        return rows, depth, 1 << 62 if nt_lim is None else nt_lim
 
     def _made(self, new, args: tuple) -> Callable:
         """The function C's ``new(*args)`` makes, its new reference (returned as ``void *``)

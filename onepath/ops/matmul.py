@@ -97,8 +97,9 @@ def matmul(a, b, /, out=None, *, dtype=None):
     level in force is faster).
     """
     if out is None and dtype is None:
-        # the tiniest 2-D float32 products: one C call (kernels/pyfast.inc: the kernel call below
-        # without its Python, the same bits; None for anything it does not take)
+        # small float32 products: one C call (kernels/pyfast.inc: the kernel call of the 2-D fast
+        # path below, its x.T @ dy and x @ W.T routes or _batch3_fast, without their Python, the
+        # same bits; None for anything it does not take)
         fast = _fast.get(_scoped_get())
         if fast is not None and not _off_get():
             c = fast[9](a, b)
