@@ -237,6 +237,20 @@ def test_linear_narrow_weight_bit_identical(client, level):
         _assert_same(got, onepath.linear(x, w, bias, activation="relu"))
 
 
+def test_linear_dot_path_outputs_read_the_weight_raw(client, level):
+    """A linear of 1-4 outputs past the small kernel's limits takes the dot path on the raw weight
+    in memory (kernels/gemv_f32.c, at every level); its blocks read the weight raw too, where a
+    prepacked one gave other bits (200 x 300 -> 4 and 3000 x 100 -> 3 at generic, 3000 x 1024 -> 3
+    and 4 at avx2, before 2026-12-08)."""
+    rng = np.random.default_rng(9)
+    for m, k, n in ((200, 300, 4), (3000, 100, 3), (3000, 1024, 4), (3000, 1024, 1)):
+        x, w = _rand(rng, (m, k), F32), _rand(rng, (n, k), F32)
+        bias = rng.standard_normal(n).astype(np.float32)
+        got = client.compute(odask.linear(da.from_array(x, chunks=((7, m // 2, m - 7 - m // 2), k)),
+                                          w, bias, activation="relu")).result()
+        _assert_same(got, onepath.linear(x, w, bias, activation="relu"))
+
+
 @pytest.mark.parametrize("dt", ["float32", "bfloat16"])
 def test_matmul_mnk_ragged(client, level, dt):
     dt = F32 if dt == "float32" else BF16

@@ -35,6 +35,10 @@ from ..ops.matmul import small_form
 # (4; a raw or prepacked bfloat16 weight with VDPBF16PS: OP_SM_NKDP_MAX_M and OP_SM_PKDP_MAX_M = 48
 # in kernels/gemm_bf16.c), = the rows from which the "widen_f32" variant runs (OP_DP_WIDEN_MIN_M)
 _PAD_ROWS = 49
+# The dot path's narrow rule (kernels/gemv_f32.c, op_gemv_f32: N <= 4 outputs at any row count, at
+# every level): the in-memory linear on a raw float32 weight of this many outputs or fewer takes
+# dot products, whose sums differ from the packed GEMM's on a prepacked weight
+_DOT_N = 4
 
 
 # ------------------------------------------------------------------------------------------------
@@ -286,9 +290,10 @@ def _linear_block(x, w, b=None, *, wkey, activation, out_dtype, level, full_m, s
                   order=None):
     with _capped(level), _gemm_path(small):
         # a whole problem of fewer than _PAD_ROWS rows runs the raw weight's small-M paths in memory
-        # (dot products, whose sums differ from a prepacked weight's), and one the small kernel
-        # takes its nt form (a prepacked weight: the nn form): its blocks read it raw too
-        if full_m < _PAD_ROWS or small:
+        # (dot products, whose sums differ from a prepacked weight's), and so does one of _DOT_N
+        # outputs or fewer at any row count; one the small kernel takes runs its nt form (a
+        # prepacked weight: the nn form): the blocks of all three read the weight raw too
+        if full_m < _PAD_ROWS or small or w.shape[0] <= _DOT_N:
             wk = np.ascontiguousarray(w)
         else:
             wk = _packed_weight(wkey, w) if w.dtype in (F32, BF16) and x.dtype in (F32, BF16) else w
@@ -312,8 +317,8 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
             dask array, e.g. one persisted across computations, is merged into one chunk), fetched
             once by each worker and prepacked there once (``onepath.prepack``, cached per worker
             process under that key) for all its blocks; a whole problem of fewer than 49 rows
-            (``_PAD_ROWS``) or small enough for the small kernel reads it raw, as the in-memory
-            call's small-M and small paths do.
+            (``_PAD_ROWS``), of 4 outputs or fewer (``_DOT_N``) or small enough for the small
+            kernel reads it raw, as the in-memory call's dot-product and small paths do.
         bias: None or (out_features,), numpy or dask. activation: None, "relu", "gelu", "gelu_tanh", "silu".
         dtype: as ``onepath.linear`` (None: its promotion rules).
     Returns:
