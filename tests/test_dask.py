@@ -251,6 +251,21 @@ def test_linear_dot_path_outputs_read_the_weight_raw(client, level):
         _assert_same(got, onepath.linear(x, w, bias, activation="relu"))
 
 
+def test_linear_strided_x_rows_bit_identical(client, level):
+    """An in-memory x whose rows are not contiguous (Fortran order, every other column, columns
+    reversed) runs the packed GEMM in memory, also where the small kernel or the dot path (1-4
+    outputs) take a C-ordered x: the blocks are laid out in Fortran order and take it too (before
+    2026-12-08 dask's C-ordered blocks took the other paths). Small chunks make several blocks."""
+    rng = np.random.default_rng(10)
+    with dask.config.set({"array.chunk-size": "64KiB"}):
+        for m, k, n in ((200, 100, 3), (3000, 100, 4), (49, 600, 16), (3000, 600, 64), (30, 8, 1)):
+            base = _rand(rng, (m, 2 * k), F32)
+            w, bias = _rand(rng, (n, k), F32), rng.standard_normal(n).astype(np.float32)
+            for x in (np.asfortranarray(base[:, :k]), base[:, ::2], base[:, k - 1::-1]):
+                y = odask.linear(x, w, bias, activation="relu")
+                _assert_same(client.compute(y).result(), onepath.linear(x, w, bias, activation="relu"))
+
+
 @pytest.mark.parametrize("dt", ["float32", "bfloat16"])
 def test_matmul_mnk_ragged(client, level, dt):
     dt = F32 if dt == "float32" else BF16

@@ -398,24 +398,54 @@ def test_c_entry_transposed_and_batched_same_bits(level, threads, monkeypatch):
         onepath.set_num_threads(old)
 
 
-def test_c_entry_thread_count_error_left_to_python(level, monkeypatch):
-    """A product the C entry would run on more than one thread asks onepath.get_num_threads();
-    where that raises (a bad ONEPATH_NUM_THREADS, no set_num_threads call), the entry gives up
-    with no error set and matmul raises it as before; a one-thread product is answered."""
+def test_bad_thread_count_raises_at_every_call(level, monkeypatch):
+    """A bad ONEPATH_NUM_THREADS (no set_num_threads call) raises ValueError at every call that
+    asks the thread count: the fast entries are not made while it holds (bound raises), so no C
+    entry answers what the Python paths refuse (the review: x @ W.T and 3-D products below mt0
+    were answered from the second call on)."""
     from onepath import _threads
-    f = _c_entry(level, monkeypatch)
+    from onepath import _repro_mode
+    monkeypatch.setattr(_repro_mode, "_ever", False)
     monkeypatch.setattr(_threads, "_num_threads", None)
     monkeypatch.setattr(_threads, "_env_threads", None)
     monkeypatch.setenv("ONEPATH_NUM_THREADS", "two")
-    lim = _small.limits(_small.row_for("matmul", level).level)[0]
-    mt0 = _small.mt_limits()[0]
+    _small.reset()
+    try:
+        with pytest.raises(ValueError, match="ONEPATH_NUM_THREADS"):
+            _small.bound("matmul")
+        assert not _small.fast_matmul and not _small.fast_linear
+        x, w, a3, b3 = rand(4, 8), rand(3, 8), rand(2, 4, 8), rand(2, 8, 5)
+        calls = [lambda: onepath.matmul(x, w.T), lambda: onepath.matmul(a3, b3),
+                 lambda: onepath.matmul(a3, rand(2, 5, 8).transpose(0, 2, 1)),
+                 lambda: onepath.linear(x, w), lambda: onepath.matmul(rand(4, 120), rand(120, 120))]
+        for f in calls:
+            for _ in range(3):
+                with pytest.raises(ValueError, match="ONEPATH_NUM_THREADS"):
+                    f()
+        assert not _small.fast_matmul and not _small.fast_linear
+    finally:
+        monkeypatch.undo()
+        _small.reset()
+
+
+def test_c_entry_raises_what_get_num_threads_raises(level, monkeypatch):
+    """Where the C entry asks the thread count (a product past mt0) and get_num_threads raises
+    (here a stand-in), the call raises it, as the Python path would, with nothing leaked."""
+    from onepath import _threads
+    f = _c_entry(level, monkeypatch)
     a, b = rand(4, 120), rand(120, 120)   # (57600: past mt0, fewer than 8 rows)
-    if not mt0 <= 4 * 120 * 120 <= lim:
+    lim = _small.limits(_small.row_for("matmul", level).level)[0]
+    if not _small.mt_limits()[0] <= 4 * 120 * 120 <= lim:
         pytest.skip("4 x 120 x 120 is not within [mt0, LIMITS' first value] here")
-    assert f(a, b) is None
-    with pytest.raises(ValueError, match="ONEPATH_NUM_THREADS"):
-        onepath.matmul(a, b)
-    assert f(rand(4, 4), rand(4, 4)) is not None
+
+    def boom():
+        raise RuntimeWarning("stand-in")
+
+    monkeypatch.setattr(_threads, "get_num_threads", boom)
+    for x, y in ((a, b), (a, b.T.copy().T), (a[None].repeat(2, 0), b[None].repeat(2, 0))):
+        with pytest.raises(RuntimeWarning, match="stand-in"):
+            f(x, y)
+    assert f(rand(4, 4), rand(4, 4)) is not None   # (one thread: not asked)
 
 
 @pytest.mark.parametrize("event", ["reproducible", "verbose", "cap"])

@@ -29,6 +29,7 @@ from ..dispatch import LEVELS
 from ..dtypes import BF16, F32, to_bfloat16
 from ..ops import _small
 from ..ops.conv import route_batch
+from ..ops._gemm import kernel_ready
 from ..ops.matmul import small_form
 
 # > every MR of the registry (float32 14, bfloat16 AMX 32) and > the rows of the dot-product paths
@@ -90,6 +91,15 @@ def _padded(x: np.ndarray, axis: int, extra: int, order: str = "C") -> np.ndarra
            else np.empty(shape, x.dtype))
     shape[axis] = extra
     return np.concatenate([x, np.zeros(shape, x.dtype)], axis=axis, out=out)
+
+
+def _rows_strided(x) -> bool:
+    """True for a 2-D ndarray that linear reads in place with rows not contiguous (aligned, whole
+    element strides, the column stride not one element: Fortran order, x[:, ::2], x[:, ::-1]):
+    in memory such an x takes the packed GEMM (the small kernel's nt form and the dot path read
+    contiguous rows), and its blocks, laid out in Fortran order, take it too."""
+    return (isinstance(x, np.ndarray) and x.ndim == 2 and x.shape[0] > 1 and x.shape[1] > 1
+            and x.strides[1] != x.itemsize and kernel_ready(x))
 
 
 def _in_order(x: np.ndarray, order: str | None) -> np.ndarray:
@@ -301,7 +311,10 @@ def _linear_block(x, w, b=None, *, wkey, activation, out_dtype, level, full_m, s
         # (x's core order as in memory: order, _order_of; -1 is ambiguous when K == 0)
         x2 = _in_order(_aligned(x), order).reshape(int(np.prod(lead)), x.shape[-1])
         extra = _pad_rows(x2, 0, full_m)
-        y = onepath.linear(_padded(x2, 0, extra, "F" if _columns_contiguous(x2) else "C"), wk, b,
+        # (padded in the in-memory order: a one-row block of a 2-D Fortran-ordered x is both
+        # orders; more dimensions fold into C-ordered rows in memory, as by the reshape here)
+        porder = "F" if _columns_contiguous(x2) or (order == "F" and x.ndim == 2) else "C"
+        y = onepath.linear(_padded(x2, 0, extra, porder), wk, b,
                            activation=activation, dtype=out_dtype)
         return y[: x2.shape[0]].reshape(lead + (y.shape[-1],))
 
@@ -328,7 +341,7 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
         ValueError: weight not 2-D, feature mismatch, bias shape, unknown activation (as
             ``onepath.linear``, checked when the graph is built). TypeError: a PackedWeight.
     """
-    order = _order_of(x)
+    order = "F" if _rows_strided(x) else _order_of(x)
     x = _as_dask(x, "x", True)
     if isinstance(weight, onepath.PackedWeight):
         raise TypeError("onepath.dask.linear: weight must be an array (out_features, in_features), not "

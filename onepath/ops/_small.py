@@ -532,6 +532,10 @@ def bound(op: str) -> Bound:
         cache[level] = b
     key, table = _cap._scoped.get(), fast_matmul if op == "matmul" else fast_linear
     if key not in table and _verbose.enabled() is False and not _repro_mode._ever:
+        # the entries ask the thread count only where a call runs more than one thread: a bad
+        # ONEPATH_NUM_THREADS raises here (ValueError, at every call while it holds), so no entry
+        # answers the calls the Python paths below would refuse
+        _threads.get_num_threads()
         lims = limits(b.row.level)
         if op == "matmul":
             row = row_limits(b.row.level) or (1 << 62,) * 3
