@@ -72,7 +72,8 @@ def test_small_linear(level, act, shape):
 @pytest.mark.parametrize("form", ["nn", "nt", "any"])
 @pytest.mark.parametrize("m,k,n", [(1, 7, 33), (5, 19, 70), (13, 64, 97), (16, 40, 3),
                                    (9, 33, 200), (100, 33, 20), (257, 16, 32), (70, 24, 1),
-                                   (50, 33, 20), (66, 33, 20), (66, 600, 24), (49, 9, 13)])
+                                   (50, 33, 20), (66, 33, 20), (66, 600, 24), (49, 9, 13),
+                                   (4100, 512, 8), (70, 1000, 100)])
 @pytest.mark.parametrize("bias_axis", [1, 0])
 def test_small_mt_same_bits_as_one_thread(level, form, m, k, n, bias_axis):
     """op_gemm_f32_small_mt splits C's columns at whole tiles (the nn and nt forms with 32 columns
@@ -80,7 +81,8 @@ def test_small_mt_same_bits_as_one_thread(level, form, m, k, n, bias_axis):
     columns or rows and an activation (each range its part of the bias), the output NaN-filled
     first so that an element left unwritten fails. At 5 threads the last row range of 50 or 66
     rows has 2, fewer than the nt form's transposed nn form takes (the whole call's rows choose
-    it); K 600 is past that form's depth at AVX-512 (dot tiles)."""
+    it); K 600 is past that form's depth at AVX-512 (dot tiles). From 2^22 multiply-adds
+    (4100 x 512 x 8, 70 x 1000 x 100: OP_SMALL_MT_BIG) each thread takes four ranges."""
     mod = load(_small.row_for("matmul", level).level)
     ffi, lib = mod.ffi, mod.lib
     a = rand(m, k)
@@ -1467,6 +1469,30 @@ def test_batched_3d_fast_path_same_bits(level, monkeypatch, nb, m, k, n):
     wide[:, :, :n] = b
     if k > 1:  # rows strided (a column slice of a wider B): the general path
         assert mm._batch3_fast(a, wide[:, :, :n]) is None
+
+
+@pytest.mark.parametrize("nb, m, k, n", [(3, 5, 7, 9), (40, 48, 48, 48), (9, 100, 70, 90)])
+def test_small_batch_same_bits_at_any_thread_count(level, nb, m, k, n):
+    """op_gemm_f32_small_batch splits whole entries over the threads (from 2^22 multiply-adds in
+    all, OP_SMALL_MT_BIG, four ranges a thread): every entry's bits are the one-thread call's at
+    1-5 threads, B C-ordered or W.transpose(0, 2, 1), the output NaN-filled first."""
+    mod = load(_small.row_for("matmul", level).level)
+    ffi, lib = mod.ffi, mod.lib
+    a, b, w = rand(nb, m, k), rand(nb, k, n), rand(nb, n, k)
+    for bb, rsb, csb in ((b, n, 1), (w, 1, k)):
+        outs = []
+        for t in (1, 2, 3, 5):
+            c = np.full((nb, m, n), np.nan, np.float32)
+            lib.op_gemm_f32_small_batch(nb, m, n, k, ffi.cast("float *", a.ctypes.data), m * k, k, 1,
+                                        ffi.cast("float *", bb.ctypes.data), k * n, rsb, csb,
+                                        ffi.cast("float *", c.ctypes.data), m * n, n, 1, t)
+            outs.append(c)
+        assert not np.isnan(outs[0]).any()
+        for c in outs[1:]:
+            assert np.array_equal(c.view(np.uint32), outs[0].view(np.uint32))
+        ref = np.matmul(a.astype(np.float64), bb.astype(np.float64) if csb == 1
+                        else bb.transpose(0, 2, 1).astype(np.float64))
+        np.testing.assert_allclose(outs[0], ref, rtol=1e-4, atol=1e-3)
 
 
 def test_uarch_limits_apply_to_their_host_only(monkeypatch):

@@ -716,6 +716,21 @@ static void op_small_mt_task(void *ctx, int64_t task, int tid)
                  x->rsc, x->csc, ep, x->n, x->m);
 }
 
+/* Work (M N K, all entries) from which a threaded small call takes the pool as the packed GEMM
+   does (op_parallel_for: no crowded fallback, threads made for a concurrent call) in ranges of a
+   quarter of a thread's share: a worker that finds no CPU at once (another library's threads
+   spinning after their own call) then costs part of one range, not the whole call at one
+   thread's speed (op_parallel_for_short's crowded fallback: 0.1 s of one-thread calls). zen3 (AMD
+   EPYC Zen 3 VM, 2026-12-08, the calls suite at 2 threads, numpy and torch alternated):
+   4096 x 512 @ 512 x 8 took 430 us in some suite runs and 750 us in others. */
+#define OP_SMALL_MT_BIG (INT64_C(1) << 22)
+
+static int op_small_pfor(int nthreads, int64_t ntasks, op_task_fn fn, void *ctx, int big)
+{
+    return big ? op_parallel_for(nthreads, ntasks, fn, ctx)
+               : op_parallel_for_short(nthreads, ntasks, fn, ctx);
+}
+
 int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
                          const void *av, int64_t rsa, int64_t csa,
                          const void *bv, int64_t rsb, int64_t csb,
@@ -743,12 +758,14 @@ int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
        512 x 768 x 10 0.82 -> 1.18, 1000 x 100 x 20 0.63 -> 0.94, 200 x 1000 x 8 0.93 -> 1.25,
        128 x 384 x 32 0.69 -> 0.84, 256 x 256 x 16 0.89 -> 0.96, 64 x 512 x 16 1.05 -> 1.12 */
     _Static_assert(OP_SMALL_MR % OP_SMALL_NT_R == 0, "row ranges must start on nt tile rows");
+    const int big = m * n * k >= OP_SMALL_MT_BIG;
+    const int64_t parts = big ? 4 * (int64_t)nthreads : nthreads;   /* (OP_SMALL_MT_BIG) */
     const int64_t chunk32 = op_roundup64(op_cdiv64(n > 0 ? n : 1, nthreads), 32);
     if (n <= chunk32 && csc == 1 && (csb == 1 || (csa == 1 && rsb == 1)) && m >= 8 * OP_SMALL_MR) {
-        const int64_t rchunk = op_roundup64(op_cdiv64(m, nthreads), OP_SMALL_MR);
+        const int64_t rchunk = op_roundup64(op_cdiv64(m, parts), OP_SMALL_MR);
         op_small_mt_ctx x = {m, n, k, rsa, csa, rsb, csb, rsc, csc, rchunk,
                              (const float *)av, (const float *)bv, (float *)cv, epi, 1};
-        return op_parallel_for_short(nthreads, op_cdiv64(m, rchunk), op_small_mt_task, &x);
+        return op_small_pfor(nthreads, op_cdiv64(m, rchunk), op_small_mt_task, &x, big);
     }
     if (n <= chunk32)
         return op_small_run(m, n, k, av, rsa, csa, bv, rsb, csb, cv, rsc, csc, epi, n, m);
@@ -760,10 +777,10 @@ int op_gemm_f32_small_mt(int64_t m, int64_t n, int64_t k,
        2-thread timings of these products moved more than that from run to run, both libraries
        alike) */
     const int64_t q = OP_SMALL_NR > 16 ? OP_SMALL_NR : 16;
-    const int64_t chunk = op_roundup64(op_cdiv64(n, nthreads), q);
+    const int64_t chunk = op_roundup64(op_cdiv64(n, parts), q);
     op_small_mt_ctx x = {m, n, k, rsa, csa, rsb, csb, rsc, csc, chunk,
                          (const float *)av, (const float *)bv, (float *)cv, epi, 0};
-    return op_parallel_for_short(nthreads, op_cdiv64(n, chunk), op_small_mt_task, &x);
+    return op_small_pfor(nthreads, op_cdiv64(n, chunk), op_small_mt_task, &x, big);
 }
 
 /* op_gemm_f32_small_batch: ranges of batch entries, one task each, on the thread pool. */
@@ -791,8 +808,9 @@ int op_gemm_f32_small_batch(int64_t nbatch, int64_t m, int64_t n, int64_t k,
 {
     const int t = nthreads < 1 ? 1
                   : (int64_t)nthreads > nbatch ? (int)op_max64(nbatch, 1) : nthreads;
+    const int big = nbatch * m * n * k >= OP_SMALL_MT_BIG && t > 1;   /* (t 1: one task, all) */
     op_small_batch_ctx x = {nbatch, m, n, k, bsa, rsa, csa, bsb, rsb, csb, bsc, rsc, csc,
-                            op_cdiv64(nbatch > 0 ? nbatch : 1, t),
+                            op_cdiv64(nbatch > 0 ? nbatch : 1, big ? 4 * (int64_t)t : t),
                             (const float *)a, (const float *)b, (float *)c};
     if (nbatch <= 0) return 1;
     if (nbatch < nthreads) {  /* fewer entries than threads: each entry's columns over them */
@@ -809,7 +827,7 @@ int op_gemm_f32_small_batch(int64_t nbatch, int64_t m, int64_t n, int64_t k,
         op_small_batch_task(&x, 0, 0);
         return 1;
     }
-    return op_parallel_for_short(t, op_cdiv64(nbatch, x.chunk), op_small_batch_task, &x);
+    return op_small_pfor(t, op_cdiv64(nbatch, x.chunk), op_small_batch_task, &x, big);
 }
 
 int op_gemm_f32_small_nt_nn(int64_t m, int64_t k)
