@@ -252,16 +252,21 @@ def test_linear_dot_path_outputs_read_the_weight_raw(client, level):
 
 
 def test_linear_strided_x_rows_bit_identical(client, level):
-    """An in-memory x whose rows are not contiguous (Fortran order, every other column, columns
-    reversed) runs the packed GEMM in memory, also where the small kernel or the dot path (1-4
-    outputs) take a C-ordered x: the blocks are laid out in Fortran order and take it too (before
-    2026-12-08 dask's C-ordered blocks took the other paths). Small chunks make several blocks."""
+    """An in-memory x whose rows, in the 2-D view linear computes on, are not contiguous (Fortran
+    order, every other column, columns reversed; one such row; 3-D ones whose reshape is such a
+    view) runs the packed GEMM in memory, also where the small kernel or the dot path (1-4
+    outputs) take a C-ordered x: the blocks get rows so laid out and take it too (before
+    2026-12-08 dask's C-ordered blocks took the other paths; the review found the 1-row and 3-D
+    ones). Small chunks make several blocks."""
     rng = np.random.default_rng(10)
     with dask.config.set({"array.chunk-size": "64KiB"}):
         for m, k, n in ((200, 100, 3), (3000, 100, 4), (49, 600, 16), (3000, 600, 64), (30, 8, 1)):
             base = _rand(rng, (m, 2 * k), F32)
             w, bias = _rand(rng, (n, k), F32), rng.standard_normal(n).astype(np.float32)
-            for x in (np.asfortranarray(base[:, :k]), base[:, ::2], base[:, k - 1::-1]):
+            for x in (np.asfortranarray(base[:, :k]), base[:, ::2], base[:, k - 1::-1],
+                      base[:1, ::2], base[:1, k - 1::-1], base[0, ::2],   # one row: strided too
+                      base[: m // 2 * 2, ::2].reshape(m // 2, 2, k),     # linear's 2-D view strided
+                      np.asfortranarray(base[:, :k]).reshape(m, 1, k)):
                 y = odask.linear(x, w, bias, activation="relu")
                 _assert_same(client.compute(y).result(), onepath.linear(x, w, bias, activation="relu"))
 

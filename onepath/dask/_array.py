@@ -94,12 +94,28 @@ def _padded(x: np.ndarray, axis: int, extra: int, order: str = "C") -> np.ndarra
 
 
 def _rows_strided(x) -> bool:
-    """True for a 2-D ndarray that linear reads in place with rows not contiguous (aligned, whole
-    element strides, the column stride not one element: Fortran order, x[:, ::2], x[:, ::-1]):
-    in memory such an x takes the packed GEMM (the small kernel's nt form and the dot path read
-    contiguous rows), and its blocks, laid out in Fortran order, take it too."""
-    return (isinstance(x, np.ndarray) and x.ndim == 2 and x.shape[0] > 1 and x.shape[1] > 1
-            and x.strides[1] != x.itemsize and kernel_ready(x))
+    """True for an ndarray whose 2-D view that linear computes on (``x.reshape(-1, k)``: a view
+    where numpy can make one) linear reads in place with rows not contiguous (aligned, whole
+    element strides, the column stride not one element: Fortran order, ``x[..., ::2]``,
+    ``x[..., ::-1]``, one such row): in memory it takes the packed GEMM (the small kernel's nt
+    form and the dot path read contiguous rows), and its blocks are given such rows too
+    (``_strided_rows``)."""
+    if not isinstance(x, np.ndarray) or x.ndim < 1 or x.shape[-1] < 2 or not kernel_ready(x):
+        return False
+    x2 = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
+    return x2.strides[1] != x2.itemsize
+
+
+def _strided_rows(x2: np.ndarray) -> np.ndarray:
+    """``x2`` (rows, k) with its values and rows not contiguous: itself, Fortran order, or for one
+    row a copy whose elements lie two apart (a Fortran-ordered row is contiguous)."""
+    if x2.strides[1] != x2.itemsize or x2.shape[1] < 2:
+        return x2
+    if x2.shape[0] > 1:
+        return np.asfortranarray(x2)
+    buf = np.empty((x2.shape[0], 2 * x2.shape[1]), x2.dtype)
+    buf[:, ::2] = x2
+    return buf[:, ::2]
 
 
 def _in_order(x: np.ndarray, order: str | None) -> np.ndarray:
@@ -297,7 +313,7 @@ def _packed_weight(token: str, w: np.ndarray):
 
 
 def _linear_block(x, w, b=None, *, wkey, activation, out_dtype, level, full_m, small=False,
-                  order=None):
+                  order=None, rows_strided=False):
     with _capped(level), _gemm_path(small):
         # a whole problem of fewer than _PAD_ROWS rows runs the raw weight's small-M paths in memory
         # (dot products, whose sums differ from a prepacked weight's), and so does one of _DOT_N
@@ -311,10 +327,9 @@ def _linear_block(x, w, b=None, *, wkey, activation, out_dtype, level, full_m, s
         # (x's core order as in memory: order, _order_of; -1 is ambiguous when K == 0)
         x2 = _in_order(_aligned(x), order).reshape(int(np.prod(lead)), x.shape[-1])
         extra = _pad_rows(x2, 0, full_m)
-        # (padded in the in-memory order: a one-row block of a 2-D Fortran-ordered x is both
-        # orders; more dimensions fold into C-ordered rows in memory, as by the reshape here)
-        porder = "F" if _columns_contiguous(x2) or (order == "F" and x.ndim == 2) else "C"
-        y = onepath.linear(_padded(x2, 0, extra, porder), wk, b,
+        xp = _padded(x2, 0, extra, "F" if _columns_contiguous(x2) else "C")
+        # rows not contiguous in memory (_rows_strided): not in the block either
+        y = onepath.linear(_strided_rows(xp) if rows_strided else xp, wk, b,
                            activation=activation, dtype=out_dtype)
         return y[: x2.shape[0]].reshape(lead + (y.shape[-1],))
 
@@ -341,7 +356,7 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
         ValueError: weight not 2-D, feature mismatch, bias shape, unknown activation (as
             ``onepath.linear``, checked when the graph is built). TypeError: a PackedWeight.
     """
-    order = "F" if _rows_strided(x) else _order_of(x)
+    order, rows_strided = _order_of(x), _rows_strided(x)
     x = _as_dask(x, "x", True)
     if isinstance(weight, onepath.PackedWeight):
         raise TypeError("onepath.dask.linear: weight must be an array (out_features, in_features), not "
@@ -364,7 +379,7 @@ def linear(x, weight, bias=None, *, activation=None, dtype=None):
     return da.blockwise(_linear_block, ind, x, ind, wd, None, *([bd, None] if bd is not None else []),
                         adjust_chunks={nd - 1: meta.shape[-1]}, wkey=f"{wd.key}-{w.dtype.str}",
                         activation=activation, out_dtype=dtype, level=_client_cap(), full_m=full_m,
-                        order=order,
+                        order=order, rows_strided=rows_strided,
                         small=(x.dtype == w.dtype == F32
                                and _small.use_small(full_m * w.shape[0] * w.shape[1], "linear",
                                                     "float32", w.shape[0] * w.shape[1], full_m,
