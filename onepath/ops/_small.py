@@ -19,9 +19,9 @@ untyped ``ffi.from_buffer`` 0.43 us (the C entry takes ``void *``; ``arr.ctypes.
 call 0.23 us (0.12 us of it is any cffi call: argument conversion and the GIL release): 1.35 us in
 all. The C-contiguous entry (``op_gemm_f32_small_cc``) has six arguments and checks alignment.
 Since 2026-12-07 the tiniest products (within LIMITS' first value; since 2026-12-08 at any thread
-count, transposed and 3-D operands too) skip that Python and the three conversions: ``Bound.pyfast``, one CPython function per level
-module (kernels/pyfast.inc) that checks the operands through the buffer protocol and makes the
-same kernel call (Zen 3 VM, 1 thread: 4^3 2.3 -> 1.2 us, numpy 1.7; 16^3 1.3 us, numpy 2.3), also
+count, transposed and 3-D operands too) skip that Python and the three conversions:
+``Bound.pyfast``, one CPython function per level module (kernels/pyfast.inc) that checks the
+operands through the buffer protocol and makes the same kernel call (Zen 3 VM, 1 thread: 4^3 2.3 -> 1.2 us, numpy 1.7; 16^3 1.3 us, numpy 2.3), also
 for a vector operand (a K 4096 dot product 4.2 -> 1.7 us, numpy 1.7; 64 x 64 by a vector 1.2 us,
 numpy 2.7).
 
