@@ -102,7 +102,16 @@ def _rows_strided(x) -> bool:
     (``_strided_rows``)."""
     if not isinstance(x, np.ndarray) or x.ndim < 1 or x.shape[-1] < 2 or not kernel_ready(x):
         return False
-    x2 = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
+    x2 = x
+    if x.ndim != 2:   # (never a copy of the whole x here)
+        try:
+            try:
+                x2 = np.reshape(x, (-1, x.shape[-1]), copy=False)   # numpy >= 2.1
+            except TypeError:
+                x2 = x.view()
+                x2.shape = (-1, x.shape[-1])
+        except (ValueError, AttributeError):   # linear's reshape copies, in C order: rows contiguous
+            return False
     return x2.strides[1] != x2.itemsize
 
 
